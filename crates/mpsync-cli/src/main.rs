@@ -1,0 +1,4 @@
+//! `mpsync` — the experiment harness (STUB: being implemented).
+mod osmp;
+
+fn main() {}

@@ -1,0 +1,36 @@
+//! # mpsync — synchronization for multiprogrammed machines
+//!
+//! When runnable threads outnumber cores, the OS preempts threads at the worst
+//! moment: holding a lock, queued in a FIFO lock, short of a barrier. mpsync
+//! implements the preemption-safe and scheduler-conscious algorithms of five
+//! papers (see the repository's `shared/papers/README.md`) and the
+//! *widened kernel/user interface* they rely on ([`sched`]).
+//!
+//! Layers, bottom up (nothing imports upward):
+//!
+//! - [`util`]: cache padding, backoff, calibrated busy work, clocks;
+//! - [`sched`]: what the scheduler and threads tell each other — the per-thread
+//!   context block with its four-valued state word, partition information, and
+//!   `yield_now`/`park`/`unpark`, with an emulated (pseudo-scheduler) and a native
+//!   Linux backend;
+//! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`.
+//!
+//! ```
+//! use mpsync::{Mutex, lock::TasB};
+//!
+//! let m: Mutex<TasB, Vec<u32>> = Mutex::new(Vec::new());
+//! m.lock().push(7);
+//! assert_eq!(*m.lock(), [7]);
+//! ```
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod lock;
+pub mod sched;
+pub mod sync;
+pub mod util;
+
+/// A mutex over any mpsync raw lock: `Mutex<SmartQ, T>`, `Mutex<TasB, T>`, ….
+pub type Mutex<R, T> = lock_api::Mutex<R, T>;
+/// The guard of a [`Mutex`].
+pub type MutexGuard<'a, R, T> = lock_api::MutexGuard<'a, R, T>;

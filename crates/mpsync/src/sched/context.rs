@@ -1,0 +1,239 @@
+//! The per-thread context block and the registry that hands one to each thread.
+//!
+//! Blocks are never freed: a thread that exits returns its block to the registry
+//! and a later thread reuses it (as hazard-pointer records are reused). So a
+//! `&'static ContextBlock` held by a peer — in a lock's queue node, say — always
+//! points to valid memory, and memory stays bounded by the largest number of
+//! threads alive at once.
+
+use std::fmt;
+
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering, spin_loop};
+use crate::util::clock::now_ns;
+
+use super::state::{Actor, StateWord, ThreadState, TransitionError};
+
+/// No processor known.
+pub const NO_PROCESSOR: u32 = u32::MAX;
+
+/// What the scheduler and one thread tell each other (paper 001 §3).
+///
+/// Only the owning thread calls [`request_no_preempt`](Self::request_no_preempt)
+/// and [`release_no_preempt`](Self::release_no_preempt); peers use
+/// [`make_other_unpreemptable`](Self::make_other_unpreemptable) and
+/// [`is_preempted`](Self::is_preempted).
+pub struct ContextBlock {
+    /// The state word (see [`super::state`]).
+    pub(crate) state: StateWord,
+    /// Set by the scheduler when it wanted to preempt but honoured a no-preempt
+    /// request; cleared by the scheduler when the thread stops running.
+    pub(crate) warning: AtomicBool,
+    /// Nesting depth of no-preempt sections; written only by the owner.
+    depth: AtomicU32,
+    /// Last time (ns, [`now_ns`]) the thread said "I am running" while waiting.
+    pub(crate) heartbeat: AtomicU64,
+    /// Processor the thread runs or is scheduled on, or [`NO_PROCESSOR`].
+    pub(crate) processor: AtomicU32,
+    /// Registration id, unique over the process lifetime (blocks are reused, ids not).
+    pub(crate) id: AtomicU64,
+    /// Whether a live thread owns this block.
+    pub(crate) in_use: AtomicBool,
+    /// Kernel thread id of the owner (for signals and affinity), 0 if none.
+    pub(crate) tid: AtomicU32,
+    /// `pthread_t` of the owner, for `pthread_kill` (0 if none).
+    pub(crate) pthread: AtomicU64,
+    /// Emulated backend: the scheduler this thread is attached to (null if none).
+    /// Owned by `super::emulated`.
+    pub(crate) emu: AtomicPtr<()>,
+    /// Emulated backend: virtual processor of the attachment.
+    pub(crate) vproc: AtomicU32,
+    /// Emulated backend: when the scheduler decided to preempt (ns), for latency.
+    pub(crate) preempt_decided_ns: AtomicU64,
+    /// Emulated backend: when the preemption handler started spinning (ns).
+    pub(crate) preempt_stopped_ns: AtomicU64,
+    /// Emulated backend: state to restore on resume after a forced preemption.
+    pub(crate) saved_state: AtomicU32,
+}
+
+impl fmt::Debug for ContextBlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ContextBlock")
+            .field("id", &self.id.load(Ordering::Relaxed))
+            .field("state", &self.state.load())
+            .field("warning", &self.warning.load(Ordering::Relaxed))
+            .field("depth", &self.depth.load(Ordering::Relaxed))
+            .field("processor", &self.processor.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ContextBlock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ContextBlock {
+    /// A block in `Preemptable`, owned by nobody. Threads get theirs from
+    /// [`super::current`]; a standalone block is for tests and models.
+    pub fn new() -> Self {
+        Self {
+            state: StateWord::new(),
+            warning: AtomicBool::new(false),
+            depth: AtomicU32::new(0),
+            heartbeat: AtomicU64::new(0),
+            processor: AtomicU32::new(NO_PROCESSOR),
+            id: AtomicU64::new(0),
+            in_use: AtomicBool::new(false),
+            tid: AtomicU32::new(0),
+            pthread: AtomicU64::new(0),
+            emu: AtomicPtr::new(std::ptr::null_mut()),
+            vproc: AtomicU32::new(NO_PROCESSOR),
+            preempt_decided_ns: AtomicU64::new(0),
+            preempt_stopped_ns: AtomicU64::new(0),
+            saved_state: AtomicU32::new(0),
+        }
+    }
+
+    /// The current state.
+    #[inline]
+    pub fn state(&self) -> ThreadState {
+        self.state.load()
+    }
+
+    /// Attempts a state transition (see the table in [`super::state`]).
+    #[inline]
+    pub fn transition(
+        &self,
+        from: ThreadState,
+        to: ThreadState,
+        actor: Actor,
+    ) -> Result<(), TransitionError> {
+        self.state.transition(from, to, actor)
+    }
+
+    /// Whether the scheduler wanted to preempt this thread and was asked not to.
+    #[inline]
+    pub fn warned(&self) -> bool {
+        // Relaxed: an advisory flag; the yield it triggers re-synchronizes.
+        self.warning.load(Ordering::Relaxed)
+    }
+
+    /// Current no-preempt nesting depth.
+    #[inline]
+    pub fn depth(&self) -> u32 {
+        // Relaxed: written only by the owning thread, read by it (or for Debug).
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Registration id of the owning thread (0 for a standalone block).
+    pub fn id(&self) -> u64 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    /// Processor the thread runs or is scheduled on, if known.
+    pub fn processor(&self) -> Option<u32> {
+        // Relaxed: informational; the partition generation orders changes.
+        let p = self.processor.load(Ordering::Relaxed);
+        (p != NO_PROCESSOR).then_some(p)
+    }
+
+    /// Publishes "I am running now" (He, Scherer & Scott's time-published
+    /// heartbeat). Waiting threads call this in their spin loops.
+    #[inline]
+    pub fn publish_heartbeat(&self) {
+        // Relaxed: a timestamp read by peers only as a hint (stale = presumed preempted).
+        self.heartbeat.store(now_ns(), Ordering::Relaxed);
+    }
+
+    /// The last published heartbeat (ns), 0 if never.
+    #[inline]
+    pub fn heartbeat_ns(&self) -> u64 {
+        // Relaxed: see `publish_heartbeat`.
+        self.heartbeat.load(Ordering::Relaxed)
+    }
+
+    /// Enters a no-preempt section (owner only). Nested sections only count depth.
+    ///
+    /// Waits while the scheduler has the thread `Preempted` (the preemption signal
+    /// is on its way, or the thread is in sched's own yield).
+    #[inline]
+    pub fn request_no_preempt(&self) {
+        let d = self.depth();
+        // Relaxed: owner-only counter.
+        self.depth.store(d + 1, Ordering::Relaxed);
+        if d > 0 {
+            return;
+        }
+        loop {
+            match self.state.transition(
+                ThreadState::Preemptable,
+                ThreadState::SelfUnpreemptable,
+                Actor::Thread,
+            ) {
+                Ok(()) => return,
+                // A peer already made us unpreemptable (Smart-Q handoff): same effect.
+                Err(TransitionError::Conflict(s)) if s.is_unpreemptable() => return,
+                Err(_) => self.wait_while_preempted(),
+            }
+        }
+    }
+
+    /// Leaves a no-preempt section (owner only). At the outermost level the state
+    /// goes back to `Preemptable`; returns `true` if the scheduler had warned the
+    /// thread, which must then yield ([`super::release_no_preempt`] does).
+    #[inline]
+    #[must_use = "a warned thread must yield its processor"]
+    pub fn release_no_preempt(&self) -> bool {
+        let d = self.depth();
+        debug_assert!(d > 0, "release_no_preempt without request_no_preempt");
+        if d == 0 {
+            return false;
+        }
+        // Relaxed: owner-only counter.
+        self.depth.store(d - 1, Ordering::Relaxed);
+        if d > 1 {
+            return false;
+        }
+        loop {
+            let s = self.state.load();
+            let r = match s {
+                ThreadState::Preemptable => return self.warned(),
+                ThreadState::Preempted => {
+                    self.wait_while_preempted();
+                    continue;
+                }
+                _ => self.state.transition(s, ThreadState::Preemptable, Actor::Thread),
+            };
+            if r.is_ok() {
+                return self.warned();
+            }
+        }
+    }
+
+    /// A peer makes this (waiting) thread `OtherUnpreemptable`, e.g. to hand it a
+    /// lock (paper 003 Figure 1). Fails if the thread is preempted.
+    #[inline]
+    pub fn make_other_unpreemptable(&self) -> bool {
+        // Order matters (003 Fig. 1): SelfUnpreemptable first, then Preemptable.
+        self.state
+            .transition(
+                ThreadState::SelfUnpreemptable,
+                ThreadState::OtherUnpreemptable,
+                Actor::Peer,
+            )
+            .is_ok()
+            || self
+                .state
+                .transition(ThreadState::Preemptable, ThreadState::OtherUnpreemptable, Actor::Peer)
+                .is_ok()
+    }
+
+    /// Spins until the scheduler resumes this thread.
+    #[inline]
+    pub(crate) fn wait_while_preempted(&self) {
+        while self.state.load() == ThreadState::Preempted {
+            spin_loop();
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! `sched` — the widened kernel/user interface of papers 001 §3 and 003 §3.
+//!
+//! Every algorithm in mpsync talks to the scheduler only through this module:
+//! it never calls `std::thread::yield_now`, `sleep` or a futex itself, so the
+//! emulated backend sees every decision.
+//!
+//! - a per-thread [`ContextBlock`]: the four-valued [state word](state), the
+//!   warning flag, the no-preempt nesting depth, a heartbeat;
+//! - [partition information](partition()): processors available, threads per
+//!   processor, a generation counter;
+//! - [`yield_now`], [`park`], [`unpark_one`], [`unpark_all`].
+//!
+//! Two backends share the API. [`emulated`] is the papers' pseudo-scheduler: it
+//! time-slices virtual processors between attached threads and simulated "other
+//! applications", preempting by signal. [`native`] is the real Linux machine:
+//! heartbeats answer "is that thread preempted?", the affinity mask and cgroup
+//! quota give the partition. A thread attached to an emulated scheduler uses it;
+//! every other thread uses the native backend.
+//!
+//! ```
+//! use mpsync::sched::{self, ThreadState};
+//!
+//! {
+//!     let _np = sched::NoPreempt::new(); // critical section: please don't preempt
+//!     assert_eq!(sched::current().state(), ThreadState::SelfUnpreemptable);
+//! }
+//! assert_eq!(sched::current().state(), ThreadState::Preemptable);
+//! ```
+
+pub mod context;
+pub mod emulated;
+mod futex;
+pub mod native;
+pub mod partition;
+mod registry;
+pub mod state;
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+pub use context::ContextBlock;
+pub use futex::ParkResult;
+pub use partition::{Partition, generation};
+pub use registry::{current, current_if_registered};
+pub use state::{Actor, ThreadState, TransitionError};
+
+use crate::sync::AtomicU32;
+
+/// Context blocks of all live registered threads (a snapshot).
+pub fn live_threads() -> Vec<&'static ContextBlock> {
+    registry::live()
+}
+
+/// Asks not to be preempted until the matching [`release_no_preempt`]. Nests.
+///
+/// On the native backend this also requests the kernel's time-slice extension
+/// where the kernel has one (see [`native::slice_extension`]).
+#[inline]
+pub fn request_no_preempt() {
+    let cb = current();
+    cb.request_no_preempt();
+    native::on_request_no_preempt(cb);
+}
+
+/// Ends a no-preempt section; at the outermost level, yields if the scheduler
+/// warned the thread that it had wanted to preempt it.
+#[inline]
+pub fn release_no_preempt() {
+    let cb = current();
+    native::on_release_no_preempt(cb);
+    if cb.release_no_preempt() {
+        yield_now();
+    }
+}
+
+/// RAII form of [`request_no_preempt`]/[`release_no_preempt`]. Not `Send`: the
+/// request belongs to the thread that made it.
+#[derive(Debug)]
+#[must_use = "the no-preempt section ends when this guard is dropped"]
+pub struct NoPreempt(PhantomData<*mut ()>);
+
+impl NoPreempt {
+    /// Enters a no-preempt section.
+    #[inline]
+    pub fn new() -> Self {
+        request_no_preempt();
+        Self(PhantomData)
+    }
+}
+
+impl Default for NoPreempt {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for NoPreempt {
+    #[inline]
+    fn drop(&mut self) {
+        release_no_preempt();
+    }
+}
+
+/// Gives up the processor. On an emulated virtual processor this hands it to the
+/// other applications for their quanta; natively it is `sched_yield`.
+#[inline]
+pub fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    match current_if_registered() {
+        Some(cb) if emulated::is_attached(cb) => emulated::yield_attached(cb),
+        _ => native::yield_now(),
+    }
+}
+
+/// Whether `cb`'s thread is (believed) not running: the scheduler says so
+/// (`Preempted`), or — natively — its heartbeat is stale.
+#[inline]
+pub fn is_preempted(cb: &ContextBlock) -> bool {
+    cb.state() == ThreadState::Preempted || native::presumed_preempted(cb)
+}
+
+/// Publishes the calling thread's heartbeat ("I am running").
+#[inline]
+pub fn heartbeat() {
+    current().publish_heartbeat();
+}
+
+/// Sleeps while `*word == expected`, at most `timeout`. May return spuriously.
+#[inline]
+pub fn park(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> ParkResult {
+    futex::wait(word, expected, timeout)
+}
+
+/// Wakes one thread parked on `word`; returns how many were woken.
+#[inline]
+pub fn unpark_one(word: &AtomicU32) -> usize {
+    futex::wake(word, 1)
+}
+
+/// Wakes every thread parked on `word`; returns how many were woken.
+#[inline]
+pub fn unpark_all(word: &AtomicU32) -> usize {
+    futex::wake(word, i32::MAX)
+}
+
+/// The application's partition now: the emulated scheduler's while one runs,
+/// the machine's otherwise.
+pub fn partition() -> Partition {
+    partition::emulated().unwrap_or_else(native::poll_partition)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_no_preempt_clears_only_at_outermost() {
+        let cb = current();
+        assert_eq!(cb.state(), ThreadState::Preemptable);
+        request_no_preempt();
+        request_no_preempt();
+        assert_eq!(cb.depth(), 2);
+        release_no_preempt();
+        assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        release_no_preempt();
+        assert_eq!(cb.state(), ThreadState::Preemptable);
+        assert_eq!(cb.depth(), 0);
+    }
+
+    #[test]
+    fn peer_handoff_then_release() {
+        let cb = ContextBlock::new();
+        assert!(cb.make_other_unpreemptable());
+        assert_eq!(cb.state(), ThreadState::OtherUnpreemptable);
+        cb.request_no_preempt();
+        assert_eq!(cb.state(), ThreadState::OtherUnpreemptable);
+        assert!(!cb.release_no_preempt());
+        assert_eq!(cb.state(), ThreadState::Preemptable);
+    }
+
+    #[test]
+    fn preempted_thread_cannot_be_handed_a_lock() {
+        let cb = ContextBlock::new();
+        cb.transition(ThreadState::Preemptable, ThreadState::Preempted, Actor::Kernel).unwrap();
+        assert!(!cb.make_other_unpreemptable());
+        assert!(is_preempted(&cb));
+    }
+
+    #[test]
+    fn threads_get_distinct_blocks_and_reuse_them() {
+        let main_id = current().id();
+        let (id, addr) = std::thread::spawn(|| {
+            let cb = current();
+            (cb.id(), cb as *const ContextBlock as usize)
+        })
+        .join()
+        .unwrap();
+        assert_ne!(id, main_id);
+        let addr2 = std::thread::spawn(|| current() as *const ContextBlock as usize).join().unwrap();
+        // The exited thread's block is free again; some block is reused, never freed.
+        assert!(live_threads().iter().all(|b| b.id() != id));
+        let _ = (addr, addr2);
+    }
+
+    #[test]
+    fn park_mismatch_and_timeout() {
+        let w = AtomicU32::new(1);
+        assert_eq!(park(&w, 0, None), ParkResult::Mismatch);
+        assert_eq!(park(&w, 1, Some(Duration::from_millis(1))), ParkResult::TimedOut);
+        assert_eq!(unpark_all(&w), 0);
+    }
+}

@@ -1,0 +1,121 @@
+//! Calibrated busy work: "work between operations" that costs a fixed amount of
+//! *computation*, never a fixed amount of wall time. A thread preempted in the
+//! middle of its work finishes it later, exactly as in the papers' synthetic
+//! programs; a clock-based wait would instead count the preempted time as work.
+//!
+//! ```
+//! use mpsync::util::busy::BusyWork;
+//! let w = BusyWork::global();
+//! w.run_ns(1_000); // about one microsecond of computation on this machine
+//! assert!(w.iters_per_us() > 0.0);
+//! ```
+
+use std::hint::black_box;
+use std::sync::OnceLock;
+
+use super::clock::now_ns;
+
+/// A calibrated busy-work loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BusyWork {
+    iters_per_us: f64,
+}
+
+/// The unit of work: one iteration of a loop the optimizer cannot remove.
+#[inline(never)]
+fn spin_iters(n: u64) {
+    let mut x = 0u64;
+    for i in 0..n {
+        x = black_box(x.wrapping_add(i));
+    }
+    black_box(x);
+}
+
+impl BusyWork {
+    /// Measures this machine's loop rate: the fastest of several 2 ms samples, so
+    /// that a sample interrupted by preemption does not lower the rate.
+    pub fn calibrate() -> Self {
+        let mut n = 1_000u64;
+        // Grow the sample until it takes about 2 ms.
+        loop {
+            let t0 = now_ns();
+            spin_iters(n);
+            let dt = now_ns() - t0;
+            if dt >= 2_000_000 || n >= 1 << 36 {
+                break;
+            }
+            n *= 2;
+        }
+        let best = (0..7)
+            .map(|_| {
+                let t0 = now_ns();
+                spin_iters(n);
+                (now_ns() - t0).max(1)
+            })
+            .min()
+            .unwrap_or(1);
+        Self { iters_per_us: n as f64 * 1_000.0 / best as f64 }
+    }
+
+    /// A work loop with a known rate, e.g. one recorded by an earlier run.
+    pub fn from_rate(iters_per_us: f64) -> Option<Self> {
+        (iters_per_us.is_finite() && iters_per_us > 0.0).then_some(Self { iters_per_us })
+    }
+
+    /// The process-wide calibration, measured on first use.
+    pub fn global() -> &'static BusyWork {
+        static G: OnceLock<BusyWork> = OnceLock::new();
+        G.get_or_init(BusyWork::calibrate)
+    }
+
+    /// Loop iterations per microsecond on this machine.
+    pub fn iters_per_us(&self) -> f64 {
+        self.iters_per_us
+    }
+
+    /// Iterations that make up `ns` nanoseconds of work.
+    pub fn iters_for_ns(&self, ns: u64) -> u64 {
+        (ns as f64 * self.iters_per_us / 1_000.0).round() as u64
+    }
+
+    /// Performs `ns` nanoseconds' worth of computation.
+    #[inline]
+    pub fn run_ns(&self, ns: u64) {
+        spin_iters(self.iters_for_ns(ns));
+    }
+
+    /// Performs exactly `iters` iterations of the work loop.
+    #[inline]
+    pub fn run_iters(&self, iters: u64) {
+        spin_iters(iters);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_is_positive_and_rejects_nonsense() {
+        let w = BusyWork::from_rate(100.0).unwrap();
+        assert_eq!(w.iters_for_ns(1_000), 100);
+        assert!(BusyWork::from_rate(0.0).is_none());
+        assert!(BusyWork::from_rate(f64::NAN).is_none());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "timing loop, meaningless under the interpreter")]
+    fn calibrated_work_takes_about_its_time() {
+        let w = BusyWork::calibrate();
+        // The fastest of several runs of 1 ms must not be much shorter than 1 ms.
+        let best = (0..5)
+            .map(|_| {
+                let t0 = now_ns();
+                w.run_ns(1_000_000);
+                now_ns() - t0
+            })
+            .min()
+            .unwrap();
+        assert!(best > 500_000, "1 ms of work took only {best} ns");
+    }
+}
