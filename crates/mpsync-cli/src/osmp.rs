@@ -11,7 +11,9 @@ pub struct Competitors {
 /// How many competitors go on each CPU for multiprogramming level `mp`:
 /// m−1 on every CPU, plus one more on the first ⌈frac(m)·P⌉ CPUs.
 pub fn plan_for_mp(cpus: &[usize], mp: f64) -> Vec<(usize, u32)> {
-    cpus.iter().map(|&c| (c, (mp - 1.0).round() as u32)).collect()
+    cpus.iter()
+        .map(|&c| (c, (mp - 1.0).round() as u32))
+        .collect()
 }
 
 impl Competitors {

@@ -1,26 +1,84 @@
-//! STUB — being implemented.
-use crate::sync::{AtomicBool, Ordering};
+//! TAS: the plain test-and-set spin lock, the baseline every paper starts from.
+//!
+//! Every attempt is an atomic swap, so waiters hammer the lock's cache line; see
+//! [`TasB`](super::TasB) for the test-and-test-and-set form with backoff.
+//! Uses `sched`: nothing. Progress: deadlock-free, not starvation-free; unfair.
+//!
+//! ```
+//! use mpsync::{Mutex, lock::Tas};
+//! let m: Mutex<Tas, u32> = Mutex::new(0);
+//! *m.lock() += 1;
+//! assert_eq!(*m.lock(), 1);
+//! ```
 
-/// Test-and-set.
+use crate::sync::{AtomicBool, Ordering, spin_loop};
+
+/// Test-and-set spin lock.
 #[derive(Debug)]
-pub struct Tas(AtomicBool);
+pub struct Tas {
+    locked: AtomicBool,
+}
 
-// SAFETY: stub; mutual exclusion by the swap.
+impl Tas {
+    /// An unlocked lock.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+        }
+    }
+
+    /// An unlocked lock.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Default for Tas {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: `locked` goes false→true only by a swap that returned false, so at most one
+// thread holds the lock; the Acquire swap pairs with the Release store in `unlock`.
 unsafe impl lock_api::RawMutex for Tas {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Tas(AtomicBool::new(false));
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(loom)]
+    const INIT: Self = panic!("under loom, use Tas::new()");
+
     type Guard = lock_api::GuardSend;
+
+    #[inline]
     fn lock(&self) -> Self::Guard {
-        while self.0.swap(true, Ordering::Acquire) {}
+        // Acquire: pairs with the Release store in `unlock`; the CS sees the previous one.
+        while self.locked.swap(true, Ordering::Acquire) {
+            spin_loop();
+        }
         lock_api::GuardSend::new()
     }
+
+    #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        (!self.0.swap(true, Ordering::Acquire)).then(lock_api::GuardSend::new)
+        // Acquire: as in `lock`.
+        (!self.locked.swap(true, Ordering::Acquire)).then(lock_api::GuardSend::new)
     }
-    unsafe fn unlock(&self, _g: Self::Guard) {
-        self.0.store(false, Ordering::Release)
+
+    #[inline]
+    unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Release: publishes the critical section to the next Acquire swap.
+        self.locked.store(false, Ordering::Release);
     }
+
+    #[inline]
     fn is_locked(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        // Relaxed: a momentary snapshot, documented as possibly stale.
+        self.locked.load(Ordering::Relaxed)
     }
 }

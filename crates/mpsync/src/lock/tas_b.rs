@@ -1,26 +1,157 @@
-//! STUB — being implemented.
+//! TAS-B: test-and-test-and-set with bounded exponential backoff.
+//!
+//! Wisniewski, Kontothanassis & Scott, IPPS 1994 §4.1 (papers/003_…, "TAS-B");
+//! Michael & Scott, IPPS 1997 §4 (papers/000_…: TATAS, backoff capped at 30 µs).
+//! A waiter reads the lock word until it looks free, then swaps; after a failed
+//! attempt it backs off for an interval that doubles up to the cap. The backoff is
+//! calibrated busy work ([`crate::util::busy`]), not a sleep.
+//! Uses `sched`: nothing (wrap in [`Np`](super::Np) for TAS-B-np).
+//! Progress: deadlock-free, not starvation-free; unfair.
+//!
+//! ```
+//! use mpsync::{Mutex, lock::TasB};
+//! use std::time::Duration;
+//!
+//! let m: Mutex<TasB, Vec<u32>> = Mutex::new(Vec::new());
+//! m.lock().push(1);
+//! // A lock with a custom backoff cap:
+//! let raw = TasB::with_backoff(Duration::from_nanos(200), Duration::from_micros(10)).unwrap();
+//! let m2 = Mutex::from_raw(raw, 0u64);
+//! *m2.lock() += 1;
+//! assert!(TasB::with_backoff(Duration::from_micros(5), Duration::from_micros(1)).is_err());
+//! ```
+
+use std::time::Duration;
+
 use crate::sync::{AtomicBool, Ordering};
+use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
+use crate::util::busy::BusyWork;
 
-/// Test-and-test-and-set with bounded exponential backoff.
+use super::LockError;
+
+/// Test-and-test-and-set lock with bounded exponential backoff.
 #[derive(Debug)]
-pub struct TasB(AtomicBool);
+pub struct TasB {
+    locked: AtomicBool,
+    min_ns: u32,
+    cap_ns: u32,
+}
 
-// SAFETY: stub; mutual exclusion by the swap.
+impl TasB {
+    /// An unlocked lock with the default backoff (100 ns doubling to 30 µs).
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            min_ns: DEFAULT_MIN_NS as u32,
+            cap_ns: DEFAULT_CAP_NS as u32,
+        }
+    }
+
+    /// An unlocked lock with the default backoff (100 ns doubling to 30 µs).
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            min_ns: DEFAULT_MIN_NS as u32,
+            cap_ns: DEFAULT_CAP_NS as u32,
+        }
+    }
+
+    /// An unlocked lock whose backoff starts at `min` and doubles up to `cap`.
+    ///
+    /// Errors if `min` is zero, `min > cap`, or `cap` exceeds one second.
+    pub fn with_backoff(min: Duration, cap: Duration) -> Result<Self, LockError> {
+        let (min_ns, cap_ns) = (min.as_nanos(), cap.as_nanos());
+        if min_ns == 0 {
+            return Err(LockError::InvalidParameter(
+                "TAS-B backoff minimum must be > 0 (e.g. 100 ns)".into(),
+            ));
+        }
+        if min_ns > cap_ns {
+            return Err(LockError::InvalidParameter(format!(
+                "TAS-B backoff minimum {min:?} exceeds the cap {cap:?}: the cap must be >= the minimum (e.g. 100 ns .. 30 µs)"
+            )));
+        }
+        if cap_ns > 1_000_000_000 {
+            return Err(LockError::InvalidParameter(format!(
+                "TAS-B backoff cap {cap:?} is over 1 s: use at most 1 s (the papers use 30 µs)"
+            )));
+        }
+        let mut l = Self::new();
+        l.min_ns = min_ns as u32;
+        l.cap_ns = cap_ns as u32;
+        Ok(l)
+    }
+
+    /// The backoff cap.
+    pub fn backoff_cap(&self) -> Duration {
+        Duration::from_nanos(self.cap_ns.into())
+    }
+
+    #[inline]
+    fn try_acquire(&self) -> bool {
+        // Test first (Relaxed: only a hint that avoids a useless swap), then swap.
+        // Acquire on the swap pairs with the Release store in `unlock`.
+        !self.locked.load(Ordering::Relaxed) && !self.locked.swap(true, Ordering::Acquire)
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        let w = BusyWork::global();
+        let mut backoff = Backoff::from_iters(
+            w.iters_for_ns(self.min_ns.into()),
+            w.iters_for_ns(self.cap_ns.into()),
+        );
+        loop {
+            backoff.spin();
+            if self.try_acquire() {
+                return;
+            }
+        }
+    }
+}
+
+impl Default for TasB {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: `locked` goes false→true only by a swap that returned false, so at most one
+// thread holds the lock; the Acquire swap pairs with the Release store in `unlock`.
 unsafe impl lock_api::RawMutex for TasB {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = TasB(AtomicBool::new(false));
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(loom)]
+    const INIT: Self = panic!("under loom, use TasB::new()");
+
     type Guard = lock_api::GuardSend;
+
+    #[inline]
     fn lock(&self) -> Self::Guard {
-        while self.0.swap(true, Ordering::Acquire) {}
+        if !self.try_acquire() {
+            self.lock_slow();
+        }
         lock_api::GuardSend::new()
     }
+
+    #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        (!self.0.swap(true, Ordering::Acquire)).then(lock_api::GuardSend::new)
+        self.try_acquire().then(lock_api::GuardSend::new)
     }
-    unsafe fn unlock(&self, _g: Self::Guard) {
-        self.0.store(false, Ordering::Release)
+
+    #[inline]
+    unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Release: publishes the critical section to the next Acquire swap.
+        self.locked.store(false, Ordering::Release);
     }
+
+    #[inline]
     fn is_locked(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        // Relaxed: a momentary snapshot, documented as possibly stale.
+        self.locked.load(Ordering::Relaxed)
     }
 }

@@ -203,7 +203,9 @@ impl ContextBlock {
                     self.wait_while_preempted();
                     continue;
                 }
-                _ => self.state.transition(s, ThreadState::Preemptable, Actor::Thread),
+                _ => self
+                    .state
+                    .transition(s, ThreadState::Preemptable, Actor::Thread),
             };
             if r.is_ok() {
                 return self.warned();
@@ -225,7 +227,11 @@ impl ContextBlock {
             .is_ok()
             || self
                 .state
-                .transition(ThreadState::Preemptable, ThreadState::OtherUnpreemptable, Actor::Peer)
+                .transition(
+                    ThreadState::Preemptable,
+                    ThreadState::OtherUnpreemptable,
+                    Actor::Peer,
+                )
                 .is_ok()
     }
 

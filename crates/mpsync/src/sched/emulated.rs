@@ -12,7 +12,11 @@ pub enum SchedError {
     /// A user-supplied parameter is out of range: what was wrong, what would be right.
     InvalidConfig(String),
     /// The virtual processor does not exist or already has a thread attached.
-    BadVproc { vproc: u32, processors: u32, reason: &'static str },
+    BadVproc {
+        vproc: u32,
+        processors: u32,
+        reason: &'static str,
+    },
     /// The thread is already attached to a pseudo-scheduler.
     AlreadyAttached,
     /// An OS call failed (signal installation, thread creation, ...).
@@ -139,14 +143,18 @@ pub struct Emulated {
 
 impl Emulated {
     pub fn start(cfg: EmulatedConfig) -> Result<Self, SchedError> {
-        Err(SchedError::Os("emulated backend not implemented yet".into()))
+        Err(SchedError::Os(
+            "emulated backend not implemented yet".into(),
+        ))
     }
     pub fn config(&self) -> &EmulatedConfig {
         unimplemented!()
     }
     /// Attaches the calling thread to virtual processor `vproc`.
     pub fn attach(&self, vproc: u32) -> Result<Attachment<'_>, SchedError> {
-        Err(SchedError::Os("emulated backend not implemented yet".into()))
+        Err(SchedError::Os(
+            "emulated backend not implemented yet".into(),
+        ))
     }
     pub fn stats(&self) -> SchedStats {
         SchedStats::default()

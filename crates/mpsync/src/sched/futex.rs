@@ -23,7 +23,9 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned 32-bit atomic for the duration of the call;
     // FUTEX_WAIT only reads it; `ts_ptr` is null or points to a live timespec.
     let r = unsafe {
@@ -50,7 +52,12 @@ pub(crate) fn wake(word: &AtomicU32, n: i32) -> usize {
     // SAFETY: `word` is a live, aligned 32-bit atomic; FUTEX_WAKE does not access
     // memory, it only wakes waiters queued on this address.
     let r = unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, n)
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        )
     };
     r.max(0) as usize
 }

@@ -183,7 +183,12 @@ mod tests {
     #[test]
     fn preempted_thread_cannot_be_handed_a_lock() {
         let cb = ContextBlock::new();
-        cb.transition(ThreadState::Preemptable, ThreadState::Preempted, Actor::Kernel).unwrap();
+        cb.transition(
+            ThreadState::Preemptable,
+            ThreadState::Preempted,
+            Actor::Kernel,
+        )
+        .unwrap();
         assert!(!cb.make_other_unpreemptable());
         assert!(is_preempted(&cb));
     }
@@ -198,7 +203,9 @@ mod tests {
         .join()
         .unwrap();
         assert_ne!(id, main_id);
-        let addr2 = std::thread::spawn(|| current() as *const ContextBlock as usize).join().unwrap();
+        let addr2 = std::thread::spawn(|| current() as *const ContextBlock as usize)
+            .join()
+            .unwrap();
         // The exited thread's block is free again; some block is reused, never freed.
         assert!(live_threads().iter().all(|b| b.id() != id));
         let _ = (addr, addr2);
@@ -208,7 +215,10 @@ mod tests {
     fn park_mismatch_and_timeout() {
         let w = AtomicU32::new(1);
         assert_eq!(park(&w, 0, None), ParkResult::Mismatch);
-        assert_eq!(park(&w, 1, Some(Duration::from_millis(1))), ParkResult::TimedOut);
+        assert_eq!(
+            park(&w, 1, Some(Duration::from_millis(1))),
+            ParkResult::TimedOut
+        );
         assert_eq!(unpark_all(&w), 0);
     }
 }

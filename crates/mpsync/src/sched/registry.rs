@@ -70,7 +70,9 @@ mod imp {
             let mut blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
             let free = blocks.iter().copied().find(|b| {
                 // Acquire: pairs with the Release store in `Owner::drop`.
-                b.in_use.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                b.in_use
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
             });
             free.unwrap_or_else(|| {
                 let b: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
@@ -79,10 +81,12 @@ mod imp {
                 b
             })
         };
-        cb.id.store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        cb.id
+            .store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         // SAFETY: gettid and pthread_self have no preconditions.
         let (tid, pt) = unsafe { (libc::gettid(), libc::pthread_self()) };
         cb.tid.store(tid as u32, Ordering::Relaxed);
+        #[allow(clippy::unnecessary_cast)] // pthread_t is u64 only on 64-bit Linux
         cb.pthread.store(pt as u64, Ordering::Relaxed);
         CURRENT.with(|c| c.set(cb));
         // Touch OWNER so its destructor runs at thread exit. If the thread is already
@@ -94,7 +98,11 @@ mod imp {
     /// All blocks currently owned by live threads.
     pub fn live() -> Vec<&'static ContextBlock> {
         let blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
-        blocks.iter().copied().filter(|b| b.in_use.load(Ordering::Relaxed)).collect()
+        blocks
+            .iter()
+            .copied()
+            .filter(|b| b.in_use.load(Ordering::Relaxed))
+            .collect()
     }
 }
 

@@ -88,7 +88,10 @@ impl std::fmt::Display for TransitionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Illegal { from, to, actor } => {
-                write!(f, "illegal state transition {from:?} -> {to:?} by {actor:?}")
+                write!(
+                    f,
+                    "illegal state transition {from:?} -> {to:?} by {actor:?}"
+                )
             }
             Self::Conflict(s) => write!(f, "state word changed concurrently (now {s:?})"),
         }
@@ -181,7 +184,12 @@ mod tests {
     use Actor::*;
     use ThreadState::*;
 
-    const ALL: [ThreadState; 4] = [Preemptable, Preempted, SelfUnpreemptable, OtherUnpreemptable];
+    const ALL: [ThreadState; 4] = [
+        Preemptable,
+        Preempted,
+        SelfUnpreemptable,
+        OtherUnpreemptable,
+    ];
 
     #[test]
     fn user_code_never_leaves_preempted() {
@@ -210,9 +218,9 @@ mod tests {
                     match from {
                         Preemptable => {}
                         Preempted => w.transition(Preemptable, Preempted, Kernel).unwrap(),
-                        SelfUnpreemptable => {
-                            w.transition(Preemptable, SelfUnpreemptable, Thread).unwrap()
-                        }
+                        SelfUnpreemptable => w
+                            .transition(Preemptable, SelfUnpreemptable, Thread)
+                            .unwrap(),
                         OtherUnpreemptable => {
                             w.transition(Preemptable, OtherUnpreemptable, Peer).unwrap()
                         }

@@ -21,15 +21,27 @@ impl Backoff {
     pub fn new(min_ns: u64, cap_ns: u64) -> Self {
         let w = BusyWork::global();
         let cap_iters = w.iters_for_ns(cap_ns).max(1);
-        Self { cur_iters: w.iters_for_ns(min_ns).clamp(1, cap_iters), cap_iters }
+        Self {
+            cur_iters: w.iters_for_ns(min_ns).clamp(1, cap_iters),
+            cap_iters,
+        }
     }
 
     /// Backoff with precomputed iteration counts (see [`BusyWork::iters_for_ns`]);
     /// cheap enough for a lock's acquire path.
     pub const fn from_iters(min_iters: u64, cap_iters: u64) -> Self {
         let cap = if cap_iters == 0 { 1 } else { cap_iters };
-        let cur = if min_iters == 0 { 1 } else if min_iters > cap { cap } else { min_iters };
-        Self { cur_iters: cur, cap_iters: cap }
+        let cur = if min_iters == 0 {
+            1
+        } else if min_iters > cap {
+            cap
+        } else {
+            min_iters
+        };
+        Self {
+            cur_iters: cur,
+            cap_iters: cap,
+        }
     }
 
     /// Waits for the current interval, then doubles it up to the cap.

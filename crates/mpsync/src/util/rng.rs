@@ -47,10 +47,17 @@ mod tests {
 
     #[test]
     fn replayable() {
-        let a: Vec<u64> = (0..5).scan(SplitMix64::new(42), |g, _| Some(g.next_u64())).collect();
-        let b: Vec<u64> = (0..5).scan(SplitMix64::new(42), |g, _| Some(g.next_u64())).collect();
+        let a: Vec<u64> = (0..5)
+            .scan(SplitMix64::new(42), |g, _| Some(g.next_u64()))
+            .collect();
+        let b: Vec<u64> = (0..5)
+            .scan(SplitMix64::new(42), |g, _| Some(g.next_u64()))
+            .collect();
         assert_eq!(a, b);
-        assert_ne!(SplitMix64::stream(1, 0).next_u64(), SplitMix64::stream(1, 1).next_u64());
+        assert_ne!(
+            SplitMix64::stream(1, 0).next_u64(),
+            SplitMix64::stream(1, 1).next_u64()
+        );
     }
 
     #[test]

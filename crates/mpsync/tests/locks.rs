@@ -1,0 +1,258 @@
+//! Mutual-exclusion torture for every lock and its `-np` form, in the style of
+//! Concurrency Kit's `validate/`: inside the critical section a non-atomic counter
+//! is read, the thread does a little work, writes it back incremented and checks
+//! nobody else wrote meanwhile. Run under real oversubscription (8 threads on the
+//! machine's cores) and under the emulated pseudo-scheduler at MP 3.
+//!
+//! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test locks`.
+
+use std::cell::UnsafeCell;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_api::RawMutex;
+use mpsync::lock::{Native, NativeNp, Np, Tas, TasB, TasBNp};
+use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sched::{self, ThreadState};
+use mpsync::util::busy::BusyWork;
+
+/// Serializes the tests that start a pseudo-scheduler (one signal handler per process).
+static EMU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn scale() -> u64 {
+    std::env::var("MPSYNC_TORTURE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The protected state: deliberately not atomic.
+struct Shared<L> {
+    lock: L,
+    counter: UnsafeCell<u64>,
+    inside: AtomicBool,
+}
+
+// SAFETY: `counter` is only touched while `lock` is held (the property under test).
+unsafe impl<L: Sync> Sync for Shared<L> {}
+
+impl<L: RawMutex> Shared<L> {
+    fn new() -> Self {
+        Self {
+            lock: L::INIT,
+            counter: UnsafeCell::new(0),
+            inside: AtomicBool::new(false),
+        }
+    }
+
+    /// One critical section; panics if mutual exclusion is violated.
+    fn critical(&self, work_iters: u64) {
+        let g = self.lock.lock();
+        assert!(
+            !self.inside.swap(true, Ordering::Relaxed),
+            "two threads inside"
+        );
+        // SAFETY: we hold the lock.
+        let before = unsafe { *self.counter.get() };
+        BusyWork::global().run_iters(work_iters);
+        // SAFETY: we hold the lock.
+        unsafe { *self.counter.get() = before + 1 };
+        std::hint::black_box(());
+        // SAFETY: we hold the lock.
+        assert_eq!(
+            unsafe { *self.counter.get() },
+            before + 1,
+            "counter changed under us"
+        );
+        self.inside.store(false, Ordering::Relaxed);
+        // SAFETY: `g` came from `self.lock.lock()` on this thread.
+        unsafe { self.lock.unlock(g) };
+    }
+
+    fn total(&self) -> u64 {
+        // SAFETY: called after all threads joined.
+        unsafe { *self.counter.get() }
+    }
+}
+
+/// 8 threads on the machine's cores: Linux preempts them inside and outside the CS.
+fn oversubscribed<L: RawMutex + Sync>() {
+    let threads = 8u64;
+    let iters = 2_000 * scale();
+    let s = Shared::<L>::new();
+    let go = Barrier::new(threads as usize);
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let (s, go) = (&s, &go);
+            sc.spawn(move || {
+                go.wait();
+                for i in 0..iters {
+                    s.critical(1 + (i + t) % 50);
+                }
+                assert_eq!(sched::current().depth(), 0);
+            });
+        }
+    });
+    assert_eq!(s.total(), threads * iters);
+}
+
+/// Under the emulated pseudo-scheduler at MP 3 with a short quantum, so that workers
+/// are preempted (or warned) thousands of times, also inside critical sections.
+fn emulated_mp3<L: RawMutex + Sync>() {
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let procs = cores().min(4) as u32;
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .expect("valid config")
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_micros(500))
+        .seed(7);
+    let emu = Emulated::start(cfg).expect("pseudo-scheduler starts");
+    let iters = 1_500 * scale();
+    let s = Shared::<L>::new();
+    let go = Barrier::new(procs as usize);
+    std::thread::scope(|sc| {
+        for v in 0..procs {
+            let (s, go, emu) = (&s, &go, &emu);
+            sc.spawn(move || {
+                let _att = emu.attach(v).expect("attach");
+                go.wait();
+                for i in 0..iters {
+                    s.critical(20 + i % 200);
+                }
+            });
+        }
+    });
+    let stats = emu.stop();
+    assert_eq!(s.total(), u64::from(procs) * iters);
+    assert!(
+        stats.preemptions + stats.warnings > 0,
+        "the scheduler never intervened: {stats:?}"
+    );
+}
+
+/// `try_lock` never lies: it fails while another thread holds the lock and, when it
+/// succeeds, the caller really is alone.
+fn try_lock_honest<L: RawMutex + Sync>() {
+    let s = Shared::<L>::new();
+    let held = AtomicBool::new(false);
+    let release = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let (s, held, release) = (&s, &held, &release);
+        sc.spawn(move || {
+            let g = s.lock.lock();
+            held.store(true, Ordering::Release);
+            while !release.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            // SAFETY: acquired above on this thread.
+            unsafe { s.lock.unlock(g) };
+        });
+        while !held.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        for _ in 0..100 {
+            assert!(
+                s.lock.try_lock().is_none(),
+                "try_lock succeeded on a held lock"
+            );
+        }
+        assert!(s.lock.is_locked());
+        release.store(true, Ordering::Release);
+    });
+    let g = s.lock.try_lock().expect("try_lock on a free lock");
+    // SAFETY: acquired just above.
+    unsafe { s.lock.unlock(g) };
+    assert_eq!(sched::current().depth(), 0);
+
+    // Concurrent try_lock users: every success is exclusive.
+    let wins = AtomicU64::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            let (s, wins) = (&s, &wins);
+            sc.spawn(move || {
+                for _ in 0..2_000 {
+                    if let Some(g) = s.lock.try_lock() {
+                        assert!(!s.inside.swap(true, Ordering::Relaxed));
+                        // SAFETY: we hold the lock.
+                        unsafe { *s.counter.get() += 1 };
+                        s.inside.store(false, Ordering::Relaxed);
+                        wins.fetch_add(1, Ordering::Relaxed);
+                        // SAFETY: acquired just above.
+                        unsafe { s.lock.unlock(g) };
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(s.total(), wins.load(Ordering::Relaxed));
+}
+
+macro_rules! torture {
+    ($($name:ident: $lock:ty),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn oversubscribed_8_threads() { oversubscribed::<$lock>() }
+            #[test]
+            fn emulated_mp_3() { emulated_mp3::<$lock>() }
+            #[test]
+            fn try_lock_never_lies() { try_lock_honest::<$lock>() }
+        }
+    )*};
+}
+
+torture! {
+    tas: Tas,
+    tas_np: Np<Tas>,
+    tas_b: TasB,
+    tas_b_np: TasBNp,
+    native: Native,
+    native_np: NativeNp,
+}
+
+#[test]
+fn nested_np_sections_keep_the_state() {
+    let a = mpsync::Mutex::<TasBNp, u32>::new(0);
+    let b = mpsync::Mutex::<NativeNp, u32>::new(0);
+    let cb = sched::current();
+    {
+        let _ga = a.lock();
+        assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        {
+            let _gb = b.lock();
+            assert_eq!(cb.depth(), 2);
+        }
+        // Releasing the inner lock must not make us preemptable.
+        assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        assert_eq!(cb.depth(), 1);
+    }
+    assert_eq!(cb.state(), ThreadState::Preemptable);
+    assert_eq!(cb.depth(), 0);
+    // A failed try_lock leaves no request behind.
+    let g = a.lock();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            assert!(a.try_lock().is_none());
+            assert_eq!(sched::current().depth(), 0);
+            assert_eq!(sched::current().state(), ThreadState::Preemptable);
+        });
+    });
+    drop(g);
+}
+
+#[test]
+fn tas_b_rejects_bad_backoff() {
+    let e = TasB::with_backoff(Duration::ZERO, Duration::from_micros(30)).unwrap_err();
+    assert!(e.to_string().contains("must be > 0"), "{e}");
+    let e = TasB::with_backoff(Duration::from_micros(40), Duration::from_micros(30)).unwrap_err();
+    assert!(e.to_string().contains("cap must be >="), "{e}");
+    let e = TasB::with_backoff(Duration::from_nanos(100), Duration::from_secs(2)).unwrap_err();
+    assert!(e.to_string().contains("over 1 s"), "{e}");
+    let ok = TasB::with_backoff(Duration::from_nanos(100), Duration::from_micros(5)).unwrap();
+    assert_eq!(ok.backoff_cap(), Duration::from_micros(5));
+}
