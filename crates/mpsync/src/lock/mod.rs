@@ -46,3 +46,60 @@ impl std::fmt::Display for LockError {
 }
 
 impl std::error::Error for LockError {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Small enough for Miri: single-thread protocol and a two-thread handoff.
+    use super::*;
+    use crate::Mutex;
+    use lock_api::RawMutex;
+
+    fn protocol<L: RawMutex>() {
+        let l = L::INIT;
+        assert!(!l.is_locked());
+        let g = l.lock();
+        assert!(l.is_locked());
+        assert!(l.try_lock().is_none());
+        // SAFETY: `g` came from `l.lock()` on this thread.
+        unsafe { l.unlock(g) };
+        let g = l.try_lock().expect("free lock");
+        // SAFETY: as above.
+        unsafe { l.unlock(g) };
+        assert!(!l.is_locked());
+        assert_eq!(crate::sched::current().depth(), 0);
+    }
+
+    fn two_threads<L: RawMutex + Sync>() {
+        let m: Mutex<L, u64> = Mutex::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        *m.lock() += 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(m.into_inner(), 100);
+    }
+
+    macro_rules! lock_tests {
+        ($($name:ident: $l:ty),*) => {$(
+            mod $name {
+                use super::*;
+                #[test]
+                fn single_thread_protocol() { protocol::<$l>() }
+                #[test]
+                fn two_thread_counter() { two_threads::<$l>() }
+            }
+        )*};
+    }
+
+    lock_tests!(tas: Tas, tas_b: TasB, native: Native, tas_b_np: TasBNp, native_np: NativeNp);
+
+    #[test]
+    fn lock_error_displays_its_message() {
+        let e = LockError::InvalidParameter("x must be > 0".into());
+        assert_eq!(e.to_string(), "x must be > 0");
+    }
+}
