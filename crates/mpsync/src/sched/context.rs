@@ -214,25 +214,33 @@ impl ContextBlock {
     }
 
     /// A peer makes this (waiting) thread `OtherUnpreemptable`, e.g. to hand it a
-    /// lock (paper 003 Figure 1). Fails if the thread is preempted.
+    /// lock (paper 003 Figure 1). Returns `false` only if the thread is preempted.
+    ///
+    /// Figure 1 tries `SelfUnpreemptable` then `Preemptable`, which covers a waiter
+    /// that drops its own request while the releaser looks; this loop also covers a
+    /// waiter that re-requests in between (found by the loom model `request_vs_handoff`):
+    /// it retries whenever the word changed to another running state. A thread
+    /// already `OtherUnpreemptable` (handed another lock it still holds) is running
+    /// and unpreemptable, so the answer is `true` and the word is left as it is.
     #[inline]
     pub fn make_other_unpreemptable(&self) -> bool {
-        // Order matters (003 Fig. 1): SelfUnpreemptable first, then Preemptable.
-        self.state
-            .transition(
-                ThreadState::SelfUnpreemptable,
-                ThreadState::OtherUnpreemptable,
-                Actor::Peer,
-            )
-            .is_ok()
-            || self
-                .state
-                .transition(
-                    ThreadState::Preemptable,
-                    ThreadState::OtherUnpreemptable,
-                    Actor::Peer,
-                )
-                .is_ok()
+        let mut s = self.state.load();
+        loop {
+            match s {
+                ThreadState::Preempted => return false,
+                ThreadState::OtherUnpreemptable => return true,
+                ThreadState::SelfUnpreemptable | ThreadState::Preemptable => {
+                    match self
+                        .state
+                        .transition(s, ThreadState::OtherUnpreemptable, Actor::Peer)
+                    {
+                        Ok(()) => return true,
+                        Err(TransitionError::Conflict(now)) => s = now,
+                        Err(TransitionError::Illegal { .. }) => return false,
+                    }
+                }
+            }
+        }
     }
 
     /// Spins until the scheduler resumes this thread.
