@@ -53,6 +53,10 @@ pub struct ContextBlock {
     pub(crate) preempt_stopped_ns: AtomicU64,
     /// Emulated backend: state to restore on resume after a forced preemption.
     pub(crate) saved_state: AtomicU32,
+    /// Emulated backend: futex word bumped at every resume (blocking handler wait).
+    pub(crate) resume: AtomicU32,
+    /// Emulated backend: the thread gave its processor away itself (`yield_now`).
+    pub(crate) yielded: AtomicBool,
 }
 
 impl fmt::Debug for ContextBlock {
@@ -92,6 +96,8 @@ impl ContextBlock {
             preempt_decided_ns: AtomicU64::new(0),
             preempt_stopped_ns: AtomicU64::new(0),
             saved_state: AtomicU32::new(0),
+            resume: AtomicU32::new(0),
+            yielded: AtomicBool::new(false),
         }
     }
 

@@ -1,0 +1,219 @@
+//! The pseudo-scheduler really takes the processor away, honours no-preempt
+//! requests by warning, bounds the extension, and replays its schedule from a seed.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mpsync::sched::emulated::{Emulated, EmulatedConfig, HandlerWait};
+use mpsync::sched::{self, ThreadState};
+use mpsync::util::busy::BusyWork;
+use mpsync::util::clock::now_ns;
+
+/// One pseudo-scheduler at a time (they share the process-wide signal handler and
+/// the machine's cores).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs a busy worker attached to vproc 0 for `run`; returns the fraction of wall
+/// time it did not run (gaps over 500 µs between consecutive clock reads).
+fn off_fraction(mp: f64, wait: HandlerWait) -> (f64, u64) {
+    let cfg = EmulatedConfig::new(1, mp)
+        .unwrap()
+        .quantum(Duration::from_millis(5))
+        .handler_wait(wait)
+        .seed(3);
+    let emu = Emulated::start(cfg).unwrap();
+    let off = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let (start, mut last, mut off) = (now_ns(), now_ns(), 0u64);
+            while last - start < 800_000_000 {
+                let t = now_ns();
+                if t - last > 500_000 {
+                    off += t - last;
+                }
+                last = t;
+            }
+            off as f64 / (last - start) as f64
+        })
+        .join()
+        .unwrap()
+    });
+    let stats = emu.stop();
+    (off, stats.preemptions)
+}
+
+#[test]
+fn takes_the_processor_away_at_mp_2_and_3() {
+    let _s = serial();
+    for (mp, wait) in [(2.0, HandlerWait::Spin), (3.0, HandlerWait::Block)] {
+        let (off, preemptions) = off_fraction(mp, wait);
+        let want = (mp - 1.0) / mp;
+        assert!(preemptions > 10, "mp {mp}: only {preemptions} preemptions");
+        assert!(
+            (off - want).abs() < 0.1,
+            "mp {mp}: off-time fraction {off:.3}, expected about {want:.3}"
+        );
+    }
+}
+
+#[test]
+fn mp_1_alone_never_preempts() {
+    let _s = serial();
+    let emu = Emulated::start(
+        EmulatedConfig::new(1, 1.0)
+            .unwrap()
+            .quantum(Duration::from_millis(1)),
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let end = Instant::now() + Duration::from_millis(50);
+            while Instant::now() < end {
+                sched::yield_now(); // nothing else to run: returns at once
+            }
+        });
+    });
+    let st = emu.stop();
+    assert_eq!(
+        st.preemptions + st.warnings + st.voluntary_yields,
+        0,
+        "{st:?}"
+    );
+}
+
+#[test]
+fn unpreemptable_thread_is_warned_then_yields() {
+    let _s = serial();
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_millis(2))
+        .jitter(0.0);
+    let emu = Emulated::start(cfg).unwrap();
+    let preempted_inside = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let cb = sched::current();
+            for _ in 0..20 {
+                {
+                    let _np = sched::NoPreempt::new();
+                    // About 1 ms of work: crosses quantum boundaries, within the bound.
+                    let end = now_ns() + 1_000_000;
+                    while now_ns() < end {
+                        if cb.state() == ThreadState::Preempted {
+                            preempted_inside.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+                assert_eq!(cb.state(), ThreadState::Preemptable);
+                BusyWork::global().run_ns(300_000);
+            }
+        });
+    });
+    let st = emu.stop();
+    assert!(
+        !preempted_inside.load(Ordering::Relaxed),
+        "preempted inside a no-preempt section"
+    );
+    assert!(st.warnings > 0, "never warned: {st:?}");
+    assert!(
+        st.voluntary_yields > 0,
+        "a warned thread never yielded: {st:?}"
+    );
+    assert_eq!(st.forced_preemptions, 0, "{st:?}");
+}
+
+#[test]
+fn extensions_are_bounded() {
+    let _s = serial();
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_millis(1));
+    let emu = Emulated::start(cfg).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let cb = sched::current();
+            let _np = sched::NoPreempt::new();
+            // Far longer than quantum + bound: must be preempted anyway...
+            let end = now_ns() + 30_000_000;
+            while now_ns() < end {
+                // ...and every time it runs again its request is still in force. (It
+                // may read `Preempted` in the microseconds between the scheduler's CAS
+                // and the signal's arrival; never `Preemptable`.)
+                assert_ne!(cb.state(), ThreadState::Preemptable);
+            }
+            assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        });
+    });
+    let st = emu.stop();
+    assert!(
+        st.forced_preemptions > 0,
+        "an unbounded extension was granted: {st:?}"
+    );
+    assert_eq!(sched::current().state(), ThreadState::Preemptable);
+}
+
+fn planned(seed: u64) -> Vec<mpsync::sched::emulated::ScheduleEvent> {
+    let cfg = EmulatedConfig::new(1, 2.5)
+        .unwrap()
+        .quantum(Duration::from_millis(1))
+        .seed(seed);
+    let emu = Emulated::start(cfg).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            BusyWork::global().run_ns(40_000_000);
+        });
+    });
+    let log = emu.schedule_log();
+    emu.stop();
+    log
+}
+
+#[test]
+fn same_seed_same_schedule() {
+    let _s = serial();
+    let (a, b, c) = (planned(11), planned(11), planned(12));
+    let n = a.len().min(b.len()).min(c.len());
+    assert!(n >= 5, "too few rounds logged: {n}");
+    assert_eq!(a[..n], b[..n]);
+    assert_ne!(a[..n], c[..n]);
+}
+
+#[test]
+fn attach_errors_are_clear() {
+    let _s = serial();
+    let emu = Emulated::start(EmulatedConfig::new(1, 1.0).unwrap()).unwrap();
+    let e = emu.attach(5).unwrap_err().to_string();
+    assert!(e.contains("virtual processor 5"), "{e}");
+    let _a = emu.attach(0).unwrap();
+    let e = emu.attach(0).unwrap_err().to_string();
+    assert!(e.contains("already attached"), "{e}");
+}
+
+#[test]
+fn repartitioning_bumps_the_generation() {
+    let _s = serial();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let cfg = EmulatedConfig::new(cores, 1.0)
+        .unwrap()
+        .quantum(Duration::from_millis(1))
+        .repartition_every(Some(Duration::from_millis(5)));
+    let g0 = sched::generation();
+    let emu = Emulated::start(cfg).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(sched::partition().source, "emulated");
+    let st = emu.stop();
+    assert!(st.repartitions >= 5, "{st:?}");
+    assert!(sched::generation() >= g0 + st.repartitions);
+    assert_eq!(sched::partition().source, "native");
+}
