@@ -1,65 +1,257 @@
-//! The native Linux backend (STUB: API fixed, body being implemented).
-#![allow(missing_docs, unused_variables)]
+//! The native backend: the real Linux machine.
+//!
+//! - **Is that thread preempted?** Time-published heartbeats (He, Scherer & Scott,
+//!   "Preemption Adaptivity in Time-Published Queue-Based Spin Locks", HiPC 2005):
+//!   a waiting thread publishes `now` in its context block as it spins; a heartbeat
+//!   older than [`heartbeat_threshold`] means "presumed preempted".
+//! - **Partition**: the affinity mask (`sched_getaffinity`) and the cgroup CPU quota
+//!   (`cpu.max`), polled at most every 10 ms, with mpsync's own generation counter
+//!   bumped whenever either changes.
+//! - **No-preempt requests**: Linux 7.0 added a time-slice extension to rseq
+//!   (`prctl(PR_RSEQ_SLICE_EXTENSION)`, a request bit in the rseq area, the
+//!   `rseq_slice_yield` syscall). [`slice_extension`] detects it at run time. On
+//!   kernels without it (this project's machines run 6.18) requests are recorded in
+//!   the context block only. mpsync does not yet drive the kernel extension even
+//!   where it is detected: its ABI could not be exercised on any machine here, and
+//!   an unverified write into glibc's rseq area is not a risk worth taking.
+//!
+//! ```
+//! use mpsync::sched::native;
+//! let cpus = native::available_cpus().unwrap();
+//! assert!(!cpus.is_empty());
+//! println!("quota: {:?}, slice extension: {:?}", native::cgroup_cpu_quota(), native::slice_extension());
+//! ```
 
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::sync::{AtomicU64, Ordering};
+use crate::util::clock::now_ns;
+
 use super::context::ContextBlock;
-use super::partition::Partition;
+use super::partition::{self, Partition};
+
+/// `prctl` option of the rseq time-slice extension (Linux 7.0 uapi).
+const PR_RSEQ_SLICE_EXTENSION: libc::c_int = 79;
+/// Its "get" sub-command.
+const PR_RSEQ_SLICE_EXTENSION_GET: libc::c_ulong = 1;
 
 /// Whether the kernel offers the rseq time-slice extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SliceExtension {
+    /// The kernel has it (mpsync records it; see the module doc).
     Available,
+    /// It does not; why.
     Unavailable(String),
 }
 
 /// Detected once per process.
 pub fn slice_extension() -> &'static SliceExtension {
-    static U: std::sync::OnceLock<SliceExtension> = std::sync::OnceLock::new();
-    U.get_or_init(|| SliceExtension::Unavailable("not implemented".into()))
+    static S: OnceLock<SliceExtension> = OnceLock::new();
+    S.get_or_init(|| {
+        // SAFETY: prctl with an unknown option only returns EINVAL; GET writes nothing.
+        let r = unsafe { libc::prctl(PR_RSEQ_SLICE_EXTENSION, PR_RSEQ_SLICE_EXTENSION_GET, 0, 0, 0) };
+        if r >= 0 {
+            SliceExtension::Available
+        } else {
+            let err = std::io::Error::last_os_error();
+            SliceExtension::Unavailable(format!(
+                "kernel {} lacks the rseq time-slice extension (PR_RSEQ_SLICE_EXTENSION: {err}); it needs Linux 7.0+",
+                kernel_release()
+            ))
+        }
+    })
 }
 
-pub(crate) fn on_request_no_preempt(cb: &ContextBlock) {}
-pub(crate) fn on_release_no_preempt(cb: &ContextBlock) {}
+/// `uname -r`.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Native hook of `request_no_preempt` (outermost level): the kernel extension is
+/// not driven (see the module doc), so the context block's state is the request.
+#[inline]
+pub(crate) fn on_request_no_preempt(_cb: &ContextBlock) {}
+
+/// Native hook of `release_no_preempt`.
+#[inline]
+pub(crate) fn on_release_no_preempt(_cb: &ContextBlock) {}
+
+/// Default staleness threshold: 100 µs. A spinning waiter publishes every few
+/// hundred nanoseconds, so a live one is never that stale; Linux preempts for at
+/// least a scheduler tick (1–4 ms), so a preempted one soon is.
+pub const DEFAULT_HEARTBEAT_THRESHOLD: Duration = Duration::from_micros(100);
+
+#[cfg(not(loom))]
+static THRESHOLD_NS: AtomicU64 = AtomicU64::new(DEFAULT_HEARTBEAT_THRESHOLD.as_nanos() as u64);
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref THRESHOLD_NS: AtomicU64 = AtomicU64::new(DEFAULT_HEARTBEAT_THRESHOLD.as_nanos() as u64);
+}
 
 /// A heartbeat older than this means "presumed preempted".
 pub fn heartbeat_threshold() -> Duration {
-    Duration::from_micros(200)
+    // Relaxed: a tuning knob; no data depends on it.
+    Duration::from_nanos(THRESHOLD_NS.load(Ordering::Relaxed))
 }
-pub fn set_heartbeat_threshold(d: Duration) {}
 
-/// Heartbeat staleness (He, Scherer & Scott 2005).
+/// Sets the staleness threshold (clamped to 1 µs .. 1 s).
+pub fn set_heartbeat_threshold(d: Duration) {
+    let ns = d.as_nanos().clamp(1_000, 1_000_000_000) as u64;
+    // Relaxed: see `heartbeat_threshold`.
+    THRESHOLD_NS.store(ns, Ordering::Relaxed);
+}
+
+/// Whether `cb`'s thread has published a heartbeat that is now stale.
+#[inline]
 pub fn presumed_preempted(cb: &ContextBlock) -> bool {
-    false
+    let hb = cb.heartbeat_ns();
+    // Relaxed: see `heartbeat_threshold`.
+    hb != 0 && now_ns().saturating_sub(hb) > THRESHOLD_NS.load(Ordering::Relaxed)
 }
 
+/// `sched_yield`.
+#[inline]
 pub(crate) fn yield_now() {
     // SAFETY: sched_yield has no preconditions.
     unsafe { libc::sched_yield() };
 }
 
-/// CPUs in the calling thread's affinity mask.
+/// CPUs in the process's affinity mask (the main thread's: pinning a worker with
+/// [`pin_current_thread`] narrows only that worker's mask).
 pub fn available_cpus() -> std::io::Result<Vec<usize>> {
-    Ok((0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect())
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills at most
+    // `size_of::<cpu_set_t>()` bytes.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(
+            libc::getpid(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut set,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        set
+    };
+    // SAFETY: CPU_ISSET only reads the set, for indices below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
 }
 
-/// cgroup v2 `cpu.max` quota in processors, if set.
-pub fn cgroup_cpu_quota() -> Option<f64> {
-    None
-}
-
-/// Pins the calling thread to one CPU.
+/// Pins the calling thread to one CPU of its affinity mask.
 pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    let cpus = available_cpus()?;
+    if !cpus.contains(&cpu) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("cpu {cpu} is not available to this process (available: {cpus:?})"),
+        ));
+    }
+    // SAFETY: as in `available_cpus`; `cpu` < CPU_SETSIZE since it came from the mask.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Relaxed: informational (see ContextBlock::processor).
+    super::current()
+        .processor
+        .store(cpu as u32, Ordering::Relaxed);
     Ok(())
 }
 
-/// The machine's partition (polled; bumps the generation on change).
+/// Parses a cgroup v2 `cpu.max` line ("max 100000" or "50000 100000") into a
+/// quota in processors.
+pub fn parse_cpu_max(s: &str) -> Option<f64> {
+    let mut it = s.split_whitespace();
+    let (quota, period) = (it.next()?, it.next()?);
+    if quota == "max" {
+        return None;
+    }
+    let (q, p): (f64, f64) = (quota.parse().ok()?, period.parse().ok()?);
+    (q > 0.0 && p > 0.0).then_some(q / p)
+}
+
+/// cgroup v2 `cpu.max` quota of this process's cgroup and its ancestors (the
+/// tightest), in processors; `None` if unlimited or unreadable.
+pub fn cgroup_cpu_quota() -> Option<f64> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cg
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim()
+        .to_string();
+    let mut dir = std::path::PathBuf::from("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+    let mut best: Option<f64> = None;
+    loop {
+        if let Some(q) = std::fs::read_to_string(dir.join("cpu.max"))
+            .ok()
+            .as_deref()
+            .and_then(parse_cpu_max)
+        {
+            best = Some(best.map_or(q, |b: f64| b.min(q)));
+        }
+        if dir == std::path::Path::new("/sys/fs/cgroup") || !dir.pop() {
+            break;
+        }
+    }
+    best
+}
+
+/// What the last poll saw: (processors, quota).
+static LAST: Mutex<Option<(u64, u32, Option<f64>)>> = Mutex::new(None);
+/// Re-read the machine at most this often.
+const POLL_NS: u64 = 10_000_000;
+
+/// Whether a partition change warrants a new generation.
+pub fn partition_changed(old: (u32, Option<f64>), new: (u32, Option<f64>)) -> bool {
+    old != new
+}
+
+/// The machine's partition (polled at most every 10 ms; bumps the generation when
+/// the affinity mask or the quota changed). `threads_per_processor` counts the
+/// live registered threads by their last known processor.
 pub fn poll_partition() -> Partition {
+    let now = now_ns();
+    let (processors, quota) = {
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        match *last {
+            Some((t, p, q)) if now.saturating_sub(t) < POLL_NS => (p, q),
+            prev => {
+                let p = available_cpus().map_or(1, |c| c.len().max(1) as u32);
+                let q = cgroup_cpu_quota();
+                if let Some((_, op, oq)) = prev {
+                    if partition_changed((op, oq), (p, q)) {
+                        partition::bump();
+                    }
+                }
+                *last = Some((now, p, q));
+                (p, q)
+            }
+        }
+    };
+    let cpus = available_cpus().unwrap_or_default();
+    let mut threads_per_processor = vec![0u32; cpus.len()];
+    for cb in super::live_threads() {
+        if let Some(i) = cb
+            .processor()
+            .and_then(|p| cpus.iter().position(|&c| c == p as usize))
+        {
+            threads_per_processor[i] += 1;
+        }
+    }
     Partition {
-        processors: available_cpus().map_or(1, |c| c.len() as u32),
-        threads_per_processor: vec![],
-        generation: super::partition::generation(),
-        cpu_quota: cgroup_cpu_quota(),
+        processors,
+        threads_per_processor,
+        generation: partition::generation(),
+        cpu_quota: quota,
         source: "native",
     }
 }
