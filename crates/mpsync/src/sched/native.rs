@@ -227,10 +227,8 @@ pub fn poll_partition() -> Partition {
             prev => {
                 let p = available_cpus().map_or(1, |c| c.len().max(1) as u32);
                 let q = cgroup_cpu_quota();
-                if let Some((_, op, oq)) = prev {
-                    if partition_changed((op, oq), (p, q)) {
-                        partition::bump();
-                    }
+                if prev.is_some_and(|(_, op, oq)| partition_changed((op, oq), (p, q))) {
+                    partition::bump();
                 }
                 *last = Some((now, p, q));
                 (p, q)
