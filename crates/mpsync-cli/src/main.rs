@@ -1,4 +1,317 @@
-//! `mpsync` — the experiment harness (STUB: being implemented).
-mod osmp;
+//! `mpsync` — runs the experiments of the papers behind mpsync on this machine,
+//! beside the crates people use today, and reports whether each conclusion holds.
 
-fn main() {}
+mod env;
+mod experiments;
+mod osmp;
+mod output;
+mod report;
+mod stats;
+mod svg;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+
+use env::Preempt;
+use experiments::{Experiment, PAPERS, Params, catalog};
+
+/// Synchronization for multiprogrammed machines: reproduce the papers'
+/// experiments on this machine and see which 1990s conclusions still hold.
+///
+/// Every run writes OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}
+/// and regenerates OUT/report.html.
+#[derive(Debug, Parser)]
+#[command(name = "mpsync", version, about, long_about = None, after_help = "Start with: mpsync repro all --quick")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// List the implemented experiments (id, paper, what it measures).
+    List,
+    /// Run one experiment by id (see `mpsync list`).
+    Run {
+        /// Experiment id, e.g. wks94-mplevel.
+        id: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run every implemented experiment of a paper: wks94 (003), wks95 (001),
+    /// ms97 (000), hart (002), lc98 (004), or `all` (also mpsync's own).
+    Repro {
+        /// Paper key or number, or `all`.
+        paper: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Regenerate OUT/report.html from every result under OUT.
+    Report {
+        /// Results directory.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
+    /// (internal) A CPU-bound competitor process for `--preempt os`.
+    #[command(name = "__compete", hide = true)]
+    Compete {
+        /// CPU to pin to.
+        #[arg(long)]
+        cpu: usize,
+    },
+}
+
+/// The common knobs of every experiment (shared/EXPERIMENTS.md).
+#[derive(Debug, Args)]
+struct Common {
+    /// Where preemption comes from: none (dedicated machine), emulated (the
+    /// papers' pseudo-scheduler, preemption by signal), os (real Linux preemption
+    /// by CPU-bound competitor processes). Default: the experiment's own.
+    #[arg(long, value_enum)]
+    preempt: Option<Preempt>,
+    /// Multiprogramming levels, comma-separated, each >= 1 (e.g. 1,1.5,2,3).
+    #[arg(long)]
+    mp: Option<String>,
+    /// Processor counts, comma-separated, each between 1 and the available processors.
+    #[arg(long)]
+    procs: Option<String>,
+    /// Scheduling quantum in milliseconds (default: the paper's; 20 ms for wks94).
+    #[arg(long)]
+    quantum_ms: Option<f64>,
+    /// Trials per point; the figure shows the mean of the median max(1, n-2) (7 → median 5).
+    #[arg(long)]
+    trials: Option<u32>,
+    /// Multiplies every operation count (0.01 is a smoke run that still exercises everything).
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Seed of schedules and workload jitter: the same seed replays the same schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Results directory.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Smoke preset: 3 trials, --scale 0.1, MP levels 1,2,3 (explicit flags win).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn parse_list<T: std::str::FromStr>(flag: &str, s: &str, example: &str) -> anyhow::Result<Vec<T>> {
+    let v: Result<Vec<T>, _> = s.split(',').map(|x| x.trim().parse::<T>()).collect();
+    match v {
+        Ok(v) if !v.is_empty() => Ok(v),
+        _ => bail!(
+            "--{flag} {s}: expected a comma-separated list of numbers (e.g. --{flag} {example})"
+        ),
+    }
+}
+
+impl Common {
+    fn resolve(&self) -> anyhow::Result<Params> {
+        let cores = mpsync::sched::native::available_cpus().map_or(1, |c| c.len()) as u32;
+        let mp = match &self.mp {
+            Some(s) => {
+                let v: Vec<f64> = parse_list("mp", s, "1,2,3")?;
+                if let Some(bad) = v.iter().find(|m| !m.is_finite() || **m < 1.0 || **m > 64.0) {
+                    bail!(
+                        "--mp {bad}: multiprogramming level must be >= 1 and <= 64 (e.g. --mp 1,2,3)"
+                    );
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        let procs = match &self.procs {
+            Some(s) => {
+                let v: Vec<u32> = parse_list("procs", s, "1,2")?;
+                if let Some(bad) = v.iter().find(|p| **p == 0 || **p > cores) {
+                    bail!(
+                        "--procs {bad}: this machine has {cores} available processor{} (e.g. --procs {})",
+                        if cores == 1 { "" } else { "s" },
+                        (1..=cores)
+                            .map(|c| c.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    );
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        if let Some(q) = self
+            .quantum_ms
+            .filter(|q| !(q.is_finite() && (0.1..=10_000.0).contains(q)))
+        {
+            bail!("--quantum-ms {q}: must be between 0.1 and 10000 (the papers use 10-50)");
+        }
+        let trials = self.trials.unwrap_or(if self.quick { 3 } else { 7 });
+        if trials == 0 {
+            bail!(
+                "--trials 0: need at least 1 trial (default 7: the mean of the median 5 is reported)"
+            );
+        }
+        let scale = self.scale.unwrap_or(if self.quick { 0.1 } else { 1.0 });
+        if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
+            bail!("--scale {scale}: must be > 0 and <= 1000 (e.g. --scale 0.01 for a smoke run)");
+        }
+        Ok(Params {
+            preempt: self.preempt,
+            mp,
+            procs,
+            quantum_ms: self.quantum_ms,
+            trials,
+            scale,
+            seed: self.seed,
+            out: self.out.clone(),
+            quick: self.quick,
+            cores,
+        })
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg:>16} [{bar:40}] {pos}/{len} trials, {elapsed}",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Result<()> {
+    eprintln!("running {} (--preempt {}) ...", exp.id, preempt.name());
+    let (rec, svg) =
+        (exp.run)(exp, params, preempt).with_context(|| format!("{} failed", exp.id))?;
+    let dir = output::run_dir(&params.out, exp.id, preempt.name());
+    output::write_run(&dir, &rec, &svg)?;
+    println!(
+        "{} [{}] verdict: {} — {}",
+        exp.id,
+        preempt.name(),
+        rec.verdict.status.label(),
+        rec.verdict.conclusion
+    );
+    for d in &rec.verdict.details {
+        println!("    {d}");
+    }
+    println!("    results: {} ({:.1} s)", dir.display(), rec.duration_s);
+    Ok(())
+}
+
+fn find(id: &str) -> anyhow::Result<Experiment> {
+    catalog()
+        .into_iter()
+        .find(|e| e.id == id)
+        .ok_or_else(|| anyhow!("unknown experiment '{id}' (see 'mpsync list')"))
+}
+
+fn main_inner(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::List => {
+            for e in catalog() {
+                println!("{:<16} {:<7} {}", e.id, e.paper, e.title);
+            }
+            Ok(())
+        }
+        Cmd::Run { id, common } => {
+            let exp = find(&id)?;
+            let params = common.resolve()?;
+            let preempt = if exp.uses_preempt {
+                params.preempt.unwrap_or(exp.default_preempt)
+            } else {
+                exp.default_preempt
+            };
+            run_one(&exp, &params, preempt)?;
+            println!("report: {}", report::write_report(&params.out)?.display());
+            Ok(())
+        }
+        Cmd::Repro { paper, common } => {
+            let params = common.resolve()?;
+            let key = PAPERS
+                .iter()
+                .find(|(k, nums, _)| *k == paper || nums.contains(&paper.as_str()))
+                .map(|(k, _, _)| *k);
+            let all = paper == "all";
+            if !all && key.is_none() {
+                bail!(
+                    "unknown paper '{paper}': use one of {} or all",
+                    PAPERS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                );
+            }
+            let exps: Vec<Experiment> = catalog()
+                .into_iter()
+                .filter(|e| all || Some(e.paper) == key)
+                .collect();
+            if exps.is_empty() {
+                let implemented: Vec<&str> = catalog().iter().map(|e| e.id).collect();
+                bail!(
+                    "no experiment of paper '{paper}' is implemented yet (implemented: {})",
+                    implemented.join(", ")
+                );
+            }
+            for exp in &exps {
+                // Lock experiments run under both kinds of preemption unless one is given.
+                let modes = match (exp.uses_preempt, params.preempt) {
+                    (true, Some(p)) => vec![p],
+                    (true, None) => vec![exp.default_preempt, Preempt::Os],
+                    (false, _) => vec![exp.default_preempt],
+                };
+                for m in modes {
+                    run_one(exp, &params, m)?;
+                }
+            }
+            println!("report: {}", report::write_report(&params.out)?.display());
+            Ok(())
+        }
+        Cmd::Report { out } => {
+            println!("report: {}", report::write_report(&out)?.display());
+            Ok(())
+        }
+        Cmd::Compete { cpu } => osmp::competitor_main(cpu),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One clear line, not a page of usage.
+            let msg = e.to_string();
+            let first = msg
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments");
+            eprintln!("{} (see 'mpsync --help')", first.trim_end());
+            return ExitCode::from(2);
+        }
+    };
+    match main_inner(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

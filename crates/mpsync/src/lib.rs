@@ -30,6 +30,9 @@ pub mod sched;
 pub mod sync;
 pub mod util;
 
+/// The `lock_api` version mpsync's locks implement (for `RawMutex` bounds).
+pub use lock_api;
+
 /// A mutex over any mpsync raw lock: `Mutex<SmartQ, T>`, `Mutex<TasB, T>`, ….
 pub type Mutex<R, T> = lock_api::Mutex<R, T>;
 /// The guard of a [`Mutex`].

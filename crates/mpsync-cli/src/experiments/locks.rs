@@ -1,0 +1,164 @@
+//! The implementations the lock experiments compare: mpsync's locks and the
+//! peers Rust programmers use today, run in the same process. Adding a lock is
+//! adding a row.
+
+use std::hint::black_box;
+
+use mpsync::lock::{Native, NativeNp, Tas, TasB, TasBNp};
+use mpsync::util::clock::now_ns;
+
+/// A lock the harness can drive.
+pub trait BenchLock: Send + Sync + 'static {
+    /// An unlocked lock.
+    fn create() -> Self;
+    /// Runs `f` holding the lock.
+    fn with(&self, f: impl FnOnce());
+}
+
+impl<R: mpsync::lock_api::RawMutex + Send + Sync + 'static> BenchLock for mpsync::Mutex<R, ()> {
+    fn create() -> Self {
+        mpsync::Mutex::new(())
+    }
+    #[inline]
+    fn with(&self, f: impl FnOnce()) {
+        let _g = self.lock();
+        f();
+    }
+}
+
+/// `std::sync::Mutex`.
+pub struct StdMutex(std::sync::Mutex<()>);
+
+impl BenchLock for StdMutex {
+    fn create() -> Self {
+        Self(std::sync::Mutex::new(()))
+    }
+    #[inline]
+    fn with(&self, f: impl FnOnce()) {
+        let _g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f();
+    }
+}
+
+/// `parking_lot::Mutex`.
+pub struct ParkingLot(parking_lot::Mutex<()>);
+
+impl BenchLock for ParkingLot {
+    fn create() -> Self {
+        Self(parking_lot::Mutex::new(()))
+    }
+    #[inline]
+    fn with(&self, f: impl FnOnce()) {
+        let _g = self.0.lock();
+        f();
+    }
+}
+
+/// Where an implementation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A lock of the papers, implemented in mpsync.
+    Paper,
+    /// mpsync's own addition beyond the papers.
+    Mpsync,
+    /// A crate people use today.
+    Peer,
+}
+
+/// A worker body: called with the worker's index.
+pub type WorkerBody = Box<dyn Fn(u32) + Sync>;
+
+/// One row of the lock table.
+#[derive(Debug, Clone, Copy)]
+pub struct LockImpl {
+    /// The paper's name (or the crate's).
+    pub name: &'static str,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// Whether it spins (rather than blocks) while waiting.
+    pub spins: bool,
+    /// Makes a fresh lock and runs the synthetic program's worker loop on it.
+    pub synthetic: fn(&SyntheticSpec) -> WorkerBody,
+    /// Uncontended lock+unlock, ns per pair, over `iters` pairs.
+    pub latency: fn(u64) -> f64,
+}
+
+/// The synthetic lock program of paper 003 §4.1: each worker loops
+/// {lock; critical section; unlock; non-critical section}, with seeded ±10% jitter.
+#[derive(Debug, Clone, Copy)]
+pub struct SyntheticSpec {
+    /// Loop iterations per worker.
+    pub iters: u64,
+    /// Critical-section work, in busy-work loop iterations.
+    pub cs_iters: u64,
+    /// Non-critical work, in busy-work loop iterations.
+    pub ncs_iters: u64,
+    /// Seed of the jitter.
+    pub seed: u64,
+}
+
+fn synthetic<L: BenchLock>(spec: &SyntheticSpec) -> WorkerBody {
+    let lock = L::create();
+    let spec = *spec;
+    Box::new(move |worker| {
+        let w = mpsync::util::busy::BusyWork::global();
+        let mut rng = mpsync::util::rng::SplitMix64::stream(spec.seed, u64::from(worker));
+        for _ in 0..spec.iters {
+            let cs = rng.jitter(spec.cs_iters as f64, 0.1) as u64;
+            let ncs = rng.jitter(spec.ncs_iters as f64, 0.1) as u64;
+            lock.with(|| w.run_iters(cs));
+            w.run_iters(ncs);
+        }
+    })
+}
+
+fn latency<L: BenchLock>(iters: u64) -> f64 {
+    let lock = L::create();
+    for _ in 0..1000 {
+        lock.with(|| black_box(()));
+    }
+    let t0 = now_ns();
+    for _ in 0..iters {
+        black_box(&lock).with(|| black_box(()));
+    }
+    (now_ns() - t0) as f64 / iters.max(1) as f64
+}
+
+/// The floor: a bare `swap(true, Acquire)` + `store(false, Release)` pair.
+pub fn floor_latency(iters: u64) -> f64 {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let flag = AtomicBool::new(false);
+    let t0 = now_ns();
+    for _ in 0..iters {
+        let f = black_box(&flag);
+        // Acquire/Release: the same orderings a lock would use.
+        black_box(f.swap(true, Ordering::Acquire));
+        f.store(false, Ordering::Release);
+    }
+    (now_ns() - t0) as f64 / iters.max(1) as f64
+}
+
+macro_rules! row {
+    ($name:expr, $origin:expr, $spins:expr, $t:ty) => {
+        LockImpl {
+            name: $name,
+            origin: $origin,
+            spins: $spins,
+            synthetic: synthetic::<$t>,
+            latency: latency::<$t>,
+        }
+    };
+}
+
+/// The locks of the mutual-exclusion experiments, papers' first, then peers.
+pub fn mutex_table() -> Vec<LockImpl> {
+    vec![
+        row!("TAS-B", Origin::Paper, true, mpsync::Mutex<TasB, ()>),
+        row!("TAS-B-np", Origin::Paper, true, mpsync::Mutex<TasBNp, ()>),
+        row!("Native", Origin::Paper, false, mpsync::Mutex<Native, ()>),
+        row!("Native-np", Origin::Paper, false, mpsync::Mutex<NativeNp, ()>),
+        row!("TAS", Origin::Mpsync, true, mpsync::Mutex<Tas, ()>),
+        row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
+        row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),
+    ]
+}

@@ -1,0 +1,125 @@
+//! The experiment catalog (shared/EXPERIMENTS.md ids) and what every experiment
+//! gets to run with.
+
+pub mod latency;
+pub mod locks;
+pub mod sched_overhead;
+pub mod wks94;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::env::Preempt;
+use crate::output::RunRecord;
+
+/// Resolved common parameters (EXPERIMENTS.md "common knobs").
+#[derive(Debug, Clone, Serialize)]
+pub struct Params {
+    /// Where preemption comes from; `None` = the experiment's default.
+    pub preempt: Option<Preempt>,
+    /// MP levels; `None` = the experiment's default.
+    pub mp: Option<Vec<f64>>,
+    /// Processor counts; `None` = the experiment's default.
+    pub procs: Option<Vec<u32>>,
+    /// Quantum; `None` = the experiment's default.
+    pub quantum_ms: Option<f64>,
+    /// Trials per point.
+    pub trials: u32,
+    /// Multiplies operation counts.
+    pub scale: f64,
+    /// Seed of schedules and workload jitter.
+    pub seed: u64,
+    /// Results directory.
+    pub out: PathBuf,
+    /// Smoke preset.
+    pub quick: bool,
+    /// Processors available to the process.
+    pub cores: u32,
+}
+
+impl Params {
+    /// The quantum to use, given the experiment's default.
+    pub fn quantum(&self, default_ms: f64) -> Duration {
+        Duration::from_secs_f64(self.quantum_ms.unwrap_or(default_ms) / 1e3)
+    }
+}
+
+/// A runnable experiment.
+#[derive(Debug, Clone, Copy)]
+pub struct Experiment {
+    /// Stable id (EXPERIMENTS.md).
+    pub id: &'static str,
+    /// Paper key for `repro` (`wks94`, `mpsync`, ...).
+    pub paper: &'static str,
+    /// Paper reference.
+    pub reference: &'static str,
+    /// One line.
+    pub title: &'static str,
+    /// Preemption mode when none is given.
+    pub default_preempt: Preempt,
+    /// Whether `--preempt` changes anything.
+    pub uses_preempt: bool,
+    /// Runs it; returns the record and the figure.
+    pub run: fn(&Experiment, &Params, Preempt) -> anyhow::Result<(RunRecord, String)>,
+}
+
+/// Every implemented experiment.
+pub fn catalog() -> Vec<Experiment> {
+    vec![
+        Experiment {
+            id: "wks94-mplevel",
+            paper: "wks94",
+            reference: "Wisniewski, Kontothanassis & Scott, IPPS 1994, §4.2 Fig. 2-3 (papers/003)",
+            title: "synthetic lock program (CS ~15 µs, non-CS ~210 µs), fixed processors, varying multiprogramming level",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks94::run,
+        },
+        Experiment {
+            id: "wks94-procs",
+            paper: "wks94",
+            reference: "Wisniewski, Kontothanassis & Scott, IPPS 1994, §4.3 Fig. 5 (papers/003)",
+            title: "synthetic lock program at multiprogramming level 2, varying processors",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks94::run,
+        },
+        Experiment {
+            id: "lock-latency",
+            paper: "mpsync",
+            reference: "mpsync's own",
+            title: "uncontended lock+unlock time of every lock and peer, beside a bare swap/store floor",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: latency::run,
+        },
+        Experiment {
+            id: "sched-overhead",
+            paper: "mpsync",
+            reference: "mpsync's own (the method of papers 000, 001, 003)",
+            title: "the pseudo-scheduler's own CPU use, requested vs actual quanta and off-times, preemption latency",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: false,
+            run: sched_overhead::run,
+        },
+    ]
+}
+
+/// Papers `repro` knows, and which of their experiments exist.
+pub const PAPERS: &[(&str, &[&str], &str)] = &[
+    (
+        "wks94",
+        &["003"],
+        "Wisniewski, Kontothanassis & Scott 1994 (Smart-Q)",
+    ),
+    (
+        "wks95",
+        &["001"],
+        "Wisniewski, Kontothanassis & Scott 1995 (scheduler-conscious)",
+    ),
+    ("ms97", &["000"], "Michael & Scott 1997"),
+    ("hart", &["002"], "Hart 2005"),
+    ("lc98", &["004"], "Lumetta & Culler 1998"),
+];

@@ -1,0 +1,341 @@
+//! `wks94-mplevel` and `wks94-procs`: the synthetic lock program of Wisniewski,
+//! Kontothanassis & Scott (IPPS 1994, papers/003 §4.1-4.3): each of P workers
+//! loops {lock; ~15 µs critical section; unlock; ~210 µs non-critical section}
+//! with small random variation; the number of iterations is proportional to the
+//! number of workers; quantum 20 ms. Time is normalized to TAS-B at the first point.
+
+use std::time::Instant;
+
+use mpsync::util::busy::BusyWork;
+
+use super::locks::{SyntheticSpec, mutex_table};
+use super::{Experiment, Params};
+use crate::env::{PointEnv, Preempt, summarize};
+use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::stats::trimmed_mean;
+use crate::svg::{Series, line_chart};
+
+/// The paper's conclusion, as a statement.
+pub const CONCLUSION: &str = "plain and -np queued locks collapse as the multiprogramming level rises; \
+Queued-Handshaking and Smart-Q do not; TAS-B-np is among the best";
+
+/// "Among the best": within this factor of the fastest implementation.
+pub const AMONG_THE_BEST: f64 = 1.10;
+
+/// Loop iterations per worker at `--scale 1`.
+pub const BASE_ITERS: f64 = 4000.0;
+
+/// Runs either experiment.
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let by_procs = exp.id == "wks94-procs";
+    let quantum = p.quantum(20.0);
+    let points: Vec<(u32, f64)> = if by_procs {
+        let mp =
+            p.mp.as_ref()
+                .and_then(|v| v.first().copied())
+                .unwrap_or(2.0);
+        let procs = p.procs.clone().unwrap_or_else(|| (1..=p.cores).collect());
+        procs.into_iter().map(|n| (n, mp)).collect()
+    } else {
+        let procs = p
+            .procs
+            .as_ref()
+            .and_then(|v| v.first().copied())
+            .unwrap_or(p.cores);
+        let mps = p.mp.clone().unwrap_or_else(|| {
+            if p.quick {
+                vec![1.0, 2.0, 3.0]
+            } else {
+                vec![1.0, 1.5, 2.0, 2.5, 3.0]
+            }
+        });
+        mps.into_iter().map(|m| (procs, m)).collect()
+    };
+    let busy = BusyWork::global();
+    let spec = SyntheticSpec {
+        iters: ((BASE_ITERS * p.scale).round() as u64).max(1),
+        cs_iters: busy.iters_for_ns(15_000),
+        ncs_iters: busy.iters_for_ns(210_000),
+        seed: p.seed,
+    };
+    let table = mutex_table();
+    let pb = crate::progress(
+        (points.len() * p.trials as usize * table.len()) as u64,
+        exp.id,
+    );
+    let started = Instant::now();
+    let mut trials = Vec::new();
+    let mut sched = Vec::new();
+    for (pi, &(procs, mp)) in points.iter().enumerate() {
+        let x = if by_procs { f64::from(procs) } else { mp };
+        let env = PointEnv::start(preempt, procs, mp, quantum, p.seed.wrapping_add(pi as u64))?;
+        for t in 0..p.trials {
+            // Rotate the order each trial so no implementation always runs first.
+            for k in 0..table.len() {
+                let imp = &table[(k + t as usize) % table.len()];
+                let body = (imp.synthetic)(&SyntheticSpec {
+                    seed: spec.seed ^ u64::from(t),
+                    ..spec
+                });
+                let o = env.run(&*body)?;
+                trials.push(Trial {
+                    implementation: imp.name.into(),
+                    x,
+                    trial: t,
+                    value: o.wall.as_secs_f64(),
+                    preemptions: o.preemptions,
+                    warnings: o.warnings,
+                });
+                pb.inc(1);
+            }
+        }
+        if let Some(s) = env.finish() {
+            sched.push(serde_json::json!({ "x": x, "scheduler": summarize(&s) }));
+        }
+    }
+    pb.finish_and_clear();
+    let names: Vec<&str> = table.iter().map(|i| i.name).collect();
+    let pts = summarize_points(&trials, &names, "TAS-B");
+    let xs: Vec<f64> = points
+        .iter()
+        .map(|&(n, m)| if by_procs { f64::from(n) } else { m })
+        .collect();
+    let verdict = verdict(&pts, &xs, by_procs, preempt);
+    let x_label = if by_procs {
+        "processors"
+    } else {
+        "multiprogramming level"
+    };
+    let series: Vec<Series> = names
+        .iter()
+        .map(|n| Series {
+            label: (*n).into(),
+            points: pts
+                .iter()
+                .filter(|p| p.implementation == *n)
+                .map(|p| (p.x, p.normalized))
+                .collect(),
+        })
+        .collect();
+    let title = format!(
+        "{} (--preempt {}, {})",
+        exp.id,
+        preempt.name(),
+        verdict.status.label()
+    );
+    let svg = line_chart(
+        &title,
+        x_label,
+        "time normalized to TAS-B at the first point",
+        &series,
+    );
+    let rec = RunRecord {
+        experiment: exp.id.into(),
+        paper: exp.reference.into(),
+        title: exp.title.into(),
+        preempt: preempt.name().into(),
+        started_unix: crate::unix_now(),
+        duration_s: started.elapsed().as_secs_f64(),
+        machine: Machine::detect(),
+        params: serde_json::json!({
+            "common": p,
+            "points": points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
+            "quantum_ms": quantum.as_secs_f64() * 1e3,
+            "iterations_per_worker": spec.iters,
+            "critical_section_us": 15, "non_critical_us": 210, "jitter": 0.1,
+            "cs_busy_iters": spec.cs_iters, "ncs_busy_iters": spec.ncs_iters,
+            "implementations": names,
+        }),
+        busy_iters_per_us: busy.iters_per_us(),
+        unit: "seconds".into(),
+        x_label: x_label.into(),
+        baseline: "TAS-B at the first point".into(),
+        trials,
+        points: pts,
+        extra: serde_json::json!({ "scheduler_per_point": sched }),
+        verdict,
+    };
+    Ok((rec, svg))
+}
+
+/// Trimmed means per (implementation, x), normalized to `baseline` at the first x.
+pub fn summarize_points(trials: &[Trial], names: &[&str], baseline: &str) -> Vec<Point> {
+    let mut xs: Vec<f64> = trials.iter().map(|t| t.x).collect();
+    xs.dedup();
+    let mean = |name: &str, x: f64| {
+        let v: Vec<f64> = trials
+            .iter()
+            .filter(|t| t.implementation == name && t.x == x)
+            .map(|t| t.value)
+            .collect();
+        trimmed_mean(&v)
+    };
+    let base = xs
+        .first()
+        .and_then(|&x| mean(baseline, x))
+        .filter(|b| *b > 0.0)
+        .unwrap_or(1.0);
+    let mut out = Vec::new();
+    for n in names {
+        for &x in &xs {
+            if let Some(v) = mean(n, x) {
+                out.push(Point {
+                    implementation: (*n).into(),
+                    x,
+                    value: v,
+                    normalized: v / base,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Evaluates 003's conclusion on the points: the clause about TAS-B-np is
+/// evaluable now; the clauses about queued locks wait for those locks.
+pub fn verdict(points: &[Point], xs: &[f64], by_procs: bool, preempt: Preempt) -> Verdict {
+    let mut details = Vec::new();
+    if preempt == Preempt::None {
+        details
+            .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
+        return Verdict {
+            conclusion: CONCLUSION.into(),
+            status: Status::Measurement,
+            details,
+        };
+    }
+    let at = |name: &str, x: f64| {
+        points
+            .iter()
+            .find(|p| p.implementation == name && p.x == x)
+            .map(|p| p.value)
+    };
+    let mut holds = true;
+    let mut checked = 0;
+    for &x in xs {
+        if !by_procs && x <= 1.0 {
+            continue; // the clause is about multiprogramming
+        }
+        let Some(np) = at("TAS-B-np", x) else {
+            continue;
+        };
+        let Some(best) = points
+            .iter()
+            .filter(|p| p.x == x)
+            .min_by(|a, b| a.value.total_cmp(&b.value))
+        else {
+            continue;
+        };
+        let ratio = np / best.value;
+        let ok = ratio <= AMONG_THE_BEST;
+        holds &= ok;
+        checked += 1;
+        details.push(format!(
+            "{} {x}: TAS-B-np / best ({}) = {ratio:.2} ({})",
+            if by_procs { "processors" } else { "MP" },
+            best.implementation,
+            if ok {
+                "among the best"
+            } else {
+                "not among the best"
+            }
+        ));
+    }
+    if checked == 0 {
+        holds = false;
+        details.push("no multiprogrammed point measured: use MP levels above 1".into());
+    }
+    details.push(format!("rule: \"among the best\" = within {AMONG_THE_BEST:.2}x of the fastest implementation at every point"));
+    details.push("not yet evaluable: \"Queued and Queued-np collapse\" and \"Queued-Handshaking and Smart-Q do not\" need those locks (the lock-family work)".into());
+    if !by_procs {
+        for name in [
+            "TAS-B",
+            "TAS-B-np",
+            "Native",
+            "std::sync::Mutex",
+            "parking_lot::Mutex",
+        ] {
+            let (Some(&first), Some(&last)) = (xs.first(), xs.last()) else {
+                continue;
+            };
+            if let (Some(a), Some(b)) = (at(name, first), at(name, last)) {
+                details.push(format!(
+                    "observation: {name} time at MP {last} / MP {first} = {:.2}",
+                    b / a
+                ));
+            }
+        }
+    }
+    let status = if !holds {
+        Status::DoesNotHold
+    } else {
+        Status::PartlyEvaluable
+    };
+    Verdict {
+        conclusion: CONCLUSION.into(),
+        status,
+        details,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(name: &str, x: f64, v: f64) -> Point {
+        Point {
+            implementation: name.into(),
+            x,
+            value: v,
+            normalized: v,
+        }
+    }
+
+    #[test]
+    fn tas_b_np_among_the_best_is_partly_evaluable() {
+        let pts = vec![
+            pt("TAS-B-np", 1.0, 1.0),
+            pt("TAS-B", 1.0, 1.0),
+            pt("TAS-B-np", 2.0, 2.05),
+            pt("TAS-B", 2.0, 3.0),
+            pt("Native", 2.0, 2.0),
+        ];
+        let v = verdict(&pts, &[1.0, 2.0], false, Preempt::Emulated);
+        assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
+        assert!(v.details.iter().any(|d| d.contains("not yet evaluable")));
+    }
+
+    #[test]
+    fn tas_b_np_far_behind_does_not_hold() {
+        let pts = vec![pt("TAS-B-np", 2.0, 3.0), pt("Native", 2.0, 2.0)];
+        let v = verdict(&pts, &[2.0], false, Preempt::Os);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+    }
+
+    #[test]
+    fn no_multiprogramming_is_not_a_verdict() {
+        let v = verdict(&[pt("TAS-B-np", 1.0, 1.0)], &[1.0], false, Preempt::None);
+        assert_eq!(v.status, Status::Measurement);
+    }
+
+    #[test]
+    fn points_are_normalized_to_the_baseline_at_the_first_x() {
+        let t = |i: &str, x: f64, v: f64| Trial {
+            implementation: i.into(),
+            x,
+            trial: 0,
+            value: v,
+            preemptions: 0,
+            warnings: 0,
+        };
+        let trials = vec![
+            t("TAS-B", 1.0, 2.0),
+            t("TAS-B", 2.0, 4.0),
+            t("X", 1.0, 1.0),
+            t("X", 2.0, 3.0),
+        ];
+        let pts = summarize_points(&trials, &["TAS-B", "X"], "TAS-B");
+        let n: Vec<f64> = pts.iter().map(|p| p.normalized).collect();
+        assert_eq!(n, [1.0, 2.0, 0.5, 1.5]);
+    }
+}

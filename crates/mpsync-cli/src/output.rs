@@ -1,0 +1,229 @@
+//! What every run leaves behind in `OUT/<experiment>@<preempt>/`: `data.csv` (one
+//! row per trial and point), `run.json` (provenance, parameters, statistics, the
+//! verdict) and `figure.svg`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// The machine a run was measured on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    /// Host name.
+    pub hostname: String,
+    /// CPU model from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Processors available to the process.
+    pub cores: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// Compiler that built the harness.
+    pub rustc: String,
+    /// Git revision of the harness.
+    pub git_rev: String,
+    /// mpsync version.
+    pub mpsync_version: String,
+    /// cgroup CPU quota in processors, if any.
+    pub cpu_quota: Option<f64>,
+    /// rseq time-slice extension availability.
+    pub slice_extension: String,
+}
+
+impl Machine {
+    /// Reads this machine's description.
+    pub fn detect() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|r| r.split(':').nth(1))
+            })
+            .map_or_else(|| "unknown".into(), |s| s.trim().to_string());
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
+        Self {
+            hostname,
+            cpu_model,
+            cores: mpsync::sched::native::available_cpus().map_or(1, |c| c.len()),
+            kernel: mpsync::sched::native::kernel_release(),
+            rustc: env!("MPSYNC_RUSTC_VERSION").into(),
+            git_rev: env!("MPSYNC_GIT_REV").into(),
+            mpsync_version: env!("CARGO_PKG_VERSION").into(),
+            cpu_quota: mpsync::sched::native::cgroup_cpu_quota(),
+            slice_extension: format!("{:?}", mpsync::sched::native::slice_extension()),
+        }
+    }
+}
+
+/// Whether a paper's conclusion holds on the fresh data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Every evaluable clause holds and every clause was evaluable.
+    Holds,
+    /// Some evaluable clause does not hold.
+    DoesNotHold,
+    /// What could be evaluated holds, but some clauses need implementations that
+    /// do not exist yet.
+    PartlyEvaluable,
+    /// A measurement with no paper conclusion behind it (the figures are the result).
+    Measurement,
+}
+
+impl Status {
+    /// As printed.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Holds => "holds",
+            Self::DoesNotHold => "does not hold",
+            Self::PartlyEvaluable => "partly evaluable",
+            Self::Measurement => "measurement",
+        }
+    }
+}
+
+/// The verdict on a paper's conclusion, with the ratios behind it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The conclusion being checked, as a statement.
+    pub conclusion: String,
+    /// Outcome.
+    pub status: Status,
+    /// One line per clause: what was checked, with the numbers.
+    pub details: Vec<String>,
+}
+
+/// One trial of one implementation at one x value.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trial {
+    /// Implementation name.
+    pub implementation: String,
+    /// The x value (MP level, processors, ...).
+    pub x: f64,
+    /// Trial number.
+    pub trial: u32,
+    /// The measured value (seconds, ns/op, ...).
+    pub value: f64,
+    /// Preemptions by the emulated scheduler during the trial.
+    pub preemptions: u64,
+    /// Warnings (honoured no-preempt requests) during the trial.
+    pub warnings: u64,
+}
+
+/// A summary point: trimmed mean of the trials, and that normalized.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Point {
+    /// Implementation name.
+    pub implementation: String,
+    /// The x value.
+    pub x: f64,
+    /// Mean of the median trials.
+    pub value: f64,
+    /// `value` divided by the baseline's.
+    pub normalized: f64,
+}
+
+/// Everything `run.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Experiment id.
+    pub experiment: String,
+    /// Paper it reproduces.
+    pub paper: String,
+    /// One-line description.
+    pub title: String,
+    /// `none`, `emulated` or `os`.
+    pub preempt: String,
+    /// Unix time the run started.
+    pub started_unix: u64,
+    /// Wall time of the run (s).
+    pub duration_s: f64,
+    /// Where it ran.
+    pub machine: Machine,
+    /// Every parameter, as given and as derived.
+    pub params: serde_json::Value,
+    /// Busy-work calibration: loop iterations per microsecond.
+    pub busy_iters_per_us: f64,
+    /// What `value` measures.
+    pub unit: String,
+    /// x axis label.
+    pub x_label: String,
+    /// What the normalization divides by.
+    pub baseline: String,
+    /// Every trial.
+    pub trials: Vec<Trial>,
+    /// Summary points.
+    pub points: Vec<Point>,
+    /// Scheduler statistics and other experiment-specific figures.
+    pub extra: serde_json::Value,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// The directory of one experiment's results.
+pub fn run_dir(out: &Path, id: &str, preempt: &str) -> PathBuf {
+    out.join(format!("{id}@{preempt}"))
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Writes data.csv, run.json and figure.svg into `dir`.
+pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut csv =
+        String::from("experiment,implementation,preempt,x,trial,value,unit,preemptions,warnings\n");
+    for t in &rec.trials {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{}",
+            csv_field(&rec.experiment),
+            csv_field(&t.implementation),
+            rec.preempt,
+            t.x,
+            t.trial,
+            t.value,
+            csv_field(&rec.unit),
+            t.preemptions,
+            t.warnings
+        );
+    }
+    let w = |name: &str, body: &[u8]| {
+        std::fs::write(dir.join(name), body)
+            .with_context(|| format!("cannot write {}", dir.join(name).display()))
+    };
+    w("data.csv", csv.as_bytes())?;
+    w("run.json", serde_json::to_string_pretty(rec)?.as_bytes())?;
+    w("figure.svg", svg.as_bytes())?;
+    Ok(())
+}
+
+/// Reads every `run.json` under `out`, sorted by directory name.
+pub fn read_runs(out: &Path) -> anyhow::Result<Vec<(PathBuf, RunRecord)>> {
+    let mut runs = Vec::new();
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Ok(runs);
+    };
+    for e in entries.flatten() {
+        let p = e.path().join("run.json");
+        if let Ok(text) = std::fs::read_to_string(&p) {
+            match serde_json::from_str::<RunRecord>(&text) {
+                Ok(r) => runs.push((e.path(), r)),
+                Err(err) => eprintln!(
+                    "warning: skipping {}: not a run record ({err})",
+                    p.display()
+                ),
+            }
+        }
+    }
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(runs)
+}
