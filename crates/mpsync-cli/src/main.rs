@@ -81,7 +81,7 @@ struct Common {
     /// Scheduling quantum in milliseconds (default: the paper's; 20 ms for wks94).
     #[arg(long)]
     quantum_ms: Option<f64>,
-    /// Trials per point; the figure shows the mean of the median max(1, n-2) (7 → median 5).
+    /// Trials per point; the figure shows the mean of the middle n-2 (7 → the median 5).
     #[arg(long)]
     trials: Option<u32>,
     /// Multiplies every operation count (0.01 is a smoke run that still exercises everything).

@@ -1,7 +1,7 @@
 //! Statistics of trials: the papers' "mean of the median 5 of 7" and friends.
 
-/// Mean of the middle `max(1, n - 2)` values after sorting: with 7 trials, the
-/// mean of the median 5 (Hart 2005 §5.1). `None` for no values.
+/// Mean of the middle `n - 2` values after sorting (all of them when `n <= 2`):
+/// with 7 trials, the mean of the median 5 (Hart 2005 §5.1). `None` for no values.
 pub fn trimmed_mean(xs: &[f64]) -> Option<f64> {
     if xs.is_empty() {
         return None;
@@ -11,7 +11,7 @@ pub fn trimmed_mean(xs: &[f64]) -> Option<f64> {
         return None;
     }
     v.sort_by(f64::total_cmp);
-    let keep = v.len().saturating_sub(2).max(1);
+    let keep = if v.len() <= 2 { v.len() } else { v.len() - 2 };
     let skip = (v.len() - keep) / 2;
     let mid = &v[skip..skip + keep];
     Some(mid.iter().sum::<f64>() / mid.len() as f64)

@@ -160,8 +160,12 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
 
 /// Trimmed means per (implementation, x), normalized to `baseline` at the first x.
 pub fn summarize_points(trials: &[Trial], names: &[&str], baseline: &str) -> Vec<Point> {
-    let mut xs: Vec<f64> = trials.iter().map(|t| t.x).collect();
-    xs.dedup();
+    let mut xs: Vec<f64> = Vec::new();
+    for t in trials {
+        if !xs.contains(&t.x) {
+            xs.push(t.x);
+        }
+    }
     let mean = |name: &str, x: f64| {
         let v: Vec<f64> = trials
             .iter()

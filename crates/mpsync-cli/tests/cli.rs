@@ -1,0 +1,220 @@
+//! The `mpsync` binary end to end: listing, one-line errors, and real (tiny) runs
+//! that write CSV, JSON, SVG, a verdict and the report.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn mpsync(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mpsync"))
+        .args(args)
+        .output()
+        .expect("run mpsync")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mpsync-cli-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn list_shows_the_experiments() {
+    let o = mpsync(&["list"]);
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    for id in [
+        "wks94-mplevel",
+        "wks94-procs",
+        "lock-latency",
+        "sched-overhead",
+    ] {
+        assert!(s.contains(id), "{id} missing from:\n{s}");
+    }
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_failing_exit() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let too_many = (cores + 7).to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "wks94-mplevel", "--mp", "0"],
+            "multiprogramming level must be >= 1",
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--mp", "1,x"],
+            "comma-separated list",
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--procs", &too_many],
+            "available processor",
+        ),
+        (
+            vec!["run", "no-such-thing"],
+            "unknown experiment 'no-such-thing'",
+        ),
+        (vec!["run", "wks94-mplevel", "--scale", "0"], "--scale 0"),
+        (
+            vec!["run", "wks94-mplevel", "--trials", "0"],
+            "at least 1 trial",
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--quantum-ms", "0"],
+            "--quantum-ms 0",
+        ),
+        (vec!["repro", "nope"], "unknown paper 'nope'"),
+        (
+            vec!["repro", "hart"],
+            "no experiment of paper 'hart' is implemented yet",
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--bogus"],
+            "unexpected argument '--bogus'",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = mpsync(&args);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert_eq!(
+            e.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line:\n{e}"
+        );
+        assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
+    }
+}
+
+fn check_run(out: &PathBuf, dir: &str) -> serde_json::Value {
+    let d = out.join(dir);
+    for f in ["data.csv", "run.json", "figure.svg"] {
+        assert!(d.join(f).is_file(), "{} missing", d.join(f).display());
+    }
+    let csv = std::fs::read_to_string(d.join("data.csv")).unwrap();
+    assert!(csv.lines().count() > 1, "empty data.csv");
+    assert!(
+        std::fs::read_to_string(d.join("figure.svg"))
+            .unwrap()
+            .contains("</svg>")
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("run.json")).unwrap()).unwrap();
+    for k in [
+        "machine",
+        "params",
+        "verdict",
+        "trials",
+        "points",
+        "busy_iters_per_us",
+    ] {
+        assert!(json.get(k).is_some(), "run.json lacks {k}");
+    }
+    for k in ["cpu_model", "kernel", "rustc", "git_rev", "cores"] {
+        assert!(json["machine"].get(k).is_some(), "machine lacks {k}");
+    }
+    assert!(out.join("report.html").is_file());
+    json
+}
+
+#[test]
+fn tiny_run_without_preemption_writes_everything() {
+    let out = tmpdir("none");
+    let o = mpsync(&[
+        "run",
+        "wks94-mplevel",
+        "--preempt",
+        "none",
+        "--mp",
+        "1,2",
+        "--scale",
+        "0.005",
+        "--trials",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("verdict:"), "{stdout}");
+    let j = check_run(&out, "wks94-mplevel@none");
+    assert_eq!(j["verdict"]["status"], "measurement");
+    assert_eq!(j["params"]["common"]["trials"], 1);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn tiny_emulated_run_has_a_verdict_and_scheduler_stats() {
+    let out = tmpdir("emu");
+    let o = mpsync(&[
+        "run",
+        "wks94-mplevel",
+        "--preempt",
+        "emulated",
+        "--mp",
+        "1,2",
+        "--scale",
+        "0.01",
+        "--trials",
+        "1",
+        "--quantum-ms",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "wks94-mplevel@emulated");
+    let status = j["verdict"]["status"].as_str().unwrap().to_string();
+    assert!(
+        ["partly_evaluable", "does_not_hold"].contains(&status.as_str()),
+        "{status}"
+    );
+    let sched = &j["extra"]["scheduler_per_point"];
+    assert_eq!(sched.as_array().map(Vec::len), Some(2));
+    assert!(
+        sched[1]["scheduler"]["preemptions"].as_u64().unwrap() > 0,
+        "no preemption at MP 2: {sched}"
+    );
+    // `report` regenerates the page from what is on disk.
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let o = mpsync(&["report", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("wks94-mplevel") && html.contains("<svg"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn tiny_os_run_leaves_no_competitor_behind() {
+    let out = tmpdir("os");
+    let o = mpsync(&[
+        "run",
+        "wks94-procs",
+        "--preempt",
+        "os",
+        "--procs",
+        "1",
+        "--scale",
+        "0.005",
+        "--trials",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    check_run(&out, "wks94-procs@os");
+    let left = Command::new("pgrep")
+        .args(["-f", &format!("{} __compete", env!("CARGO_BIN_EXE_mpsync"))])
+        .output();
+    if let Ok(left) = left {
+        assert!(
+            left.stdout.is_empty(),
+            "competitors left running: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
