@@ -1,7 +1,7 @@
 //! The `mpsync` binary end to end: listing, one-line errors, and real (tiny) runs
 //! that write CSV, JSON, SVG, a verdict and the report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn mpsync(args: &[&str]) -> Output {
@@ -89,7 +89,7 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
     }
 }
 
-fn check_run(out: &PathBuf, dir: &str) -> serde_json::Value {
+fn check_run(out: &Path, dir: &str) -> serde_json::Value {
     let d = out.join(dir);
     for f in ["data.csv", "run.json", "figure.svg"] {
         assert!(d.join(f).is_file(), "{} missing", d.join(f).display());
