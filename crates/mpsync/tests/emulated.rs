@@ -99,6 +99,9 @@ fn unpreemptable_thread_is_warned_then_yields() {
     let preempted_inside = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
+            // Pinned beside the scheduler thread's likely CPU: a busy-looping
+            // scheduler would starve it into forced preemptions.
+            sched::native::pin_current_thread(0).unwrap();
             let _a = emu.attach(0).unwrap();
             let cb = sched::current();
             for _ in 0..20 {

@@ -20,31 +20,38 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let table = mutex_table();
     let pb = crate::progress(u64::from(p.trials) * (table.len() as u64 + 1), exp.id);
     let started = Instant::now();
-    let mut trials = Vec::new();
-    // Pin, so that migrations do not add noise.
-    let _ = mpsync::sched::native::pin_current_thread(
-        mpsync::sched::native::available_cpus()?
-            .first()
-            .copied()
-            .unwrap_or(0),
-    );
-    for t in 0..p.trials {
-        let mut row = |name: &str, ns: f64| {
-            trials.push(Trial {
-                implementation: name.into(),
-                x: 1.0,
-                trial: t,
-                value: ns,
-                preemptions: 0,
-                warnings: 0,
-            });
-            pb.inc(1);
-        };
-        row("floor: swap+store", floor_latency(iters));
-        for imp in &table {
-            row(imp.name, (imp.latency)(iters));
-        }
-    }
+    // Measure on a dedicated thread pinned to one CPU, so that migrations add no
+    // noise and the caller's affinity is left alone.
+    let cpu = mpsync::sched::native::available_cpus()?
+        .first()
+        .copied()
+        .unwrap_or(0);
+    let trials = std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<Vec<Trial>> {
+            mpsync::sched::native::pin_current_thread(cpu)?;
+            let mut trials = Vec::new();
+            for t in 0..p.trials {
+                let mut row = |name: &str, ns: f64| {
+                    trials.push(Trial {
+                        implementation: name.into(),
+                        x: 1.0,
+                        trial: t,
+                        value: ns,
+                        preemptions: 0,
+                        warnings: 0,
+                    });
+                    pb.inc(1);
+                };
+                row("floor: swap+store", floor_latency(iters));
+                for imp in &table {
+                    row(imp.name, (imp.latency)(iters));
+                }
+            }
+            Ok(trials)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))?
+    })?;
     pb.finish_and_clear();
     let mut names = vec!["floor: swap+store"];
     names.extend(table.iter().map(|i| i.name));

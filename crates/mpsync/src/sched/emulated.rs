@@ -306,6 +306,9 @@ pub struct SchedStats {
 const MAX_SAMPLES: usize = 100_000;
 /// How often the scheduler re-checks a warned thread.
 const WARN_POLL_NS: u64 = 50_000;
+/// The scheduler never wakes sooner than this after a tick: it runs at real-time
+/// priority, and a busy loop there would starve the worker sharing its CPU.
+const MIN_SLEEP_NS: u64 = 10_000;
 
 /// The signal the pseudo-scheduler preempts with: `SIGRTMIN + 3`.
 pub fn preemption_signal() -> i32 {
@@ -983,9 +986,13 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
                 threads[i].planned_off_ns = vp.off_ns;
             }
         }
-        wake = wake.min(vp.slot_end);
+        // A slot end already past means its thread is finishing a no-preempt
+        // section: the warn poll above decides when to look again.
+        if vp.slot_end > now {
+            wake = wake.min(vp.slot_end);
+        }
     }
-    wake
+    wake.max(now + MIN_SLEEP_NS)
 }
 
 fn start_round(
