@@ -93,7 +93,7 @@ struct Common {
     /// Results directory.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Smoke preset: 3 trials, --scale 0.1, MP levels 1,2,3 (explicit flags win).
+    /// Smoke preset: 3 trials, --scale 0.3, MP levels 1,2,3 (explicit flags win).
     #[arg(long)]
     quick: bool,
 }
@@ -152,7 +152,7 @@ impl Common {
                 "--trials 0: need at least 1 trial (default 7: the mean of the median 5 is reported)"
             );
         }
-        let scale = self.scale.unwrap_or(if self.quick { 0.1 } else { 1.0 });
+        let scale = self.scale.unwrap_or(if self.quick { 0.3 } else { 1.0 });
         if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
             bail!("--scale {scale}: must be > 0 and <= 1000 (e.g. --scale 0.01 for a smoke run)");
         }

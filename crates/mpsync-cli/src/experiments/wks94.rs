@@ -100,7 +100,24 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         .iter()
         .map(|&(n, m)| if by_procs { f64::from(n) } else { m })
         .collect();
-    let verdict = verdict(&pts, &xs, by_procs, preempt);
+    let mut verdict = verdict(&pts, &xs, by_procs, preempt);
+    for &x in &xs {
+        let v: Vec<f64> = trials
+            .iter()
+            .filter(|t| t.implementation == "TAS-B-np" && t.x == x)
+            .map(|t| t.value)
+            .collect();
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &y| (a.min(y), b.max(y)));
+        if let Some(m) = trimmed_mean(&v).filter(|m| *m > 0.0 && v.len() > 1) {
+            verdict.details.push(format!(
+                "noise: TAS-B-np trials at {x} spread {:.0}% of their mean (min {lo:.3} s, max {hi:.3} s, {} trials)",
+                100.0 * (hi - lo) / m,
+                v.len()
+            ));
+        }
+    }
     let x_label = if by_procs {
         "processors"
     } else {
