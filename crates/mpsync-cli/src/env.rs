@@ -136,6 +136,14 @@ impl PointEnv {
         })
     }
 
+    /// The pseudo-scheduler's planned schedule so far (a function of the seed), if emulated.
+    pub fn schedule_log(&self) -> Vec<mpsync::sched::emulated::ScheduleEvent> {
+        self.emu
+            .as_ref()
+            .map(Emulated::schedule_log)
+            .unwrap_or_default()
+    }
+
     /// Stops the scheduler / competitors; returns the scheduler's statistics.
     pub fn finish(self) -> Option<SchedStats> {
         drop(self.competitors);

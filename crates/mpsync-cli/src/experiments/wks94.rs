@@ -89,8 +89,21 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
                 pb.inc(1);
             }
         }
+        // The planned schedule (a function of the seed): two runs with the same
+        // --seed log the same rounds. Kept to the first rounds of each vproc.
+        let mut schedule: Vec<[u64; 4]> = env
+            .schedule_log()
+            .iter()
+            .filter(|e| e.seq < 32)
+            .map(|e| [u64::from(e.vproc), e.seq, e.run_ns, e.off_ns])
+            .collect();
+        schedule.sort_unstable();
         if let Some(s) = env.finish() {
-            sched.push(serde_json::json!({ "x": x, "scheduler": summarize(&s) }));
+            sched.push(serde_json::json!({
+                "x": x,
+                "scheduler": summarize(&s),
+                "schedule_first_rounds_vproc_seq_run_ns_off_ns": schedule,
+            }));
         }
     }
     pb.finish_and_clear();
