@@ -40,8 +40,10 @@ fn planned_schedule(procs: u32, mp: f64, seed: u64) -> anyhow::Result<Vec<Schedu
         }
         Ok(())
     })?;
-    let log = emu.schedule_log();
+    // Rounds of different vprocs interleave in wall-clock order; the plan is per vproc.
+    let mut log = emu.schedule_log();
     emu.stop();
+    log.sort_by_key(|e| (e.vproc, e.seq));
     Ok(log)
 }
 
@@ -62,8 +64,12 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let started = Instant::now();
     let env = PointEnv::start(Preempt::Emulated, procs, mp, quantum, p.seed)?;
     let busy = BusyWork::global();
-    let work_ns = (secs * 1e9 / mp) as u64; // about `secs` of wall time at level mp
-    env.run(&|_| busy.run_ns(work_ns))?;
+    let deadline = mpsync::util::clock::now_ns() + (secs * 1e9) as u64;
+    env.run(&|_| {
+        while mpsync::util::clock::now_ns() < deadline {
+            busy.run_ns(100_000);
+        }
+    })?;
     pb.inc(1);
     let stats = env.finish().unwrap_or_default();
     let a = planned_schedule(procs, 2.5, p.seed)?;
@@ -71,8 +77,18 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let b = planned_schedule(procs, 2.5, p.seed)?;
     pb.inc(1);
     pb.finish_and_clear();
-    let n = a.len().min(b.len());
-    let same_seed_same_schedule = n > 0 && a[..n] == b[..n];
+    // Compare each vproc's common prefix of rounds.
+    let mut n = 0;
+    let mut same_seed_same_schedule = true;
+    for v in 0..procs {
+        let (x, y): (Vec<_>, Vec<_>) = (
+            a.iter().filter(|e| e.vproc == v).collect(),
+            b.iter().filter(|e| e.vproc == v).collect(),
+        );
+        let k = x.len().min(y.len());
+        n += k;
+        same_seed_same_schedule &= k > 0 && x[..k] == y[..k];
+    }
 
     let cpu_pct = 100.0 * stats.sched_cpu_ns as f64 / stats.wall_ns.max(1) as f64;
     let ratios = |v: &[mpsync::sched::emulated::Sample]| -> Vec<f64> {

@@ -32,25 +32,26 @@ fn spin_iters(n: u64) {
 }
 
 impl BusyWork {
-    /// Measures this machine's loop rate: the fastest of several 2 ms samples, so
-    /// that a sample interrupted by preemption does not lower the rate.
+    /// Measures this machine's loop rate: the fastest of 25 samples of about 1 ms
+    /// spread over some 40 ms, so that neither a preempted sample nor a short slow
+    /// spell of a virtual machine's host lowers the rate.
     pub fn calibrate() -> Self {
         // Under Miri a timing loop is meaningless and would take hours: use a nominal rate.
         if cfg!(miri) {
             return Self { iters_per_us: 1.0 };
         }
         let mut n = 1_000u64;
-        // Grow the sample until it takes about 2 ms.
+        // Grow the sample until it takes about 1 ms.
         loop {
             let t0 = now_ns();
             spin_iters(n);
             let dt = now_ns() - t0;
-            if dt >= 2_000_000 || n >= 1 << 36 {
+            if dt >= 1_000_000 || n >= 1 << 36 {
                 break;
             }
             n *= 2;
         }
-        let best = (0..7)
+        let best = (0..25)
             .map(|_| {
                 let t0 = now_ns();
                 spin_iters(n);
