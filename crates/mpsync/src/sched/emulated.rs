@@ -907,7 +907,7 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
             continue;
         }
         if !vp.active {
-            start_round(shared, vp, v, log, now, q);
+            start_round(shared, vp, v, log, q);
             vp.active = true;
             vp.slot = 0;
             vp.slot_start = now;
@@ -930,7 +930,7 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
                 if next_is_same {
                     // Nothing else competes: the thread just keeps running.
                     threads[i].cb.yielded.store(false, Ordering::Relaxed);
-                    start_round(shared, vp, v, log, now, q);
+                    start_round(shared, vp, v, log, q);
                     vp.slot_start = now;
                     vp.slot_end = now + vp.run_ns;
                     break;
@@ -959,7 +959,7 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
                 vp.slot = 0;
             }
             if vp.slot == 0 {
-                start_round(shared, vp, v, log, now, q);
+                start_round(shared, vp, v, log, q);
             }
             vp.slot_start = now;
             vp.slot_end = if vp.slot < n {
@@ -995,14 +995,7 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
     wake.max(now + MIN_SLEEP_NS)
 }
 
-fn start_round(
-    shared: &Shared,
-    vp: &mut Vproc,
-    v: u32,
-    log: &mut Vec<ScheduleEvent>,
-    _now: u64,
-    q: u64,
-) {
+fn start_round(shared: &Shared, vp: &mut Vproc, v: u32, log: &mut Vec<ScheduleEvent>, q: u64) {
     let j = shared.cfg.jitter;
     vp.run_ns = vp.rng.jitter(q as f64, j) as u64;
     vp.off_ns = (0..vp.others)
