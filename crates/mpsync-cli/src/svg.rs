@@ -48,6 +48,12 @@ fn fmt_tick(v: f64) -> String {
     }
 }
 
+/// An axis tick: as many decimals as the tick step needs, the same for every tick.
+fn fmt_axis(v: f64, step: f64) -> String {
+    let decimals = (-step.log10().floor()).clamp(0.0, 6.0) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// One line of a line chart.
 #[derive(Debug, Clone)]
 pub struct Series {
@@ -271,6 +277,16 @@ mod tests {
     fn bar_chart_draws_bars() {
         let svg = bar_chart("latency", "ns", &[("x".into(), 3.0), ("y".into(), 6.0)]);
         assert_eq!(svg.matches("<rect").count(), 3);
+    }
+
+    #[test]
+    fn axis_ticks_share_their_decimals() {
+        assert_eq!(
+            [0.0, 0.5, 1.0, 1.5].map(|v| fmt_axis(v, 0.5)),
+            ["0.0", "0.5", "1.0", "1.5"]
+        );
+        assert_eq!(fmt_axis(2.0, 1.0), "2");
+        assert_eq!(fmt_axis(0.25, 0.05), "0.25");
     }
 
     #[test]
