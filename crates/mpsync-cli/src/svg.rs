@@ -112,7 +112,7 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) ->
             r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
             LEFT - 6.0,
             py + 4.0,
-            fmt_tick(y)
+            fmt_axis(y, ys)
         );
         y += ys;
     }
@@ -130,7 +130,7 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) ->
             o,
             r#"<text x="{px}" y="{}" text-anchor="middle">{}</text>"#,
             TOP + ph + 18.0,
-            fmt_tick(x)
+            fmt_axis(x, xs)
         );
         x += xs;
     }
