@@ -17,6 +17,15 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
+/// `mpsync run ID --trials 1 --out OUT ARGS...`: a tiny run into a fresh directory.
+fn tiny_run(id: &str, name: &str, args: &[&str]) -> (PathBuf, Output) {
+    let out = tmpdir(name);
+    let mut all = vec!["run", id, "--trials", "1", "--out", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = mpsync(&all);
+    (out, o)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -122,21 +131,11 @@ fn check_run(out: &Path, dir: &str) -> serde_json::Value {
 
 #[test]
 fn tiny_run_without_preemption_writes_everything() {
-    let out = tmpdir("none");
-    let o = mpsync(&[
-        "run",
+    let (out, o) = tiny_run(
         "wks94-mplevel",
-        "--preempt",
         "none",
-        "--mp",
-        "1,2",
-        "--scale",
-        "0.005",
-        "--trials",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &["--preempt", "none", "--mp", "1,2", "--scale", "0.005"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("verdict:"), "{stdout}");
@@ -148,23 +147,20 @@ fn tiny_run_without_preemption_writes_everything() {
 
 #[test]
 fn tiny_emulated_run_has_a_verdict_and_scheduler_stats() {
-    let out = tmpdir("emu");
-    let o = mpsync(&[
-        "run",
+    let (out, o) = tiny_run(
         "wks94-mplevel",
-        "--preempt",
-        "emulated",
-        "--mp",
-        "1,2",
-        "--scale",
-        "0.01",
-        "--trials",
-        "1",
-        "--quantum-ms",
-        "5",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        "emu",
+        &[
+            "--preempt",
+            "emulated",
+            "--mp",
+            "1,2",
+            "--scale",
+            "0.01",
+            "--quantum-ms",
+            "5",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let j = check_run(&out, "wks94-mplevel@emulated");
     let status = j["verdict"]["status"].as_str().unwrap().to_string();
@@ -189,21 +185,11 @@ fn tiny_emulated_run_has_a_verdict_and_scheduler_stats() {
 
 #[test]
 fn tiny_os_run_leaves_no_competitor_behind() {
-    let out = tmpdir("os");
-    let o = mpsync(&[
-        "run",
+    let (out, o) = tiny_run(
         "wks94-procs",
-        "--preempt",
         "os",
-        "--procs",
-        "1",
-        "--scale",
-        "0.005",
-        "--trials",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &["--preempt", "os", "--procs", "1", "--scale", "0.005"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     check_run(&out, "wks94-procs@os");
     let left = Command::new("pgrep")

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use mpsync::sched::emulated::{Emulated, EmulatedConfig, ScheduleEvent};
+use mpsync::sched::emulated::{Emulated, EmulatedConfig, Sample, ScheduleEvent};
 use mpsync::util::busy::BusyWork;
 
 use super::{Experiment, Params};
@@ -45,6 +45,12 @@ fn planned_schedule(procs: u32, mp: f64, seed: u64) -> anyhow::Result<Vec<Schedu
     emu.stop();
     log.sort_by_key(|e| (e.vproc, e.seq));
     Ok(log)
+}
+
+/// Median of one field of the samples, in milliseconds (NaN if none).
+fn median_ms(samples: &[Sample], field: fn(&Sample) -> u64) -> f64 {
+    let v: Vec<u64> = samples.iter().map(field).collect();
+    median(&v).map_or(f64::NAN, |ns| ns as f64 / 1e6)
 }
 
 /// Runs it.
@@ -91,7 +97,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     }
 
     let cpu_pct = 100.0 * stats.sched_cpu_ns as f64 / stats.wall_ns.max(1) as f64;
-    let ratios = |v: &[mpsync::sched::emulated::Sample]| -> Vec<f64> {
+    let ratios = |v: &[Sample]| -> Vec<f64> {
         v.iter()
             .filter(|s| s.requested_ns > 0)
             .map(|s| s.actual_ns as f64 / s.requested_ns as f64)
@@ -100,31 +106,10 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let q = ratios(&stats.quanta);
     let off = ratios(&stats.off_times);
     let q_med = median(&q).unwrap_or(f64::NAN);
-    let ms = |ns: Option<u64>| ns.map_or(f64::NAN, |x| x as f64 / 1e6);
-    let req_q = ms(median(
-        &stats
-            .quanta
-            .iter()
-            .map(|s| s.requested_ns)
-            .collect::<Vec<_>>(),
-    ));
-    let act_q = ms(median(
-        &stats.quanta.iter().map(|s| s.actual_ns).collect::<Vec<_>>(),
-    ));
-    let req_off = ms(median(
-        &stats
-            .off_times
-            .iter()
-            .map(|s| s.requested_ns)
-            .collect::<Vec<_>>(),
-    ));
-    let act_off = ms(median(
-        &stats
-            .off_times
-            .iter()
-            .map(|s| s.actual_ns)
-            .collect::<Vec<_>>(),
-    ));
+    let req_q = median_ms(&stats.quanta, |s| s.requested_ns);
+    let act_q = median_ms(&stats.quanta, |s| s.actual_ns);
+    let req_off = median_ms(&stats.off_times, |s| s.requested_ns);
+    let act_off = median_ms(&stats.off_times, |s| s.actual_ns);
     let lat_p50 = median(&stats.preempt_latency_ns).map_or(f64::NAN, |x| x as f64 / 1e3);
     let lat_p99 = quantile(&stats.preempt_latency_ns, 0.99).map_or(f64::NAN, |x| x as f64 / 1e3);
     let cpu_ok = cpu_pct < MAX_CPU_PERCENT;
