@@ -156,7 +156,7 @@ fn tiny_emulated_run_has_a_verdict_and_scheduler_stats() {
             "--mp",
             "1,2",
             "--scale",
-            "0.01",
+            "0.05",
             "--quantum-ms",
             "5",
         ],

@@ -114,7 +114,11 @@ mod tests {
     #[cfg_attr(miri, ignore = "timing loop, meaningless under the interpreter")]
     fn calibrated_work_takes_about_its_time() {
         let w = BusyWork::calibrate();
-        // The fastest of several runs of 1 ms must not be much shorter than 1 ms.
+        // The fastest of several runs of 1 ms must not be far shorter than 1 ms: a
+        // removed loop or a unit error would make it 10-1000x shorter. The bound is
+        // loose because a virtual machine's host can change its speed by over 2x
+        // between calibration and measurement (seen here: the same C loop took
+        // 63-142 ms from one run to the next).
         let best = (0..5)
             .map(|_| {
                 let t0 = now_ns();
@@ -123,6 +127,6 @@ mod tests {
             })
             .min()
             .unwrap();
-        assert!(best > 500_000, "1 ms of work took only {best} ns");
+        assert!(best > 250_000, "1 ms of work took only {best} ns");
     }
 }
