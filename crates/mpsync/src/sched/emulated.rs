@@ -304,8 +304,9 @@ pub struct SchedStats {
 /// Samples kept at most, per kind (older ones are dropped from the vectors; the
 /// counters stay exact).
 const MAX_SAMPLES: usize = 100_000;
-/// How often the scheduler re-checks a warned thread.
-const WARN_POLL_NS: u64 = 50_000;
+/// How often the scheduler re-checks a warned thread. Only a fallback: a warned
+/// thread wakes the scheduler itself when it yields at the end of its section.
+const WARN_POLL_NS: u64 = 200_000;
 /// The scheduler never wakes sooner than this after a tick: it runs at real-time
 /// priority, and a busy loop there would starve the worker sharing its CPU.
 const MIN_SLEEP_NS: u64 = 10_000;
