@@ -14,7 +14,7 @@ use lock_api::RawMutex;
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use mpsync::lock::{Native, Np, Tas, TasB};
+use mpsync::lock::{Native, Np, Queued, Tas, TasB};
 use mpsync::sched::{self, Actor, ThreadState};
 
 /// Two threads increment a loom-tracked cell under the lock: loom reports any
@@ -150,4 +150,14 @@ fn np_holder_is_not_preempted_only_warned() {
         holder.join().unwrap();
         assert_eq!(cb.state(), ThreadState::Preemptable);
     });
+}
+
+#[test]
+fn queued_full_lock() {
+    two_threads_exclusive(Queued::new);
+}
+
+#[test]
+fn queued_try_lock() {
+    two_threads_bounded_attempts(Queued::new);
 }

@@ -4,7 +4,7 @@
 
 use std::hint::black_box;
 
-use mpsync::lock::{Native, NativeNp, Tas, TasB, TasBNp};
+use mpsync::lock::{Native, NativeNp, Queued, QueuedNp, Tas, TasB, TasBNp};
 use mpsync::util::clock::now_ns;
 
 /// A lock the harness can drive.
@@ -157,6 +157,8 @@ pub fn mutex_table() -> Vec<LockImpl> {
         row!("TAS-B-np", Origin::Paper, true, mpsync::Mutex<TasBNp, ()>),
         row!("Native", Origin::Paper, false, mpsync::Mutex<Native, ()>),
         row!("Native-np", Origin::Paper, false, mpsync::Mutex<NativeNp, ()>),
+        row!("Queued", Origin::Paper, true, mpsync::Mutex<Queued, ()>),
+        row!("Queued-np", Origin::Paper, true, mpsync::Mutex<QueuedNp, ()>),
         row!("TAS", Origin::Mpsync, true, mpsync::Mutex<Tas, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
         row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),

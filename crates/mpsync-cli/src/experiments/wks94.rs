@@ -22,6 +22,9 @@ Queued-Handshaking and Smart-Q do not; TAS-B-np is among the best";
 /// "Among the best": within this factor of the fastest implementation.
 pub const AMONG_THE_BEST: f64 = 1.10;
 
+/// "Collapse": at least this many times slower than TAS-B-np.
+pub const COLLAPSE: f64 = 1.5;
+
 /// Loop iterations per worker at `--scale 1`.
 pub const BASE_ITERS: f64 = 4000.0;
 
@@ -113,7 +116,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         .iter()
         .map(|&(n, m)| if by_procs { f64::from(n) } else { m })
         .collect();
-    let mut verdict = verdict(&pts, &xs, by_procs, preempt);
+    let mut verdict = verdict(&pts, &points, by_procs, preempt);
     for &x in &xs {
         let v: Vec<f64> = trials
             .iter()
@@ -225,9 +228,15 @@ pub fn summarize_points(trials: &[Trial], names: &[&str], baseline: &str) -> Vec
     out
 }
 
-/// Evaluates 003's conclusion on the points: the clause about TAS-B-np is
-/// evaluable now; the clauses about queued locks wait for those locks.
-pub fn verdict(points: &[Point], xs: &[f64], by_procs: bool, preempt: Preempt) -> Verdict {
+/// Evaluates 003's conclusion on the points (`setup`: (processors, MP level) of
+/// each x, in order). Evaluable now: "TAS-B-np is among the best" and "Queued and
+/// Queued-np collapse"; the Handshaking/Smart-Q clause waits for those locks.
+pub fn verdict(
+    points: &[Point],
+    setup: &[(u32, f64)],
+    by_procs: bool,
+    preempt: Preempt,
+) -> Verdict {
     let mut details = Vec::new();
     if preempt == Preempt::None {
         details
@@ -238,15 +247,20 @@ pub fn verdict(points: &[Point], xs: &[f64], by_procs: bool, preempt: Preempt) -
             details,
         };
     }
+    let xof = |&(n, m): &(u32, f64)| if by_procs { f64::from(n) } else { m };
+    let xs: Vec<f64> = setup.iter().map(xof).collect();
     let at = |name: &str, x: f64| {
         points
             .iter()
             .find(|p| p.implementation == name && p.x == x)
             .map(|p| p.value)
     };
+    let label = if by_procs { "processors" } else { "MP" };
     let mut holds = true;
+
+    // Clause 1: TAS-B-np among the best at every multiprogrammed point.
     let mut checked = 0;
-    for &x in xs {
+    for &x in &xs {
         if !by_procs && x <= 1.0 {
             continue; // the clause is about multiprogramming
         }
@@ -265,8 +279,7 @@ pub fn verdict(points: &[Point], xs: &[f64], by_procs: bool, preempt: Preempt) -
         holds &= ok;
         checked += 1;
         details.push(format!(
-            "{} {x}: TAS-B-np / best ({}) = {ratio:.2} ({})",
-            if by_procs { "processors" } else { "MP" },
+            "{label} {x}: TAS-B-np / best ({}) = {ratio:.2} ({})",
             best.implementation,
             if ok {
                 "among the best"
@@ -280,11 +293,51 @@ pub fn verdict(points: &[Point], xs: &[f64], by_procs: bool, preempt: Preempt) -
         details.push("no multiprogrammed point measured: use MP levels above 1".into());
     }
     details.push(format!("rule: \"among the best\" = within {AMONG_THE_BEST:.2}x of the fastest implementation at every point"));
-    details.push("not yet evaluable: \"Queued and Queued-np collapse\" and \"Queued-Handshaking and Smart-Q do not\" need those locks (the lock-family work)".into());
+
+    // Clause 2: the plain and -np queued locks collapse: at the most multiprogrammed
+    // point with at least two workers (a queue needs a waiter), each is at least
+    // COLLAPSE times slower than TAS-B-np.
+    let target = setup
+        .iter()
+        .filter(|(n, m)| *n >= 2 && *m > 1.0)
+        .max_by(|a, b| {
+            if by_procs {
+                a.0.cmp(&b.0)
+            } else {
+                a.1.total_cmp(&b.1)
+            }
+        });
+    match target {
+        Some(t) => {
+            let x = xof(t);
+            for q in ["Queued", "Queued-np"] {
+                if let (Some(v), Some(np)) = (at(q, x), at("TAS-B-np", x)) {
+                    let ratio = v / np;
+                    let ok = ratio >= COLLAPSE;
+                    holds &= ok;
+                    details.push(format!(
+                        "{label} {x}: {q} / TAS-B-np = {ratio:.2} ({})",
+                        if ok { "collapsed" } else { "did not collapse" }
+                    ));
+                }
+            }
+            details.push(format!("rule: \"collapse\" = at least {COLLAPSE:.1}x slower than TAS-B-np at the most multiprogrammed point"));
+        }
+        None => {
+            holds = false;
+            details.push(
+                "the queued-lock clause needs a point with at least 2 processors and MP above 1"
+                    .into(),
+            );
+        }
+    }
+    details.push("not yet evaluable: \"Queued-Handshaking and Smart-Q do not collapse\" needs those locks (the lock-family work)".into());
     if !by_procs {
         for name in [
             "TAS-B",
             "TAS-B-np",
+            "Queued",
+            "Queued-np",
             "Native",
             "std::sync::Mutex",
             "parking_lot::Mutex",
@@ -325,30 +378,71 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tas_b_np_among_the_best_is_partly_evaluable() {
-        let pts = vec![
+    fn mp_points(np2: f64, queued2: f64) -> Vec<Point> {
+        vec![
             pt("TAS-B-np", 1.0, 1.0),
             pt("TAS-B", 1.0, 1.0),
-            pt("TAS-B-np", 2.0, 2.05),
+            pt("Queued", 1.0, 1.0),
+            pt("Queued-np", 1.0, 1.0),
+            pt("TAS-B-np", 2.0, np2),
             pt("TAS-B", 2.0, 3.0),
             pt("Native", 2.0, 2.0),
-        ];
-        let v = verdict(&pts, &[1.0, 2.0], false, Preempt::Emulated);
+            pt("Queued", 2.0, queued2),
+            pt("Queued-np", 2.0, queued2),
+        ]
+    }
+    const SETUP: [(u32, f64); 2] = [(2, 1.0), (2, 2.0)];
+
+    #[test]
+    fn evaluable_clauses_holding_is_partly_evaluable() {
+        let v = verdict(&mp_points(2.05, 5.0), &SETUP, false, Preempt::Emulated);
         assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
+        assert!(
+            v.details
+                .iter()
+                .any(|d| d.contains("Queued / TAS-B-np = 2.44 (collapsed)")),
+            "{v:?}"
+        );
         assert!(v.details.iter().any(|d| d.contains("not yet evaluable")));
     }
 
     #[test]
     fn tas_b_np_far_behind_does_not_hold() {
-        let pts = vec![pt("TAS-B-np", 2.0, 3.0), pt("Native", 2.0, 2.0)];
-        let v = verdict(&pts, &[2.0], false, Preempt::Os);
+        let v = verdict(&mp_points(3.0, 9.0), &SETUP, false, Preempt::Os);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
     }
 
     #[test]
+    fn queued_locks_that_do_not_collapse_do_not_hold() {
+        let v = verdict(&mp_points(2.0, 2.2), &SETUP, false, Preempt::Emulated);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert!(
+            v.details.iter().any(|d| d.contains("did not collapse")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn one_processor_cannot_show_a_queue_collapse() {
+        let pts = vec![pt("TAS-B-np", 2.0, 1.0), pt("Queued", 2.0, 1.0)];
+        let v = verdict(&pts, &[(1, 2.0)], false, Preempt::Emulated);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert!(
+            v.details
+                .iter()
+                .any(|d| d.contains("at least 2 processors")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn no_multiprogramming_is_not_a_verdict() {
-        let v = verdict(&[pt("TAS-B-np", 1.0, 1.0)], &[1.0], false, Preempt::None);
+        let v = verdict(
+            &[pt("TAS-B-np", 1.0, 1.0)],
+            &[(2, 1.0)],
+            false,
+            Preempt::None,
+        );
         assert_eq!(v.status, Status::Measurement);
     }
 

@@ -6,6 +6,7 @@
 //! | [`Tas`]     | TAS          | swapping                   | all papers' baseline        |
 //! | [`TasB`]    | TAS-B        | test, backoff (cap 30 µs)  | 003 §4.1, 000 §4            |
 //! | [`Native`]  | Native       | futex (`sched::park`)      | 003 §4.1, 001 §4            |
+//! | [`Queued`]  | Queued (MCS) | spinning on its own node   | 003 §4.1                    |
 //! | [`Np<L>`]   | L-np         | as `L`, CS no-preempt      | 003 §3, 001 §3 (Symunix)    |
 //!
 //! ```
@@ -17,11 +18,13 @@
 
 mod native;
 mod np;
+mod queued;
 mod tas;
 mod tas_b;
 
 pub use native::Native;
 pub use np::{Np, NpGuard};
+pub use queued::{Queued, QueuedGuard};
 pub use tas::Tas;
 pub use tas_b::TasB;
 
@@ -29,6 +32,8 @@ pub use tas_b::TasB;
 pub type TasBNp = Np<TasB>;
 /// The native (futex) lock with its critical section marked no-preempt.
 pub type NativeNp = Np<Native>;
+/// The MCS queue lock with its critical section marked no-preempt (003 "Queued-no-preempt").
+pub type QueuedNp = Np<Queued>;
 
 /// Invalid lock parameters supplied by the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +100,15 @@ mod tests {
         )*};
     }
 
-    lock_tests!(tas: Tas, tas_b: TasB, native: Native, tas_b_np: TasBNp, native_np: NativeNp);
+    lock_tests!(
+        tas: Tas,
+        tas_b: TasB,
+        native: Native,
+        tas_b_np: TasBNp,
+        native_np: NativeNp,
+        queued: Queued,
+        queued_np: QueuedNp
+    );
 
     #[test]
     fn lock_error_displays_its_message() {
