@@ -176,6 +176,96 @@ fn extensions_are_bounded() {
     assert_eq!(sched::current().state(), ThreadState::Preemptable);
 }
 
+/// Several of our threads attached to one vproc at MP level 1 take turns: each
+/// runs about a third of the time, and (state words sampled by whichever runs)
+/// never are two of them un-`Preempted` at once.
+#[test]
+fn several_threads_share_one_vproc() {
+    let _s = serial();
+    const N: usize = 3;
+    let machine = gap_fraction(None);
+    let cfg = EmulatedConfig::new(1, 1.0)
+        .unwrap()
+        .quantum(Duration::from_millis(3))
+        .seed(5);
+    let emu = Emulated::start(cfg).unwrap();
+    let g0 = sched::generation();
+    let blocks: Mutex<Vec<&'static sched::ContextBlock>> = Mutex::new(Vec::new());
+    let go = std::sync::Barrier::new(N);
+    // One measurement window for all (a detached thread's block reads Preemptable).
+    let start_at = std::sync::atomic::AtomicU64::new(0);
+    let results: Vec<(f64, u64, u64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..N)
+            .map(|_| {
+                let (emu, blocks, go, start_at) = (&emu, &blocks, &go, &start_at);
+                s.spawn(move || {
+                    let _a = emu.attach(0).unwrap();
+                    blocks.lock().unwrap().push(sched::current());
+                    go.wait();
+                    let others: Vec<_> = blocks
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .copied()
+                        .filter(|b| !std::ptr::eq(*b, sched::current()))
+                        .collect();
+                    // Start 20 ms on, once the scheduler has reconciled the late arrivals.
+                    let _ = start_at.compare_exchange(
+                        0,
+                        now_ns() + 20_000_000,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    let start = start_at.load(Ordering::Relaxed);
+                    while now_ns() < start {}
+                    let (mut last, mut off) = (start, 0u64);
+                    let (mut samples, mut both) = (0u64, 0u64);
+                    while last < start + 600_000_000 {
+                        let t = now_ns();
+                        if t - last > 500_000 {
+                            off += t - last;
+                        }
+                        last = t;
+                        let me = sched::current().state() != ThreadState::Preempted;
+                        let running = others
+                            .iter()
+                            .filter(|b| b.state() != ThreadState::Preempted)
+                            .count();
+                        samples += 1;
+                        if me && running > 0 {
+                            both += 1;
+                        }
+                    }
+                    (off as f64 / (last - start) as f64, samples, both)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let p = sched::partition();
+    let st = emu.stop();
+    assert!(
+        sched::generation() > g0,
+        "attaching did not bump the generation"
+    );
+    assert_eq!(p.source, "emulated");
+    let want = 1.0 - (1.0 - machine) / N as f64;
+    eprintln!("off-time fractions {results:?}, expected about {want:.3} each");
+    for (i, &(off, samples, both)) in results.iter().enumerate() {
+        assert!(
+            (off - want).abs() < 0.1,
+            "thread {i}: off-time fraction {off:.3}, expected about {want:.3} (machine alone {machine:.3}); {st:?}"
+        );
+        // Sampling the words is not atomic, so a switch between two reads can show
+        // two at once: tolerate a trace of that, not a thread left running.
+        assert!(
+            both * 1000 <= samples,
+            "thread {i}: ran beside another thread of its vproc in {both} of {samples} samples"
+        );
+    }
+    assert!(st.preemptions > 100, "{st:?}");
+}
+
 fn planned(seed: u64) -> Vec<mpsync::sched::emulated::ScheduleEvent> {
     let cfg = EmulatedConfig::new(1, 2.5)
         .unwrap()
@@ -201,6 +291,8 @@ fn same_seed_same_schedule() {
     assert!(n >= 5, "too few rounds logged: {n}");
     assert_eq!(a[..n], b[..n]);
     assert_ne!(a[..n], c[..n]);
+    // m = 2.5 on one vproc: round(0.5 · 1) = 1 vproc gets ⌈m⌉ − 1 = 2 others.
+    assert!(a.iter().all(|e| e.others == 2), "{:?}", &a[..n]);
 }
 
 #[test]

@@ -103,8 +103,13 @@ pub enum HandlerWait {
     /// (the papers' method). Right when attached threads ≤ real cores.
     Spin,
     /// Sleep on a futex: the real processor is free. Right when more threads are
-    /// attached than there are real cores (several per virtual processor).
+    /// attached than there are real cores (several per virtual processor): a
+    /// spinning preempted thread would then take real time from a running one.
     Block,
+    /// The default: [`Spin`](Self::Spin) while the attached threads fit the cores
+    /// available to the process, [`Block`](Self::Block) when there are more
+    /// (decided at each preemption, from the number attached then).
+    Auto,
 }
 
 /// Configuration of a pseudo-scheduler run.
@@ -126,7 +131,7 @@ pub struct EmulatedConfig {
     pub repartition_every: Option<Duration>,
     /// Ask for `SCHED_FIFO` for the scheduler thread.
     pub realtime: bool,
-    /// How preempted threads wait.
+    /// How preempted threads wait (default [`HandlerWait::Auto`]).
     pub handler_wait: HandlerWait,
 }
 
@@ -137,7 +142,8 @@ fn cores_available() -> u32 {
 impl EmulatedConfig {
     /// A validated config with defaults: quantum 10 ms, jitter ±10%, seed 1,
     /// extension bound 2 ms, no repartitioning, real-time priority if permitted,
-    /// spinning handler.
+    /// handler that spins while the attached threads fit the cores and sleeps
+    /// beyond ([`HandlerWait::Auto`]).
     pub fn new(processors: u32, mp: f64) -> Result<Self, SchedError> {
         let c = Self {
             processors,
@@ -148,7 +154,7 @@ impl EmulatedConfig {
             extension_bound: Duration::from_millis(2),
             repartition_every: None,
             realtime: true,
-            handler_wait: HandlerWait::Spin,
+            handler_wait: HandlerWait::Auto,
         };
         c.validate()?;
         Ok(c)
@@ -261,6 +267,10 @@ pub struct ScheduleEvent {
     /// Planned off-time, the other applications' quanta together (ns); 0 when
     /// there are none on this vproc.
     pub off_ns: u64,
+    /// Simulated other applications on this vproc: `⌈m⌉ − 1` on the first
+    /// `round(frac(m)·P)` vprocs, `⌊m⌋ − 1` on the rest (m = 1.5 on 2 vprocs: one
+    /// other application on vproc 0, none on vproc 1). See [`EmulatedConfig::others_on`].
+    pub others: u32,
 }
 
 /// A measured (requested, actual) duration pair.
@@ -372,11 +382,25 @@ struct Shared {
     stopped: AtomicBool,
     /// Per vproc: nothing else competes for it (a yield there returns at once).
     alone: Vec<AtomicBool>,
+    /// Threads attached now (for [`HandlerWait::Auto`]).
+    attached: AtomicU32,
+    /// Cores available to the process when the scheduler started.
+    cores: u32,
 }
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a preempted thread should sleep rather than spin now.
+    fn blocking(&self) -> bool {
+        match self.cfg.handler_wait {
+            HandlerWait::Spin => false,
+            HandlerWait::Block => true,
+            // Relaxed: a policy hint; either answer is safe (a sleeper is always woken).
+            HandlerWait::Auto => self.attached.load(Ordering::Relaxed) > self.cores,
+        }
     }
 
     fn kick(&self) {
@@ -431,12 +455,9 @@ extern "C" fn on_preempt_signal(_sig: libc::c_int) {
     wait_resumed(cb, blocking_wait(cb));
 }
 
-/// Whether `cb`'s scheduler asked for the blocking handler wait.
+/// Whether `cb`'s scheduler wants a preempted thread to sleep rather than spin.
 fn blocking_wait(cb: &ContextBlock) -> bool {
-    // Acquire: pairs with the Release store in `attach`, so the Shared is initialized.
-    let p = cb.emu.load(Ordering::Acquire) as *const Shared;
-    // SAFETY: a non-null `emu` holds a strong count on its Shared (see `attach`).
-    !p.is_null() && unsafe { (*p).cfg.handler_wait == HandlerWait::Block }
+    shared_of(cb).is_some_and(Shared::blocking)
 }
 
 /// Waits while the scheduler keeps `cb` preempted.
@@ -525,6 +546,8 @@ impl Emulated {
             kick: AtomicU32::new(0),
             stopping: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            attached: AtomicU32::new(0),
+            cores: cores_available(),
         });
         publish(&shared.lock());
         let sh = shared.clone();
@@ -580,6 +603,10 @@ impl Emulated {
             let strong = Arc::into_raw(self.shared.clone()) as *mut ();
             // Release: pairs with the Acquire loads of `emu` (is_attached, the handler).
             cb.emu.store(strong, Ordering::Release);
+            // Relaxed: see `Shared::blocking`.
+            self.shared
+                .attached
+                .store(inner.threads.len() as u32, Ordering::Relaxed);
             refresh_alone(&self.shared, &inner);
             publish(&inner);
         }
@@ -676,6 +703,10 @@ fn detach(cb: &'static ContextBlock) {
         }
         cb.emu.store(std::ptr::null_mut(), Ordering::Release);
         cb.vproc.store(NO_PROCESSOR, Ordering::Relaxed);
+        // Relaxed: see `Shared::blocking`.
+        shared
+            .attached
+            .store(inner.threads.len() as u32, Ordering::Relaxed);
         refresh_alone(shared, &inner);
         publish(&inner);
         drop(inner);
@@ -716,12 +747,10 @@ pub(crate) fn yield_attached(cb: &'static ContextBlock) {
             // Release: the scheduler's Acquire swap sees the yield after the state.
             cb.yielded.store(true, Ordering::Release);
             shared.kick();
-            wait_resumed(cb, shared.cfg.handler_wait == HandlerWait::Block);
+            wait_resumed(cb, shared.blocking());
         }
         // The scheduler preempted us first: its signal is on the way; wait as it would.
-        Err(_) if cb.state() == ThreadState::Preempted => {
-            wait_resumed(cb, shared.cfg.handler_wait == HandlerWait::Block)
-        }
+        Err(_) if cb.state() == ThreadState::Preempted => wait_resumed(cb, shared.blocking()),
         // Inside a no-preempt section a yield is only a hint: ignore it.
         Err(_) => {}
     }
@@ -740,6 +769,9 @@ fn refresh_alone(shared: &Shared, inner: &Inner) {
     }
 }
 
+/// Publishes the partition under a new generation (every change bumps it: attach,
+/// detach, repartition). A reader between the bump and the store gets the previous
+/// snapshot, whose older `generation` tells it to read again later.
 fn publish(inner: &Inner) {
     let k = inner.available;
     let threads_per_processor = (0..k)
@@ -751,7 +783,7 @@ fn publish(inner: &Inner) {
     partition::publish_emulated(Some(Partition {
         processors: k,
         threads_per_processor,
-        generation: partition::generation(),
+        generation: partition::bump(),
         cpu_quota: None,
         source: "emulated",
     }));
@@ -860,7 +892,8 @@ fn resume(shared: &Shared, t: &mut Attached, stats: &mut SchedStats, now: u64) {
     {
         // Release: pairs with the Acquire load in `wait_resumed`.
         cb.resume.fetch_add(1, Ordering::Release);
-        if shared.cfg.handler_wait == HandlerWait::Block {
+        // Under Auto the thread may have chosen to sleep when more were attached.
+        if shared.cfg.handler_wait != HandlerWait::Spin {
             super::futex::wake(&cb.resume, 1);
         }
         if let Some(s) = t.stopped_at.take() {
@@ -1009,6 +1042,7 @@ fn start_round(shared: &Shared, vp: &mut Vproc, v: u32, log: &mut Vec<ScheduleEv
             seq: vp.round,
             run_ns: vp.run_ns,
             off_ns: vp.off_ns,
+            others: vp.others,
         },
     );
     vp.round += 1;
@@ -1034,9 +1068,36 @@ fn repartition(shared: &Shared, inner: &mut Inner) {
             vp.active = false;
         }
     }
-    partition::bump();
     refresh_alone(shared, inner);
     publish(inner);
+}
+
+/// Sleeps while `*word == seen`, until the absolute `CLOCK_MONOTONIC` time
+/// `deadline_ns` (the scale of [`now_ns`]): `FUTEX_WAIT_BITSET` takes an absolute
+/// timeout, so time spent between deciding and sleeping does not shift the wake-up,
+/// and a [`Shared::kick`] ends the sleep early.
+fn sleep_until(word: &AtomicU32, seen: u32, deadline_ns: u64) {
+    /// Wake on any `FUTEX_WAKE` (the kernel's `FUTEX_BITSET_MATCH_ANY`).
+    const MATCH_ANY: u32 = u32::MAX;
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit atomic for the duration of the call;
+    // FUTEX_WAIT_BITSET only reads it; `ts` is a live timespec; without
+    // FUTEX_CLOCK_REALTIME the absolute timeout is on CLOCK_MONOTONIC. Every outcome
+    // (woken, EAGAIN: the word moved, ETIMEDOUT, EINTR) just returns to the loop.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            MATCH_ANY,
+        );
+    }
 }
 
 fn try_realtime() -> bool {
@@ -1061,10 +1122,7 @@ fn scheduler_main(shared: &Shared) {
             inner.stats.sched_cpu_ns = thread_cpu_ns() - cpu0;
             w
         };
-        let now = now_ns();
-        if wake > now {
-            super::futex::wait(&shared.kick, seen, Some(Duration::from_nanos(wake - now)));
-        }
+        sleep_until(&shared.kick, seen, wake);
     }
     // Resume everyone and leave.
     let now = now_ns();
