@@ -1076,6 +1076,7 @@ fn repartition(shared: &Shared, inner: &mut Inner) {
 /// `deadline_ns` (the scale of [`now_ns`]): `FUTEX_WAIT_BITSET` takes an absolute
 /// timeout, so time spent between deciding and sleeping does not shift the wake-up,
 /// and a [`Shared::kick`] ends the sleep early.
+#[cfg(not(loom))]
 fn sleep_until(word: &AtomicU32, seen: u32, deadline_ns: u64) {
     /// Wake on any `FUTEX_WAKE` (the kernel's `FUTEX_BITSET_MATCH_ANY`).
     const MATCH_ANY: u32 = u32::MAX;
@@ -1098,6 +1099,12 @@ fn sleep_until(word: &AtomicU32, seen: u32, deadline_ns: u64) {
             MATCH_ANY,
         );
     }
+}
+
+/// Under loom (which never runs the scheduler thread) a model yield, as `park` is.
+#[cfg(loom)]
+fn sleep_until(word: &AtomicU32, seen: u32, _deadline_ns: u64) {
+    let _ = super::futex::wait(word, seen, None);
 }
 
 fn try_realtime() -> bool {
