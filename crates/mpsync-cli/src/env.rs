@@ -45,6 +45,9 @@ pub struct Outcome {
     pub preemptions: u64,
     /// Emulated warnings during the run.
     pub warnings: u64,
+    /// (last worker's finish - first worker's finish) / `wall`: 0 when all
+    /// workers (each doing the same work) finish together.
+    pub finish_spread: f64,
 }
 
 /// One point's environment: started once, used for every trial and implementation.
@@ -128,9 +131,16 @@ impl PointEnv {
             Ok((t0, fins))
         })?;
         let after = self.emu.as_ref().map(Emulated::stats).unwrap_or_default();
-        let end = finishes.into_iter().max().unwrap_or(t0);
+        let end = finishes.iter().copied().max().unwrap_or(t0);
+        let first = finishes.iter().copied().min().unwrap_or(end);
+        let wall = end.saturating_sub(t0);
         Ok(Outcome {
-            wall: Duration::from_nanos(end.saturating_sub(t0)),
+            wall: Duration::from_nanos(wall),
+            finish_spread: if wall > 0 {
+                (end - first) as f64 / wall as f64
+            } else {
+                0.0
+            },
             preemptions: after.preemptions - before.preemptions,
             warnings: after.warnings - before.warnings,
         })

@@ -73,19 +73,19 @@ struct Common {
     #[arg(long, value_enum)]
     preempt: Option<Preempt>,
     /// Multiprogramming levels, comma-separated, each >= 1 (e.g. 1,1.5,2,3).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     mp: Option<String>,
     /// Processor counts, comma-separated, each between 1 and the available processors.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     procs: Option<String>,
     /// Scheduling quantum in milliseconds (default: the paper's; 20 ms for wks94).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     quantum_ms: Option<f64>,
     /// Trials per point; the figure shows the mean of the middle n-2 (7 → the median 5).
     #[arg(long)]
     trials: Option<u32>,
     /// Multiplies every operation count (0.01 is a smoke run that still exercises everything).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     scale: Option<f64>,
     /// Seed of schedules and workload jitter: the same seed replays the same schedule.
     #[arg(long, default_value_t = 1)]
@@ -313,5 +313,80 @@ fn main() -> ExitCode {
             eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The resolved parameters of `mpsync run wks94-mplevel ARGS...`.
+    fn resolve(args: &[&str]) -> anyhow::Result<Params> {
+        let mut all = vec!["mpsync", "run", "wks94-mplevel"];
+        all.extend_from_slice(args);
+        match Cli::try_parse_from(all)?.cmd {
+            Cmd::Run { common, .. } => common.resolve(),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn err(args: &[&str]) -> String {
+        format!("{:#}", resolve(args).expect_err("accepted"))
+    }
+
+    #[test]
+    fn mp_levels_parse_as_a_comma_separated_list() {
+        let p = resolve(&["--mp", "1, 1.5,2,3"]).unwrap();
+        assert_eq!(p.mp, Some(vec![1.0, 1.5, 2.0, 3.0]));
+        assert_eq!(resolve(&[]).unwrap().mp, None, "the experiment's default");
+        assert_eq!(
+            err(&["--mp", "0.5"]),
+            "--mp 0.5: multiprogramming level must be >= 1 and <= 64 (e.g. --mp 1,2,3)"
+        );
+        assert!(err(&["--mp", "1,x"]).contains("comma-separated list"));
+        assert!(err(&["--mp", ""]).contains("comma-separated list"));
+        assert!(err(&["--mp", "NaN"]).contains("must be >= 1"));
+        assert!(err(&["--mp", "65"]).contains("<= 64"));
+    }
+
+    #[test]
+    fn processors_are_bounded_by_the_machine() {
+        let cores = mpsync::sched::native::available_cpus().unwrap().len();
+        let p = resolve(&["--procs", "1"]).unwrap();
+        assert_eq!(p.procs, Some(vec![1]));
+        assert_eq!(p.cores as usize, cores);
+        let too_many = (cores + 1).to_string();
+        let e = err(&["--procs", &too_many]);
+        assert!(
+            e.starts_with(&format!(
+                "--procs {too_many}: this machine has {cores} available"
+            )),
+            "{e}"
+        );
+        assert!(err(&["--procs", "0"]).contains("available"));
+    }
+
+    #[test]
+    fn quick_is_a_preset_that_explicit_flags_override() {
+        let p = resolve(&[]).unwrap();
+        assert_eq!((p.trials, p.scale, p.quick), (7, 1.0, false));
+        let q = resolve(&["--quick"]).unwrap();
+        assert_eq!((q.trials, q.scale, q.quick), (3, 0.3, true));
+        let r = resolve(&["--quick", "--trials", "5", "--scale", "0.01"]).unwrap();
+        assert_eq!((r.trials, r.scale), (5, 0.01));
+    }
+
+    #[test]
+    fn nonsense_counts_are_rejected() {
+        assert!(err(&["--trials", "0"]).starts_with("--trials 0:"));
+        assert!(err(&["--scale", "0"]).starts_with("--scale 0:"));
+        assert!(err(&["--scale", "-1"]).starts_with("--scale -1:"));
+        assert!(err(&["--quantum-ms", "0"]).starts_with("--quantum-ms 0:"));
+        assert!(err(&["--quantum-ms", "-3"]).starts_with("--quantum-ms -3:"));
+        assert!(err(&["--procs", "-1"]).contains("comma-separated list"));
+        assert_eq!(
+            resolve(&["--quantum-ms", "5"]).unwrap().quantum(20.0),
+            std::time::Duration::from_millis(5)
+        );
     }
 }

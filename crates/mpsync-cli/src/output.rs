@@ -97,7 +97,7 @@ pub struct Verdict {
 }
 
 /// One trial of one implementation at one x value.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Trial {
     /// Implementation name.
     pub implementation: String,
@@ -111,6 +111,16 @@ pub struct Trial {
     pub preemptions: u64,
     /// Warnings (honoured no-preempt requests) during the trial.
     pub warnings: u64,
+    /// Multiprogramming level of the point, where the experiment has one.
+    #[serde(default)]
+    pub mp: Option<f64>,
+    /// Processors (worker threads) of the point, where the experiment has them.
+    #[serde(default)]
+    pub procs: Option<u32>,
+    /// Fairness: (last worker's finish - first worker's finish) / wall time.
+    /// Every worker does the same work, so an unfair lock finishes some early.
+    #[serde(default)]
+    pub finish_spread: Option<f64>,
 }
 
 /// A summary point: trimmed mean of the trials, and that normalized.
@@ -179,21 +189,26 @@ fn csv_field(s: &str) -> String {
 /// Writes data.csv, run.json and figure.svg into `dir`.
 pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut csv =
-        String::from("experiment,implementation,preempt,x,trial,value,unit,preemptions,warnings\n");
+    let mut csv = String::from(
+        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread\n",
+    );
+    let opt = |v: Option<String>| v.unwrap_or_default();
     for t in &rec.trials {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&rec.experiment),
             csv_field(&t.implementation),
             rec.preempt,
+            opt(t.mp.map(|m| m.to_string())),
+            opt(t.procs.map(|n| n.to_string())),
             t.x,
             t.trial,
             t.value,
             csv_field(&rec.unit),
             t.preemptions,
-            t.warnings
+            t.warnings,
+            opt(t.finish_spread.map(|f| format!("{f:.4}")))
         );
     }
     let w = |name: &str, body: &[u8]| {

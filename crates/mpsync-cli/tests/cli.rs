@@ -67,6 +67,7 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
             "unknown experiment 'no-such-thing'",
         ),
         (vec!["run", "wks94-mplevel", "--scale", "0"], "--scale 0"),
+        (vec!["run", "wks94-mplevel", "--scale", "-1"], "--scale -1"),
         (
             vec!["run", "wks94-mplevel", "--trials", "0"],
             "at least 1 trial",
@@ -142,6 +143,22 @@ fn tiny_run_without_preemption_writes_everything() {
     let j = check_run(&out, "wks94-mplevel@none");
     assert_eq!(j["verdict"]["status"], "measurement");
     assert_eq!(j["params"]["common"]["trials"], 1);
+    // data.csv: one row per (implementation, point), with the point's MP level,
+    // processors and the workers' finish spread (fairness) in [0, 1].
+    let csv = std::fs::read_to_string(out.join("wks94-mplevel@none/data.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (mp, procs, spread) = (col("mp"), col("procs"), col("finish_spread"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let impls = j["params"]["implementations"].as_array().unwrap().len();
+    assert_eq!(rows.len(), 2 * impls, "{csv}");
+    for r in &rows {
+        assert!(["1", "2"].contains(&r[mp]), "{r:?}");
+        assert!(r[procs].parse::<u32>().unwrap() >= 1, "{r:?}");
+        let f: f64 = r[spread].parse().unwrap();
+        assert!((0.0..=1.0).contains(&f), "{r:?}");
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 

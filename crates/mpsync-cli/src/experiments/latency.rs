@@ -37,8 +37,8 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                         x: 1.0,
                         trial: t,
                         value: ns,
-                        preemptions: 0,
-                        warnings: 0,
+                        procs: Some(1),
+                        ..Trial::default()
                     });
                     pb.inc(1);
                 };

@@ -88,6 +88,9 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
                     value: o.wall.as_secs_f64(),
                     preemptions: o.preemptions,
                     warnings: o.warnings,
+                    mp: Some(mp),
+                    procs: Some(procs),
+                    finish_spread: Some(o.finish_spread),
                 });
                 pb.inc(1);
             }
@@ -133,6 +136,28 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
                 v.len()
             ));
         }
+    }
+    // Fairness at the last point: every worker does the same work, so an unfair
+    // lock lets some finish well before the others.
+    if let Some(&x) = xs
+        .last()
+        .filter(|_| points.last().is_some_and(|p| p.0 >= 2))
+    {
+        let spreads: Vec<String> = names
+            .iter()
+            .filter_map(|n| {
+                let v: Vec<f64> = trials
+                    .iter()
+                    .filter(|t| t.implementation == *n && t.x == x)
+                    .filter_map(|t| t.finish_spread)
+                    .collect();
+                crate::stats::median(&v).map(|m| format!("{n} {m:.2}"))
+            })
+            .collect();
+        verdict.details.push(format!(
+            "fairness at {x}: median (last - first worker finish) / run time: {}",
+            spreads.join(", ")
+        ));
     }
     let x_label = if by_procs {
         "processors"
@@ -453,8 +478,7 @@ mod tests {
             x,
             trial: 0,
             value: v,
-            preemptions: 0,
-            warnings: 0,
+            ..Trial::default()
         };
         let trials = vec![
             t("TAS-B", 1.0, 2.0),
