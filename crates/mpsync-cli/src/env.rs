@@ -39,7 +39,7 @@ impl Preempt {
 /// What one run of the workers measured.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Outcome {
-    /// From the start barrier to the last worker's finish.
+    /// From the first worker's start (after the start barrier) to the last one's finish.
     pub wall: Duration,
     /// Emulated preemptions during the run.
     pub preemptions: u64,
@@ -99,12 +99,15 @@ impl PointEnv {
     pub fn run(&self, body: &(dyn Fn(u32) + Sync)) -> anyhow::Result<Outcome> {
         let n = self.cpus.len();
         let before = self.emu.as_ref().map(Emulated::stats).unwrap_or_default();
-        let start = Barrier::new(n + 1);
-        let (t0, finishes) = std::thread::scope(|s| -> anyhow::Result<(u64, Vec<u64>)> {
+        // Only the workers meet at the barrier, and each takes its own start time:
+        // the program runs from the first worker's start to the last one's finish,
+        // however late the spawning thread gets a processor back.
+        let start = Barrier::new(n);
+        let spans = std::thread::scope(|s| -> anyhow::Result<Vec<(u64, u64)>> {
             let handles: Vec<_> = (0..n)
                 .map(|i| {
                     let start = &start;
-                    s.spawn(move || -> anyhow::Result<u64> {
+                    s.spawn(move || -> anyhow::Result<(u64, u64)> {
                         let setup = (|| -> anyhow::Result<_> {
                             mpsync::sched::native::pin_current_thread(self.cpus[i])?;
                             Ok(match &self.emu {
@@ -114,25 +117,25 @@ impl PointEnv {
                         })();
                         start.wait();
                         let _attached = setup?;
+                        let t0 = now_ns();
                         body(i as u32);
-                        Ok(now_ns())
+                        Ok((t0, now_ns()))
                     })
                 })
                 .collect();
-            start.wait();
-            let t0 = now_ns();
-            let mut fins = Vec::with_capacity(n);
+            let mut spans = Vec::with_capacity(n);
             for h in handles {
-                fins.push(
+                spans.push(
                     h.join()
                         .map_err(|_| anyhow!("a worker thread panicked"))??,
                 );
             }
-            Ok((t0, fins))
+            Ok(spans)
         })?;
         let after = self.emu.as_ref().map(Emulated::stats).unwrap_or_default();
-        let end = finishes.iter().copied().max().unwrap_or(t0);
-        let first = finishes.iter().copied().min().unwrap_or(end);
+        let t0 = spans.iter().map(|s| s.0).min().unwrap_or(0);
+        let end = spans.iter().map(|s| s.1).max().unwrap_or(t0);
+        let first = spans.iter().map(|s| s.1).min().unwrap_or(end);
         let wall = end.saturating_sub(t0);
         Ok(Outcome {
             wall: Duration::from_nanos(wall),
