@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_api::RawMutex;
-use mpsync::lock::{Native, NativeNp, Np, Queued, QueuedNp, Tas, TasB, TasBNp};
+use mpsync::lock::{
+    Anderson, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ, Tas, TasB,
+    TasBNp, Ticket, TicketNp, TicketSplit,
+};
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::sched::{self, ThreadState};
 use mpsync::util::busy::BusyWork;
@@ -225,6 +228,16 @@ torture! {
     native_np: NativeNp => 2_000,
     queued: Queued => 60,
     queued_np: QueuedNp => 60,
+    ticket: Ticket => 60,
+    ticket_np_wrapper: Np<Ticket> => 60,
+    ticket_split: TicketSplit => 60,
+    ticket_np: TicketNp => 500,
+    anderson: Anderson => 60,
+    anderson_np: Np<Anderson> => 60,
+    smart_q: SmartQ => 500,
+    queued_handshaking: QueuedHandshaking => 500,
+    mcs_tp: McsTp => 500,
+    mcs_tp_np: Np<McsTp> => 500,
 }
 
 #[test]

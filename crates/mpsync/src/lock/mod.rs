@@ -16,17 +16,69 @@
 //! assert_eq!(*a.lock() + *b.lock(), 3);
 //! ```
 
+/// Per-thread cache of queue nodes for a queue lock module: defines
+/// `take_node() -> NonNull<$node>` and `unsafe return_node(NonNull<$node>)`.
+/// A node is in the cache only while no queue refers to it; nodes are boxed so
+/// they keep their address while queued.
+macro_rules! node_cache {
+    ($node:ty, $new:expr) => {
+        #[cfg(not(loom))]
+        thread_local! {
+            #[allow(clippy::vec_box)]
+            static CACHE: std::cell::RefCell<Vec<Box<$node>>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        #[cfg(loom)]
+        loom::thread_local! {
+            #[allow(clippy::vec_box)]
+            static CACHE: std::cell::RefCell<Vec<Box<$node>>> =
+                std::cell::RefCell::new(Vec::new());
+        }
+
+        /// A node for one acquisition: from this thread's cache, or new.
+        fn take_node() -> std::ptr::NonNull<$node> {
+            let b = CACHE
+                .try_with(|c| c.borrow_mut().pop())
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| Box::new($new));
+            std::ptr::NonNull::from(Box::leak(b))
+        }
+
+        /// Gives a node back to this thread's cache (freed if the thread is
+        /// tearing down its thread-locals).
+        ///
+        /// # Safety
+        /// `n` came from `take_node` and no queue or thread refers to it any more.
+        unsafe fn return_node(n: std::ptr::NonNull<$node>) {
+            // SAFETY: the caller's contract; `n` came from `Box::leak`.
+            let b = unsafe { Box::from_raw(n.as_ptr()) };
+            let _ = CACHE.try_with(|c| c.borrow_mut().push(b));
+        }
+    };
+}
+pub(crate) use node_cache;
+
+mod anderson;
 mod native;
 mod np;
 mod queued;
+mod skipq;
 mod tas;
 mod tas_b;
+mod ticket;
 
+pub use anderson::{Anderson, AndersonGuard, AndersonN};
 pub use native::Native;
-pub use np::{Np, NpGuard};
+pub use np::{Np, NpGuard, NpToken};
 pub use queued::{Queued, QueuedGuard};
+pub use skipq::{
+    HandshakePolicy, McsTp, QueuedHandshaking, SkipGuard, SkipNode, SkipPolicy, SkipQueue, SmartQ,
+    SmartQPolicy, TpPolicy,
+};
 pub use tas::Tas;
 pub use tas_b::TasB;
+pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketSplit};
 
 /// TAS-B with its critical section marked no-preempt (paper 003 §4.1).
 pub type TasBNp = Np<TasB>;
@@ -40,12 +92,14 @@ pub type QueuedNp = Np<Queued>;
 pub enum LockError {
     /// What was wrong and what would be right.
     InvalidParameter(String),
+    /// More threads tried to use a lock than it has room for (Anderson's slots).
+    TooManyThreads(String),
 }
 
 impl std::fmt::Display for LockError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::InvalidParameter(m) => f.write_str(m),
+            Self::InvalidParameter(m) | Self::TooManyThreads(m) => f.write_str(m),
         }
     }
 }
@@ -107,7 +161,14 @@ mod tests {
         tas_b_np: TasBNp,
         native_np: NativeNp,
         queued: Queued,
-        queued_np: QueuedNp
+        queued_np: QueuedNp,
+        ticket: Ticket,
+        ticket_split: TicketSplit,
+        ticket_np: TicketNp,
+        anderson: AndersonN<4>,
+        smart_q: SmartQ,
+        handshaking: QueuedHandshaking,
+        mcs_tp: McsTp
     );
 
     #[test]

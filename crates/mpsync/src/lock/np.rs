@@ -102,3 +102,25 @@ unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for Np<L> {
         self.inner.is_locked()
     }
 }
+
+/// Guard state of locks that are no-preempt by construction (Ticket-np, Smart-Q,
+/// Queued-Handshaking): proof that this thread requested no-preempt. Not `Send`.
+#[derive(Debug)]
+#[must_use = "release the request with NpToken::release"]
+pub struct NpToken(PhantomData<*mut ()>);
+
+impl NpToken {
+    /// Requests no-preempt for the calling thread (nests).
+    #[inline]
+    pub(crate) fn request() -> Self {
+        sched::request_no_preempt();
+        Self(PhantomData)
+    }
+
+    /// Ends the request (on the requesting thread: the token is `!Send`); yields
+    /// if the scheduler warned the thread. Call after releasing the lock.
+    #[inline]
+    pub(crate) fn release(self) {
+        sched::release_no_preempt();
+    }
+}

@@ -22,7 +22,6 @@
 //! drop(outer);
 //! ```
 
-use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
@@ -46,36 +45,7 @@ impl QNode {
     }
 }
 
-#[cfg(not(loom))]
-thread_local! {
-    /// Idle nodes of this thread. A node is in here only when no queue refers to
-    /// it, so dropping the cache at thread exit frees nothing that is in use.
-    /// Boxed: a node keeps its address while queued; the Vec itself may move.
-    #[allow(clippy::vec_box)]
-    static CACHE: RefCell<Vec<Box<QNode>>> = const { RefCell::new(Vec::new()) };
-}
-#[cfg(loom)]
-loom::thread_local! {
-    #[allow(clippy::vec_box)]
-    static CACHE: RefCell<Vec<Box<QNode>>> = RefCell::new(Vec::new());
-}
-
-fn take_node() -> NonNull<QNode> {
-    let b = CACHE
-        .try_with(|c| c.borrow_mut().pop())
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| Box::new(QNode::new()));
-    NonNull::from(Box::leak(b))
-}
-
-fn return_node(n: NonNull<QNode>) {
-    // SAFETY: `n` came from `Box::leak` in `take_node` and no queue refers to it
-    // any more (the caller has handed the lock on or emptied the queue).
-    let b = unsafe { Box::from_raw(n.as_ptr()) };
-    // If the thread is tearing down its TLS, the box is simply freed.
-    let _ = CACHE.try_with(|c| c.borrow_mut().push(b));
-}
+super::node_cache!(QNode, QNode::new());
 
 /// The MCS queue lock.
 #[derive(Debug)]
@@ -173,7 +143,8 @@ unsafe impl lock_api::RawMutex for Queued {
                 _not_send: PhantomData,
             }),
             Err(_) => {
-                return_node(node);
+                // SAFETY: the CAS failed, so no queue refers to `node`.
+                unsafe { return_node(node) };
                 None
             }
         }
@@ -199,7 +170,8 @@ unsafe impl lock_api::RawMutex for Queued {
                 )
                 .is_ok()
             {
-                return_node(node);
+                // SAFETY: the queue is empty: nobody refers to our node.
+                unsafe { return_node(node) };
                 return;
             }
             // A successor swapped itself in and is about to link: wait for it.
@@ -214,7 +186,9 @@ unsafe impl lock_api::RawMutex for Queued {
         // SAFETY: the successor's node is valid while it waits for this hand-over.
         // Release: publishes the critical section to the successor's Acquire spin.
         unsafe { (*next).waiting.store(false, Ordering::Release) };
-        return_node(node);
+        // SAFETY: the successor has linked itself (we read its pointer), so nobody
+        // reads our node any more.
+        unsafe { return_node(node) };
     }
 
     fn is_locked(&self) -> bool {

@@ -249,6 +249,49 @@ impl ContextBlock {
         }
     }
 
+    /// Owner only, inside a no-preempt section: lets the scheduler preempt the
+    /// thread while it *waits* for a lock (Smart-Q's `compare_and_swap(&cb->state,
+    /// unpreemptable_self, preemptable)`, paper 003 Figure 1), so a waiting thread
+    /// does not hold its processor against the other applications.
+    ///
+    /// Only the outermost section pauses: a thread that already holds another
+    /// no-preempt lock stays unpreemptable. Returns whether the state was
+    /// dropped; the depth is unchanged. If the scheduler had warned the thread,
+    /// the caller should yield (it is only waiting). Pair with
+    /// [`resume_no_preempt`](Self::resume_no_preempt) before claiming the lock,
+    /// unless a peer handed it over ([`make_other_unpreemptable`](Self::make_other_unpreemptable)).
+    #[inline]
+    pub fn pause_no_preempt(&self) -> bool {
+        self.depth() == 1
+            && self
+                .state
+                .transition(
+                    ThreadState::SelfUnpreemptable,
+                    ThreadState::Preemptable,
+                    Actor::Thread,
+                )
+                .is_ok()
+    }
+
+    /// Owner only: undoes [`pause_no_preempt`](Self::pause_no_preempt) — back to
+    /// `SelfUnpreemptable` without changing the depth. Waits while `Preempted`; a
+    /// thread a peer already made unpreemptable stays as it is.
+    #[inline]
+    pub fn resume_no_preempt(&self) {
+        debug_assert!(self.depth() > 0, "resume_no_preempt outside a section");
+        loop {
+            match self.state.transition(
+                ThreadState::Preemptable,
+                ThreadState::SelfUnpreemptable,
+                Actor::Thread,
+            ) {
+                Ok(()) => return,
+                Err(TransitionError::Conflict(s)) if s.is_unpreemptable() => return,
+                Err(_) => self.wait_while_preempted(),
+            }
+        }
+    }
+
     /// Spins until the scheduler resumes this thread.
     #[inline]
     pub(crate) fn wait_while_preempted(&self) {

@@ -121,6 +121,15 @@ pub fn is_preempted(cb: &ContextBlock) -> bool {
     cb.state() == ThreadState::Preempted || native::presumed_preempted(cb)
 }
 
+/// Whether `cb`'s thread published a heartbeat that is now stale (older than
+/// [`native::heartbeat_threshold`]): presumed preempted, judged without the
+/// scheduler's help (He, Scherer & Scott's time-published locks). A thread that
+/// never published is not presumed preempted.
+#[inline]
+pub fn heartbeat_stale(cb: &ContextBlock) -> bool {
+    native::presumed_preempted(cb)
+}
+
 /// Publishes the calling thread's heartbeat ("I am running").
 #[inline]
 pub fn heartbeat() {
