@@ -116,5 +116,9 @@ mod loom_fix {
         pub fn fetch_sub(&self, v: u32, o: Ordering) -> u32 {
             self.0.fetch_sub(v, o)
         }
+        /// As std's `fetch_and`.
+        pub fn fetch_and(&self, v: u32, o: Ordering) -> u32 {
+            self.0.fetch_and(v, o)
+        }
     }
 }

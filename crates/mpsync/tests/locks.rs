@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use lock_api::RawMutex;
 use mpsync::lock::{
-    Anderson, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ, Tas, TasB,
-    TasBNp, Ticket, TicketNp, TicketSplit,
+    Anderson, Clh, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ,
+    SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::sched::{self, ThreadState};
@@ -238,6 +238,10 @@ torture! {
     queued_handshaking: QueuedHandshaking => 500,
     mcs_tp: McsTp => 500,
     mcs_tp_np: Np<McsTp> => 500,
+    clh: Clh => 60,
+    clh_np: Np<Clh> => 60,
+    spin_then_park: SpinThenPark => 2_000,
+    spin_then_park_np: Np<SpinThenPark> => 2_000,
 }
 
 #[test]
@@ -308,4 +312,77 @@ fn queued_nests_and_serves_in_fifo_order() {
         drop(held);
     });
     assert_eq!(*m.lock(), [0, 1, 2, 3]);
+}
+
+#[test]
+fn anderson_refuses_more_threads_than_slots() {
+    use mpsync::lock::{AndersonN, LockError};
+    let l = AndersonN::<2>::new();
+    let a = l.lock_checked().expect("first user");
+    let b = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // A second thread is admitted and waits in the second slot.
+        let waiter = s.spawn(|| {
+            let g = l.lock_checked().expect("second user fits");
+            b.store(true, Ordering::SeqCst);
+            // SAFETY: acquired just above on this thread.
+            unsafe { l.unlock(g) };
+        });
+        // Wait until it is admitted: then a third user (a `try_lock`, which
+        // never waits) is refused.
+        while format!("{l:?}").contains("users: 1") {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(l.try_lock().is_none());
+        let third = s.spawn(|| l.lock_checked().map(|_| ()));
+        match third.join().unwrap() {
+            Err(LockError::TooManyThreads(m)) => {
+                assert!(m.contains("2 slots"), "{m}");
+                assert!(m.contains("AndersonN::<M>"), "{m}");
+            }
+            other => panic!("a third user of a 2-slot lock got {other:?}"),
+        }
+        // `lock` panics with the same message rather than corrupting the queue.
+        let panicked = s
+            .spawn(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.lock())).is_err())
+            .join()
+            .unwrap();
+        assert!(panicked, "lock() beyond capacity must panic");
+        assert!(!b.load(Ordering::SeqCst));
+        // SAFETY: `a` came from this lock on this thread.
+        unsafe { l.unlock(a) };
+        waiter.join().unwrap();
+    });
+    assert!(b.load(Ordering::SeqCst));
+    // Everything released: the lock is usable again with full capacity.
+    let g = l.lock_checked().unwrap();
+    // SAFETY: as above.
+    unsafe { l.unlock(g) };
+    assert!(!l.is_locked());
+}
+
+/// The scheduler-conscious locks keep the no-preempt state right when nested in
+/// each other and in a plain -np lock: only the outermost release clears it.
+#[test]
+fn nested_scheduler_conscious_locks_keep_the_state() {
+    let cb = sched::current();
+    let outer = mpsync::Mutex::<TicketNp, u32>::new(0);
+    let mid = mpsync::Mutex::<SmartQ, u32>::new(0);
+    let inner = mpsync::Mutex::<QueuedHandshaking, u32>::new(0);
+    let tp = mpsync::Mutex::<McsTp, u32>::new(0);
+    {
+        let _a = outer.lock();
+        assert_eq!(cb.depth(), 1);
+        {
+            let _b = mid.lock();
+            let _c = inner.lock();
+            let _d = tp.lock(); // MCS-TP adds no request of its own
+            assert_eq!(cb.depth(), 3);
+            assert!(cb.state().is_unpreemptable());
+        }
+        assert_eq!(cb.depth(), 1);
+        assert!(cb.state().is_unpreemptable());
+    }
+    assert_eq!(cb.depth(), 0);
+    assert_eq!(cb.state(), ThreadState::Preemptable);
 }

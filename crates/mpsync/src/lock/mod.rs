@@ -60,15 +60,18 @@ macro_rules! node_cache {
 pub(crate) use node_cache;
 
 mod anderson;
+mod clh;
 mod native;
 mod np;
 mod queued;
 mod skipq;
+mod spin_park;
 mod tas;
 mod tas_b;
 mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
+pub use clh::{Clh, ClhGuard};
 pub use native::Native;
 pub use np::{Np, NpGuard, NpToken};
 pub use queued::{Queued, QueuedGuard};
@@ -76,6 +79,7 @@ pub use skipq::{
     HandshakePolicy, McsTp, QueuedHandshaking, SkipGuard, SkipNode, SkipPolicy, SkipQueue, SmartQ,
     SmartQPolicy, TpPolicy,
 };
+pub use spin_park::{SPIN_THEN_PARK_DEFAULT_PATIENCE, SpinThenPark};
 pub use tas::Tas;
 pub use tas_b::TasB;
 pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketSplit};
@@ -86,6 +90,60 @@ pub type TasBNp = Np<TasB>;
 pub type NativeNp = Np<Native>;
 /// The MCS queue lock with its critical section marked no-preempt (003 "Queued-no-preempt").
 pub type QueuedNp = Np<Queued>;
+
+/// Locks that work when placed in memory shared by several processes (an
+/// `mmap(MAP_SHARED)` region, a `shm_open` file): they hold no pointers and no
+/// per-process state, are `#[repr(C)]`, never park (no private futex), and are
+/// valid when their bytes are a copy of an unlocked lock made by
+/// `new()` — so one process can initialize the region and others map it at any
+/// address. The shared-memory message queue (paper 004) builds on them.
+///
+/// # Safety
+/// Implementors promise exactly the above: mutual exclusion holds between
+/// threads of different processes operating on the same physical memory.
+///
+/// ```
+/// use mpsync::lock::{ProcessShared, Ticket, init_shared};
+/// use std::mem::MaybeUninit;
+/// // Stand-in for a shared mapping: any suitably aligned memory.
+/// let mut region = MaybeUninit::<Ticket>::uninit();
+/// // SAFETY: `region` is valid for writes and aligned for `Ticket`.
+/// let lock: &Ticket = unsafe { init_shared(region.as_mut_ptr()) };
+/// use mpsync::lock_api::RawMutex;
+/// let g = lock.lock();
+/// unsafe { lock.unlock(g) };
+/// ```
+pub unsafe trait ProcessShared: lock_api::RawMutex + Sync {}
+
+// SAFETY (all): pointer-free `#[repr(C)]` structs of atomics and plain
+// parameters; they spin (never park) and keep no per-process state in the lock.
+unsafe impl ProcessShared for Tas {}
+// SAFETY: see above.
+unsafe impl ProcessShared for TasB {}
+// SAFETY: see above.
+unsafe impl ProcessShared for Ticket {}
+// SAFETY: see above.
+unsafe impl ProcessShared for TicketSplit {}
+// SAFETY: see above; the no-preempt request lives in each process's own
+// context block, which is per-thread state outside the lock.
+unsafe impl ProcessShared for TicketNp {}
+// SAFETY: see above.
+unsafe impl<const N: usize> ProcessShared for AndersonN<N> {}
+
+/// Writes an unlocked `L` at `at` (e.g. the start of a shared mapping) and
+/// returns it. Other processes that map the same memory use it as is.
+///
+/// # Safety
+/// `at` must be valid for writes of `L`, aligned, and stay mapped for `'a`; no
+/// one may be using a lock at that address while it is (re)initialized.
+#[cfg(not(loom))]
+pub unsafe fn init_shared<'a, L: ProcessShared>(at: *mut L) -> &'a L {
+    // SAFETY: the caller's contract.
+    unsafe {
+        at.write(L::INIT);
+        &*at
+    }
+}
 
 /// Invalid lock parameters supplied by the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,7 +226,9 @@ mod tests {
         anderson: AndersonN<4>,
         smart_q: SmartQ,
         handshaking: QueuedHandshaking,
-        mcs_tp: McsTp
+        mcs_tp: McsTp,
+        clh: Clh,
+        spin_then_park: SpinThenPark
     );
 
     #[test]

@@ -15,6 +15,7 @@ use crate::sync::{AtomicBool, Ordering, spin_loop};
 
 /// Test-and-set spin lock.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Tas {
     locked: AtomicBool,
 }

@@ -31,6 +31,7 @@ use super::LockError;
 
 /// Test-and-test-and-set lock with bounded exponential backoff.
 #[derive(Debug)]
+#[repr(C)]
 pub struct TasB {
     locked: AtomicBool,
     min_ns: u32,

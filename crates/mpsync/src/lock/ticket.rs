@@ -449,3 +449,65 @@ unsafe impl lock_api::RawMutex for TicketNp {
         self.serving.load(Ordering::Relaxed) & CLAIMED != 0
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use lock_api::RawMutex;
+
+    /// A waiter that took a number and stalled before claiming it (a preempted
+    /// one) is passed over: the releaser withdraws its offer after the patience
+    /// and the live waiter behind it gets the lock (001 §3.1).
+    #[test]
+    fn releaser_withdraws_a_stalled_number() {
+        let l = TicketNp::with_patience(Duration::from_micros(200)).unwrap();
+        let g = l.lock();
+        // The stalled waiter: takes the next number and never claims it.
+        l.next.fetch_add(2, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            let live = s.spawn(|| {
+                let g = l.lock();
+                l.unlock_now(g);
+            });
+            // Let the live waiter queue behind the stalled number.
+            while l.next.load(Ordering::Relaxed) != 6 {
+                std::hint::spin_loop();
+            }
+            // SAFETY: `g` came from `l.lock()` on this thread.
+            unsafe { l.unlock(g) };
+            live.join().unwrap();
+        });
+        assert_eq!(l.withdrawn(), 1);
+        assert!(!l.is_locked());
+        // The lock keeps working; the stalled number is gone for good.
+        let g = l.try_lock().expect("free");
+        // SAFETY: as above.
+        unsafe { l.unlock(g) };
+    }
+
+    /// If the lock is free when a number is taken and its taker stalls before
+    /// claiming, the waiter behind it withdraws the offer itself.
+    #[test]
+    fn next_waiter_withdraws_an_idle_offer() {
+        let l = TicketNp::with_patience(Duration::from_micros(200)).unwrap();
+        l.next.fetch_add(2, Ordering::Relaxed); // took number 0, stalls unclaimed
+        let g = l.lock();
+        assert_eq!(l.withdrawn(), 1);
+        // SAFETY: as above.
+        unsafe { l.unlock(g) };
+    }
+
+    impl TicketNp {
+        fn unlock_now(&self, g: super::super::np::NpToken) {
+            // SAFETY: test helper; `g` came from this lock on this thread.
+            unsafe { lock_api::RawMutex::unlock(self, g) };
+        }
+    }
+
+    #[test]
+    fn patience_is_validated() {
+        let e = TicketNp::with_patience(Duration::from_nanos(5)).unwrap_err();
+        assert!(e.to_string().contains("100 ns ..= 1 s"), "{e}");
+        assert!(TicketNp::with_patience(Duration::from_secs(2)).is_err());
+    }
+}
