@@ -121,6 +121,10 @@ pub struct Trial {
     /// Every worker does the same work, so an unfair lock finishes some early.
     #[serde(default)]
     pub finish_spread: Option<f64>,
+    /// Fairness of a fixed-duration run: (max - min) / mean of the per-thread
+    /// acquisition counts (0 = every thread got the lock equally often).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_spread: Option<f64>,
 }
 
 /// A summary point: trimmed mean of the trials, and that normalized.
@@ -190,13 +194,13 @@ fn csv_field(s: &str) -> String {
 pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut csv = String::from(
-        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread\n",
+        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread\n",
     );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for t in &rec.trials {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&rec.experiment),
             csv_field(&t.implementation),
             rec.preempt,
@@ -208,7 +212,8 @@ pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
             csv_field(&rec.unit),
             t.preemptions,
             t.warnings,
-            opt(t.finish_spread.map(|f| format!("{f:.4}")))
+            opt(t.finish_spread.map(|f| format!("{f:.4}"))),
+            opt(t.fairness_spread.map(|f| format!("{f:.4}")))
         );
     }
     let w = |name: &str, body: &[u8]| {

@@ -4,7 +4,10 @@
 
 use std::hint::black_box;
 
-use mpsync::lock::{Native, NativeNp, Queued, QueuedNp, Tas, TasB, TasBNp};
+use mpsync::lock::{
+    Anderson, Clh, McsTp, Native, NativeNp, Queued, QueuedHandshaking, QueuedNp, SmartQ,
+    SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
+};
 use mpsync::util::clock::now_ns;
 
 /// A lock the harness can drive.
@@ -54,6 +57,20 @@ impl BenchLock for ParkingLot {
     }
 }
 
+/// `spin::mutex::SpinMutex` with relax strategy `R` (`Spin` or `Yield`).
+pub struct SpinCrate<R>(spin::mutex::SpinMutex<(), R>);
+
+impl<R: spin::RelaxStrategy + 'static> BenchLock for SpinCrate<R> {
+    fn create() -> Self {
+        Self(spin::mutex::SpinMutex::new(()))
+    }
+    #[inline]
+    fn with(&self, f: impl FnOnce()) {
+        let _g = self.0.lock();
+        f();
+    }
+}
+
 /// Where an implementation comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -81,6 +98,69 @@ pub struct LockImpl {
     pub synthetic: fn(&SyntheticSpec) -> WorkerBody,
     /// Uncontended lock+unlock, ns per pair, over `iters` pairs.
     pub latency: fn(u64) -> f64,
+    /// Fixed-duration contended run (`lock-oversub`): per-thread acquisitions.
+    pub throughput: fn(&ThroughputSpec) -> anyhow::Result<Vec<u64>>,
+}
+
+/// A fixed-duration run: `threads` unpinned threads loop {lock; CS; unlock; non-CS}.
+#[derive(Debug, Clone, Copy)]
+pub struct ThroughputSpec {
+    /// Threads (more than the cores: real Linux preemption).
+    pub threads: u32,
+    /// How long the threads run.
+    pub duration: std::time::Duration,
+    /// Critical-section work, busy-work iterations.
+    pub cs_iters: u64,
+    /// Non-critical work, busy-work iterations.
+    pub ncs_iters: u64,
+}
+
+fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let lock = L::create();
+    // Updated only inside the critical section with a plain load + store: if two
+    // threads were ever inside at once, increments would be lost.
+    let guarded = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let start = std::sync::Barrier::new(spec.threads as usize + 1);
+    let w = mpsync::util::busy::BusyWork::global();
+    let counts = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..spec.threads)
+            .map(|_| {
+                let (lock, guarded, stop, start) = (&lock, &guarded, &stop, &start);
+                s.spawn(move || {
+                    start.wait();
+                    let mut n = 0u64;
+                    // Relaxed: a stop request; the join orders everything after.
+                    while !stop.load(Ordering::Relaxed) {
+                        lock.with(|| {
+                            // Relaxed: protected by the lock under test.
+                            let v = guarded.load(Ordering::Relaxed);
+                            w.run_iters(spec.cs_iters);
+                            guarded.store(v + 1, Ordering::Relaxed);
+                        });
+                        n += 1;
+                        w.run_iters(spec.ncs_iters);
+                    }
+                    n
+                })
+            })
+            .collect();
+        start.wait();
+        // The harness (not a lock algorithm) may sleep: it is the timer.
+        std::thread::sleep(spec.duration);
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a worker panicked")))
+            .collect::<anyhow::Result<Vec<u64>>>()
+    })?;
+    let total: u64 = counts.iter().sum();
+    let seen = guarded.into_inner();
+    anyhow::ensure!(
+        seen == total,
+        "mutual exclusion violated: {total} acquisitions but the guarded counter says {seen}"
+    );
+    Ok(counts)
 }
 
 /// The synthetic lock program of paper 003 §4.1: each worker loops
@@ -146,6 +226,7 @@ macro_rules! row {
             spins: $spins,
             synthetic: synthetic::<$t>,
             latency: latency::<$t>,
+            throughput: throughput::<$t>,
         }
     };
 }
@@ -159,8 +240,28 @@ pub fn mutex_table() -> Vec<LockImpl> {
         row!("Native-np", Origin::Paper, false, mpsync::Mutex<NativeNp, ()>),
         row!("Queued", Origin::Paper, true, mpsync::Mutex<Queued, ()>),
         row!("Queued-np", Origin::Paper, true, mpsync::Mutex<QueuedNp, ()>),
+        row!("Queued-Handshaking", Origin::Paper, true, mpsync::Mutex<QueuedHandshaking, ()>),
+        row!("Smart-Q", Origin::Paper, true, mpsync::Mutex<SmartQ, ()>),
+        row!("Ticket", Origin::Paper, true, mpsync::Mutex<Ticket, ()>),
+        row!("Ticket-np", Origin::Paper, true, mpsync::Mutex<TicketNp, ()>),
         row!("TAS", Origin::Mpsync, true, mpsync::Mutex<Tas, ()>),
+        row!("Ticket-split", Origin::Mpsync, true, mpsync::Mutex<TicketSplit, ()>),
+        row!("Anderson", Origin::Mpsync, true, mpsync::Mutex<Anderson, ()>),
+        row!("CLH", Origin::Mpsync, true, mpsync::Mutex<Clh, ()>),
+        row!("MCS-TP", Origin::Mpsync, true, mpsync::Mutex<McsTp, ()>),
+        row!("spin-then-park", Origin::Mpsync, false, mpsync::Mutex<SpinThenPark, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
         row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),
+        row!("spin::Mutex (spin)", Origin::Peer, true, SpinCrate<spin::relax::Spin>),
+        row!("spin::Mutex (yield)", Origin::Peer, true, SpinCrate<spin::relax::Yield>),
     ]
+}
+
+/// The rows named in `names`, in the table's order (names not in the table are
+/// ignored, so an experiment lists the paper's set).
+pub fn select(names: &[&str]) -> Vec<LockImpl> {
+    mutex_table()
+        .into_iter()
+        .filter(|i| names.contains(&i.name) || i.origin == Origin::Peer)
+        .collect()
 }

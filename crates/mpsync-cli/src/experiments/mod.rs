@@ -4,7 +4,9 @@
 pub mod latency;
 pub mod locks;
 pub mod sched_overhead;
+pub mod oversub;
 pub mod wks94;
+pub mod wks95;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -85,6 +87,24 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             run: wks94::run,
+        },
+        Experiment {
+            id: "wks95-mutex",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §4 Fig. 1-2 (papers/001)",
+            title: "lock program (5000 iterations, CS:non-CS inversely proportional to processors, quantum 50 ms): varying MP level, or processors when --procs lists several",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks95::run,
+        },
+        Experiment {
+            id: "lock-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (the case Linux users hit every day)",
+            title: "throughput of every lock and peer with 1..8 unpinned threads on the machine's cores (real Linux preemption beyond the core count; --procs sets the thread counts; --preempt does not apply)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: oversub::run,
         },
         Experiment {
             id: "lock-latency",

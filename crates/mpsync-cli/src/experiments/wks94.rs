@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use mpsync::util::busy::BusyWork;
 
-use super::locks::{SyntheticSpec, mutex_table};
+use super::locks::{SyntheticSpec, select};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
@@ -28,10 +28,79 @@ pub const COLLAPSE: f64 = 1.5;
 /// Loop iterations per worker at `--scale 1`.
 pub const BASE_ITERS: f64 = 4000.0;
 
+/// A synthetic lock program: the papers' {lock; CS; unlock; non-CS} loop, its
+/// sizes, the locks it compares and how its conclusion is judged.
+#[derive(Debug, Clone, Copy)]
+pub struct Program {
+    /// Critical section, µs.
+    pub cs_us: f64,
+    /// Non-critical section, µs, given the number of processors.
+    pub ncs_us: fn(u32) -> f64,
+    /// Default quantum, ms.
+    pub quantum_ms: f64,
+    /// Loop iterations per worker at `--scale 1`.
+    pub base_iters: f64,
+    /// The paper's implementations (peers are always added).
+    pub names: &'static [&'static str],
+    /// Normalization baseline (at the first point).
+    pub baseline: &'static str,
+    /// Whether x is processors (else the MP level) — given the experiment and params.
+    pub by_procs: fn(&Experiment, &Params) -> bool,
+    /// Judges the conclusion on the points.
+    pub verdict: fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict,
+    /// Locks whose ratio to `baseline` is printed as an observation.
+    pub observe: &'static [&'static str],
+}
+
+/// Paper 003's program (§4.1-4.3).
+pub const WKS94: Program = Program {
+    cs_us: 15.0,
+    ncs_us: |_| 210.0,
+    quantum_ms: 20.0,
+    base_iters: BASE_ITERS,
+    names: &[
+        "TAS-B",
+        "TAS-B-np",
+        "Queued",
+        "Queued-np",
+        "Queued-Handshaking",
+        "Smart-Q",
+        "Native",
+        "Native-np",
+        "TAS",
+        "CLH",
+        "MCS-TP",
+        "spin-then-park",
+    ],
+    baseline: "TAS-B",
+    by_procs: |exp, _| exp.id == "wks94-procs",
+    verdict,
+    observe: &[
+        "TAS-B",
+        "TAS-B-np",
+        "Queued",
+        "Queued-np",
+        "Queued-Handshaking",
+        "Smart-Q",
+        "Native",
+        "parking_lot::Mutex",
+    ],
+};
+
 /// Runs either experiment.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let by_procs = exp.id == "wks94-procs";
-    let quantum = p.quantum(20.0);
+    run_program(exp, p, preempt, &WKS94)
+}
+
+/// Runs a synthetic lock program over its points (MP levels or processor counts).
+pub fn run_program(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+    prog: &Program,
+) -> anyhow::Result<(RunRecord, String)> {
+    let by_procs = (prog.by_procs)(exp, p);
+    let quantum = p.quantum(prog.quantum_ms);
     let points: Vec<(u32, f64)> = if by_procs {
         let mp =
             p.mp.as_ref()
@@ -55,13 +124,14 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         mps.into_iter().map(|m| (procs, m)).collect()
     };
     let busy = BusyWork::global();
-    let spec = SyntheticSpec {
-        iters: ((BASE_ITERS * p.scale).round() as u64).max(1),
-        cs_iters: busy.iters_for_ns(15_000),
-        ncs_iters: busy.iters_for_ns(210_000),
+    let spec_at = |procs: u32| SyntheticSpec {
+        iters: ((prog.base_iters * p.scale).round() as u64).max(1),
+        cs_iters: busy.iters_for_ns((prog.cs_us * 1e3) as u64),
+        ncs_iters: busy.iters_for_ns(((prog.ncs_us)(procs) * 1e3) as u64),
         seed: p.seed,
     };
-    let table = mutex_table();
+    let spec = spec_at(points.first().map_or(1, |p| p.0));
+    let table = select(prog.names);
     let pb = crate::progress(
         (points.len() * p.trials as usize * table.len()) as u64,
         exp.id,
@@ -72,6 +142,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     for (pi, &(procs, mp)) in points.iter().enumerate() {
         let x = if by_procs { f64::from(procs) } else { mp };
         let env = PointEnv::start(preempt, procs, mp, quantum, p.seed.wrapping_add(pi as u64))?;
+        let spec = spec_at(procs);
         for t in 0..p.trials {
             // Rotate the order each trial so no implementation always runs first.
             for k in 0..table.len() {
@@ -91,6 +162,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
                     mp: Some(mp),
                     procs: Some(procs),
                     finish_spread: Some(o.finish_spread),
+                    fairness_spread: None,
                 });
                 pb.inc(1);
             }
@@ -114,12 +186,26 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     }
     pb.finish_and_clear();
     let names: Vec<&str> = table.iter().map(|i| i.name).collect();
-    let pts = summarize_points(&trials, &names, "TAS-B");
+    let pts = summarize_points(&trials, &names, prog.baseline);
     let xs: Vec<f64> = points
         .iter()
         .map(|&(n, m)| if by_procs { f64::from(n) } else { m })
         .collect();
-    let mut verdict = verdict(&pts, &points, by_procs, preempt);
+    let mut verdict = (prog.verdict)(&pts, &points, by_procs, preempt);
+    if !by_procs {
+        let (Some(&first), Some(&last)) = (points.first(), points.last()) else {
+            anyhow::bail!("no points to run");
+        };
+        let at = |name: &str, x: f64| pts.iter().find(|q| q.implementation == name && q.x == x).map(|q| q.value);
+        for name in prog.observe {
+            if let (Some(a), Some(b)) = (at(name, first.1), at(name, last.1)) {
+                verdict.details.push(format!(
+                    "observation: {name} time at MP {} / MP {} = {:.2}",
+                    last.1, first.1, b / a
+                ));
+            }
+        }
+    }
     for &x in &xs {
         let v: Vec<f64> = trials
             .iter()
@@ -184,7 +270,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     let svg = line_chart(
         &title,
         x_label,
-        "time normalized to TAS-B at the first point",
+        &format!("time normalized to {} at the first point", prog.baseline),
         &series,
     );
     let rec = RunRecord {
@@ -200,14 +286,16 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             "points": points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
             "quantum_ms": quantum.as_secs_f64() * 1e3,
             "iterations_per_worker": spec.iters,
-            "critical_section_us": 15, "non_critical_us": 210, "jitter": 0.1,
-            "cs_busy_iters": spec.cs_iters, "ncs_busy_iters": spec.ncs_iters,
+            "critical_section_us": prog.cs_us,
+            "non_critical_us_per_point": points.iter().map(|&(n, _)| (prog.ncs_us)(n)).collect::<Vec<_>>(),
+            "jitter": 0.1,
+            "cs_busy_iters": spec.cs_iters, "ncs_busy_iters_first_point": spec.ncs_iters,
             "implementations": names,
         }),
         busy_iters_per_us: busy.iters_per_us(),
         unit: "seconds".into(),
         x_label: x_label.into(),
-        baseline: "TAS-B at the first point".into(),
+        baseline: format!("{} at the first point", prog.baseline),
         trials,
         points: pts,
         extra: serde_json::json!({ "scheduler_per_point": sched }),
@@ -356,32 +444,32 @@ pub fn verdict(
             );
         }
     }
-    details.push("not yet evaluable: \"Queued-Handshaking and Smart-Q do not collapse\" needs those locks (the lock-family work)".into());
-    if !by_procs {
-        for name in [
-            "TAS-B",
-            "TAS-B-np",
-            "Queued",
-            "Queued-np",
-            "Native",
-            "std::sync::Mutex",
-            "parking_lot::Mutex",
-        ] {
-            let (Some(&first), Some(&last)) = (xs.first(), xs.last()) else {
-                continue;
-            };
-            if let (Some(a), Some(b)) = (at(name, first), at(name, last)) {
-                details.push(format!(
-                    "observation: {name} time at MP {last} / MP {first} = {:.2}",
-                    b / a
-                ));
+    // Clause 3: Queued-Handshaking and Smart-Q do not collapse (same point, same rule).
+    let mut missing = Vec::new();
+    if let Some(t) = target {
+        let x = xof(t);
+        for q in ["Queued-Handshaking", "Smart-Q"] {
+            match (at(q, x), at("TAS-B-np", x)) {
+                (Some(v), Some(np)) => {
+                    let ratio = v / np;
+                    let ok = ratio < COLLAPSE;
+                    holds &= ok;
+                    details.push(format!(
+                        "{label} {x}: {q} / TAS-B-np = {ratio:.2} ({})",
+                        if ok { "did not collapse" } else { "collapsed" }
+                    ));
+                }
+                _ => missing.push(q),
             }
         }
     }
     let status = if !holds {
         Status::DoesNotHold
-    } else {
+    } else if !missing.is_empty() {
+        details.push(format!("not evaluated: {} not measured", missing.join(", ")));
         Status::PartlyEvaluable
+    } else {
+        Status::Holds
     };
     Verdict {
         conclusion: CONCLUSION.into(),
@@ -428,7 +516,28 @@ mod tests {
                 .any(|d| d.contains("Queued / TAS-B-np = 2.44 (collapsed)")),
             "{v:?}"
         );
-        assert!(v.details.iter().any(|d| d.contains("not yet evaluable")));
+        assert!(v.details.iter().any(|d| d.contains("not evaluated")));
+    }
+
+    #[test]
+    fn scheduler_conscious_queues_holding_makes_it_hold() {
+        let mut pts = mp_points(2.05, 5.0);
+        pts.push(pt("Queued-Handshaking", 2.0, 2.3));
+        pts.push(pt("Smart-Q", 2.0, 2.1));
+        let v = verdict(&pts, &SETUP, false, Preempt::Emulated);
+        assert_eq!(v.status, Status::Holds, "{v:?}");
+        pts.push(pt("Smart-Q", 2.0, 2.1));
+        let mut bad = mp_points(2.05, 5.0);
+        bad.push(pt("Queued-Handshaking", 2.0, 2.3));
+        bad.push(pt("Smart-Q", 2.0, 4.0));
+        let v = verdict(&bad, &SETUP, false, Preempt::Emulated);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert!(
+            v.details
+                .iter()
+                .any(|d| d.contains("Smart-Q / TAS-B-np = 1.95 (collapsed)")),
+            "{v:?}"
+        );
     }
 
     #[test]
