@@ -78,6 +78,10 @@ struct Common {
     /// Processor counts, comma-separated, each between 1 and the available processors.
     #[arg(long, allow_hyphen_values = true)]
     procs: Option<String>,
+    /// Thread counts for lock-oversub, comma-separated, each 1..=1024; may exceed
+    /// the processors (that is the point). Default 1..8 (--quick: 1,2,4,8).
+    #[arg(long, allow_hyphen_values = true)]
+    threads: Option<String>,
     /// Scheduling quantum in milliseconds (default: the paper's; 20 ms for wks94).
     #[arg(long, allow_negative_numbers = true)]
     quantum_ms: Option<f64>,
@@ -140,6 +144,18 @@ impl Common {
             }
             None => None,
         };
+        let threads = match &self.threads {
+            Some(s) => {
+                let v: Vec<u32> = parse_list("threads", s, "1,2,4,8")?;
+                if let Some(bad) = v.iter().find(|t| **t == 0 || **t > 1024) {
+                    bail!(
+                        "--threads {bad}: each thread count must be between 1 and 1024 (e.g. --threads 1,2,4,8)"
+                    );
+                }
+                Some(v)
+            }
+            None => None,
+        };
         if let Some(q) = self
             .quantum_ms
             .filter(|q| !(q.is_finite() && (0.1..=10_000.0).contains(q)))
@@ -160,6 +176,7 @@ impl Common {
             preempt: self.preempt,
             mp,
             procs,
+            threads,
             quantum_ms: self.quantum_ms,
             trials,
             scale,

@@ -221,3 +221,43 @@ fn tiny_os_run_leaves_no_competitor_behind() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn tiny_lock_oversub_and_wks95_runs() {
+    let (out, o) = tiny_run(
+        "lock-oversub",
+        "oversub",
+        &["--scale", "0.05", "--threads", "1,3"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json = check_run(&out, "lock-oversub@none");
+    let csv = std::fs::read_to_string(out.join("lock-oversub@none/data.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with("fairness_spread"));
+    assert!(
+        json["verdict"]["details"]
+            .to_string()
+            .contains("fairness at 3 threads")
+    );
+    let (out, o) = tiny_run(
+        "wks95-mutex",
+        "wks95",
+        &[
+            "--quick",
+            "--scale",
+            "0.02",
+            "--preempt",
+            "emulated",
+            "--mp",
+            "1,2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let json = check_run(&out, "wks95-mutex@emulated");
+    assert!(
+        json["verdict"]["details"]
+            .to_string()
+            .contains("Ticket / Ticket-np")
+    );
+    let e = stderr(&mpsync(&["run", "lock-oversub", "--threads", "0"]));
+    assert!(e.contains("--threads 0"), "{e}");
+}

@@ -161,3 +161,115 @@ fn queued_full_lock() {
 fn queued_try_lock() {
     two_threads_bounded_attempts(Queued::new);
 }
+
+use mpsync::lock::{
+    AndersonN, Clh, McsTp, QueuedHandshaking, SmartQ, SpinThenPark, Ticket, TicketNp,
+};
+
+#[test]
+fn ticket_full_lock() {
+    two_threads_exclusive(Ticket::new);
+}
+
+#[test]
+fn ticket_try_lock() {
+    two_threads_bounded_attempts(Ticket::new);
+}
+
+/// Ticket-np's offer / claim / withdraw race: under loom a releaser's patience is
+/// three checks, so the model explores withdrawing an offer the waiter is about
+/// to claim, and the waiter re-taking a number after a withdrawal.
+#[test]
+fn ticket_np_handoff_races() {
+    two_threads_exclusive(TicketNp::new);
+}
+
+#[test]
+fn ticket_np_try_lock() {
+    two_threads_bounded_attempts(TicketNp::new);
+}
+
+#[test]
+fn anderson_full_lock() {
+    two_threads_exclusive(AndersonN::<2>::new);
+}
+
+#[test]
+fn clh_full_lock() {
+    two_threads_exclusive(Clh::new);
+}
+
+#[test]
+fn clh_try_lock() {
+    two_threads_bounded_attempts(Clh::new);
+}
+
+/// Spin-then-park: under loom the patience runs out after three checks, so the
+/// parking path (announce CONTENDED, park, unpark on release) is explored.
+#[test]
+fn spin_then_park_no_lost_wakeup() {
+    two_threads_exclusive(SpinThenPark::new);
+}
+
+/// Queued-Handshaking: the releaser's offer, its rescinding swap and the waiter's
+/// acknowledging swap race in every order (patience = three checks under loom).
+#[test]
+fn handshaking_offer_vs_ack() {
+    two_threads_exclusive(QueuedHandshaking::new);
+}
+
+#[test]
+fn mcs_tp_full_lock() {
+    two_threads_exclusive(McsTp::new);
+}
+
+/// Smart-Q with a "kernel" that preempts the waiter (and resumes it) at any point:
+/// the releaser's CAS to OtherUnpreemptable races the kernel's CAS to Preempted;
+/// a waiter found preempted is skipped (FAILURE) and must re-enqueue and still
+/// get the lock exactly once.
+#[test]
+fn smart_q_handoff_vs_preemption() {
+    loom::model(|| {
+        let shared = Arc::new((SmartQ::new(), UnsafeCell::new(0u32)));
+        let (tx, rx) = loom::sync::mpsc::channel();
+        let ts: Vec<_> = (0..2)
+            .map(|i| {
+                let s = shared.clone();
+                let tx = tx.clone();
+                thread::spawn(move || {
+                    if i == 1 {
+                        tx.send(sched::current() as *const _ as usize).unwrap();
+                    }
+                    let g = s.0.lock();
+                    // SAFETY: the lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    // SAFETY: `g` came from this lock on this thread.
+                    unsafe { s.0.unlock(g) };
+                })
+            })
+            .collect();
+        // SAFETY: context blocks are never freed (registry contract).
+        let cb: &'static sched::ContextBlock =
+            unsafe { &*(rx.recv().unwrap() as *const sched::ContextBlock) };
+        if cb
+            .transition(
+                ThreadState::Preemptable,
+                ThreadState::Preempted,
+                Actor::Kernel,
+            )
+            .is_ok()
+        {
+            cb.transition(
+                ThreadState::Preempted,
+                ThreadState::Preemptable,
+                Actor::Kernel,
+            )
+            .unwrap();
+        }
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 2);
+    });
+}

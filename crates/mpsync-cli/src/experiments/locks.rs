@@ -252,8 +252,18 @@ pub fn mutex_table() -> Vec<LockImpl> {
         row!("spin-then-park", Origin::Mpsync, false, mpsync::Mutex<SpinThenPark, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
         row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),
-        row!("spin::Mutex (spin)", Origin::Peer, true, SpinCrate<spin::relax::Spin>),
-        row!("spin::Mutex (yield)", Origin::Peer, true, SpinCrate<spin::relax::Yield>),
+        row!(
+            "spin::Mutex (spin)",
+            Origin::Peer,
+            true,
+            SpinCrate<spin::relax::Spin>
+        ),
+        row!(
+            "spin::Mutex (yield)",
+            Origin::Peer,
+            true,
+            SpinCrate<spin::relax::Yield>
+        ),
     ]
 }
 

@@ -3,8 +3,8 @@
 
 pub mod latency;
 pub mod locks;
-pub mod sched_overhead;
 pub mod oversub;
+pub mod sched_overhead;
 pub mod wks94;
 pub mod wks95;
 
@@ -25,6 +25,8 @@ pub struct Params {
     pub mp: Option<Vec<f64>>,
     /// Processor counts; `None` = the experiment's default.
     pub procs: Option<Vec<u32>>,
+    /// Thread counts (lock-oversub); `None` = the experiment's default.
+    pub threads: Option<Vec<u32>>,
     /// Quantum; `None` = the experiment's default.
     pub quantum_ms: Option<f64>,
     /// Trials per point.
@@ -101,7 +103,7 @@ pub fn catalog() -> Vec<Experiment> {
             id: "lock-oversub",
             paper: "mpsync",
             reference: "mpsync's own (the case Linux users hit every day)",
-            title: "throughput of every lock and peer with 1..8 unpinned threads on the machine's cores (real Linux preemption beyond the core count; --procs sets the thread counts; --preempt does not apply)",
+            title: "throughput of every lock and peer with 1..8 unpinned threads on the machine's cores (real Linux preemption beyond the core count; --threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: oversub::run,

@@ -22,7 +22,7 @@ pub const BASE_DURATION_MS: f64 = 300.0;
 
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let threads: Vec<u32> = p.procs.clone().unwrap_or_else(|| {
+    let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| {
         if p.quick {
             vec![1, 2, 4, 8]
         } else {
@@ -103,7 +103,11 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let cores = p.cores.max(1);
     let mut details = vec![format!(
         "{cores} cores: {} threads run unpinned, so counts above {cores} are oversubscribed (real Linux preemption)",
-        threads.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+        threads
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     )];
     for per_core in [3, 4] {
         let x = f64::from(per_core * cores);
@@ -116,7 +120,11 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         let best = table
             .iter()
             .filter(|i| i.origin != Origin::Peer)
-            .filter_map(|i| points.iter().find(|q| q.x == x && q.implementation == i.name))
+            .filter_map(|i| {
+                points
+                    .iter()
+                    .find(|q| q.x == x && q.implementation == i.name)
+            })
             .max_by(|a, b| a.value.total_cmp(&b.value));
         if let Some(b) = best {
             let r = b.value / pl.value;

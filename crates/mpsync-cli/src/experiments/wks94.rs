@@ -28,6 +28,9 @@ pub const COLLAPSE: f64 = 1.5;
 /// Loop iterations per worker at `--scale 1`.
 pub const BASE_ITERS: f64 = 4000.0;
 
+/// Judges a conclusion on (points, (processors, MP) per x, x is processors, preemption).
+pub type VerdictFn = fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict;
+
 /// A synthetic lock program: the papers' {lock; CS; unlock; non-CS} loop, its
 /// sizes, the locks it compares and how its conclusion is judged.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +50,7 @@ pub struct Program {
     /// Whether x is processors (else the MP level) — given the experiment and params.
     pub by_procs: fn(&Experiment, &Params) -> bool,
     /// Judges the conclusion on the points.
-    pub verdict: fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict,
+    pub verdict: VerdictFn,
     /// Locks whose ratio to `baseline` is printed as an observation.
     pub observe: &'static [&'static str],
 }
@@ -67,8 +70,7 @@ pub const WKS94: Program = Program {
         "Smart-Q",
         "Native",
         "Native-np",
-        "TAS",
-        "CLH",
+        "Ticket-np",
         "MCS-TP",
         "spin-then-park",
     ],
@@ -196,12 +198,18 @@ pub fn run_program(
         let (Some(&first), Some(&last)) = (points.first(), points.last()) else {
             anyhow::bail!("no points to run");
         };
-        let at = |name: &str, x: f64| pts.iter().find(|q| q.implementation == name && q.x == x).map(|q| q.value);
+        let at = |name: &str, x: f64| {
+            pts.iter()
+                .find(|q| q.implementation == name && q.x == x)
+                .map(|q| q.value)
+        };
         for name in prog.observe {
             if let (Some(a), Some(b)) = (at(name, first.1), at(name, last.1)) {
                 verdict.details.push(format!(
                     "observation: {name} time at MP {} / MP {} = {:.2}",
-                    last.1, first.1, b / a
+                    last.1,
+                    first.1,
+                    b / a
                 ));
             }
         }
@@ -463,10 +471,27 @@ pub fn verdict(
             }
         }
     }
+    // Not part of the paper's conclusion: mpsync's speed target for the
+    // scheduler-conscious locks (each at least 5x faster than plain Queued).
+    if let Some(t) = target {
+        let x = xof(t);
+        for q in ["Smart-Q", "Queued-Handshaking", "Ticket-np", "MCS-TP"] {
+            if let (Some(v), Some(plain)) = (at(q, x), at("Queued", x)) {
+                let r = plain / v;
+                details.push(format!(
+                    "observation: {label} {x}: Queued / {q} = {r:.2} (mpsync target >= 5: {})",
+                    if r >= 5.0 { "met" } else { "missed" }
+                ));
+            }
+        }
+    }
     let status = if !holds {
         Status::DoesNotHold
     } else if !missing.is_empty() {
-        details.push(format!("not evaluated: {} not measured", missing.join(", ")));
+        details.push(format!(
+            "not evaluated: {} not measured",
+            missing.join(", ")
+        ));
         Status::PartlyEvaluable
     } else {
         Status::Holds

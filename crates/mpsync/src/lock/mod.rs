@@ -1,19 +1,35 @@
 //! Mutual-exclusion locks. Every one implements `lock_api::RawMutex`, so
 //! `mpsync::Mutex<L, T>` works with guards:
 //!
-//! | type        | paper name   | waits by                   | source                      |
-//! |-------------|--------------|----------------------------|-----------------------------|
-//! | [`Tas`]     | TAS          | swapping                   | all papers' baseline        |
-//! | [`TasB`]    | TAS-B        | test, backoff (cap 30 µs)  | 003 §4.1, 000 §4            |
-//! | [`Native`]  | Native       | futex (`sched::park`)      | 003 §4.1, 001 §4            |
-//! | [`Queued`]  | Queued (MCS) | spinning on its own node   | 003 §4.1                    |
-//! | [`Np<L>`]   | L-np         | as `L`, CS no-preempt      | 003 §3, 001 §3 (Symunix)    |
+//! | type                   | paper name         | waits by                                  | source                  |
+//! |------------------------|--------------------|-------------------------------------------|-------------------------|
+//! | [`Tas`]                | TAS                | swapping                                  | all papers' baseline    |
+//! | [`TasB`]               | TAS-B              | test, backoff (cap 30 µs)                 | 003 §4.1, 000 §4        |
+//! | [`Ticket`]             | Ticket             | proportional backoff, FIFO                | 001 §3.1, 004 §3.1      |
+//! | [`TicketSplit`]        | (Ticket, split)    | as Ticket, counters on two cache lines    | 004 §3.1                |
+//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw         | 001 §3.1                |
+//! | [`AndersonN`]          | Anderson           | spinning on its own array slot, FIFO      | 004 §3.1                |
+//! | [`Queued`]             | Queued (MCS)       | spinning on its own node, FIFO            | 003 §4.1                |
+//! | [`QueuedHandshaking`]  | Queued-Handshaking | own node; ack or be skipped               | 003 §3                  |
+//! | [`SmartQ`]             | Smart-Q            | own node; skipped if preempted            | 003 Figure 1            |
+//! | [`Clh`]                | CLH                | spinning on the predecessor's node, FIFO  | Craig; Magnusson et al. |
+//! | [`McsTp`]              | MCS-TP             | own node, heartbeats; skipped if stale    | He, Scherer & Scott 2005|
+//! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
+//! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
+//! | [`Np<L>`]              | L-np               | as `L`, CS no-preempt                     | 003 §3, 001 §3 (Symunix)|
+//!
+//! Ticket-np, Smart-Q and Queued-Handshaking are no-preempt by construction; any
+//! other lock gets its -np form as `Np<L>`. The pointer-free locks implement
+//! [`ProcessShared`] and work in memory shared between processes.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::{TasBNp, NativeNp}};
 //! let a: Mutex<TasBNp, u8> = Mutex::new(1);
 //! let b: Mutex<NativeNp, u8> = Mutex::new(2);
 //! assert_eq!(*a.lock() + *b.lock(), 3);
+//! let q: Mutex<mpsync::lock::SmartQ, Vec<u32>> = Mutex::new(Vec::new());
+//! q.lock().push(7);
+//! assert_eq!(*q.lock(), [7]);
 //! ```
 
 /// Per-thread cache of queue nodes for a queue lock module: defines

@@ -107,6 +107,22 @@ pub fn set_heartbeat_threshold(d: Duration) {
 /// Whether `cb`'s thread has published a heartbeat that is now stale.
 #[inline]
 pub fn presumed_preempted(cb: &ContextBlock) -> bool {
+    // Under loom, real time is not part of the model (and would make executions
+    // non-deterministic): nobody is presumed preempted; the state word is modelled.
+    #[cfg(loom)]
+    {
+        let _ = cb;
+        false
+    }
+    #[cfg(not(loom))]
+    {
+        presumed_preempted_at(cb)
+    }
+}
+
+#[cfg(not(loom))]
+#[inline]
+fn presumed_preempted_at(cb: &ContextBlock) -> bool {
     let hb = cb.heartbeat_ns();
     // Relaxed: see `heartbeat_threshold`.
     hb != 0 && now_ns().saturating_sub(hb) > THRESHOLD_NS.load(Ordering::Relaxed)
