@@ -13,9 +13,14 @@ struct Region<L> {
 }
 
 const CHILDREN: usize = 2;
-const ITERS: u64 = 20_000;
+const ITERS: u64 = 4_000;
+
+/// One test at a time: three processes per test already oversubscribe 2 cores,
+/// and FIFO locks (Ticket, Anderson) convoy behind preempted processes.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn across_processes<L: ProcessShared>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // Calibrate busy work (TAS-B's backoff) before forking.
     mpsync::util::busy::BusyWork::global();
     let size = std::mem::size_of::<Region<L>>();
