@@ -477,7 +477,9 @@ mod tests {
             unsafe { l.unlock(g) };
             live.join().unwrap();
         });
-        assert_eq!(l.withdrawn(), 1);
+        // The stalled number at least; the live waiter's too if it was slower
+        // than the patience (under Miri it is): it then took a new number.
+        assert!(l.withdrawn() >= 1);
         assert!(!l.is_locked());
         // The lock keeps working; the stalled number is gone for good.
         let g = l.try_lock().expect("free");
