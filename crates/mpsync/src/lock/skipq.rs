@@ -253,12 +253,13 @@ impl<P: SkipPolicy> Default for SkipQueue<P> {
     }
 }
 
-// SAFETY: as for MCS (`Queued`): the holder is the thread whose node became the
-// tail of an empty queue, or whose verdict a releaser set to SUCCESS; a releaser
-// sets SUCCESS on exactly one node and then never touches the lock again. A
-// skipped node is marked FAILURE only after the releaser stops reading it, and its
-// owner does not touch the node before it sees the verdict. Acquire loads of the
-// verdict pair with the Release SUCCESS store.
+// The holder is the thread whose node became the tail of an empty queue, or whose
+// verdict a releaser set to SUCCESS; a releaser sets SUCCESS on exactly one node
+// and then never touches the lock again. A skipped node is marked FAILURE only
+// after the releaser stops reading it, and its owner does not touch the node
+// before it sees the verdict.
+// SAFETY: mutual exclusion as for MCS (`Queued`), by the above; Acquire loads of
+// the verdict pair with the Release SUCCESS store.
 unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
     #[allow(clippy::declare_interior_mutable_const)]
     #[cfg(not(loom))]
