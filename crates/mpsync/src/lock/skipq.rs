@@ -587,8 +587,14 @@ mod tests {
         // the patience (then it re-enqueued and was served later).
         assert!(l.skipped() >= 1);
         assert!(!l.is_locked());
-        // SAFETY: the lock is free and nobody refers to the ghost node any more.
-        drop(unsafe { Box::from_raw(ghost) });
+        // SAFETY: the lock is free and nobody refers to the ghost node or its
+        // context block any more; both were leaked from boxes above.
+        unsafe {
+            drop(Box::from_raw(ghost));
+            drop(Box::from_raw(
+                cb as *const ContextBlock as *mut ContextBlock,
+            ));
+        }
     }
 
     #[test]
