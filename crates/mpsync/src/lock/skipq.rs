@@ -559,7 +559,12 @@ mod tests {
     fn skips_a_stalled_waiter<P: SkipPolicy>(stall: impl FnOnce(&'static ContextBlock)) {
         let l = SkipQueue::<P>::new();
         let g = l.lock();
+        // Context blocks are never freed (the registry's contract); this one is
+        // kept reachable from a static, as the registry keeps its own.
+        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
+            std::sync::Mutex::new(Vec::new());
         let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
+        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
         cb.publish_heartbeat();
         stall(cb);
         let ghost = Box::leak(Box::new(SkipNode::new()));
@@ -587,14 +592,8 @@ mod tests {
         // the patience (then it re-enqueued and was served later).
         assert!(l.skipped() >= 1);
         assert!(!l.is_locked());
-        // SAFETY: the lock is free and nobody refers to the ghost node or its
-        // context block any more; both were leaked from boxes above.
-        unsafe {
-            drop(Box::from_raw(ghost));
-            drop(Box::from_raw(
-                cb as *const ContextBlock as *mut ContextBlock,
-            ));
-        }
+        // SAFETY: the lock is free and nobody refers to the ghost node any more.
+        drop(unsafe { Box::from_raw(ghost) });
     }
 
     #[test]
