@@ -213,8 +213,6 @@ impl<P: SkipPolicy> SkipQueue<P> {
             cb as *const ContextBlock as *mut ContextBlock,
             Ordering::Relaxed,
         );
-        // A fresh heartbeat before anyone can judge us by it.
-        cb.publish_heartbeat();
     }
 
     /// Waits until `node`'s successor has linked itself, and returns it.
@@ -284,6 +282,10 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
             if pred.is_null() {
                 break;
             }
+            // We will wait: a fresh heartbeat before anyone can judge us by it (a
+            // releaser sees our node only through the link below, which the
+            // Release store publishes after this). Not on the uncontended path.
+            cb.publish_heartbeat();
             // SAFETY: the predecessor's node stays valid until its holder (or a
             // releaser skipping it) has read the link we write here.
             // Release: publishes our node to whoever reads the link.

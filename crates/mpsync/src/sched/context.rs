@@ -168,20 +168,8 @@ impl ContextBlock {
         let d = self.depth();
         // Relaxed: owner-only counter.
         self.depth.store(d + 1, Ordering::Relaxed);
-        if d > 0 {
-            return;
-        }
-        loop {
-            match self.state.transition(
-                ThreadState::Preemptable,
-                ThreadState::SelfUnpreemptable,
-                Actor::Thread,
-            ) {
-                Ok(()) => return,
-                // A peer already made us unpreemptable (Smart-Q handoff): same effect.
-                Err(TransitionError::Conflict(s)) if s.is_unpreemptable() => return,
-                Err(_) => self.wait_while_preempted(),
-            }
+        if d == 0 {
+            self.become_self_unpreemptable();
         }
     }
 
@@ -279,6 +267,12 @@ impl ContextBlock {
     #[inline]
     pub fn resume_no_preempt(&self) {
         debug_assert!(self.depth() > 0, "resume_no_preempt outside a section");
+        self.become_self_unpreemptable();
+    }
+
+    /// `Preemptable` → `SelfUnpreemptable`, waiting while `Preempted`.
+    #[inline]
+    fn become_self_unpreemptable(&self) {
         loop {
             match self.state.transition(
                 ThreadState::Preemptable,
@@ -286,6 +280,7 @@ impl ContextBlock {
                 Actor::Thread,
             ) {
                 Ok(()) => return,
+                // A peer already made us unpreemptable (Smart-Q handoff): same effect.
                 Err(TransitionError::Conflict(s)) if s.is_unpreemptable() => return,
                 Err(_) => self.wait_while_preempted(),
             }
