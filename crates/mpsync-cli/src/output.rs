@@ -125,6 +125,11 @@ pub struct Trial {
     /// acquisition counts (0 = every thread got the lock equally often).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fairness_spread: Option<f64>,
+    /// Set when the run hit its time cap: the fraction of the planned work it
+    /// completed. `value` is then extrapolated (wall time / fraction) — an
+    /// estimate, reported as censored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub censored_at: Option<f64>,
 }
 
 /// A summary point: trimmed mean of the trials, and that normalized.
@@ -194,13 +199,13 @@ fn csv_field(s: &str) -> String {
 pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut csv = String::from(
-        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread\n",
+        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread,censored_at\n",
     );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for t in &rec.trials {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&rec.experiment),
             csv_field(&t.implementation),
             rec.preempt,
@@ -213,7 +218,8 @@ pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
             t.preemptions,
             t.warnings,
             opt(t.finish_spread.map(|f| format!("{f:.4}"))),
-            opt(t.fairness_spread.map(|f| format!("{f:.4}")))
+            opt(t.fairness_spread.map(|f| format!("{f:.4}"))),
+            opt(t.censored_at.map(|f| format!("{f:.4}")))
         );
     }
     let w = |name: &str, body: &[u8]| {

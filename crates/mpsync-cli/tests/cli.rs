@@ -232,7 +232,9 @@ fn tiny_lock_oversub_and_wks95_runs() {
     assert!(o.status.success(), "{}", stderr(&o));
     let json = check_run(&out, "lock-oversub@none");
     let csv = std::fs::read_to_string(out.join("lock-oversub@none/data.csv")).unwrap();
-    assert!(csv.lines().next().unwrap().ends_with("fairness_spread"));
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    assert!(header.contains(&"fairness_spread"), "{header:?}");
+    assert!(header.contains(&"censored_at"), "{header:?}");
     assert!(
         json["verdict"]["details"]
             .to_string()

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lock_api::RawMutex;
 use mpsync::lock::{
-    Anderson, Clh, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ,
+    Anderson, Clh, ClhTp, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ,
     SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
@@ -240,6 +240,8 @@ torture! {
     mcs_tp_np: Np<McsTp> => 500,
     clh: Clh => 60,
     clh_np: Np<Clh> => 60,
+    clh_tp: ClhTp => 300,
+    clh_tp_np: Np<ClhTp> => 300,
     spin_then_park: SpinThenPark => 2_000,
     spin_then_park_np: Np<SpinThenPark> => 2_000,
 }

@@ -163,7 +163,7 @@ fn queued_try_lock() {
 }
 
 use mpsync::lock::{
-    AndersonN, Clh, McsTp, QueuedHandshaking, SmartQ, SpinThenPark, Ticket, TicketNp,
+    AndersonN, Clh, ClhTp, McsTp, QueuedHandshaking, SmartQ, SpinThenPark, Ticket, TicketNp,
 };
 
 #[test]
@@ -272,4 +272,79 @@ fn smart_q_handoff_vs_preemption() {
         // SAFETY: all threads joined.
         assert_eq!(shared.1.with(|p| unsafe { *p }), 2);
     });
+}
+
+#[test]
+fn clh_tp_full_lock() {
+    two_threads_exclusive(ClhTp::new);
+}
+
+#[test]
+fn clh_tp_try_lock() {
+    two_threads_bounded_attempts(ClhTp::new);
+}
+
+/// CLH-TP's removal race: the main thread holds the lock while waiters W and S
+/// queue behind it in either order. W's context block says `Preempted` from
+/// before it enqueues until after its critical section (the "kernel" preempted it
+/// as it queued; the thread still runs in the model, as a thread does when it is
+/// scheduled again). If S queues behind W, S may remove W (CAS WAITING → REMOVED)
+/// while W takes the lock from the released holder (CAS WAITING → HOLDING): exactly
+/// one side wins, a removed W enqueues again, and every thread gets the lock
+/// exactly once, exclusively (loom checks the cell's accesses for races).
+#[test]
+fn clh_tp_removal_vs_handoff() {
+    // Executions in which W was removed (std atomics: outside the model).
+    static REMOVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(4);
+    b.check(|| {
+        let shared = Arc::new((ClhTp::new(), UnsafeCell::new(0u32)));
+        let g = shared.0.lock();
+        let ts: Vec<_> = (0..2)
+            .map(|i| {
+                let s = shared.clone();
+                thread::spawn(move || {
+                    let cb = sched::current();
+                    if i == 0 {
+                        cb.transition(
+                            ThreadState::Preemptable,
+                            ThreadState::Preempted,
+                            Actor::Kernel,
+                        )
+                        .unwrap();
+                    }
+                    let g = s.0.lock();
+                    // SAFETY: the lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    if i == 0 {
+                        cb.transition(
+                            ThreadState::Preempted,
+                            ThreadState::Preemptable,
+                            Actor::Kernel,
+                        )
+                        .unwrap();
+                    }
+                    // SAFETY: `g` came from this lock on this thread.
+                    unsafe { s.0.unlock(g) };
+                })
+            })
+            .collect();
+        // SAFETY: the lock is held by this thread.
+        shared.1.with_mut(|p| unsafe { *p += 1 });
+        // SAFETY: `g` came from this lock on this thread.
+        unsafe { shared.0.unlock(g) };
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 3);
+        if shared.0.removed() > 0 {
+            REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    // The model must have explored the race it is about.
+    let removals = REMOVALS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(removals > 0, "no explored execution removed W");
+    println!("clh_tp_removal_vs_handoff: {removals} executions removed W");
 }

@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use mpsync::lock::{
-    Anderson, Clh, McsTp, Native, NativeNp, Queued, QueuedHandshaking, QueuedNp, SmartQ,
+    Anderson, Clh, ClhTp, McsTp, Native, NativeNp, Queued, QueuedHandshaking, QueuedNp, SmartQ,
     SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::util::clock::now_ns;
@@ -165,7 +165,7 @@ fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
 
 /// The synthetic lock program of paper 003 §4.1: each worker loops
 /// {lock; critical section; unlock; non-critical section}, with seeded ±10% jitter.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SyntheticSpec {
     /// Loop iterations per worker.
     pub iters: u64,
@@ -175,19 +175,76 @@ pub struct SyntheticSpec {
     pub ncs_iters: u64,
     /// Seed of the jitter.
     pub seed: u64,
+    /// A time cap on the run, shared by its workers (none: run to completion).
+    pub cap: Option<std::sync::Arc<Censor>>,
+}
+
+/// A time cap on one synthetic run. Under `--preempt os` a FIFO queue lock can
+/// collapse (every hand-over waits for a preempted waiter's next quantum) and a
+/// run may take hours; past the cap its workers stop, and the run reports the
+/// fraction of its iterations done, so its time can be extrapolated and marked
+/// censored instead of silently dropped or waited for.
+#[derive(Debug)]
+pub struct Censor {
+    cap_ns: u64,
+    planned: u64,
+    /// When the first worker started (ns), 0 before.
+    started: std::sync::atomic::AtomicU64,
+    /// Iterations completed by finished workers.
+    done: std::sync::atomic::AtomicU64,
+}
+
+impl Censor {
+    /// A cap of `cap` on a run of `planned` iterations in all.
+    pub fn new(cap: std::time::Duration, planned: u64) -> Self {
+        Self {
+            cap_ns: cap.as_nanos().min(u128::from(u64::MAX)) as u64,
+            planned: planned.max(1),
+            started: std::sync::atomic::AtomicU64::new(0),
+            done: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the cap has passed (the first call starts the clock).
+    fn expired(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = now_ns();
+        // Relaxed: one timestamp; which worker wins does not matter.
+        let t0 = match self.started.compare_exchange(0, now, Relaxed, Relaxed) {
+            Ok(_) => now,
+            Err(t) => t,
+        };
+        now.saturating_sub(t0) > self.cap_ns
+    }
+
+    /// The fraction of the planned iterations done (1.0: ran to completion).
+    pub fn completed(&self) -> f64 {
+        // Relaxed: read after the workers were joined.
+        let d = self.done.load(std::sync::atomic::Ordering::Relaxed);
+        (d as f64 / self.planned as f64).min(1.0)
+    }
 }
 
 fn synthetic<L: BenchLock>(spec: &SyntheticSpec) -> WorkerBody {
     let lock = L::create();
-    let spec = *spec;
+    let spec = spec.clone();
     Box::new(move |worker| {
         let w = mpsync::util::busy::BusyWork::global();
         let mut rng = mpsync::util::rng::SplitMix64::stream(spec.seed, u64::from(worker));
-        for _ in 0..spec.iters {
+        let mut i = 0;
+        while i < spec.iters {
+            if i % 8 == 0 && spec.cap.as_ref().is_some_and(|c| c.expired()) {
+                break;
+            }
             let cs = rng.jitter(spec.cs_iters as f64, 0.1) as u64;
             let ncs = rng.jitter(spec.ncs_iters as f64, 0.1) as u64;
             lock.with(|| w.run_iters(cs));
             w.run_iters(ncs);
+            i += 1;
+        }
+        if let Some(c) = &spec.cap {
+            // Relaxed: read after the join.
+            c.done.fetch_add(i, std::sync::atomic::Ordering::Relaxed);
         }
     })
 }
@@ -249,6 +306,7 @@ pub fn mutex_table() -> Vec<LockImpl> {
         row!("Anderson", Origin::Mpsync, true, mpsync::Mutex<Anderson, ()>),
         row!("CLH", Origin::Mpsync, true, mpsync::Mutex<Clh, ()>),
         row!("MCS-TP", Origin::Mpsync, true, mpsync::Mutex<McsTp, ()>),
+        row!("CLH-TP", Origin::Mpsync, true, mpsync::Mutex<ClhTp, ()>),
         row!("spin-then-park", Origin::Mpsync, false, mpsync::Mutex<SpinThenPark, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
         row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),
@@ -274,4 +332,41 @@ pub fn select(names: &[&str]) -> Vec<LockImpl> {
         .into_iter()
         .filter(|i| names.contains(&i.name) || i.origin == Origin::Peer)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn spec(iters: u64, cap: &Arc<Censor>) -> SyntheticSpec {
+        SyntheticSpec {
+            iters,
+            cs_iters: 10,
+            ncs_iters: 10,
+            seed: 1,
+            cap: Some(cap.clone()),
+        }
+    }
+
+    #[test]
+    fn a_run_inside_its_cap_completes() {
+        let cap = Arc::new(Censor::new(Duration::from_secs(3600), 2 * 200));
+        let body = synthetic::<mpsync::Mutex<mpsync::lock::TasB, ()>>(&spec(200, &cap));
+        body(0);
+        body(1);
+        assert_eq!(cap.completed(), 1.0);
+    }
+
+    #[test]
+    fn a_run_past_its_cap_stops_and_reports_the_fraction_done() {
+        let cap = Arc::new(Censor::new(Duration::ZERO, u64::MAX / 4));
+        let body = synthetic::<mpsync::Mutex<mpsync::lock::TasB, ()>>(&spec(u64::MAX / 4, &cap));
+        body(0);
+        let done = cap.completed();
+        assert!(done < 1e-6, "{done}");
+        // It stopped at its first check past the cap, having done some work.
+        assert!(cap.done.load(std::sync::atomic::Ordering::Relaxed) >= 8);
+    }
 }

@@ -4,11 +4,12 @@
 //! with small random variation; the number of iterations is proportional to the
 //! number of workers; quantum 20 ms. Time is normalized to TAS-B at the first point.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mpsync::util::busy::BusyWork;
 
-use super::locks::{SyntheticSpec, select};
+use super::locks::{Censor, SyntheticSpec, select};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
@@ -27,6 +28,13 @@ pub const COLLAPSE: f64 = 1.5;
 
 /// Loop iterations per worker at `--scale 1`.
 pub const BASE_ITERS: f64 = 4000.0;
+
+/// A run stops at this many times the time one worker's loop takes alone (a
+/// collapsing FIFO lock under `--preempt os` would otherwise run for hours); its
+/// time is then extrapolated from the fraction done and reported as censored.
+pub const CAP_FACTOR: f64 = 25.0;
+/// The cap is never shorter than this (seconds).
+pub const CAP_MIN_S: f64 = 2.0;
 
 /// Judges a conclusion on (points, (processors, MP) per x, x is processors, preemption).
 pub type VerdictFn = fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict;
@@ -72,6 +80,7 @@ pub const WKS94: Program = Program {
         "Native-np",
         "Ticket-np",
         "MCS-TP",
+        "CLH-TP",
         "spin-then-park",
     ],
     baseline: "TAS-B",
@@ -126,12 +135,20 @@ pub fn run_program(
         mps.into_iter().map(|m| (procs, m)).collect()
     };
     let busy = BusyWork::global();
+    let iters = ((prog.base_iters * p.scale).round() as u64).max(1);
     let spec_at = |procs: u32| SyntheticSpec {
-        iters: ((prog.base_iters * p.scale).round() as u64).max(1),
+        iters,
         cs_iters: busy.iters_for_ns((prog.cs_us * 1e3) as u64),
         ncs_iters: busy.iters_for_ns(((prog.ncs_us)(procs) * 1e3) as u64),
         seed: p.seed,
+        cap: None,
     };
+    // A run's time cap: CAP_FACTOR times what one worker's loop takes alone.
+    let cap_at = |procs: u32| {
+        let ideal_s = iters as f64 * (prog.cs_us + (prog.ncs_us)(procs)) * 1e-6;
+        Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(CAP_MIN_S))
+    };
+    let mut censored: Vec<String> = Vec::new();
     let spec = spec_at(points.first().map_or(1, |p| p.0));
     let table = select(prog.names);
     let pb = crate::progress(
@@ -149,16 +166,30 @@ pub fn run_program(
             // Rotate the order each trial so no implementation always runs first.
             for k in 0..table.len() {
                 let imp = &table[(k + t as usize) % table.len()];
+                let cap = Arc::new(Censor::new(cap_at(procs), spec.iters * u64::from(procs)));
                 let body = (imp.synthetic)(&SyntheticSpec {
                     seed: spec.seed ^ u64::from(t),
-                    ..spec
+                    cap: Some(cap.clone()),
+                    ..spec.clone()
                 });
                 let o = env.run(&*body)?;
+                let done = cap.completed();
+                let censored_at = (done < 1.0).then_some(done);
+                if censored_at.is_some() {
+                    censored.push(format!(
+                        "{} at {x} (trial {t}: {:.0}% done in {:.1} s)",
+                        imp.name,
+                        100.0 * done,
+                        o.wall.as_secs_f64()
+                    ));
+                }
                 trials.push(Trial {
                     implementation: imp.name.into(),
                     x,
                     trial: t,
-                    value: o.wall.as_secs_f64(),
+                    // Censored: extrapolated to the whole run (an estimate).
+                    value: o.wall.as_secs_f64() / done.max(1e-9),
+                    censored_at,
                     preemptions: o.preemptions,
                     warnings: o.warnings,
                     mp: Some(mp),
@@ -194,6 +225,13 @@ pub fn run_program(
         .map(|&(n, m)| if by_procs { f64::from(n) } else { m })
         .collect();
     let mut verdict = (prog.verdict)(&pts, &points, by_procs, preempt);
+    if !censored.is_empty() {
+        verdict.details.push(format!(
+            "censored: {} run(s) hit the time cap ({CAP_FACTOR}× one worker's solo time, at least {CAP_MIN_S} s); their times are extrapolated from the fraction done: {}",
+            censored.len(),
+            censored.join("; ")
+        ));
+    }
     if !by_procs {
         let (Some(&first), Some(&last)) = (points.first(), points.last()) else {
             anyhow::bail!("no points to run");
@@ -294,6 +332,7 @@ pub fn run_program(
             "points": points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
             "quantum_ms": quantum.as_secs_f64() * 1e3,
             "iterations_per_worker": spec.iters,
+            "time_cap_s_per_point": points.iter().map(|&(n, _)| cap_at(n).as_secs_f64()).collect::<Vec<_>>(),
             "critical_section_us": prog.cs_us,
             "non_critical_us_per_point": points.iter().map(|&(n, _)| (prog.ncs_us)(n)).collect::<Vec<_>>(),
             "jitter": 0.1,
@@ -475,7 +514,13 @@ pub fn verdict(
     // scheduler-conscious locks (each at least 5x faster than plain Queued).
     if let Some(t) = target {
         let x = xof(t);
-        for q in ["Smart-Q", "Queued-Handshaking", "Ticket-np", "MCS-TP"] {
+        for q in [
+            "Smart-Q",
+            "Queued-Handshaking",
+            "Ticket-np",
+            "MCS-TP",
+            "CLH-TP",
+        ] {
             if let (Some(v), Some(plain)) = (at(q, x), at("Queued", x)) {
                 let r = plain / v;
                 details.push(format!(

@@ -14,6 +14,7 @@
 //! | [`SmartQ`]             | Smart-Q            | own node; skipped if preempted            | 003 Figure 1            |
 //! | [`Clh`]                | CLH                | spinning on the predecessor's node, FIFO  | Craig; Magnusson et al. |
 //! | [`McsTp`]              | MCS-TP             | own node, heartbeats; skipped if stale    | He, Scherer & Scott 2005|
+//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred     | He, Scherer & Scott 2005|
 //! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
 //! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
 //! | [`Np<L>`]              | L-np               | as `L`, CS no-preempt                     | 003 §3, 001 §3 (Symunix)|
@@ -77,6 +78,7 @@ pub(crate) use node_cache;
 
 mod anderson;
 mod clh;
+mod clh_tp;
 mod native;
 mod np;
 mod queued;
@@ -88,6 +90,7 @@ mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
 pub use clh::{Clh, ClhGuard};
+pub use clh_tp::{ClhTp, ClhTpGuard};
 pub use native::Native;
 pub use np::{Np, NpGuard, NpToken};
 pub use queued::{Queued, QueuedGuard};
@@ -244,6 +247,7 @@ mod tests {
         handshaking: QueuedHandshaking,
         mcs_tp: McsTp,
         clh: Clh,
+        clh_tp: ClhTp,
         spin_then_park: SpinThenPark
     );
 
