@@ -129,9 +129,11 @@ pub trait SkipPolicy: sealed::Sealed + 'static {
 /// Use the aliases [`SmartQ`], [`QueuedHandshaking`], [`McsTp`].
 pub struct SkipQueue<P> {
     tail: AtomicPtr<SkipNode>,
-    /// When the current holder acquired (ns): waiters of the TP policy yield when
-    /// the holder looks preempted (held far longer than critical sections last).
-    held_since: AtomicU64,
+    /// Acquisitions so far, bumped by each new holder (a plain increment: only the
+    /// holder writes it). TP waiters that see it unchanged for longer than the
+    /// heartbeat threshold presume the holder preempted — the clock is read by
+    /// waiters only, never on the holder's path.
+    acquisitions: AtomicU64,
     /// Waiters skipped so far (diagnostic).
     skipped: AtomicU64,
     patience_ns: u64,
@@ -170,7 +172,7 @@ impl<P: SkipPolicy> SkipQueue<P> {
     pub const fn new() -> Self {
         Self {
             tail: AtomicPtr::new(ptr::null_mut()),
-            held_since: AtomicU64::new(0),
+            acquisitions: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             patience_ns: SKIP_DEFAULT_PATIENCE_NS,
             _policy: PhantomData,
@@ -182,7 +184,7 @@ impl<P: SkipPolicy> SkipQueue<P> {
     pub fn new() -> Self {
         Self {
             tail: AtomicPtr::new(ptr::null_mut()),
-            held_since: AtomicU64::new(0),
+            acquisitions: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             patience_ns: SKIP_DEFAULT_PATIENCE_NS,
             _policy: PhantomData,
@@ -229,19 +231,18 @@ impl<P: SkipPolicy> SkipQueue<P> {
     #[inline]
     fn acquired(&self) {
         if !P::NO_PREEMPT {
-            // Relaxed: a hint for waiters (see `held_since`).
-            self.held_since.store(now_ns(), Ordering::Relaxed);
+            // Relaxed (both): a hint for waiters (see `acquisitions`); only the
+            // holder writes it, so load + store loses no increment.
+            let n = self.acquisitions.load(Ordering::Relaxed);
+            self.acquisitions
+                .store(n.wrapping_add(1), Ordering::Relaxed);
         }
     }
 
-    /// How long the current holder has held the lock (TP waiters' hint).
-    fn held_for_ns(&self) -> u64 {
-        // Under loom real time is not modelled (see `sched::heartbeat_stale`).
-        if cfg!(loom) {
-            return 0;
-        }
-        // Relaxed: see `held_since`.
-        now_ns().saturating_sub(self.held_since.load(Ordering::Relaxed))
+    /// The acquisition count (TP waiters' hint that the lock moves).
+    fn acquisitions(&self) -> u64 {
+        // Relaxed: see `acquisitions`.
+        self.acquisitions.load(Ordering::Relaxed)
     }
 }
 
@@ -526,14 +527,24 @@ impl SkipPolicy for TpPolicy {
 
     fn wait(me: &SkipNode, cb: &ContextBlock, lock: &SkipQueue<Self>) -> u32 {
         let mut spins = 0u32;
+        // (acquisition count last seen, when it was first seen: ns)
+        let mut seen = (u64::MAX, 0u64);
         // Not paused: MCS-TP has no no-preempt section of its own.
         wait_verdict(me, cb, false, |_| {
             spins = spins.wrapping_add(1);
-            // The holder has held the lock far longer than a critical section:
-            // presume it preempted and give our processor away meanwhile.
-            if spins.is_multiple_of(256)
-                && lock.held_for_ns() > sched::native::heartbeat_threshold().as_nanos() as u64
+            // Under loom real time is not modelled (see `sched::heartbeat_stale`).
+            if cfg!(loom) || !spins.is_multiple_of(256) {
+                return;
+            }
+            let now = now_ns();
+            let n = lock.acquisitions();
+            if n != seen.0 {
+                seen = (n, now);
+            } else if now.saturating_sub(seen.1)
+                > sched::native::heartbeat_threshold().as_nanos() as u64
             {
+                // Nobody acquired for far longer than a critical section lasts:
+                // presume the holder preempted and give our processor away.
                 cb.publish_heartbeat();
                 sched::yield_now();
             }
