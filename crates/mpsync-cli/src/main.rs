@@ -5,6 +5,7 @@ mod env;
 mod experiments;
 mod osmp;
 mod output;
+mod peers;
 mod report;
 mod stats;
 mod svg;
@@ -78,8 +79,10 @@ struct Common {
     /// Processor counts, comma-separated, each between 1 and the available processors.
     #[arg(long, allow_hyphen_values = true)]
     procs: Option<String>,
-    /// Thread counts for lock-oversub, comma-separated, each 1..=1024; may exceed
-    /// the processors (that is the point). Default 1..8 (--quick: 1,2,4,8).
+    /// Thread counts for lock-oversub and ds-oversub, comma-separated, each
+    /// 1..=1024; may exceed the processors (that is the point). Defaults:
+    /// lock-oversub 1..8 (--quick: 1,2,4,8); ds-oversub 1,2,4 and 3 and 4 per
+    /// core (--quick: 1,2 and 3 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,
     /// Scheduling quantum in milliseconds (default: the paper's; 20 ms for wks94).

@@ -1,10 +1,13 @@
 //! The experiment catalog (shared/EXPERIMENTS.md ids) and what every experiment
 //! gets to run with.
 
+pub mod ds_oversub;
 pub mod latency;
 pub mod locks;
+pub mod ms97;
 pub mod oversub;
 pub mod sched_overhead;
+pub mod structures;
 pub mod wks94;
 pub mod wks95;
 
@@ -100,6 +103,42 @@ pub fn catalog() -> Vec<Experiment> {
             run: wks95::run,
         },
         Experiment {
+            id: "ms97-queue",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.1 Fig. 1 (papers/000)",
+            title: "enqueue/dequeue pairs on an initially empty queue: single lock (ordinary, PS), two locks (ordinary, PS), MS and PLJ non-blocking, and peers; 6 µs work after each op, MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: ms97::run,
+        },
+        Experiment {
+            id: "ms97-stack",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.2 Fig. 2 (papers/000)",
+            title: "push/pop pairs on an initially empty stack: single lock (ordinary, PS), Treiber, Herlihy-optimized, and peers; 6 µs work after each op, MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: ms97::run,
+        },
+        Experiment {
+            id: "ms97-heap",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.3 Fig. 3 (papers/000)",
+            title: "insert/delete_min pairs on an initially empty skew heap: single lock (ordinary, PS), Herlihy non-blocking, and Mutex<BinaryHeap>; 6 µs work after each op, MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: ms97::run,
+        },
+        Experiment {
+            id: "ms97-counter",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.4 Fig. 4 (papers/000)",
+            title: "increments of a shared counter: single lock (ordinary, PS), CAS loop, fetch_add; 6 µs work after each, MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: ms97::run,
+        },
+        Experiment {
             id: "lock-oversub",
             paper: "mpsync",
             reference: "mpsync's own (the case Linux users hit every day)",
@@ -107,6 +146,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: oversub::run,
+        },
+        Experiment {
+            id: "ds-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (the issue's speed targets for the structures)",
+            title: "throughput of every queue, stack, heap and counter and their peers with unpinned threads, no work between operations (--threads sets the counts; --preempt does not apply)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: ds_oversub::run,
         },
         Experiment {
             id: "lock-latency",

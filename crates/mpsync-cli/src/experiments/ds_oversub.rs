@@ -1,0 +1,219 @@
+//! `ds-oversub`: throughput of every queue, stack, heap and counter (mpsync's and
+//! the peers') with unpinned threads on the machine's cores — no work between
+//! operations, so the structure itself is measured; beyond the core count Linux
+//! preempts threads inside operations for real. Fixed-duration trials; each
+//! thread loops {put; take} (counters: increment), announcing a quiescent state
+//! every 100 operations (Hart's test loop); value = operations per second,
+//! normalized to the reference peer of its kind at the same thread count.
+
+use std::time::{Duration, Instant};
+
+use super::locks::Origin;
+use super::structures::{DsThroughputSpec, Kind, ds_table};
+use super::{Experiment, Params};
+use crate::env::Preempt;
+use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::stats::trimmed_mean;
+use crate::svg::{Series, line_chart};
+
+/// Trial length at `--scale 1`.
+pub const BASE_DURATION_MS: f64 = 300.0;
+
+/// The peer every row of a kind is compared with.
+pub fn reference(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Queue => "SegQueue",
+        Kind::Stack => "crossbeam-epoch Treiber",
+        Kind::Heap => "Mutex<BinaryHeap>",
+        Kind::Counter => "AtomicU64::fetch_add",
+    }
+}
+
+/// The speed targets: (mpsync row, peer row), ratio of throughputs ≥ 1.
+pub const TARGETS: &[(&str, &str)] = &[
+    ("MS non-blocking", "SegQueue"),
+    ("Treiber", "crossbeam-epoch Treiber"),
+    ("Treiber (HP)", "haphazard Treiber"),
+];
+
+/// Runs the experiment.
+pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let cores = p.cores.max(1);
+    let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| {
+        if p.quick {
+            vec![1, 2, 3 * cores]
+        } else {
+            vec![1, 2, 4, 3 * cores, 4 * cores]
+        }
+    });
+    let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
+    let table = ds_table();
+    let pb = crate::progress(
+        (threads.len() * p.trials as usize * table.len()) as u64,
+        exp.id,
+    );
+    let started = Instant::now();
+    let mut trials = Vec::new();
+    for &n in &threads {
+        let spec = DsThroughputSpec {
+            threads: n,
+            duration,
+        };
+        for t in 0..p.trials {
+            for k in 0..table.len() {
+                let imp = &table[(k + t as usize) % table.len()];
+                let counts = (imp.throughput)(&spec, imp.kind);
+                let total: u64 = counts.iter().sum();
+                let mean = total as f64 / counts.len().max(1) as f64;
+                let (lo, hi) = (
+                    counts.iter().copied().min().unwrap_or(0),
+                    counts.iter().copied().max().unwrap_or(0),
+                );
+                trials.push(Trial {
+                    implementation: imp.name.into(),
+                    x: f64::from(n),
+                    trial: t,
+                    value: total as f64 / duration.as_secs_f64(),
+                    procs: Some(n),
+                    fairness_spread: Some(if mean > 0.0 {
+                        (hi - lo) as f64 / mean
+                    } else {
+                        0.0
+                    }),
+                    ..Trial::default()
+                });
+                pb.inc(1);
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let names: Vec<&str> = table.iter().map(|i| i.name).collect();
+    let mean_of = |name: &str, x: f64| {
+        let v: Vec<f64> = trials
+            .iter()
+            .filter(|t| t.implementation == name && t.x == x)
+            .map(|t| t.value)
+            .collect();
+        trimmed_mean(&v)
+    };
+    let mut points = Vec::new();
+    for &n in &threads {
+        let x = f64::from(n);
+        for imp in &table {
+            let base = mean_of(reference(imp.kind), x)
+                .filter(|b| *b > 0.0)
+                .unwrap_or(1.0);
+            if let Some(v) = mean_of(imp.name, x) {
+                points.push(Point {
+                    implementation: imp.name.into(),
+                    x,
+                    value: v,
+                    normalized: v / base,
+                });
+            }
+        }
+    }
+    let mut details = vec![format!(
+        "{cores} cores: {} threads run unpinned, so counts above {cores} are oversubscribed (real Linux preemption)",
+        threads
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )];
+    let at = |name: &str, x: f64| {
+        points
+            .iter()
+            .find(|q| q.implementation == name && q.x == x)
+            .map(|q| q.value)
+    };
+    for &(ours, peer) in TARGETS {
+        let mut parts = Vec::new();
+        for &n in &threads {
+            let x = f64::from(n);
+            if let (Some(a), Some(b)) = (at(ours, x), at(peer, x)) {
+                let r = a / b;
+                parts.push(format!(
+                    "{n} threads {r:.2} ({})",
+                    if r >= 1.0 { "met" } else { "missed" }
+                ));
+            }
+        }
+        if parts.is_empty() {
+            details.push(format!("{ours} / {peer}: not measured"));
+        } else {
+            details.push(format!(
+                "{ours} / {peer} throughput (target >= 1.0): {}",
+                parts.join(", ")
+            ));
+        }
+    }
+    for kind in [Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter] {
+        let Some(&last) = threads.last() else { break };
+        let x = f64::from(last);
+        let best = |peer: bool| {
+            table
+                .iter()
+                .filter(|i| i.kind == kind && (i.origin == Origin::Peer) == peer)
+                .filter_map(|i| at(i.name, x).map(|v| (i.name, v)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+        };
+        if let (Some(m), Some(pe)) = (best(false), best(true)) {
+            details.push(format!(
+                "{kind:?} at {last} threads: best mpsync ({}) / best peer ({}) = {:.2}",
+                m.0,
+                pe.0,
+                m.1 / pe.1
+            ));
+        }
+    }
+    let series: Vec<Series> = names
+        .iter()
+        .map(|n| Series {
+            label: (*n).into(),
+            points: points
+                .iter()
+                .filter(|q| q.implementation == *n)
+                .map(|q| (q.x, q.normalized))
+                .collect(),
+        })
+        .collect();
+    let svg = line_chart(
+        "ds-oversub: structure throughput, unpinned threads on this machine's cores",
+        "threads",
+        "operations/s normalized to the reference peer of the kind (higher is better)",
+        &series,
+    );
+    let rec = RunRecord {
+        experiment: exp.id.into(),
+        paper: exp.reference.into(),
+        title: exp.title.into(),
+        preempt: "none".into(),
+        started_unix: crate::unix_now(),
+        duration_s: started.elapsed().as_secs_f64(),
+        machine: Machine::detect(),
+        params: serde_json::json!({
+            "common": p,
+            "threads": threads,
+            "trial_ms": duration.as_secs_f64() * 1e3,
+            "ops_per_quiescent_state": super::structures::OPS_PER_QUIESCENT,
+            "implementations": names,
+            "references": ([Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter].map(reference)),
+        }),
+        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
+        unit: "operations per second (higher is better)".into(),
+        x_label: "threads".into(),
+        baseline: "the reference peer of each kind at the same thread count".into(),
+        trials,
+        points,
+        extra: serde_json::Value::Null,
+        verdict: Verdict {
+            conclusion:
+                "no paper conclusion: structure throughput under real oversubscription, as ratios to the peers"
+                    .into(),
+            status: Status::Measurement,
+            details,
+        },
+    };
+    Ok((rec, svg))
+}

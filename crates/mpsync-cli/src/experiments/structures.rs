@@ -1,0 +1,356 @@
+//! The data structures the `ms97-*` and `ds-oversub` experiments compare:
+//! mpsync's queues, stacks, heaps and counters and the peers Rust programmers
+//! use today, run in the same process. Adding a structure is adding a row.
+
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use mpsync::util::busy::BusyWork;
+use mpsync::util::rng::SplitMix64;
+
+use super::locks::{Origin, WorkerBody};
+use crate::peers::{EpochTreiber, HaphazardTreiber, SeizeTreiber};
+
+/// Which abstract type a row implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// FIFO queue: `put` = enqueue, `take` = dequeue.
+    Queue,
+    /// LIFO stack: `put` = push, `take` = pop.
+    Stack,
+    /// Priority queue: `put` = insert, `take` = delete_min.
+    Heap,
+    /// Counter: `put` = increment; `take` is not used.
+    Counter,
+}
+
+/// A structure the harness can drive (values are `u64`).
+pub trait BenchDs: Send + Sync + 'static {
+    /// An empty structure.
+    fn create() -> Self;
+    /// Enqueue / push / insert / increment.
+    fn put(&self, v: u64);
+    /// Dequeue / pop / delete_min (counters: read).
+    fn take(&self) -> Option<u64>;
+    /// The calling thread is between operations (QSBR's quiescent state). The
+    /// harness calls it every [`OPS_PER_QUIESCENT`] operations, as Hart's test
+    /// loop does; a no-op for everything but QSBR-based structures.
+    fn quiescent(&self) {}
+}
+
+/// Operations between two quiescent-state announcements (Hart 2005 §5.1.3).
+pub const OPS_PER_QUIESCENT: u64 = 100;
+
+/// `Mutex<VecDeque>` (std).
+#[derive(Debug, Default)]
+pub struct StdDeque(std::sync::Mutex<VecDeque<u64>>);
+impl BenchDs for StdDeque {
+    fn create() -> Self {
+        Self::default()
+    }
+    fn put(&self, v: u64) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(v);
+    }
+    fn take(&self) -> Option<u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    }
+}
+
+/// `Mutex<Vec>` (std) as a stack.
+#[derive(Debug, Default)]
+pub struct StdVec(std::sync::Mutex<Vec<u64>>);
+impl BenchDs for StdVec {
+    fn create() -> Self {
+        Self::default()
+    }
+    fn put(&self, v: u64) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(v);
+    }
+    fn take(&self) -> Option<u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+}
+
+/// `Mutex<BinaryHeap>` (std) as a min-heap.
+#[derive(Debug, Default)]
+pub struct StdHeap(std::sync::Mutex<BinaryHeap<std::cmp::Reverse<u64>>>);
+impl BenchDs for StdHeap {
+    fn create() -> Self {
+        Self::default()
+    }
+    fn put(&self, v: u64) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(std::cmp::Reverse(v));
+    }
+    fn take(&self) -> Option<u64> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .map(|r| r.0)
+    }
+}
+
+/// `crossbeam_queue::SegQueue`.
+#[derive(Debug, Default)]
+pub struct SegQueue(crossbeam_queue::SegQueue<u64>);
+impl BenchDs for SegQueue {
+    fn create() -> Self {
+        Self::default()
+    }
+    fn put(&self, v: u64) {
+        self.0.push(v);
+    }
+    fn take(&self) -> Option<u64> {
+        self.0.pop()
+    }
+}
+
+/// `concurrent_queue::ConcurrentQueue::unbounded`.
+#[derive(Debug)]
+pub struct ConcQueue(concurrent_queue::ConcurrentQueue<u64>);
+impl BenchDs for ConcQueue {
+    fn create() -> Self {
+        Self(concurrent_queue::ConcurrentQueue::unbounded())
+    }
+    fn put(&self, v: u64) {
+        // An unbounded queue refuses a push only once closed; this one never is.
+        let _ = self.0.push(v);
+    }
+    fn take(&self) -> Option<u64> {
+        self.0.pop().ok()
+    }
+}
+
+macro_rules! peer_stack {
+    ($t:ty) => {
+        impl BenchDs for $t {
+            fn create() -> Self {
+                Self::default()
+            }
+            fn put(&self, v: u64) {
+                self.push(v);
+            }
+            fn take(&self) -> Option<u64> {
+                self.pop()
+            }
+        }
+    };
+}
+peer_stack!(EpochTreiber);
+peer_stack!(SeizeTreiber);
+peer_stack!(HaphazardTreiber);
+
+/// `AtomicU64::fetch_add`.
+#[derive(Debug, Default)]
+pub struct FetchAdd(AtomicU64);
+impl BenchDs for FetchAdd {
+    fn create() -> Self {
+        Self::default()
+    }
+    fn put(&self, _v: u64) {
+        // Relaxed: a counter; the total is read after the workers are joined.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    fn take(&self) -> Option<u64> {
+        // Relaxed: as above.
+        Some(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// The `ms97-*` microbenchmark of one worker: `ops` operations (pairs of
+/// put + take, or increments for counters), each followed by `work_iters` of
+/// calibrated busy work (±10%).
+#[derive(Debug, Clone, Copy)]
+pub struct Ms97Spec {
+    /// Pairs (increments for counters) per worker.
+    pub ops: u64,
+    /// Busy work after every operation, iterations.
+    pub work_iters: u64,
+    /// Seed of the work jitter and the heap keys.
+    pub seed: u64,
+}
+
+/// A fixed-duration run: `threads` unpinned threads loop {put; take} (counters:
+/// increment) with no work between, counting operations per thread.
+#[derive(Debug, Clone, Copy)]
+pub struct DsThroughputSpec {
+    /// Threads (may exceed the cores: real Linux preemption).
+    pub threads: u32,
+    /// How long they run.
+    pub duration: Duration,
+}
+
+/// One row of the structure table.
+#[derive(Debug, Clone, Copy)]
+pub struct DsImpl {
+    /// The paper's name (or the crate's).
+    pub name: &'static str,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// What it implements.
+    pub kind: Kind,
+    /// Makes a fresh structure and the microbenchmark's worker loop over it.
+    pub ms97: fn(&Ms97Spec, Kind) -> WorkerBody,
+    /// Fixed-duration contended run: per-thread operation counts.
+    pub throughput: fn(&DsThroughputSpec, Kind) -> Vec<u64>,
+}
+
+fn ms97<S: BenchDs>(spec: &Ms97Spec, kind: Kind) -> WorkerBody {
+    let ds = S::create();
+    let spec = *spec;
+    Box::new(move |worker| {
+        let w = BusyWork::global();
+        let mut rng = SplitMix64::stream(spec.seed, u64::from(worker));
+        let work = |rng: &mut SplitMix64| {
+            w.run_iters(rng.jitter(spec.work_iters as f64, 0.1) as u64);
+        };
+        for i in 0..spec.ops {
+            let v = match kind {
+                // Heap keys are random; queue and stack values name their origin.
+                Kind::Heap => rng.next_u64() >> 1,
+                _ => (u64::from(worker) << 40) | i,
+            };
+            ds.put(v);
+            work(&mut rng);
+            if kind != Kind::Counter {
+                std::hint::black_box(ds.take());
+                work(&mut rng);
+            }
+            if i % OPS_PER_QUIESCENT == OPS_PER_QUIESCENT - 1 {
+                ds.quiescent();
+            }
+        }
+    })
+}
+
+fn throughput<S: BenchDs>(spec: &DsThroughputSpec, kind: Kind) -> Vec<u64> {
+    let ds = S::create();
+    let stop = AtomicBool::new(false);
+    let counts: Vec<AtomicU64> = (0..spec.threads).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|s| {
+        for c in &counts {
+            let (ds, stop) = (&ds, &stop);
+            s.spawn(move || {
+                let mut n = 0u64;
+                // At least one round, however late this thread first runs.
+                loop {
+                    for _ in 0..OPS_PER_QUIESCENT {
+                        ds.put(n);
+                        if kind != Kind::Counter {
+                            std::hint::black_box(ds.take());
+                        }
+                        n += 1;
+                    }
+                    ds.quiescent();
+                    // Relaxed: a stop flag; the scope's join orders the counts.
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                // Relaxed: read after the join.
+                c.store(n, Ordering::Relaxed);
+            });
+        }
+        // The harness (not an algorithm) may sleep: it is the timer.
+        std::thread::sleep(spec.duration);
+        // Relaxed: see above.
+        stop.store(true, Ordering::Relaxed);
+    });
+    counts.into_iter().map(AtomicU64::into_inner).collect()
+}
+
+macro_rules! row {
+    ($name:expr, $origin:expr, $kind:expr, $t:ty) => {
+        DsImpl {
+            name: $name,
+            origin: $origin,
+            kind: $kind,
+            ms97: ms97::<$t>,
+            throughput: throughput::<$t>,
+        }
+    };
+}
+
+/// Every structure, mpsync's first, then peers.
+pub fn ds_table() -> Vec<DsImpl> {
+    use Kind::*;
+    use Origin::Peer;
+    vec![
+        row!("SegQueue", Peer, Queue, SegQueue),
+        row!("concurrent-queue", Peer, Queue, ConcQueue),
+        row!("Mutex<VecDeque>", Peer, Queue, StdDeque),
+        row!("crossbeam-epoch Treiber", Peer, Stack, EpochTreiber),
+        row!("seize Treiber", Peer, Stack, SeizeTreiber),
+        row!("haphazard Treiber", Peer, Stack, HaphazardTreiber),
+        row!("Mutex<Vec>", Peer, Stack, StdVec),
+        row!("Mutex<BinaryHeap>", Peer, Heap, StdHeap),
+        row!("AtomicU64::fetch_add", Peer, Counter, FetchAdd),
+    ]
+}
+
+/// The rows of `kind`.
+pub fn of_kind(kind: Kind) -> Vec<DsImpl> {
+    ds_table().into_iter().filter(|i| i.kind == kind).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row's microbenchmark body runs, and a put is taken back out.
+    #[test]
+    fn every_row_runs_and_conserves() {
+        for imp in ds_table() {
+            let body = (imp.ms97)(
+                &Ms97Spec {
+                    ops: 50,
+                    work_iters: 1,
+                    seed: 3,
+                },
+                imp.kind,
+            );
+            std::thread::scope(|s| {
+                for w in 0..3 {
+                    let body = &body;
+                    s.spawn(move || body(w));
+                }
+            });
+            let counts = (imp.throughput)(
+                &DsThroughputSpec {
+                    threads: 2,
+                    duration: Duration::from_millis(5),
+                },
+                imp.kind,
+            );
+            assert_eq!(counts.len(), 2, "{}", imp.name);
+            assert!(counts.iter().all(|&c| c > 0), "{}: {counts:?}", imp.name);
+        }
+    }
+
+    #[test]
+    fn peers_keep_their_order() {
+        let q = SegQueue::create();
+        q.put(1);
+        q.put(2);
+        assert_eq!(q.take(), Some(1));
+        let s = StdVec::create();
+        s.put(1);
+        s.put(2);
+        assert_eq!(s.take(), Some(2));
+        let h = StdHeap::create();
+        h.put(5);
+        h.put(3);
+        assert_eq!(h.take(), Some(3));
+        let c = FetchAdd::create();
+        c.put(0);
+        c.put(0);
+        assert_eq!(c.take(), Some(2));
+    }
+}
