@@ -115,8 +115,9 @@ use crate::sync::{Arc, AtomicPtr};
 /// Implementations are the domain type itself (`Arc<Qsbr>`, `Arc<Ebr>`, …); each
 /// thread joins with [`register`](Self::register).
 pub trait Reclaimer: Send + Sync + 'static {
-    /// The per-thread registration handle. Dropping it leaves the domain.
-    type Local: Local;
+    /// The per-thread registration handle. Dropping it leaves the domain. `Send`,
+    /// so a handle may be made on one thread and used on another (one at a time).
+    type Local: Local + Send;
 
     /// The scheme's short name, as in the paper's figures: `"QSBR"`, `"EBR"`,
     /// `"HP"`, `"Leak"`.
