@@ -17,19 +17,19 @@
 //! to epoch `e + 3`, the bag it reuses (same index) is safe to free — Fraser's rule.
 //!
 //! Orderings, numbered and referred to below:
-//! - [1] pin: `state.store((g, pinned), Release)` then `fence(SeqCst)`. The fence
+//! - \[1\] pin: `state.store((g, pinned), Release)` then `fence(SeqCst)`. The fence
 //!   orders the store before the operation's loads of shared pointers (the
-//!   store-load pairing with [2]); the Release makes everything this thread did
+//!   store-load pairing with \[2\]); the Release makes everything this thread did
 //!   before (earlier operations' reads of nodes) visible to an advancer's Acquire
-//!   load of `state` in [2].
-//! - [2] try_advance: `fence(SeqCst)`, then `state.load(Acquire)` of every record,
+//!   load of `state` in \[2\].
+//! - \[2\] try_advance: `fence(SeqCst)`, then `state.load(Acquire)` of every record,
 //!   then `G.compare_exchange(g, g + 1, Release)`. If the scan misses a concurrent
-//!   pin, that pin's fence [1] follows [2]'s fence in the SeqCst order, so the
-//!   pinned thread's later loads see every unlink that happened before [2].
-//! - [3] unpin: `state.store((e, unpinned), Release)`, pairing with [2]'s Acquire.
-//! - [4] whoever frees loads `G` with Acquire (or Relaxed followed by [1]'s fence),
-//!   pairing with [2]'s Release CAS, so the readers' accesses, which happen before
-//!   the advances ([1]/[3] → [2]), happen before the free.
+//!   pin, that pin's fence \[1\] follows \[2\]'s fence in the SeqCst order, so the
+//!   pinned thread's later loads see every unlink that happened before \[2\].
+//! - \[3\] unpin: `state.store((e, unpinned), Release)`, pairing with \[2\]'s Acquire.
+//! - \[4\] whoever frees loads `G` with Acquire (or Relaxed followed by \[1\]'s fence),
+//!   pairing with \[2\]'s Release CAS, so the readers' accesses, which happen before
+//!   the advances (\[1\]/\[3\] → \[2\]), happen before the free.
 
 use std::ptr::NonNull;
 
@@ -76,13 +76,13 @@ impl EpochDomain {
         }
     }
 
-    /// The global epoch, acquired ([4]).
+    /// The global epoch, acquired (\[4\]).
     pub(crate) fn global(&self) -> u64 {
         // Acquire: [4], pairs with the Release CAS in `try_advance`.
         self.global.load(Ordering::Acquire)
     }
 
-    /// Advances the global epoch if every pinned thread has observed it ([2]).
+    /// Advances the global epoch if every pinned thread has observed it (\[2\]).
     pub(crate) fn try_advance(&self) -> bool {
         // Relaxed: a guess that the CAS below re-checks.
         let g = self.global.load(Ordering::Relaxed);
@@ -103,7 +103,7 @@ impl EpochDomain {
     }
 
     /// Frees the orphaned batches that have expired at epoch `g`; returns how many
-    /// nodes. `g` must have been read with Acquire ([4]).
+    /// nodes. `g` must have been read with Acquire (\[4\]).
     fn collect_orphans(&self, g: u64) -> u64 {
         if self.orphans.is_empty() {
             return 0;
@@ -177,8 +177,9 @@ impl EpochThread {
     pub(crate) fn join(d: &EpochDomain) -> Self {
         let rec = d.registry.acquire();
         // SAFETY: records live as long as the registry.
+        // Relaxed: the record is ours; `Registry::acquire`'s Acquire CAS made the
+        // last owner's final store visible.
         let state = unsafe { rec.as_ref() }.data.state.load(Ordering::Relaxed);
-        // Relaxed: the record is ours (acquired by `Registry::acquire`).
         Self {
             rec,
             epoch: state >> 1,
@@ -193,7 +194,7 @@ impl EpochThread {
         &unsafe { self.rec.as_ref() }.data
     }
 
-    /// Pins at the current global epoch ([1]); frees own bags that expired.
+    /// Pins at the current global epoch (\[1\]); frees own bags that expired.
     pub(crate) fn pin(&mut self, d: &EpochDomain) {
         // Relaxed: followed by the SeqCst fence, which acquires it ([4]).
         let g = d.global.load(Ordering::Relaxed);
@@ -211,7 +212,7 @@ impl EpochThread {
         }
     }
 
-    /// Unpins ([3]).
+    /// Unpins (\[3\]).
     pub(crate) fn unpin(&mut self) {
         // Release: [3], pairs with the Acquire load in `try_advance`.
         self.record()
@@ -238,7 +239,7 @@ impl EpochThread {
         self.record().counters.retired(1);
     }
 
-    /// Frees this thread's bags that expired at epoch `g` (acquired, [4]).
+    /// Frees this thread's bags that expired at epoch `g` (acquired, \[4\]).
     fn free_expired(&mut self, g: u64) -> u64 {
         let mut n = 0;
         for bag in &mut self.bags {

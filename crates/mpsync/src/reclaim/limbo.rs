@@ -171,6 +171,7 @@ impl Orphans {
     // Boxed: a batch not yet expired is pushed back as the same allocation.
     #[allow(clippy::vec_box)]
     pub(crate) fn take_all(&self) -> Vec<Box<Batch>> {
+        // Relaxed: only a guess for the CAS, whose success ordering acquires.
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             if head.is_null() {
@@ -237,6 +238,7 @@ impl Orphans {
 impl std::fmt::Debug for Orphans {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Orphans")
+            // Relaxed: a debugging snapshot.
             .field("pending", &self.pending.load(Ordering::Relaxed))
             .finish()
     }

@@ -116,7 +116,8 @@ impl<T> Registry<T> {
 
 impl<T> Drop for Registry<T> {
     fn drop(&mut self) {
-        // `&mut self`: no thread holds a record any more (every owner holds the domain).
+        // `&mut self`: no thread holds a record any more (every owner holds the
+        // domain). Relaxed: exclusive access; nothing to synchronize with.
         let mut cur = self.head.load(Ordering::Relaxed);
         while !cur.is_null() {
             // SAFETY: every record was made by `Box::into_raw` in `acquire` and is
