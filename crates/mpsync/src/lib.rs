@@ -13,7 +13,9 @@
 //!   context block with its four-valued state word, partition information, and
 //!   `yield_now`/`park`/`unpark`, with an emulated (pseudo-scheduler) and a native
 //!   Linux backend;
-//! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`.
+//! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`;
+//! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
+//!   hazard pointers and a leaking baseline behind one `Reclaimer` trait.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::TasB};
@@ -26,6 +28,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod lock;
+pub mod reclaim;
 pub mod sched;
 pub mod sync;
 pub mod util;

@@ -1,0 +1,268 @@
+//! Safe memory reclamation for lock-free structures: QSBR, EBR, hazard pointers,
+//! behind one trait.
+//!
+//! Hart, *Practical lock-free memory reclamation* (papers/002_…), chapters 3–5: the
+//! reclamation scheme is chosen independently of the algorithm, so every lock-free
+//! structure in [`ds`](crate) is generic over a [`Reclaimer`] and the same queue code
+//! runs with each scheme:
+//!
+//! | type                 | paper name        | reader cost per op            | unreclaimed nodes if a thread stalls |
+//! |----------------------|-------------------|-------------------------------|--------------------------------------|
+//! | [`Qsbr`]             | QSBR (§4.1.1)     | none; app announces quiescence| unbounded                            |
+//! | [`Ebr`]              | EBR (Fraser)      | two fences per operation      | unbounded                            |
+//! | [`HazardPointers`]   | SMR (Michael)     | a fence per protected pointer | at most N·R (Michael's bound)        |
+//! | [`Leak`]             | (baseline)        | none; frees only at the end   | everything                           |
+//!
+//! A structure uses the scheme through three handles:
+//! - the **domain** (`Arc<R>`), shared by all threads and the structure;
+//! - a **[`Local`]** per thread, from [`R::register`](Reclaimer::register): joining
+//!   the domain. Dropping it leaves: its unreclaimed nodes go to the domain, which
+//!   frees them later (nothing leaks); the domain's own `Drop` frees what is left;
+//! - a **[`Guard`]** per operation, from [`Local::enter`]: [`protect`](Guard::protect)
+//!   loads a pointer from shared memory so that it stays valid until the guard is
+//!   dropped or the slot [released](Guard::release), and
+//!   [`retire_box`](Guard::retire_box)/[`retire_raw`](Guard::retire_raw) hand over a
+//!   node that was unlinked, to be freed when no thread can reach it.
+//!
+//! Between operations a thread calls [`Local::quiescent`]: QSBR needs it (a thread
+//! that never announces a quiescent state stops all reclamation); the other
+//! schemes ignore it. Every domain counts retired, freed and pending nodes
+//! ([`Reclaimer::stats`]), so memory growth is measurable.
+//!
+//! Layering: uses `sync` (atomics) and `util` (padding) only; nothing here waits or
+//! spins, so it needs nothing from `sched` — reclamation is only ever deferred.
+//!
+//! A Treiber stack's `pop`, written once, run with every scheme:
+//!
+//! ```
+//! use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, Reclaimer};
+//! use mpsync::sync::{Arc, AtomicPtr, Ordering};
+//! use std::ptr;
+//!
+//! struct Node { value: u32, next: *mut Node }
+//! // SAFETY: a node is owned by the stack; `next` is only an address.
+//! unsafe impl Send for Node {}
+//!
+//! fn push(head: &AtomicPtr<Node>, value: u32) {
+//!     let n = Box::into_raw(Box::new(Node { value, next: ptr::null_mut() }));
+//!     let mut cur = head.load(Ordering::Relaxed);
+//!     loop {
+//!         // SAFETY: `n` is not yet shared.
+//!         unsafe { (*n).next = cur };
+//!         match head.compare_exchange(cur, n, Ordering::Release, Ordering::Relaxed) {
+//!             Ok(_) => return,
+//!             Err(h) => cur = h,
+//!         }
+//!     }
+//! }
+//!
+//! fn pop<R: Reclaimer>(head: &AtomicPtr<Node>, local: &mut R::Local) -> Option<u32> {
+//!     let mut g = local.enter();
+//!     loop {
+//!         let top = g.protect(0, head);
+//!         if top.is_null() {
+//!             return None;
+//!         }
+//!         // SAFETY: `top` is protected, so it has not been freed.
+//!         let (value, next) = unsafe { ((*top).value, (*top).next) };
+//!         if head.compare_exchange(top, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+//!             // SAFETY: `top` is unlinked, retired once, and was made by `Box`.
+//!             unsafe { g.retire_box(top) };
+//!             return Some(value);
+//!         }
+//!     }
+//! }
+//!
+//! fn run<R: Reclaimer>(domain: Arc<R>) {
+//!     let head = AtomicPtr::new(ptr::null_mut());
+//!     let mut local = R::register(&domain);
+//!     for v in 0..5 {
+//!         push(&head, v);
+//!     }
+//!     let mut got = Vec::new();
+//!     while let Some(v) = pop::<R>(&head, &mut local) {
+//!         got.push(v);
+//!         local.quiescent();
+//!     }
+//!     assert_eq!(got, [4, 3, 2, 1, 0]);
+//!     let s = domain.stats();
+//!     assert_eq!((s.retired, s.freed + s.pending), (5, 5));
+//! }
+//!
+//! run(Arc::new(Qsbr::new()));
+//! run(Arc::new(Ebr::new()));
+//! run(Arc::new(HazardPointers::new(1).unwrap()));
+//! run(Arc::new(Leak::new()));
+//! ```
+
+mod ebr;
+mod epoch;
+mod hp;
+mod leak;
+mod limbo;
+mod qsbr;
+mod registry;
+
+pub use ebr::{EBR_DEFAULT_ADVANCE_EVERY, Ebr, EbrGuard, EbrLocal};
+pub use hp::{HP_DEFAULT_SLOTS, HP_MAX_SLOTS, HazardPointers, HpGuard, HpLocal};
+pub use leak::{Leak, LeakGuard, LeakLocal};
+pub use qsbr::{Qsbr, QsbrGuard, QsbrLocal};
+
+use crate::sync::{Arc, AtomicPtr};
+
+/// A memory-reclamation scheme: the domain that lock-free structures share.
+///
+/// Implementations are the domain type itself (`Arc<Qsbr>`, `Arc<Ebr>`, …); each
+/// thread joins with [`register`](Self::register).
+pub trait Reclaimer: Send + Sync + 'static {
+    /// The per-thread registration handle. Dropping it leaves the domain. `Send`,
+    /// so a handle may be made on one thread and used on another (one at a time).
+    type Local: Local + Send;
+
+    /// The scheme's short name, as in the paper's figures: `"QSBR"`, `"EBR"`,
+    /// `"HP"`, `"Leak"`.
+    const NAME: &'static str;
+
+    /// Joins the calling thread to the domain. Call sites write
+    /// `R::register(&domain)`, which works with and without loom.
+    #[cfg(not(loom))]
+    fn register(self: &Arc<Self>) -> Self::Local;
+
+    /// Joins the calling thread to the domain (loom's `Arc` cannot be a `self`
+    /// type; call sites write `R::register(&domain)` either way).
+    #[cfg(loom)]
+    fn register(this: &Arc<Self>) -> Self::Local;
+
+    /// Retired, freed and pending nodes so far (a snapshot; see [`ReclaimStats`]).
+    fn stats(&self) -> ReclaimStats;
+}
+
+/// A thread's registration in a domain. `!Sync`: one thread uses it at a time.
+/// Dropping it leaves the domain and hands its unreclaimed nodes to the domain.
+pub trait Local {
+    /// The handle for one operation.
+    type Guard<'a>: Guard
+    where
+        Self: 'a;
+
+    /// Starts an operation. EBR enters a critical section (pins the epoch) until
+    /// the guard drops; QSBR and hazard pointers do nothing here. Hazard pointers
+    /// clear the guard's slots when it drops.
+    fn enter(&mut self) -> Self::Guard<'_>;
+
+    /// Announces a quiescent state: this thread holds no reference to any node of
+    /// the domain. QSBR's only way to make progress; a no-op for the other schemes.
+    fn quiescent(&mut self);
+}
+
+/// One operation's access to the domain.
+pub trait Guard {
+    /// Loads `src` and protects the loaded node until the guard drops or `slot` is
+    /// released (or reused), and returns it.
+    ///
+    /// Hazard pointers publish the pointer in `slot`, fence, and reload `src` until
+    /// it is stable (Michael's set / fence / validate loop); the address is stored
+    /// with its low bits (below `T`'s alignment) cleared, so tagged pointers protect
+    /// their node. The epoch schemes do a plain `Acquire` load and ignore `slot`.
+    ///
+    /// The algorithm must still check, as with Michael's hazard pointers, that the
+    /// node it reached is still linked where it needs it to be (e.g. that a list
+    /// predecessor is unmarked) before following its fields to other nodes.
+    ///
+    /// # Panics
+    /// Hazard pointers panic if `slot` is not below the domain's slots per thread.
+    fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T;
+
+    /// Stops protecting the node in `slot` (hazard pointers; no-op otherwise).
+    fn release(&mut self, slot: usize);
+
+    /// Retires `ptr`: `free(ptr)` runs once no thread can reach it (possibly on
+    /// another thread, possibly when the domain drops).
+    ///
+    /// # Safety
+    /// `ptr` is unlinked (no new operation can reach it), retired once, and
+    /// `free(ptr)` is sound to call from any thread, at any later time.
+    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8));
+
+    /// Retires a node made by `Box::new`; it is dropped once no thread can reach it.
+    ///
+    /// # Safety
+    /// As [`retire_raw`](Self::retire_raw): `ptr` came from `Box::into_raw`, is
+    /// unlinked, retired once, and whatever `T` borrows outlives the domain.
+    unsafe fn retire_box<T: Send>(&mut self, ptr: *mut T) {
+        /// # Safety
+        /// `p` came from `Box::<T>::into_raw` and is freed once.
+        unsafe fn free_box<T>(p: *mut u8) {
+            // SAFETY: the contract above.
+            drop(unsafe { Box::from_raw(p.cast::<T>()) });
+        }
+        // SAFETY: the caller's contract; `free_box::<T>` frees exactly that box.
+        unsafe { self.retire_raw(ptr.cast(), free_box::<T>) }
+    }
+}
+
+/// Node counts of a domain.
+///
+/// `pending` = retired but not yet freed, including nodes handed over by threads
+/// that left. A snapshot summed over per-thread counters without stopping anyone:
+/// exact (`freed + pending == retired`) whenever no thread is retiring or freeing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReclaimStats {
+    /// Nodes retired so far.
+    pub retired: u64,
+    /// Nodes freed so far.
+    pub freed: u64,
+    /// Nodes retired and not yet freed.
+    pub pending: u64,
+}
+
+/// Invalid reclamation parameters supplied by the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReclaimError {
+    /// EBR's advance interval was zero.
+    ZeroAdvanceInterval,
+    /// Hazard slots per thread outside `1..=16`.
+    HazardSlots(usize),
+    /// A hazard-pointer scan threshold of zero.
+    ZeroScanThreshold,
+}
+
+impl std::fmt::Display for ReclaimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ZeroAdvanceInterval => f.write_str(
+                "EBR advance interval 0: must be >= 1 critical section between epoch-advance attempts (default 100)",
+            ),
+            Self::HazardSlots(k) => write!(
+                f,
+                "hazard pointers per thread {k}: must be in 1..={HP_MAX_SLOTS} (stacks need 1, queues and lists 2; default {HP_DEFAULT_SLOTS})"
+            ),
+            Self::ZeroScanThreshold => f.write_str(
+                "hazard-pointer scan threshold 0: must be >= 1 retired node (default 2H + 100, H = total hazard slots)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReclaimError {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_what_would_be_right() {
+        assert!(
+            ReclaimError::HazardSlots(17)
+                .to_string()
+                .contains("must be in 1..=16")
+        );
+        assert!(
+            ReclaimError::ZeroAdvanceInterval
+                .to_string()
+                .contains(">= 1")
+        );
+        assert!(ReclaimError::ZeroScanThreshold.to_string().contains(">= 1"));
+    }
+}

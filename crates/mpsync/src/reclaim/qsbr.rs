@@ -1,0 +1,213 @@
+//! QSBR: quiescent-state-based reclamation; the application announces quiescent
+//! states.
+//!
+//! McKenney & Slingwine's RCU grace periods as used by Hart, papers/002_… §4.1.1
+//! and Figure 4.5. A registered thread is always "online": it may hold references
+//! at any point except where it calls [`Local::quiescent`]. Each quiescent state
+//! re-pins the thread at the current global epoch (a store and a fence); a thread
+//! with nodes pending then tries to advance the epoch and frees its limbo lists
+//! that are three epochs old (the epoch machinery is shared with EBR, `epoch.rs`).
+//! Operations themselves cost nothing: [`Local::enter`] and
+//! [`protect`](Guard::protect) are plain loads.
+//!
+//! Progress: retiring and protecting never wait. Reclamation is blocking: **a
+//! registered thread that does not announce quiescent states (preempted, busy, or
+//! stopped for good) stops every thread's reclamation, and pending nodes grow
+//! without bound** (Hart Figure 4.7). A thread that will be idle for long should
+//! drop its [`QsbrLocal`] (leave) and register again later.
+//! Uses `sched`: nothing.
+
+use crate::sync::{Arc, AtomicPtr, Ordering};
+
+use super::epoch::{EpochDomain, EpochThread};
+use super::limbo::Retired;
+use super::{Guard, Local, ReclaimStats, Reclaimer};
+
+/// A quiescent-state-based reclamation domain.
+///
+/// ```
+/// use mpsync::reclaim::{Guard, Local, Qsbr, Reclaimer};
+/// use mpsync::sync::Arc;
+///
+/// let qsbr = Arc::new(Qsbr::new());
+/// let mut local = Qsbr::register(&qsbr);
+/// // SAFETY: a node nobody else can reach.
+/// unsafe { local.enter().retire_box(Box::into_raw(Box::new(5u64))) };
+/// for _ in 0..3 {
+///     local.quiescent(); // each advances the epoch here (one thread)
+/// }
+/// assert_eq!(qsbr.stats().freed, 1);
+/// ```
+#[derive(Debug)]
+pub struct Qsbr {
+    core: EpochDomain,
+}
+
+impl Qsbr {
+    /// An empty domain.
+    pub fn new() -> Self {
+        Self {
+            core: EpochDomain::new(),
+        }
+    }
+
+    /// Threads' records (joined now or earlier; records are reused).
+    pub fn records(&self) -> usize {
+        self.core.records()
+    }
+}
+
+impl Default for Qsbr {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Reclaimer for Qsbr {
+    type Local = QsbrLocal;
+    const NAME: &'static str = "QSBR";
+
+    #[cfg(not(loom))]
+    fn register(self: &Arc<Self>) -> QsbrLocal {
+        QsbrLocal::new(self)
+    }
+
+    #[cfg(loom)]
+    fn register(this: &Arc<Self>) -> QsbrLocal {
+        QsbrLocal::new(this)
+    }
+
+    fn stats(&self) -> ReclaimStats {
+        self.core.stats()
+    }
+}
+
+/// A thread's registration in a [`Qsbr`] domain: online from registration until
+/// dropped (leaving).
+#[derive(Debug)]
+pub struct QsbrLocal {
+    domain: Arc<Qsbr>,
+    thread: EpochThread,
+}
+
+impl QsbrLocal {
+    fn new(domain: &Arc<Qsbr>) -> Self {
+        let mut thread = EpochThread::join(&domain.core);
+        // Online from now on: pinned until leaving, re-pinned at each quiescent state.
+        thread.pin(&domain.core);
+        Self {
+            domain: domain.clone(),
+            thread,
+        }
+    }
+
+    /// Nodes this thread retired that are not yet freed.
+    pub fn pending(&self) -> usize {
+        self.thread.pending()
+    }
+}
+
+impl Local for QsbrLocal {
+    type Guard<'a> = QsbrGuard<'a>;
+
+    /// Nothing to do: the thread is always online.
+    #[inline]
+    fn enter(&mut self) -> QsbrGuard<'_> {
+        QsbrGuard { local: self }
+    }
+
+    /// Announces a quiescent state: re-pins at the current epoch, and, if this
+    /// thread has nodes pending or threads that left did, tries to advance the
+    /// epoch and frees what expired.
+    fn quiescent(&mut self) {
+        let core = &self.domain.core;
+        self.thread.pin(core);
+        if self.thread.pending() > 0 || core.has_orphans() {
+            self.thread.collect(core);
+        }
+    }
+}
+
+impl Drop for QsbrLocal {
+    fn drop(&mut self) {
+        self.thread.leave(&self.domain.core);
+    }
+}
+
+/// A QSBR operation: no state of its own (the thread is online throughout).
+#[derive(Debug)]
+pub struct QsbrGuard<'a> {
+    local: &'a mut QsbrLocal,
+}
+
+impl Guard for QsbrGuard<'_> {
+    #[inline]
+    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+        // Acquire: pairs with the Release store/CAS that published the node. The
+        // node stays allocated until this thread's next quiescent state.
+        src.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn release(&mut self, _slot: usize) {}
+
+    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local.thread.retire(Retired::new(ptr, free));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn retire_one(l: &mut QsbrLocal) {
+        // SAFETY: a fresh box nobody else can reach.
+        unsafe { l.enter().retire_box(Box::into_raw(Box::new([7u8; 16]))) };
+    }
+
+    #[test]
+    fn a_silent_thread_blocks_reclamation_until_it_announces() {
+        let d = Arc::new(Qsbr::new());
+        let mut a = Qsbr::register(&d);
+        let mut b = Qsbr::register(&d);
+        for _ in 0..5 {
+            retire_one(&mut a);
+            a.quiescent();
+        }
+        let s = d.stats();
+        assert_eq!(
+            (s.retired, s.freed, s.pending),
+            (5, 0, 5),
+            "b never announced"
+        );
+        b.quiescent();
+        for _ in 0..3 {
+            a.quiescent();
+            b.quiescent();
+        }
+        let s = d.stats();
+        assert_eq!((s.retired, s.freed, s.pending), (5, 5, 0));
+        assert_eq!(a.pending(), 0);
+    }
+
+    #[test]
+    fn leaving_unblocks_and_hands_over() {
+        let d = Arc::new(Qsbr::new());
+        let mut a = Qsbr::register(&d);
+        let b = Qsbr::register(&d);
+        retire_one(&mut a);
+        a.quiescent();
+        drop(b); // the silent thread leaves
+        retire_one(&mut a);
+        drop(a); // leaves with nodes pending: the domain takes them
+        assert_eq!(d.stats().retired, 2);
+        let mut c = Qsbr::register(&d);
+        retire_one(&mut c);
+        for _ in 0..4 {
+            c.quiescent();
+        }
+        let s = d.stats();
+        assert_eq!((s.retired, s.freed, s.pending), (3, 3, 0));
+        assert_eq!(d.records(), 2);
+    }
+}
