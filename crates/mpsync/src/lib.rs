@@ -27,6 +27,7 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod ds;
 pub mod lock;
 pub mod reclaim;
 pub mod sched;
