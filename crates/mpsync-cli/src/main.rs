@@ -85,6 +85,11 @@ struct Common {
     /// core (--quick: 1,2 and 3 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,
+    /// Node allocator of the lock-free structures in the hart-* experiments:
+    /// magazines (Hart's per-thread freelists of 100 nodes over a locked global
+    /// pool, the default) or system (the Rust global allocator).
+    #[arg(long, value_enum)]
+    alloc: Option<experiments::AllocMode>,
     /// Scheduling quantum in milliseconds (default: the paper's; 20 ms for wks94).
     #[arg(long, allow_negative_numbers = true)]
     quantum_ms: Option<f64>,
@@ -187,6 +192,7 @@ impl Common {
             out: self.out.clone(),
             quick: self.quick,
             cores,
+            alloc: self.alloc.unwrap_or_default(),
         })
     }
 }

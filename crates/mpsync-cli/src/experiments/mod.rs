@@ -44,6 +44,19 @@ pub struct Params {
     pub quick: bool,
     /// Processors available to the process.
     pub cores: u32,
+    /// Node allocator of the lock-free structures (hart-*).
+    pub alloc: AllocMode,
+}
+
+/// Node allocator of the lock-free structures (`--alloc`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AllocMode {
+    /// Hart's per-thread magazines of 100 nodes over a spinlocked global pool.
+    #[default]
+    Magazines,
+    /// The Rust global allocator.
+    System,
 }
 
 impl Params {

@@ -1,0 +1,739 @@
+//! The queue experiments of Hart, *Practical lock-free memory reclamation*
+//! (MSc thesis 2005, papers/002_…, chapter 5): the Michael–Scott queue over each
+//! reclamation scheme, in Hart's test loop — threads run for a fixed time; each
+//! loop iteration does 100 operations (a random queue; enqueue or dequeue with
+//! equal probability), then announces a quiescent state (ignored by every scheme
+//! but QSBR); time per operation = run time / all threads' operations; 7 trials,
+//! the mean of the median 5. Nodes come from Hart's allocator (two per-thread
+//! magazines of 100 nodes over a spinlocked pool, pre-allocated) unless
+//! `--alloc system`.
+//!
+//! - `hart-base` (§5.2.1, Fig. 5.2, queue part): one thread, one non-empty queue,
+//!   per scheme and the leaking baseline.
+//! - `hart-queues-threads` (§5.2.2, Fig. 5.7/5.9): 100 queues, threads 1..16 on
+//!   this machine's cores — CPU contention with every operation allocating or
+//!   freeing.
+//! - `hart-queues-count` (§5.2.4, Fig. 5.13): two threads, a varying number of queues.
+//! - `hart-memory` (the thesis's open question, mpsync's own): one thread stalls
+//!   inside an operation while the others run; unreclaimed nodes over time per
+//!   scheme, with Michael's bound for hazard pointers beside them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
+use mpsync::ds::ms_queue::MsQueue;
+use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, Reclaimer};
+use mpsync::sync::Arc;
+use mpsync::util::rng::SplitMix64;
+
+use super::wks94::AMONG_THE_BEST;
+use super::{AllocMode, Experiment, Params};
+use crate::env::Preempt;
+use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::stats::trimmed_mean;
+use crate::svg::{Series, line_chart};
+
+/// Trial length at `--scale 1` (Hart does not give his; long enough for ~10^6 ops).
+pub const BASE_DURATION_MS: f64 = 500.0;
+/// Operations per quiescent state (Hart: 100).
+pub const OPS_PER_LOOP: u64 = 100;
+/// Nodes in each queue when a trial starts.
+pub const INITIAL_PER_QUEUE: usize = 16;
+/// Hazard pointers per thread for the queue (head and its successor).
+pub const HP_SLOTS: usize = 2;
+
+/// A reclamation scheme, as a figure names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// Quiescent-state-based reclamation.
+    Qsbr,
+    /// Epoch-based reclamation (Fraser).
+    Ebr,
+    /// Hazard pointers (Michael's SMR).
+    Hp,
+    /// Never frees during the run (the baseline).
+    Leak,
+}
+
+impl Scheme {
+    /// As in the figures.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Qsbr => "QSBR",
+            Self::Ebr => "EBR",
+            Self::Hp => "HP",
+            Self::Leak => "Leak",
+        }
+    }
+}
+
+/// One run of Hart's test loop.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopSpec {
+    /// Queues the threads pick from at random.
+    pub queues: usize,
+    /// Worker threads (unpinned: more than the cores means preemption).
+    pub threads: u32,
+    /// Run time.
+    pub duration: Duration,
+    /// Seed of the queue and operation choices.
+    pub seed: u64,
+}
+
+/// Operations all threads completed in `spec.duration`.
+fn test_loop<R: Reclaimer, A: NodeAlloc>(domain: Arc<R>, spec: LoopSpec) -> u64 {
+    let queues: Vec<MsQueue<u64, R, A>> = (0..spec.queues)
+        .map(|_| MsQueue::with_domain(domain.clone()))
+        .collect();
+    {
+        let mut local = R::register(&domain);
+        for q in &queues {
+            for k in 0..INITIAL_PER_QUEUE as u64 {
+                q.enqueue(&mut local, k);
+            }
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..spec.threads {
+            let (queues, stop, total, domain) = (&queues, &stop, &total, &domain);
+            s.spawn(move || {
+                let mut local = R::register(domain);
+                let mut rng = SplitMix64::stream(spec.seed, u64::from(t));
+                let mut n = 0u64;
+                loop {
+                    for _ in 0..OPS_PER_LOOP {
+                        let r = rng.next_u64();
+                        let q = &queues[(r >> 1) as usize % queues.len()];
+                        if r & 1 == 0 {
+                            q.enqueue(&mut local, r >> 8);
+                        } else {
+                            std::hint::black_box(q.dequeue(&mut local));
+                        }
+                    }
+                    n += OPS_PER_LOOP;
+                    local.quiescent();
+                    // Relaxed: a stop request; the scope's join orders the total.
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                // Relaxed: read after the join.
+                total.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        // The harness (not an algorithm) may sleep: it is the timer.
+        std::thread::sleep(spec.duration);
+        // Relaxed: see above.
+        stop.store(true, Ordering::Relaxed);
+    });
+    total.into_inner()
+}
+
+fn with_alloc<R: Reclaimer>(domain: Arc<R>, spec: LoopSpec, alloc: AllocMode) -> u64 {
+    match alloc {
+        AllocMode::Magazines => test_loop::<R, MagazineAlloc>(domain, spec),
+        AllocMode::System => test_loop::<R, SystemAlloc>(domain, spec),
+    }
+}
+
+/// ns per operation of one trial of `scheme`.
+pub fn trial(scheme: Scheme, spec: LoopSpec, alloc: AllocMode) -> anyhow::Result<f64> {
+    let ops = match scheme {
+        Scheme::Qsbr => with_alloc(Arc::new(Qsbr::new()), spec, alloc),
+        Scheme::Ebr => with_alloc(Arc::new(Ebr::new()), spec, alloc),
+        Scheme::Hp => with_alloc(Arc::new(HazardPointers::new(HP_SLOTS)?), spec, alloc),
+        Scheme::Leak => with_alloc(Arc::new(Leak::new()), spec, alloc),
+    };
+    Ok(spec.duration.as_nanos() as f64 / ops.max(1) as f64)
+}
+
+struct Setup {
+    /// (x, queues, threads) per point.
+    points: Vec<(f64, usize, u32)>,
+    schemes: &'static [Scheme],
+    x_label: &'static str,
+    conclusion: &'static str,
+}
+
+fn setup(id: &str, p: &Params) -> anyhow::Result<Setup> {
+    use Scheme::*;
+    Ok(match id {
+        "hart-base" => Setup {
+            points: vec![(1.0, 1, 1)],
+            schemes: &[Qsbr, Ebr, Hp, Leak],
+            x_label: "threads",
+            conclusion: "QSBR is the cheapest scheme, and the schemes' costs are ordered by the fences each operation needs (QSBR < EBR < HP)",
+        },
+        "hart-queues-threads" => {
+            let threads = p.threads.clone().unwrap_or_else(|| {
+                if p.quick {
+                    vec![1, 2, 4, 8]
+                } else {
+                    vec![1, 2, 4, 8, 16]
+                }
+            });
+            Setup {
+                points: threads.iter().map(|&t| (f64::from(t), 100, t)).collect(),
+                schemes: &[Qsbr, Ebr, Hp],
+                x_label: "threads",
+                conclusion: "with CPU contention and an allocation-heavy workload QSBR and EBR degrade; hazard pointers do not",
+            }
+        }
+        "hart-queues-count" => {
+            let counts: &[usize] = if p.quick {
+                &[1, 10, 100]
+            } else {
+                &[1, 2, 5, 10, 20, 50, 100]
+            };
+            Setup {
+                points: counts.iter().map(|&q| (q as f64, q, 2)).collect(),
+                schemes: &[Qsbr, Ebr, Hp],
+                x_label: "queues",
+                conclusion: "QSBR is the best scheme at every number of queues",
+            }
+        }
+        other => anyhow::bail!("{other} is not a hart queue experiment"),
+    })
+}
+
+/// Runs `hart-base`, `hart-queues-threads` or `hart-queues-count`.
+pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    if exp.id == "hart-memory" {
+        return run_memory(exp, p);
+    }
+    let st = setup(exp.id, p)?;
+    let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
+    if p.alloc == AllocMode::Magazines {
+        let most = st.points.iter().map(|q| q.1).max().unwrap_or(1);
+        MagazineAlloc::preallocate(most * INITIAL_PER_QUEUE * 4 + 10_000);
+    }
+    let pb = crate::progress(
+        (st.points.len() * p.trials as usize * st.schemes.len()) as u64,
+        exp.id,
+    );
+    let started = Instant::now();
+    let mut trials = Vec::new();
+    for &(x, queues, threads) in &st.points {
+        for t in 0..p.trials {
+            for k in 0..st.schemes.len() {
+                let scheme = st.schemes[(k + t as usize) % st.schemes.len()];
+                let spec = LoopSpec {
+                    queues,
+                    threads,
+                    duration,
+                    seed: p.seed ^ u64::from(t),
+                };
+                trials.push(Trial {
+                    implementation: scheme.name().into(),
+                    x,
+                    trial: t,
+                    value: trial(scheme, spec, p.alloc)?,
+                    procs: Some(threads),
+                    ..Trial::default()
+                });
+                pb.inc(1);
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let names: Vec<&str> = st.schemes.iter().map(|s| s.name()).collect();
+    let mut points = Vec::new();
+    for &(x, _, _) in &st.points {
+        for n in &names {
+            let v: Vec<f64> = trials
+                .iter()
+                .filter(|t| t.implementation == *n && t.x == x)
+                .map(|t| t.value)
+                .collect();
+            if let Some(m) = trimmed_mean(&v) {
+                points.push(Point {
+                    implementation: (*n).into(),
+                    x,
+                    value: m,
+                    normalized: m,
+                });
+            }
+        }
+    }
+    // Normalize to HP at the same x (QSBR where HP was not run).
+    for i in 0..points.len() {
+        let x = points[i].x;
+        if let Some(b) = points
+            .iter()
+            .find(|q| q.x == x && q.implementation == "HP")
+            .map(|q| q.value)
+            .filter(|b| *b > 0.0)
+        {
+            points[i].normalized = points[i].value / b;
+        }
+    }
+    let verdict = verdict(exp.id, st.conclusion, &points, p.cores);
+    let series: Vec<Series> = names
+        .iter()
+        .map(|n| Series {
+            label: (*n).into(),
+            points: points
+                .iter()
+                .filter(|q| q.implementation == *n)
+                .map(|q| (q.x, q.value))
+                .collect(),
+        })
+        .collect();
+    let svg = line_chart(
+        &format!(
+            "{} (MS queue, {} allocator, {})",
+            exp.id,
+            alloc_name(p.alloc),
+            verdict.status.label()
+        ),
+        st.x_label,
+        "ns per operation (lower is better)",
+        &series,
+    );
+    let rec = RunRecord {
+        experiment: exp.id.into(),
+        paper: exp.reference.into(),
+        title: exp.title.into(),
+        preempt: "none".into(),
+        started_unix: crate::unix_now(),
+        duration_s: started.elapsed().as_secs_f64(),
+        machine: Machine::detect(),
+        params: serde_json::json!({
+            "common": p,
+            "points_x_queues_threads": st.points,
+            "trial_ms": duration.as_secs_f64() * 1e3,
+            "ops_per_quiescent_state": OPS_PER_LOOP,
+            "initial_nodes_per_queue": INITIAL_PER_QUEUE,
+            "hazard_pointers_per_thread": HP_SLOTS,
+            "allocator": alloc_name(p.alloc),
+            "schemes": names,
+        }),
+        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
+        unit: "ns per operation (lower is better)".into(),
+        x_label: st.x_label.into(),
+        baseline: "the figure shows ns per operation; normalized = divided by HP at the same x"
+            .into(),
+        trials,
+        points,
+        extra: serde_json::Value::Null,
+        verdict,
+    };
+    Ok((rec, svg))
+}
+
+fn alloc_name(a: AllocMode) -> &'static str {
+    match a {
+        AllocMode::Magazines => MagazineAlloc::NAME,
+        AllocMode::System => SystemAlloc::NAME,
+    }
+}
+
+/// Evaluates the conclusion of a hart queue experiment.
+pub fn verdict(id: &str, conclusion: &str, points: &[Point], cores: u32) -> Verdict {
+    let at = |n: &str, x: f64| {
+        points
+            .iter()
+            .find(|q| q.implementation == n && q.x == x)
+            .map(|q| q.value)
+    };
+    let mut xs: Vec<f64> = Vec::new();
+    for q in points {
+        if !xs.contains(&q.x) {
+            xs.push(q.x);
+        }
+    }
+    let mut details = Vec::new();
+    let mut holds = true;
+    let mut evaluated = false;
+    match id {
+        "hart-base" => {
+            if let (Some(q), Some(e), Some(h)) = (at("QSBR", 1.0), at("EBR", 1.0), at("HP", 1.0)) {
+                evaluated = true;
+                let ok = q <= e && e <= h;
+                holds &= ok;
+                details.push(format!(
+                    "ns/op: QSBR {q:.1}, EBR {e:.1}, HP {h:.1} ({})",
+                    if ok {
+                        "ordered as the paper says"
+                    } else {
+                        "not in the paper's order"
+                    }
+                ));
+            }
+            if let Some(l) = at("Leak", 1.0) {
+                for n in ["QSBR", "EBR", "HP"] {
+                    if let Some(v) = at(n, 1.0) {
+                        let over = 100.0 * (v / l - 1.0);
+                        let target = if n == "QSBR" {
+                            format!(" (mpsync target <= 5%: {})", if over <= 5.0 { "met" } else { "missed" })
+                        } else {
+                            String::new()
+                        };
+                        details.push(format!(
+                            "{n} overhead over the leaking baseline ({l:.1} ns/op): {over:+.1}%{target}"
+                        ));
+                    }
+                }
+            }
+        }
+        "hart-queues-threads" => {
+            let knee = xs
+                .iter()
+                .copied()
+                .filter(|&x| x <= f64::from(cores))
+                .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+            let top = xs.iter().copied().fold(f64::MIN, f64::max);
+            match knee.filter(|&k| top > k) {
+                None => details.push(format!(
+                    "no point beyond the {cores} cores: use --threads with counts above {cores}"
+                )),
+                Some(k) => {
+                    evaluated = true;
+                    for n in ["QSBR", "EBR", "HP"] {
+                        if let (Some(a), Some(b)) = (at(n, k), at(n, top)) {
+                            let r = b / a;
+                            let degrades = r >= super::wks94::COLLAPSE;
+                            let ok = if n == "HP" { !degrades } else { degrades };
+                            holds &= ok;
+                            details.push(format!(
+                                "{n}: ns/op at {top} threads / at {k} = {r:.2} ({})",
+                                if degrades { "degrades" } else { "does not degrade" }
+                            ));
+                        }
+                    }
+                    details.push(format!("rule: \"degrades\" = at least {}x the time per operation at the core count", super::wks94::COLLAPSE));
+                }
+            }
+        }
+        "hart-queues-count" => {
+            for &x in &xs {
+                let best = points
+                    .iter()
+                    .filter(|q| q.x == x)
+                    .min_by(|a, b| a.value.total_cmp(&b.value));
+                if let (Some(q), Some(b)) = (at("QSBR", x), best) {
+                    evaluated = true;
+                    let r = q / b.value;
+                    let ok = r <= AMONG_THE_BEST;
+                    holds &= ok;
+                    details.push(format!(
+                        "{x} queues: QSBR / best ({}) = {r:.2} ({})",
+                        b.implementation,
+                        if ok { "best" } else { "not the best" }
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+    Verdict {
+        conclusion: conclusion.into(),
+        status: if !holds {
+            Status::DoesNotHold
+        } else if evaluated {
+            Status::Holds
+        } else {
+            Status::PartlyEvaluable
+        },
+        details,
+    }
+}
+
+/// Samples of one `hart-memory` run: (seconds since start, pending nodes), and
+/// Michael's bound where the scheme has one.
+fn memory_run<R: Reclaimer, A: NodeAlloc>(
+    domain: Arc<R>,
+    workers: u32,
+    duration: Duration,
+    samples: usize,
+    seed: u64,
+    bound: impl Fn(&R) -> Option<u64>,
+) -> (Vec<(f64, u64)>, Option<u64>) {
+    let queues: Vec<MsQueue<u64, R, A>> = (0..10)
+        .map(|_| MsQueue::with_domain(domain.clone()))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let stalled = AtomicBool::new(false);
+    let mut out = Vec::new();
+    let mut b = None;
+    std::thread::scope(|s| {
+        // The stalled thread: registered, inside an operation (an EBR critical
+        // section; hazard pointers set; for QSBR, no quiescent state) until the end.
+        {
+            let (domain, stop, stalled) = (&domain, &stop, &stalled);
+            s.spawn(move || {
+                let mut local = R::register(domain);
+                let dummy = Box::into_raw(Box::new(0u64));
+                let slot = mpsync::sync::AtomicPtr::new(dummy);
+                {
+                    let mut g = local.enter();
+                    g.protect(0, &slot);
+                    g.protect(1, &slot);
+                    // Release: the sampler starts once we are in place.
+                    stalled.store(true, Ordering::Release);
+                    // Acquire: pairs with the sampler's Release stop store.
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                // SAFETY: our own box, never shared beyond this thread's guard.
+                drop(unsafe { Box::from_raw(dummy) });
+            });
+        }
+        // Acquire: pairs with the stalled thread's Release.
+        while !stalled.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for t in 0..workers {
+            let (queues, stop, domain) = (&queues, &stop, &domain);
+            s.spawn(move || {
+                let mut local = R::register(domain);
+                let mut rng = SplitMix64::stream(seed, u64::from(t));
+                // Relaxed: a stop request.
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..OPS_PER_LOOP {
+                        let r = rng.next_u64();
+                        let q = &queues[(r >> 1) as usize % queues.len()];
+                        if r & 1 == 0 {
+                            q.enqueue(&mut local, r >> 8);
+                        } else {
+                            std::hint::black_box(q.dequeue(&mut local));
+                        }
+                    }
+                    local.quiescent();
+                }
+            });
+        }
+        let t0 = Instant::now();
+        for i in 1..=samples {
+            let due = duration.mul_f64(i as f64 / samples as f64);
+            std::thread::sleep(due.saturating_sub(t0.elapsed()));
+            out.push((t0.elapsed().as_secs_f64(), domain.stats().pending));
+            b = b.or_else(|| bound(&domain));
+        }
+        // Release: pairs with the stalled thread's Acquire.
+        stop.store(true, Ordering::Release);
+    });
+    (out, b)
+}
+
+fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
+    let duration = Duration::from_secs_f64((2000.0 * p.scale).max(100.0) / 1e3);
+    let samples = 40;
+    let workers = p.cores.max(1) + 1;
+    let started = Instant::now();
+    let mut trials = Vec::new();
+    let mut hp_bound = None;
+    for scheme in [Scheme::Qsbr, Scheme::Ebr, Scheme::Hp] {
+        let (series, b) = match (scheme, p.alloc) {
+            (Scheme::Qsbr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(Arc::new(Qsbr::new()), workers, duration, samples, p.seed, |_| None),
+            (Scheme::Qsbr, AllocMode::System) => memory_run::<_, SystemAlloc>(Arc::new(Qsbr::new()), workers, duration, samples, p.seed, |_| None),
+            (Scheme::Ebr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(Arc::new(Ebr::new()), workers, duration, samples, p.seed, |_| None),
+            (Scheme::Ebr, AllocMode::System) => memory_run::<_, SystemAlloc>(Arc::new(Ebr::new()), workers, duration, samples, p.seed, |_| None),
+            (_, alloc) => {
+                let hp_bound_of = |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64);
+                let d = Arc::new(HazardPointers::new(HP_SLOTS)?);
+                match alloc {
+                    AllocMode::Magazines => memory_run::<_, MagazineAlloc>(d, workers, duration, samples, p.seed, hp_bound_of),
+                    AllocMode::System => memory_run::<_, SystemAlloc>(d, workers, duration, samples, p.seed, hp_bound_of),
+                }
+            }
+        };
+        if scheme == Scheme::Hp {
+            hp_bound = b;
+        }
+        for (t, pending) in series {
+            trials.push(Trial {
+                implementation: scheme.name().into(),
+                x: t,
+                trial: 0,
+                value: pending as f64,
+                procs: Some(workers),
+                ..Trial::default()
+            });
+        }
+    }
+    let points: Vec<Point> = trials
+        .iter()
+        .map(|t| Point {
+            implementation: t.implementation.clone(),
+            x: t.x,
+            value: t.value,
+            normalized: t.value,
+        })
+        .collect();
+    let verdict = memory_verdict(&points, hp_bound);
+    let mut series: Vec<Series> = ["QSBR", "EBR", "HP"]
+        .iter()
+        .map(|n| Series {
+            label: (*n).into(),
+            points: points
+                .iter()
+                .filter(|q| q.implementation == *n)
+                .map(|q| (q.x, q.value))
+                .collect(),
+        })
+        .collect();
+    if let Some(b) = hp_bound {
+        series.push(Series {
+            label: "HP bound (N·R)".into(),
+            points: vec![(0.0, b as f64), (duration.as_secs_f64(), b as f64)],
+        });
+    }
+    let svg = line_chart(
+        &format!("hart-memory: one thread stalled inside an operation ({})", verdict.status.label()),
+        "seconds",
+        "retired nodes not yet freed",
+        &series,
+    );
+    let rec = RunRecord {
+        experiment: exp.id.into(),
+        paper: exp.reference.into(),
+        title: exp.title.into(),
+        preempt: "none".into(),
+        started_unix: crate::unix_now(),
+        duration_s: started.elapsed().as_secs_f64(),
+        machine: Machine::detect(),
+        params: serde_json::json!({
+            "common": p,
+            "run_s": duration.as_secs_f64(),
+            "samples": samples,
+            "worker_threads": workers,
+            "stalled_threads": 1,
+            "queues": 10,
+            "hazard_pointers_per_thread": HP_SLOTS,
+            "hp_bound_n_times_r": hp_bound,
+            "allocator": alloc_name(p.alloc),
+        }),
+        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
+        unit: "pending nodes (retired, not yet freed)".into(),
+        x_label: "seconds".into(),
+        baseline: "none (absolute counts)".into(),
+        trials,
+        points,
+        extra: serde_json::Value::Null,
+        verdict,
+    };
+    Ok((rec, svg))
+}
+
+/// HP stays under its bound for the whole run; QSBR and EBR keep growing.
+pub fn memory_verdict(points: &[Point], hp_bound: Option<u64>) -> Verdict {
+    let mut details = Vec::new();
+    let mut holds = true;
+    let series = |n: &str| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .filter(|q| q.implementation == n)
+            .map(|q| (q.x, q.value))
+            .collect()
+    };
+    let bound = hp_bound.map(|b| b as f64);
+    let hp = series("HP");
+    match (bound, hp.iter().map(|q| q.1).reduce(f64::max)) {
+        (Some(b), Some(max)) => {
+            let ok = max <= b;
+            holds &= ok;
+            details.push(format!(
+                "HP: at most {max:.0} pending over the run; Michael's bound N·R = {b:.0} ({})",
+                if ok { "within" } else { "EXCEEDED" }
+            ));
+        }
+        _ => {
+            holds = false;
+            details.push("HP was not measured".into());
+        }
+    }
+    for n in ["QSBR", "EBR"] {
+        let s = series(n);
+        let (Some(mid), Some(last)) = (s.get(s.len() / 2), s.last()) else {
+            holds = false;
+            details.push(format!("{n} was not measured"));
+            continue;
+        };
+        let grows = last.1 > 1.5 * mid.1 && bound.is_none_or(|b| last.1 > b);
+        holds &= grows;
+        details.push(format!(
+            "{n}: {:.0} pending at {:.2} s, {:.0} at {:.2} s ({})",
+            mid.1,
+            mid.0,
+            last.1,
+            last.0,
+            if grows {
+                "still growing, past HP's bound"
+            } else {
+                "not growing without bound"
+            }
+        ));
+    }
+    Verdict {
+        conclusion: "with one thread stalled inside an operation, hazard pointers keep unreclaimed nodes under Michael's bound while QSBR and EBR grow without bound".into(),
+        status: if holds {
+            Status::Holds
+        } else {
+            Status::DoesNotHold
+        },
+        details,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(n: &str, x: f64, v: f64) -> Point {
+        Point {
+            implementation: n.into(),
+            x,
+            value: v,
+            normalized: v,
+        }
+    }
+
+    #[test]
+    fn base_order_and_overhead() {
+        let pts = vec![
+            pt("QSBR", 1.0, 10.2),
+            pt("EBR", 1.0, 12.0),
+            pt("HP", 1.0, 15.0),
+            pt("Leak", 1.0, 10.0),
+        ];
+        let v = verdict("hart-base", "c", &pts, 2);
+        assert_eq!(v.status, Status::Holds, "{v:?}");
+        assert!(v.details.iter().any(|d| d.contains("+2.0% (mpsync target <= 5%: met)")));
+        let pts = vec![pt("QSBR", 1.0, 13.0), pt("EBR", 1.0, 12.0), pt("HP", 1.0, 15.0)];
+        assert_eq!(verdict("hart-base", "c", &pts, 2).status, Status::DoesNotHold);
+    }
+
+    #[test]
+    fn threads_need_a_point_past_the_cores() {
+        let pts = vec![pt("QSBR", 1.0, 10.0), pt("QSBR", 2.0, 10.0)];
+        let v = verdict("hart-queues-threads", "c", &pts, 2);
+        assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
+        let mut pts = pts;
+        pts.extend([
+            pt("QSBR", 8.0, 30.0),
+            pt("EBR", 2.0, 10.0),
+            pt("EBR", 8.0, 25.0),
+            pt("HP", 2.0, 12.0),
+            pt("HP", 8.0, 13.0),
+        ]);
+        assert_eq!(verdict("hart-queues-threads", "c", &pts, 2).status, Status::Holds);
+    }
+
+    #[test]
+    fn memory_bound_and_growth() {
+        let mut pts = Vec::new();
+        for i in 1..=4 {
+            let t = f64::from(i);
+            pts.push(pt("HP", t, 100.0));
+            pts.push(pt("QSBR", t, 1000.0 * t));
+            pts.push(pt("EBR", t, 900.0 * t));
+        }
+        assert_eq!(memory_verdict(&pts, Some(464)).status, Status::Holds);
+        assert_eq!(memory_verdict(&pts, Some(50)).status, Status::DoesNotHold);
+    }
+}
