@@ -25,18 +25,65 @@ pub enum Kind {
     Counter,
 }
 
-/// A structure the harness can drive (values are `u64`).
+/// A structure the harness can drive (values are `u64`). Each worker thread
+/// works through its own [`BenchHandle`] (the lock-free structures register the
+/// thread with their reclamation scheme there).
 pub trait BenchDs: Send + Sync + 'static {
+    /// One thread's access.
+    type Handle<'a>: BenchHandle
+    where
+        Self: 'a;
     /// An empty structure.
     fn create() -> Self;
+    /// The calling thread's access.
+    fn handle(&self) -> Self::Handle<'_>;
+}
+
+/// One thread's access to a [`BenchDs`].
+pub trait BenchHandle {
     /// Enqueue / push / insert / increment.
-    fn put(&self, v: u64);
+    fn put(&mut self, v: u64);
     /// Dequeue / pop / delete_min (counters: read).
-    fn take(&self) -> Option<u64>;
+    fn take(&mut self) -> Option<u64>;
     /// The calling thread is between operations (QSBR's quiescent state). The
     /// harness calls it every [`OPS_PER_QUIESCENT`] operations, as Hart's test
     /// loop does; a no-op for everything but QSBR-based structures.
-    fn quiescent(&self) {}
+    fn quiescent(&mut self) {}
+}
+
+/// A structure whose operations need no per-thread state.
+pub trait SharedDs: Send + Sync + 'static {
+    /// An empty structure.
+    fn create() -> Self;
+    /// As [`BenchHandle::put`].
+    fn put(&self, v: u64);
+    /// As [`BenchHandle::take`].
+    fn take(&self) -> Option<u64>;
+}
+
+/// The handle of a [`SharedDs`]: a reference.
+#[derive(Debug)]
+pub struct Shared<'a, S>(&'a S);
+
+impl<S: SharedDs> BenchHandle for Shared<'_, S> {
+    #[inline]
+    fn put(&mut self, v: u64) {
+        self.0.put(v);
+    }
+    #[inline]
+    fn take(&mut self) -> Option<u64> {
+        self.0.take()
+    }
+}
+
+impl<S: SharedDs> BenchDs for S {
+    type Handle<'a> = Shared<'a, S>;
+    fn create() -> Self {
+        <S as SharedDs>::create()
+    }
+    fn handle(&self) -> Shared<'_, S> {
+        Shared(self)
+    }
 }
 
 /// Operations between two quiescent-state announcements (Hart 2005 §5.1.3).
@@ -45,7 +92,7 @@ pub const OPS_PER_QUIESCENT: u64 = 100;
 /// `Mutex<VecDeque>` (std).
 #[derive(Debug, Default)]
 pub struct StdDeque(std::sync::Mutex<VecDeque<u64>>);
-impl BenchDs for StdDeque {
+impl SharedDs for StdDeque {
     fn create() -> Self {
         Self::default()
     }
@@ -63,7 +110,7 @@ impl BenchDs for StdDeque {
 /// `Mutex<Vec>` (std) as a stack.
 #[derive(Debug, Default)]
 pub struct StdVec(std::sync::Mutex<Vec<u64>>);
-impl BenchDs for StdVec {
+impl SharedDs for StdVec {
     fn create() -> Self {
         Self::default()
     }
@@ -78,7 +125,7 @@ impl BenchDs for StdVec {
 /// `Mutex<BinaryHeap>` (std) as a min-heap.
 #[derive(Debug, Default)]
 pub struct StdHeap(std::sync::Mutex<BinaryHeap<std::cmp::Reverse<u64>>>);
-impl BenchDs for StdHeap {
+impl SharedDs for StdHeap {
     fn create() -> Self {
         Self::default()
     }
@@ -100,7 +147,7 @@ impl BenchDs for StdHeap {
 /// `crossbeam_queue::SegQueue`.
 #[derive(Debug, Default)]
 pub struct SegQueue(crossbeam_queue::SegQueue<u64>);
-impl BenchDs for SegQueue {
+impl SharedDs for SegQueue {
     fn create() -> Self {
         Self::default()
     }
@@ -115,7 +162,7 @@ impl BenchDs for SegQueue {
 /// `concurrent_queue::ConcurrentQueue::unbounded`.
 #[derive(Debug)]
 pub struct ConcQueue(concurrent_queue::ConcurrentQueue<u64>);
-impl BenchDs for ConcQueue {
+impl SharedDs for ConcQueue {
     fn create() -> Self {
         Self(concurrent_queue::ConcurrentQueue::unbounded())
     }
@@ -130,7 +177,7 @@ impl BenchDs for ConcQueue {
 
 macro_rules! peer_stack {
     ($t:ty) => {
-        impl BenchDs for $t {
+        impl SharedDs for $t {
             fn create() -> Self {
                 Self::default()
             }
@@ -150,7 +197,7 @@ peer_stack!(HaphazardTreiber);
 /// `AtomicU64::fetch_add`.
 #[derive(Debug, Default)]
 pub struct FetchAdd(AtomicU64);
-impl BenchDs for FetchAdd {
+impl SharedDs for FetchAdd {
     fn create() -> Self {
         Self::default()
     }
@@ -207,6 +254,7 @@ fn ms97<S: BenchDs>(spec: &Ms97Spec, kind: Kind) -> WorkerBody {
     let spec = *spec;
     Box::new(move |worker| {
         let w = BusyWork::global();
+        let mut ds = ds.handle();
         let mut rng = SplitMix64::stream(spec.seed, u64::from(worker));
         let work = |rng: &mut SplitMix64| {
             w.run_iters(rng.jitter(spec.work_iters as f64, 0.1) as u64);
@@ -238,6 +286,7 @@ fn throughput<S: BenchDs>(spec: &DsThroughputSpec, kind: Kind) -> Vec<u64> {
         for c in &counts {
             let (ds, stop) = (&ds, &stop);
             s.spawn(move || {
+                let mut ds = ds.handle();
                 let mut n = 0u64;
                 // At least one round, however late this thread first runs.
                 loop {
@@ -336,19 +385,19 @@ mod tests {
 
     #[test]
     fn peers_keep_their_order() {
-        let q = SegQueue::create();
+        let q = <SegQueue as SharedDs>::create();
         q.put(1);
         q.put(2);
         assert_eq!(q.take(), Some(1));
-        let s = StdVec::create();
+        let s = <StdVec as SharedDs>::create();
         s.put(1);
         s.put(2);
         assert_eq!(s.take(), Some(2));
-        let h = StdHeap::create();
+        let h = <StdHeap as SharedDs>::create();
         h.put(5);
         h.put(3);
         assert_eq!(h.take(), Some(3));
-        let c = FetchAdd::create();
+        let c = <FetchAdd as SharedDs>::create();
         c.put(0);
         c.put(0);
         assert_eq!(c.take(), Some(2));
