@@ -358,3 +358,68 @@ fn scheduler_sleeps_while_a_warned_thread_finishes() {
         cpu * 100.0
     );
 }
+
+/// Attached threads are stopped anywhere — inside `malloc`, or while reading the
+/// published partition. The scheduler and whoever holds its lock must then neither
+/// allocate nor wait for them: here workers allocate and read the partition
+/// non-stop while the scheduler repartitions every quantum and the main thread
+/// reads statistics and the schedule log. A deadlock shows as a timeout.
+#[test]
+fn stopped_threads_inside_malloc_or_partition_reads_never_deadlock() {
+    let _s = serial();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let cfg = EmulatedConfig::new(cores, 3.0)
+        .unwrap()
+        .quantum(Duration::from_millis(1))
+        .repartition_every(Some(Duration::from_millis(1)))
+        .seed(11);
+    // Unscoped threads: a deadlocked run must fail the test, not hang it in a join.
+    let emu = std::sync::Arc::new(Emulated::start(cfg).unwrap());
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..cores * 2)
+        .map(|v| {
+            let (emu, stop) = (emu.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let _a = emu.attach(v % cores).unwrap();
+                let mut kept: Vec<Vec<u8>> = Vec::new();
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    kept.push(vec![i as u8; 16 + (i * 37) % 4000]);
+                    if kept.len() > 64 {
+                        kept.swap_remove(i % 64);
+                    }
+                    if i.is_multiple_of(16) {
+                        let p = sched::partition();
+                        assert!(p.processors >= 1 && p.processors <= cores, "{p:?}");
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader = {
+        let emu = emu.clone();
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_millis(600);
+            let mut reads = 0u64;
+            while Instant::now() < end {
+                std::hint::black_box(emu.stats());
+                std::hint::black_box(emu.schedule_log());
+                reads += 1;
+            }
+            let _ = done_tx.send(reads);
+        })
+    };
+    let reads = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("deadlock: statistics reads stalled for 20 s");
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    reader.join().unwrap();
+    assert!(reads > 0);
+    let st = std::sync::Arc::into_inner(emu).unwrap().stop();
+    assert!(st.preemptions > 0 && st.repartitions > 0, "{st:?}");
+}

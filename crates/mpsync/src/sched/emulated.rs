@@ -50,7 +50,7 @@ use crate::util::clock::{now_ns, thread_cpu_ns};
 use crate::util::rng::SplitMix64;
 
 use super::context::{ContextBlock, NO_PROCESSOR};
-use super::partition::{self, Partition};
+use super::partition;
 use super::registry;
 use super::state::{Actor, ThreadState};
 
@@ -205,7 +205,8 @@ impl EmulatedConfig {
     /// Re-checks every field (the builder methods do not; `start` does).
     pub fn validate(&self) -> Result<(), SchedError> {
         let bad = |m: String| Err(SchedError::InvalidConfig(m));
-        let cores = cores_available();
+        // A published partition describes at most MAX_EMULATED_PROCESSORS.
+        let cores = cores_available().min(partition::MAX_EMULATED_PROCESSORS as u32);
         if self.processors == 0 || self.processors > cores {
             return bad(format!(
                 "processors {}: must be between 1 and the {cores} processors available to this process",
@@ -314,6 +315,9 @@ pub struct SchedStats {
 /// Samples kept at most, per kind (older ones are dropped from the vectors; the
 /// counters stay exact).
 const MAX_SAMPLES: usize = 100_000;
+/// Threads attached at once, at most. Room for them is reserved when the scheduler
+/// starts: nothing under the scheduler's lock may allocate (see [`snapshot_stats`]).
+pub const MAX_ATTACHED: usize = 4096;
 /// How often the scheduler re-checks a warned thread. Only a fallback: a warned
 /// thread wakes the scheduler itself when it yields at the end of its section.
 const WARN_POLL_NS: u64 = 200_000;
@@ -529,13 +533,20 @@ impl Emulated {
             .collect();
         let now = now_ns();
         let inner = Inner {
-            threads: Vec::new(),
+            // Reserved now: while an attached thread may be stopped inside `malloc`,
+            // the scheduler and whoever holds its lock must not allocate.
+            threads: Vec::with_capacity(MAX_ATTACHED),
             vprocs,
             available: p,
             part_rng: SplitMix64::stream(cfg.seed, u64::MAX),
             next_repartition: cfg.repartition_every.map(|d| now + d.as_nanos() as u64),
-            stats: SchedStats::default(),
-            log: Vec::new(),
+            stats: SchedStats {
+                quanta: Vec::with_capacity(MAX_SAMPLES),
+                off_times: Vec::with_capacity(MAX_SAMPLES),
+                preempt_latency_ns: Vec::with_capacity(MAX_SAMPLES),
+                ..SchedStats::default()
+            },
+            log: Vec::with_capacity(MAX_SAMPLES),
         };
         let shared = Arc::new(Shared {
             alone: (0..p)
@@ -587,6 +598,13 @@ impl Emulated {
         }
         {
             let mut inner = self.shared.lock();
+            if inner.threads.len() == MAX_ATTACHED {
+                return Err(SchedError::BadVproc {
+                    vproc,
+                    processors,
+                    reason: "the pseudo-scheduler already has its maximum of 4096 attached threads",
+                });
+            }
             inner.threads.push(Attached {
                 cb,
                 home: vproc,
@@ -621,13 +639,16 @@ impl Emulated {
     pub fn stats(&self) -> SchedStats {
         match &self.final_stats {
             Some(s) => s.clone(),
-            None => self.shared.lock().stats.clone(),
+            None => snapshot_stats(&self.shared),
         }
     }
 
     /// The planned schedule so far (a function of the seed only), round by round.
     pub fn schedule_log(&self) -> Vec<ScheduleEvent> {
-        self.shared.lock().log.clone()
+        // Allocated before taking the lock: see `snapshot_stats`.
+        let mut out = Vec::with_capacity(MAX_SAMPLES);
+        out.extend_from_slice(&self.shared.lock().log);
+        out
     }
 
     /// Stops the scheduler, resumes every thread, and returns the statistics.
@@ -642,7 +663,27 @@ impl Emulated {
         self.shared.stopping.store(true, Ordering::Release);
         self.shared.kick();
         let _ = t.join();
-        self.final_stats = Some(self.shared.lock().stats.clone());
+        self.final_stats = Some(snapshot_stats(&self.shared));
+    }
+}
+
+/// A copy of the statistics, allocated before taking the scheduler's lock: an
+/// attached thread may be stopped inside `malloc` holding the allocator's lock, and
+/// only the scheduler (which needs our lock) would resume it. The sample vectors
+/// never hold more than `MAX_SAMPLES`, so the copies fit without reallocating.
+fn snapshot_stats(shared: &Shared) -> SchedStats {
+    let mut quanta = Vec::with_capacity(MAX_SAMPLES);
+    let mut off_times = Vec::with_capacity(MAX_SAMPLES);
+    let mut preempt_latency_ns = Vec::with_capacity(MAX_SAMPLES);
+    let inner = shared.lock();
+    quanta.extend_from_slice(&inner.stats.quanta);
+    off_times.extend_from_slice(&inner.stats.off_times);
+    preempt_latency_ns.extend_from_slice(&inner.stats.preempt_latency_ns);
+    SchedStats {
+        quanta,
+        off_times,
+        preempt_latency_ns,
+        ..inner.stats
     }
 }
 
@@ -774,19 +815,11 @@ fn refresh_alone(shared: &Shared, inner: &Inner) {
 /// snapshot, whose older `generation` tells it to read again later.
 fn publish(inner: &Inner) {
     let k = inner.available;
-    let threads_per_processor = (0..k)
-        .map(|v| {
-            let mine = inner.threads.iter().filter(|t| t.home % k == v).count() as u32;
-            mine + inner.vprocs[v as usize].others
-        })
-        .collect();
-    partition::publish_emulated(Some(Partition {
-        processors: k,
-        threads_per_processor,
-        generation: partition::bump(),
-        cpu_quota: None,
-        source: "emulated",
-    }));
+    let threads_per_processor = (0..k).map(|v| {
+        let mine = inner.threads.iter().filter(|t| t.home % k == v).count() as u32;
+        mine + inner.vprocs[v as usize].others
+    });
+    partition::publish_emulated(k, threads_per_processor, partition::bump());
 }
 
 fn push_capped<T>(v: &mut Vec<T>, x: T) {
@@ -932,10 +965,16 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
     } = inner;
     for (v, vp) in vprocs.iter_mut().enumerate() {
         let v = v as u32;
-        let mine: Vec<usize> = (0..threads.len())
-            .filter(|&i| v < k && threads[i].home % k == v)
-            .collect();
-        if mine.is_empty() {
+        // This vproc's threads, by position (no Vec: nothing here may allocate).
+        let is_mine = |t: &Attached| v < k && t.home % k == v;
+        let n = threads.iter().filter(|t| is_mine(t)).count();
+        let nth = |threads: &[Attached], j: usize| {
+            (0..threads.len())
+                .filter(|&i| is_mine(&threads[i]))
+                .nth(j)
+                .expect("slot below the vproc's thread count")
+        };
+        if n == 0 {
             vp.active = false;
             vp.running = 0;
             continue;
@@ -948,12 +987,11 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
             vp.slot_end = now + vp.run_ns;
         }
         // Advance slots whose time is up (or whose thread yielded).
-        let n = mine.len();
         loop {
             if vp.slot > n {
                 vp.slot = 0;
             }
-            let cur = (vp.slot < n).then(|| mine[vp.slot]);
+            let cur = (vp.slot < n).then(|| nth(threads, vp.slot));
             let yielded = cur.is_some_and(|i| threads[i].cb.yielded.load(Ordering::Acquire));
             if now < vp.slot_end && !yielded {
                 break;
@@ -997,7 +1035,8 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
             }
             vp.slot_start = now;
             vp.slot_end = if vp.slot < n {
-                let t = &mut threads[mine[vp.slot]];
+                let i = nth(threads, vp.slot);
+                let t = &mut threads[i];
                 let run = vp.run_ns.saturating_sub(t.deduct_ns).max(vp.run_ns / 10);
                 t.deduct_ns = 0;
                 now + run
@@ -1007,17 +1046,17 @@ fn tick(shared: &Shared, inner: &mut Inner, now: u64) -> u64 {
         }
         // Reconcile: the slot's thread runs, every other thread of this vproc is off.
         vp.running = 0;
-        for (j, &i) in mine.iter().enumerate() {
-            if j == vp.slot {
-                vp.running = threads[i].cb.id();
-                resume(shared, &mut threads[i], stats, now);
-            } else if !matches!(threads[i].cb.state(), ThreadState::Preempted)
-                && !stop_thread(shared, &mut threads[i], stats, now)
+        for (slot, t) in threads.iter_mut().filter(|t| is_mine(t)).enumerate() {
+            if slot == vp.slot {
+                vp.running = t.cb.id();
+                resume(shared, t, stats, now);
+            } else if !matches!(t.cb.state(), ThreadState::Preempted)
+                && !stop_thread(shared, t, stats, now)
             {
                 wake = wake.min(now + WARN_POLL_NS);
-            } else if threads[i].stopped_at.is_none() {
-                threads[i].stopped_at = Some(now);
-                threads[i].planned_off_ns = vp.off_ns;
+            } else if t.stopped_at.is_none() {
+                t.stopped_at = Some(now);
+                t.planned_off_ns = vp.off_ns;
             }
         }
         // A slot end already past means its thread is finishing a no-preempt
@@ -1144,7 +1183,7 @@ fn scheduler_main(shared: &Shared) {
     }
     stats.wall_ns = now - t0;
     stats.sched_cpu_ns = thread_cpu_ns() - cpu0;
-    partition::publish_emulated(None);
+    partition::withdraw_emulated();
     partition::bump();
 }
 
