@@ -628,16 +628,16 @@ mod tests {
 
     /// Counts live instances, so that a value dropped twice or never shows.
     #[derive(Debug)]
-    struct Counted(u32, &'static AtomicI64);
+    struct Counted(u32, std::sync::Arc<AtomicI64>);
     impl Counted {
-        fn new(v: u32, live: &'static AtomicI64) -> Self {
+        fn new(v: u32, live: &std::sync::Arc<AtomicI64>) -> Self {
             live.fetch_add(1, Ordering::Relaxed);
-            Self(v, live)
+            Self(v, live.clone())
         }
     }
     impl Clone for Counted {
         fn clone(&self) -> Self {
-            Self::new(self.0, self.1)
+            Self::new(self.0, &self.1)
         }
     }
     impl Drop for Counted {
@@ -665,12 +665,12 @@ mod tests {
     /// Every copy made along merge paths and every original is dropped exactly
     /// once, whether replaced (dead lists), still in the heap (`Drop`), or handed out.
     fn drops_once<R: Reclaimer>(domain: Arc<R>) {
-        let live: &'static AtomicI64 = Box::leak(Box::new(AtomicI64::new(0)));
+        let live = std::sync::Arc::new(AtomicI64::new(0));
         {
             let h = HerlihySkewHeap::with_domain(domain.clone());
             let mut local = R::register(&domain);
             for v in [5, 3, 8, 1, 9, 2, 7, 3] {
-                h.insert(&mut local, Counted::new(v, live));
+                h.insert(&mut local, Counted::new(v, &live));
             }
             let a = h.delete_min(&mut local).expect("non-empty");
             let b = h.delete_min(&mut local).expect("non-empty");
@@ -689,11 +689,11 @@ mod tests {
         drops_once(Arc::new(Qsbr::new()));
         drops_once(Arc::new(HazardPointers::new(1).unwrap()));
         drops_once(Arc::new(Leak::new()));
-        let live: &'static AtomicI64 = Box::leak(Box::new(AtomicI64::new(0)));
+        let live = std::sync::Arc::new(AtomicI64::new(0));
         {
             let h: LockedSkewHeap<TasB, Counted> = LockedSkewHeap::new();
             for v in 0..10 {
-                h.insert(Counted::new(v % 4, live));
+                h.insert(Counted::new(v % 4, &live));
             }
             assert_eq!(h.delete_min().map(|c| c.0), Some(0));
         }

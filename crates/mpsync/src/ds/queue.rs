@@ -284,7 +284,7 @@ mod tests {
             let mut model = VecDeque::new();
             let mut g = SplitMix64::new(seed);
             for i in 0..ops {
-                if g.next_u64() % 3 != 0 {
+                if !g.next_u64().is_multiple_of(3) {
                     h.enqueue(i);
                     model.push_back(i);
                 } else {

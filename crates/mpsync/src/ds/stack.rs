@@ -400,7 +400,7 @@ mod tests {
             let mut model = Vec::new();
             let mut g = SplitMix64::new(seed);
             for i in 0..ops {
-                if g.next_u64() % 3 != 0 {
+                if !g.next_u64().is_multiple_of(3) {
                     h.push(i);
                     model.push(i);
                 } else {
