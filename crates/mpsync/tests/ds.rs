@@ -236,7 +236,7 @@ fn conservation<B: Bag>(
 
 /// 8 threads on this machine's cores: Linux preempts them anywhere.
 fn oversubscribed<B: Bag>(bag: B) {
-    let per = 4_000 * scale();
+    let per = 50_000 * scale();
     let n = conservation(&bag, 8, |i| i >= per, |_, f| f());
     assert_eq!(n, 8 * per);
 }
@@ -456,9 +456,16 @@ fn drops_everything<D: Sync>(make: impl FnOnce() -> D, op: impl Fn(&D, bool, Tok
             });
         }
     });
-    assert!(std::sync::Arc::strong_count(&token) > 1, "some tokens left inside");
+    assert!(
+        std::sync::Arc::strong_count(&token) > 1,
+        "some tokens left inside"
+    );
     drop(d);
-    assert_eq!(std::sync::Arc::strong_count(&token), 1, "a token leaked or dropped twice");
+    assert_eq!(
+        std::sync::Arc::strong_count(&token),
+        1,
+        "a token leaked or dropped twice"
+    );
 }
 
 #[test]
