@@ -29,6 +29,11 @@
 //! ```
 
 pub mod alloc;
+pub mod counter;
+pub mod heap;
+pub mod queue;
+pub mod stack;
+mod version;
 
 /// A FIFO queue shared by threads, each working through its own handle.
 pub trait ConcurrentQueue<T>: Send + Sync {

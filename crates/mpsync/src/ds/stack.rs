@@ -1,0 +1,503 @@
+//! Stacks: a single-lock stack and Herlihy's non-blocking stack with unneeded
+//! copying removed.
+//!
+//! Michael & Scott, PODC 1996 (papers/000_…) §4.2; Herlihy, *A Methodology for
+//! Implementing Highly Concurrent Data Objects*, TOPLAS 1993.
+//!
+//! - [`LockedStack<L, T>`]: a `Vec` under any `lock_api::RawMutex`; with a `-np` lock
+//!   (`LockedStack<TasBNp, T>`) it is the paper's preemption-safe stack. Blocking.
+//! - [`HerlihyStack<T, R>`]: a linked list whose top is held by a *version*; a
+//!   shared pointer names the current version. An operation reads the version,
+//!   builds its own private successor version (a new top; a push also a new node,
+//!   the list below is shared, not copied) and swings the shared pointer with CAS,
+//!   backing off (bounded, 000 §4) when it fails. Lock-free. Memory is reclaimed with
+//!   any [`Reclaimer`]: an operation protects only the version it read; replaced
+//!   versions and popped nodes are freed in version order (see `ds/version.rs` for
+//!   the ownership scheme), so nothing a reader can reach is freed under it and
+//!   the CAS cannot suffer ABA.
+//!
+//! Uses `reclaim`, `lock` (through the type parameter), `util::backoff`, `sync`.
+
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ptr;
+
+use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sync::{Arc, AtomicPtr, Ordering};
+use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
+
+use super::version::{DeadNode, Version};
+use super::{ConcurrentStack, StackHandle};
+
+/// Operations between automatic [`Local::quiescent`] calls of a handle.
+pub(crate) const QUIESCE_EVERY: u32 = 100;
+
+/// A LIFO stack: a `Vec` under one lock of type `L`.
+///
+/// ```
+/// use mpsync::ds::stack::LockedStack;
+/// use mpsync::lock::TasBNp;
+///
+/// let s: LockedStack<TasBNp, u32> = LockedStack::new();
+/// s.push(1);
+/// s.push(2);
+/// assert_eq!(s.len(), 2);
+/// assert_eq!(s.pop(), Some(2));
+/// assert_eq!(s.pop(), Some(1));
+/// assert!(s.is_empty());
+/// ```
+pub struct LockedStack<L: lock_api::RawMutex, T> {
+    items: lock_api::Mutex<L, Vec<T>>,
+}
+
+impl<L: lock_api::RawMutex, T> LockedStack<L, T> {
+    /// An empty stack.
+    pub fn new() -> Self {
+        Self {
+            items: lock_api::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Pushes `value` on top.
+    pub fn push(&self, value: T) {
+        self.items.lock().push(value);
+    }
+
+    /// Removes the top value, or `None` if the stack is empty.
+    pub fn pop(&self) -> Option<T> {
+        self.items.lock().pop()
+    }
+
+    /// The number of values (a snapshot).
+    pub fn len(&self) -> usize {
+        self.items.lock().len()
+    }
+
+    /// Whether the stack is empty (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<L: lock_api::RawMutex, T> Default for LockedStack<L, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<L: lock_api::RawMutex, T> fmt::Debug for LockedStack<L, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockedStack")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<L, T> ConcurrentStack<T> for LockedStack<L, T>
+where
+    L: lock_api::RawMutex + Send + Sync,
+    T: Send,
+{
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+impl<L: lock_api::RawMutex, T> StackHandle<T> for &LockedStack<L, T> {
+    fn push(&mut self, value: T) {
+        LockedStack::push(self, value)
+    }
+    fn pop(&mut self) -> Option<T> {
+        LockedStack::pop(self)
+    }
+}
+
+/// A node of [`HerlihyStack`]. `next` is immutable once published; `value` is
+/// moved out only by the pop whose CAS removed the node, so freeing a node never
+/// drops its value (hence `ManuallyDrop`).
+struct Node<T> {
+    value: ManuallyDrop<T>,
+    next: *mut Node<T>,
+    dead_next: AtomicPtr<Node<T>>,
+}
+
+impl<T> DeadNode for Node<T> {
+    fn dead_next(&self) -> &AtomicPtr<Self> {
+        &self.dead_next
+    }
+}
+
+// SAFETY: a node only carries a `T` from the pushing thread to the popping one
+// (`T: Send`); `next` is an address the stack owns.
+unsafe impl<T: Send> Send for Node<T> {}
+
+/// Herlihy's non-blocking stack, copying optimized away (000 §4.2): a shared
+/// pointer to the current version, swung by CAS; memory reclaimed with `R`.
+///
+/// ```
+/// use mpsync::ds::stack::HerlihyStack;
+/// use mpsync::ds::{ConcurrentStack, StackHandle};
+/// use mpsync::reclaim::{HazardPointers, Reclaimer};
+/// use std::sync::Arc;
+///
+/// let s: HerlihyStack<String> = HerlihyStack::new(); // EBR
+/// let mut h = s.handle();
+/// h.push("a".to_string());
+/// h.push("b".to_string());
+/// assert_eq!(h.pop().as_deref(), Some("b"));
+///
+/// // Any scheme; the inherent API takes the thread's registration explicitly.
+/// let domain = Arc::new(HazardPointers::new(1).unwrap());
+/// let s = HerlihyStack::with_domain(domain.clone());
+/// let mut local = HazardPointers::register(&domain);
+/// s.push(&mut local, 7);
+/// assert_eq!(s.pop(&mut local), Some(7));
+/// assert_eq!(s.pop(&mut local), None);
+/// ```
+pub struct HerlihyStack<T, R: Reclaimer = Ebr> {
+    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>>>>,
+    domain: Arc<R>,
+}
+
+// SAFETY: values move between threads (`T: Send`); everything else is reached
+// through the atomic version pointer and the reclaimer (see the module doc).
+unsafe impl<T: Send, R: Reclaimer> Send for HerlihyStack<T, R> {}
+// SAFETY: as above; `&HerlihyStack` never hands out `&T`, only moves `T`s.
+unsafe impl<T: Send, R: Reclaimer> Sync for HerlihyStack<T, R> {}
+
+impl<T: Send + 'static> HerlihyStack<T, Ebr> {
+    /// An empty stack with its own EBR domain.
+    pub fn new() -> Self {
+        Self::with_domain(Arc::new(Ebr::new()))
+    }
+}
+
+impl<T: Send + 'static> Default for HerlihyStack<T, Ebr> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
+    /// An empty stack reclaiming through `domain` (shared with other structures
+    /// if you like). Hazard pointers need one slot.
+    pub fn with_domain(domain: Arc<R>) -> Self {
+        Self {
+            current: crate::util::CachePadded::new(AtomicPtr::new(Version::first(ptr::null_mut()))),
+            domain,
+        }
+    }
+
+    /// The reclamation domain.
+    pub fn domain(&self) -> &Arc<R> {
+        &self.domain
+    }
+
+    /// The calling thread's handle: registers it with the domain.
+    pub fn handle(&self) -> HerlihyStackHandle<'_, T, R> {
+        HerlihyStackHandle {
+            stack: self,
+            local: R::register(&self.domain),
+            ops: 0,
+        }
+    }
+
+    /// Pushes `value`; `local` is the calling thread's registration in
+    /// [`domain`](Self::domain).
+    pub fn push(&self, local: &mut R::Local, value: T) {
+        let node = Box::into_raw(Box::new(Node {
+            value: ManuallyDrop::new(value),
+            next: ptr::null_mut(),
+            dead_next: AtomicPtr::new(ptr::null_mut()),
+        }));
+        let cand = Version::candidate(node);
+        let mut backoff: Option<Backoff> = None;
+        let mut g = local.enter();
+        loop {
+            let cur = g.protect(0, &self.current);
+            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
+            let top = unsafe { (*cur).root };
+            // SAFETY: `node` is still private to this thread.
+            unsafe { (*node).next = top };
+            // AcqRel on success: the Release publishes `node` and `cand` to the
+            // Acquire loads in `protect`; the Acquire is not needed by push but keeps
+            // the chain of versions one release sequence. Relaxed on failure: we
+            // re-protect before using anything.
+            match self
+                .current
+                .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    // SAFETY: our CAS replaced `cur` by `cand`; `cur` is protected by
+                    // `g`; a push removes no node, so the dead list is empty.
+                    unsafe { Version::retire(&mut g, cur, cand, ptr::null_mut()) };
+                    return;
+                }
+                Err(_) => backoff
+                    .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
+                    .spin(),
+            }
+        }
+    }
+
+    /// Pops the top value, or `None` if the stack is empty; `local` is the calling
+    /// thread's registration in [`domain`](Self::domain).
+    pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+        let mut cand: *mut Version<Node<T>> = ptr::null_mut();
+        let mut backoff: Option<Backoff> = None;
+        let mut g = local.enter();
+        loop {
+            let cur = g.protect(0, &self.current);
+            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
+            let top = unsafe { (*cur).root };
+            if top.is_null() {
+                if !cand.is_null() {
+                    // SAFETY: `cand` was never published.
+                    unsafe { Version::discard(cand) };
+                }
+                return None;
+            }
+            // SAFETY: `top` belongs to `cur`'s list; it is freed only after every
+            // version up to the one whose replacement popped it, `cur` included, is
+            // released (ds/version.rs), and `cur` is protected. `next` is immutable.
+            let next = unsafe { (*top).next };
+            if cand.is_null() {
+                cand = Version::candidate(next);
+            } else {
+                // SAFETY: `cand` is still private to this thread.
+                unsafe { (*cand).root = next };
+            }
+            // AcqRel/Relaxed: as in `push`.
+            match self
+                .current
+                .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    // SAFETY: our CAS removed `top` from the stack; only the one CAS
+                    // that removes a node takes its value, nobody else reads it, and
+                    // the node is freed without dropping it (`ManuallyDrop`). The
+                    // pusher's write is visible: our protect acquired `cur`, whose
+                    // release sequence of version CASes includes the push.
+                    let value = unsafe { ManuallyDrop::into_inner(ptr::read(&(*top).value)) };
+                    // SAFETY: our CAS replaced `cur` by `cand`, `cur` is protected,
+                    // and `top` is the one node `cand` no longer has.
+                    unsafe {
+                        let dead = super::version::link_dead(&[top]);
+                        Version::retire(&mut g, cur, cand, dead);
+                    }
+                    return Some(value);
+                }
+                Err(_) => backoff
+                    .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
+                    .spin(),
+            }
+        }
+    }
+}
+
+impl<T, R: Reclaimer> Drop for HerlihyStack<T, R> {
+    fn drop(&mut self) {
+        // Relaxed: `&mut self`, no operation is in flight.
+        let cur = self.current.load(Ordering::Relaxed);
+        // SAFETY: the current version is alive (the structure holds a reference).
+        let mut n = unsafe { (*cur).root };
+        while !n.is_null() {
+            // SAFETY: nodes of the current version are in no dead list and are
+            // reachable only from here now; each is freed once, its value dropped
+            // once (it was never popped).
+            let mut node = unsafe { Box::from_raw(n) };
+            n = node.next;
+            // SAFETY: the value was never moved out (the node was never popped).
+            unsafe { ManuallyDrop::drop(&mut node.value) };
+        }
+        // SAFETY: the structure's reference to its current version; the version's
+        // dead list is empty and its root list was just freed, and `release` reads
+        // neither the list nor the root.
+        unsafe { Version::release(cur) };
+    }
+}
+
+impl<T, R: Reclaimer> fmt::Debug for HerlihyStack<T, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HerlihyStack")
+            .field("reclaimer", &R::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static, R: Reclaimer> ConcurrentStack<T> for HerlihyStack<T, R> {
+    type Handle<'a>
+        = HerlihyStackHandle<'a, T, R>
+    where
+        Self: 'a;
+
+    fn handle(&self) -> HerlihyStackHandle<'_, T, R> {
+        HerlihyStack::handle(self)
+    }
+}
+
+/// A thread's handle on a [`HerlihyStack`]: its registration with the domain.
+/// Announces a quiescent state every 100 operations by itself (and whenever
+/// [`quiescent`](StackHandle::quiescent) is called).
+pub struct HerlihyStackHandle<'a, T, R: Reclaimer> {
+    stack: &'a HerlihyStack<T, R>,
+    local: R::Local,
+    ops: u32,
+}
+
+impl<T, R: Reclaimer> HerlihyStackHandle<'_, T, R> {
+    fn tick(&mut self) {
+        self.ops += 1;
+        if self.ops >= QUIESCE_EVERY {
+            self.ops = 0;
+            self.local.quiescent();
+        }
+    }
+}
+
+impl<T: Send + 'static, R: Reclaimer> StackHandle<T> for HerlihyStackHandle<'_, T, R> {
+    fn push(&mut self, value: T) {
+        self.stack.push(&mut self.local, value);
+        self.tick();
+    }
+    fn pop(&mut self) -> Option<T> {
+        let v = self.stack.pop(&mut self.local);
+        self.tick();
+        v
+    }
+    fn quiescent(&mut self) {
+        self.local.quiescent();
+    }
+}
+
+impl<T, R: Reclaimer> fmt::Debug for HerlihyStackHandle<'_, T, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HerlihyStackHandle")
+            .field("reclaimer", &R::NAME)
+            .field("ops_since_quiescent", &self.ops)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::lock::{TasB, TasBNp};
+    use crate::reclaim::{HazardPointers, Leak, Qsbr};
+    use crate::util::rng::SplitMix64;
+
+    /// Random push/pop mixes against `Vec`, through the handle trait.
+    fn matches_vec<S: ConcurrentStack<u64>>(make: impl Fn() -> S) {
+        let ops = if cfg!(miri) { 60 } else { 2_000 };
+        for seed in 0..3 {
+            let s = make();
+            let mut h = s.handle();
+            let mut model = Vec::new();
+            let mut g = SplitMix64::new(seed);
+            for i in 0..ops {
+                if !g.next_u64().is_multiple_of(3) {
+                    h.push(i);
+                    model.push(i);
+                } else {
+                    assert_eq!(h.pop(), model.pop());
+                }
+            }
+            while let Some(v) = model.pop() {
+                assert_eq!(h.pop(), Some(v));
+            }
+            assert_eq!(h.pop(), None);
+        }
+    }
+
+    #[test]
+    fn locked_stack_is_lifo() {
+        matches_vec(LockedStack::<TasB, u64>::new);
+        matches_vec(LockedStack::<TasBNp, u64>::new);
+    }
+
+    #[test]
+    fn herlihy_stack_is_lifo_with_every_reclaimer() {
+        matches_vec(HerlihyStack::<u64>::new);
+        matches_vec(|| HerlihyStack::<u64, _>::with_domain(Arc::new(Qsbr::new())));
+        matches_vec(|| {
+            HerlihyStack::<u64, _>::with_domain(Arc::new(HazardPointers::new(1).unwrap()))
+        });
+        matches_vec(|| HerlihyStack::<u64, _>::with_domain(Arc::new(Leak::new())));
+    }
+
+    /// Values move out exactly once: popped ones to the caller, the rest dropped
+    /// by the stack's `Drop`; every replaced version is retired once.
+    fn drops_once<R: Reclaimer>(domain: Arc<R>) {
+        let token = std::sync::Arc::new(());
+        {
+            let s = HerlihyStack::with_domain(domain.clone());
+            let mut local = R::register(&domain);
+            for _ in 0..6 {
+                s.push(&mut local, token.clone());
+            }
+            for _ in 0..2 {
+                drop(s.pop(&mut local).expect("non-empty"));
+            }
+            assert_eq!(std::sync::Arc::strong_count(&token), 5);
+            local.quiescent();
+            let st = domain.stats();
+            assert_eq!(st.retired, 8, "{}: one version per operation", R::NAME);
+            assert_eq!(st.freed + st.pending, st.retired);
+        }
+        assert_eq!(std::sync::Arc::strong_count(&token), 1, "{}", R::NAME);
+    }
+
+    #[test]
+    fn values_are_moved_out_once() {
+        drops_once(Arc::new(Ebr::new()));
+        drops_once(Arc::new(Qsbr::new()));
+        drops_once(Arc::new(HazardPointers::new(1).unwrap()));
+        drops_once(Arc::new(Leak::new()));
+    }
+
+    #[test]
+    fn concurrent_push_pop_conserves_values() {
+        let (threads, per) = if cfg!(miri) { (2u64, 8u64) } else { (4, 3_000) };
+        let s: HerlihyStack<u64> = HerlihyStack::new();
+        let mut all: Vec<u64> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let s = &s;
+                    sc.spawn(move || {
+                        let mut h = s.handle();
+                        let mut got = Vec::new();
+                        for i in 0..per {
+                            h.push(t * per + i);
+                            if i % 2 == 1 {
+                                got.extend(h.pop());
+                                got.extend(h.pop());
+                            }
+                        }
+                        got
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let mut h = s.handle();
+        all.extend(std::iter::from_fn(|| h.pop()));
+        all.sort_unstable();
+        assert_eq!(all, (0..threads * per).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn debug_says_what_it_is() {
+        let s: LockedStack<TasB, u8> = LockedStack::default();
+        s.push(3);
+        assert_eq!(format!("{s:?}"), "LockedStack { len: 1 }");
+        let s: HerlihyStack<u8> = HerlihyStack::default();
+        assert_eq!(format!("{s:?}"), "HerlihyStack { reclaimer: \"EBR\", .. }");
+        let h = s.handle();
+        assert!(format!("{h:?}").starts_with("HerlihyStackHandle { reclaimer: \"EBR\""));
+    }
+}
