@@ -29,6 +29,10 @@
 //! ```
 
 pub mod alloc;
+pub mod lf;
+pub mod ms_queue;
+pub mod plj_queue;
+pub mod treiber;
 
 /// A FIFO queue shared by threads, each working through its own handle.
 pub trait ConcurrentQueue<T>: Send + Sync {
