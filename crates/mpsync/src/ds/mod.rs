@@ -31,8 +31,12 @@
 pub mod alloc;
 pub mod counter;
 pub mod heap;
+pub mod lf;
+pub mod ms_queue;
+pub mod plj_queue;
 pub mod queue;
 pub mod stack;
+pub mod treiber;
 mod version;
 
 /// A FIFO queue shared by threads, each working through its own handle.

@@ -1,0 +1,351 @@
+//! Treiber's non-blocking stack.
+//!
+//! Treiber, *Systems programming: coping with parallelism*, IBM RJ 5118, 1986;
+//! paper 000 (papers/000_…) §3 and §4.2 measure it ("very simple and can be expected
+//! to be quite efficient"). A singly linked list whose `head` is swung by CAS:
+//! push links a fresh node above the top, pop swings `head` to the top's successor.
+//!
+//! **ABA.** Treiber's original needs a modification counter beside `head`: a pop
+//! that read `top` and `top.next` could otherwise succeed after `top` was popped,
+//! freed, reallocated and pushed again, installing a stale `next`. Here the node a
+//! pop works on is protected through the reclaimer (hazard slot 0, or the epoch /
+//! quiescent-state guarantee), so it cannot be freed, hence not reused, while the
+//! pop may still CAS it: `head == top` at the CAS means `top` never left. Generic
+//! over the reclaimer `R` (hazard pointers: 1 slot) and node allocator `A`; bounded
+//! exponential backoff after a failed CAS (paper 000 §4). Progress: lock-free.
+//! Uses `sched`: nothing.
+//!
+//! ```
+//! use mpsync::ds::treiber::TreiberStack;
+//! use mpsync::ds::{ConcurrentStack, StackHandle};
+//! use mpsync::reclaim::{HazardPointers, Reclaimer};
+//! use mpsync::sync::Arc;
+//!
+//! let s: TreiberStack<u32> = TreiberStack::new();
+//! let mut h = s.handle();
+//! h.push(1);
+//! h.push(2);
+//! assert_eq!(h.pop(), Some(2));
+//!
+//! let s: TreiberStack<u32, HazardPointers> =
+//!     TreiberStack::with_domain(Arc::new(HazardPointers::new(1).unwrap()));
+//! let mut local = HazardPointers::register(s.domain());
+//! s.push(&mut local, 7);
+//! assert_eq!(s.pop(&mut local), Some(7));
+//! assert_eq!(s.pop(&mut local), None);
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr;
+
+use crossbeam_utils::CachePadded;
+
+use super::alloc::{NodeAlloc, SystemAlloc};
+use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell};
+use super::{ConcurrentStack, StackHandle};
+use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sync::{Arc, AtomicPtr, Ordering};
+
+/// A stack node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
+/// relies on it).
+#[repr(C)]
+struct Node<T> {
+    live: Liveness,
+    /// Written before the node is published, read by poppers; atomic so that a
+    /// popper's read of a node another popper is unlinking is not a data race.
+    next: AtomicPtr<Node<T>>,
+    value: ValueCell<T>,
+}
+
+/// Treiber's non-blocking LIFO stack over reclaimer `R` and node allocator `A`
+/// (see the [module documentation](self)).
+pub struct TreiberStack<T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
+    /// The top node, null when empty.
+    head: CachePadded<AtomicPtr<Node<T>>>,
+    domain: Arc<R>,
+    /// Owns `T`s (drop check); `A` only names the allocator.
+    _owns: PhantomData<(T, A)>,
+}
+
+// SAFETY: the stack owns its values and hands each to exactly one thread; nodes are
+// reached only through atomics, so `T: Send` suffices for both.
+unsafe impl<T: Send, R: Reclaimer, A: NodeAlloc> Send for TreiberStack<T, R, A> {}
+// SAFETY: as above; `&TreiberStack` gives no `&T` to anybody.
+unsafe impl<T: Send, R: Reclaimer, A: NodeAlloc> Sync for TreiberStack<T, R, A> {}
+
+impl<T, R: Reclaimer + Default, A: NodeAlloc> TreiberStack<T, R, A> {
+    /// An empty stack with a domain of its own (`R::default()`).
+    pub fn new() -> Self {
+        Self::with_domain(Arc::new(R::default()))
+    }
+}
+
+impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for TreiberStack<T, R, A> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
+    /// An empty stack whose retired nodes go to `domain` (hazard pointers: at least
+    /// 1 slot per thread).
+    pub fn with_domain(domain: Arc<R>) -> Self {
+        Self {
+            head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
+            domain,
+            _owns: PhantomData,
+        }
+    }
+
+    /// The reclamation domain (register threads with `R::register(s.domain())`).
+    pub fn domain(&self) -> &Arc<R> {
+        &self.domain
+    }
+
+    /// Pushes `value`. `local` is the calling thread's registration (push never
+    /// dereferences a shared node, so it needs no protection; the parameter keeps
+    /// the operations uniform).
+    pub fn push(&self, local: &mut R::Local, value: T) {
+        let _ = local;
+        let node = A::alloc(Node {
+            live: Liveness::new(),
+            next: AtomicPtr::new(ptr::null_mut()),
+            value: ValueCell::new(value),
+        })
+        .as_ptr();
+        let mut backoff = CasBackoff::new();
+        // Relaxed: only a guess at the top, checked by the CAS.
+        let mut top = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `node` is ours until the CAS below publishes it.
+            // Relaxed: published by the Release CAS that follows.
+            unsafe { &*node }.next.store(top, Ordering::Relaxed);
+            // Release: publishes the node's fields to poppers' Acquire `protect`.
+            // Failure Relaxed: the new top is only a guess again.
+            match self
+                .head
+                .compare_exchange(top, node, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => {
+                    top = now;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Pops the top value, or returns `None` if the stack is empty. `local` is the
+    /// calling thread's registration in [`domain`](Self::domain).
+    pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+        let mut g = local.enter();
+        let mut backoff = CasBackoff::new();
+        loop {
+            let top = g.protect(0, &self.head);
+            if top.is_null() {
+                return None;
+            }
+            // SAFETY: [1] `top` is protected (slot 0), validated as the head after
+            // the protection was published, so it is not freed while we hold it.
+            let t = unsafe { &*top };
+            t.live.check();
+            // Relaxed: `next` was written before `top` was published, and our
+            // Acquire load of `head` in `protect` synchronized with that.
+            let next = t.next.load(Ordering::Relaxed);
+            // AcqRel: Acquire keeps our later read of the value after the CAS
+            // (already ordered by `protect`, but the CAS is what we act on);
+            // Release continues the chain for the next popper, which reads `next`'s
+            // fields. Failure Relaxed: only a retry follows.
+            if self
+                .head
+                .compare_exchange(top, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                // SAFETY: our CAS unlinked `top`, so we alone take its value
+                // (written before it was published, see above); still protected.
+                let v = unsafe { t.value.take() };
+                // SAFETY: `top` is unlinked (no new operation can reach it), retired
+                // once (by the CAS winner); `A::free` does not touch the taken value.
+                unsafe { g.retire_raw(top.cast(), A::free::<Node<T>>) };
+                return Some(v);
+            }
+            backoff.spin();
+        }
+    }
+
+    /// Whether the stack is empty at the moment of the call.
+    pub fn is_empty(&self) -> bool {
+        // Acquire: not needed for the answer, but a non-null result may be followed
+        // by a pop that expects the node published.
+        self.head.load(Ordering::Acquire).is_null()
+    }
+
+    /// The calling thread's handle: it registers with the domain and announces a
+    /// quiescent state every 100 operations.
+    pub fn handle(&self) -> TreiberStackHandle<'_, T, R, A> {
+        TreiberStackHandle {
+            stack: self,
+            local: R::register(&self.domain),
+            auto: AutoQuiescent::new(),
+        }
+    }
+}
+
+impl<T, R: Reclaimer, A: NodeAlloc> Drop for TreiberStack<T, R, A> {
+    fn drop(&mut self) {
+        // Relaxed: `&mut self`, no other thread can reach the stack.
+        let mut p = self.head.load(Ordering::Relaxed);
+        while !p.is_null() {
+            // SAFETY: every node reachable from `head` is live, owned by the stack
+            // and visited once.
+            let n = unsafe { &*p };
+            // Relaxed: as above.
+            let next = n.next.load(Ordering::Relaxed);
+            // SAFETY: a linked node holds a value not yet taken.
+            drop(unsafe { n.value.take() });
+            // SAFETY: made by `A::alloc::<Node<T>>`, unreachable now, freed once.
+            unsafe { A::free::<Node<T>>(p.cast()) };
+            p = next;
+        }
+    }
+}
+
+impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for TreiberStack<T, R, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TreiberStack")
+            .field("reclaimer", &R::NAME)
+            .field("alloc", &A::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One thread's access to a [`TreiberStack`]: its registration with the stack's
+/// domain, and a quiescent state every 100 operations.
+pub struct TreiberStackHandle<'a, T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
+    stack: &'a TreiberStack<T, R, A>,
+    local: R::Local,
+    auto: AutoQuiescent,
+}
+
+impl<T, R: Reclaimer, A: NodeAlloc> TreiberStackHandle<'_, T, R, A> {
+    /// The thread's registration.
+    pub fn local(&mut self) -> &mut R::Local {
+        &mut self.local
+    }
+}
+
+impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for TreiberStackHandle<'_, T, R, A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TreiberStackHandle")
+            .field("stack", self.stack)
+            .field("auto", &self.auto)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, R: Reclaimer, A: NodeAlloc> StackHandle<T> for TreiberStackHandle<'_, T, R, A> {
+    fn push(&mut self, value: T) {
+        self.stack.push(&mut self.local, value);
+        self.auto.tick(&mut self.local);
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        let v = self.stack.pop(&mut self.local);
+        self.auto.tick(&mut self.local);
+        v
+    }
+
+    fn quiescent(&mut self) {
+        self.auto.now(&mut self.local);
+    }
+}
+
+impl<T: Send, R: Reclaimer, A: NodeAlloc> ConcurrentStack<T> for TreiberStack<T, R, A> {
+    type Handle<'a>
+        = TreiberStackHandle<'a, T, R, A>
+    where
+        Self: 'a;
+
+    fn handle(&self) -> Self::Handle<'_> {
+        TreiberStack::handle(self)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::ds::alloc::MagazineAlloc;
+    use crate::reclaim::{HazardPointers, Leak, Qsbr};
+    use std::sync::atomic::AtomicUsize;
+
+    struct Counted<'a>(u32, &'a AtomicUsize);
+    impl Drop for Counted<'_> {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn lifo<R: Reclaimer, A: NodeAlloc>(s: TreiberStack<u32, R, A>) {
+        let mut h = s.handle();
+        assert_eq!(h.pop(), None);
+        assert!(s.is_empty());
+        for i in 0..5 {
+            h.push(i);
+        }
+        assert!(!s.is_empty());
+        assert_eq!(
+            (0..5).map(|_| h.pop().unwrap()).collect::<Vec<_>>(),
+            [4, 3, 2, 1, 0]
+        );
+        assert_eq!(h.pop(), None);
+        h.push(9);
+        h.quiescent();
+        assert_eq!(h.pop(), Some(9));
+        drop(h);
+        assert_eq!(s.domain().stats().retired, 6, "one node per pop");
+    }
+
+    #[test]
+    fn lifo_with_every_scheme() {
+        lifo(TreiberStack::<u32, Ebr>::new());
+        lifo(TreiberStack::<u32, Qsbr>::new());
+        lifo(TreiberStack::<u32, Leak>::new());
+        lifo(TreiberStack::<u32, HazardPointers>::with_domain(Arc::new(
+            HazardPointers::new(1).unwrap(),
+        )));
+    }
+
+    #[test]
+    fn lifo_with_magazines() {
+        lifo(TreiberStack::<u32, Ebr, MagazineAlloc>::new());
+    }
+
+    #[test]
+    fn values_are_dropped_exactly_once() {
+        let drops = AtomicUsize::new(0);
+        {
+            let s: TreiberStack<Counted<'_>, HazardPointers> = TreiberStack::new();
+            let mut h = s.handle();
+            for i in 0..5 {
+                h.push(Counted(i, &drops));
+            }
+            let top = h.pop().unwrap();
+            assert_eq!(top.0, 4);
+            drop(top);
+            drop(h);
+            assert_eq!(drops.load(Ordering::Relaxed), 1, "retiring drops no value");
+        }
+        assert_eq!(drops.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn debug_names_the_scheme() {
+        let s: TreiberStack<u8, Qsbr> = TreiberStack::new();
+        assert_eq!(
+            format!("{s:?}"),
+            "TreiberStack { reclaimer: \"QSBR\", alloc: \"system\", .. }"
+        );
+        assert!(format!("{:?}", s.handle()).starts_with("TreiberStackHandle"));
+    }
+}

@@ -1,0 +1,486 @@
+//! Torture for the non-blocking structures (`MsQueue`, `PljQueue`, `TreiberStack`)
+//! over every reclamation scheme and both node allocators, in the style of
+//! Concurrency Kit's `validate/`:
+//!
+//! - **conservation**: every value put in comes out exactly once (none lost, none
+//!   duplicated, none invented), and a queue hands each producer's values to each
+//!   consumer in the producer's order; under real oversubscription (8 threads on
+//!   the machine's cores) and under the emulated pseudo-scheduler at MP 3;
+//! - **linearizability** of thousands of short recorded histories
+//!   (`tests/common/lincheck.rs`);
+//! - values left in a structure are **dropped exactly once** when it drops;
+//! - **Michael's bound** on unreclaimed nodes holds for hazard pointers while a
+//!   thread stalls holding hazards.
+//!
+//! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test lockfree`.
+
+mod common;
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::lincheck::{Fifo, Lifo, Recorder, Spec, check_rounds, value};
+use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
+use mpsync::ds::ms_queue::MsQueue;
+use mpsync::ds::plj_queue::PljQueue;
+use mpsync::ds::treiber::TreiberStack;
+use mpsync::ds::{QueueHandle, StackHandle};
+use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, Reclaimer};
+use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sync::{Arc, AtomicPtr};
+use mpsync::util::busy::BusyWork;
+
+/// Serializes the tests that start a pseudo-scheduler (one signal handler per process).
+static EMU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn scale() -> u64 {
+    std::env::var("MPSYNC_TORTURE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Put/take through one thread's handle, whatever the structure.
+trait Ops {
+    fn put(&mut self, v: u64);
+    fn take(&mut self) -> Option<u64>;
+}
+
+struct Q<H>(H);
+impl<H: QueueHandle<u64>> Ops for Q<H> {
+    fn put(&mut self, v: u64) {
+        self.0.enqueue(v)
+    }
+    fn take(&mut self) -> Option<u64> {
+        self.0.dequeue()
+    }
+}
+
+struct S<H>(H);
+impl<H: StackHandle<u64>> Ops for S<H> {
+    fn put(&mut self, v: u64) {
+        self.0.push(v)
+    }
+    fn take(&mut self) -> Option<u64> {
+        self.0.pop()
+    }
+}
+
+/// A structure under test.
+trait Ds: Send + Sync + Sized {
+    type R: Reclaimer;
+    /// Whether it is FIFO (else LIFO).
+    const FIFO: bool;
+    fn make(domain: Arc<Self::R>) -> Self;
+    fn with_handle<T>(&self, f: impl FnOnce(&mut dyn Ops) -> T) -> T;
+}
+
+impl<R: Reclaimer, A: NodeAlloc> Ds for MsQueue<u64, R, A> {
+    type R = R;
+    const FIFO: bool = true;
+    fn make(d: Arc<R>) -> Self {
+        MsQueue::with_domain(d)
+    }
+    fn with_handle<T>(&self, f: impl FnOnce(&mut dyn Ops) -> T) -> T {
+        f(&mut Q(self.handle()))
+    }
+}
+
+impl<R: Reclaimer, A: NodeAlloc> Ds for PljQueue<u64, R, A> {
+    type R = R;
+    const FIFO: bool = true;
+    fn make(d: Arc<R>) -> Self {
+        PljQueue::with_domain(d)
+    }
+    fn with_handle<T>(&self, f: impl FnOnce(&mut dyn Ops) -> T) -> T {
+        f(&mut Q(self.handle()))
+    }
+}
+
+impl<R: Reclaimer, A: NodeAlloc> Ds for TreiberStack<u64, R, A> {
+    type R = R;
+    const FIFO: bool = false;
+    fn make(d: Arc<R>) -> Self {
+        TreiberStack::with_domain(d)
+    }
+    fn with_handle<T>(&self, f: impl FnOnce(&mut dyn Ops) -> T) -> T {
+        f(&mut S(self.handle()))
+    }
+}
+
+/// A fresh domain of each scheme (hazard pointers: the 2 slots the queues need).
+trait Domain: Reclaimer + Sized {
+    fn fresh() -> Arc<Self>;
+}
+impl Domain for Qsbr {
+    fn fresh() -> Arc<Self> {
+        Arc::new(Qsbr::new())
+    }
+}
+impl Domain for Ebr {
+    fn fresh() -> Arc<Self> {
+        Arc::new(Ebr::new())
+    }
+}
+impl Domain for HazardPointers {
+    fn fresh() -> Arc<Self> {
+        Arc::new(HazardPointers::new(2).expect("2 slots"))
+    }
+}
+impl Domain for Leak {
+    fn fresh() -> Arc<Self> {
+        Arc::new(Leak::new())
+    }
+}
+
+/// Thread `t`'s `i`-th value.
+fn val(t: u64, i: u64) -> u64 {
+    (t << 32) | i
+}
+
+/// Checks that `taken` (per taker, in the order taken) plus `rest` is exactly
+/// `val(t, i)` for `t < threads`, `i < per` once each, and for a FIFO that every
+/// taker saw each producer's values in increasing order.
+fn check_conserved(fifo: bool, threads: u64, per: &[u64], taken: &[Vec<u64>], rest: &[u64]) {
+    let mut seen: Vec<Vec<u8>> = per.iter().map(|&n| vec![0u8; n as usize]).collect();
+    let mut count = |v: u64| {
+        let (t, i) = ((v >> 32) as usize, (v & 0xffff_ffff) as usize);
+        assert!(
+            t < threads as usize && i < per[t] as usize,
+            "invented value {v:#x}"
+        );
+        seen[t][i] += 1;
+        assert_eq!(seen[t][i], 1, "value {v:#x} came out twice");
+    };
+    for list in taken {
+        for &v in list {
+            count(v);
+        }
+    }
+    for &v in rest {
+        count(v);
+    }
+    for (t, s) in seen.iter().enumerate() {
+        if let Some(i) = s.iter().position(|&c| c == 0) {
+            panic!("value {:#x} was lost", val(t as u64, i as u64));
+        }
+    }
+    if fifo {
+        for list in taken {
+            let mut last = vec![None::<u64>; threads as usize];
+            for &v in list {
+                let t = (v >> 32) as usize;
+                assert!(
+                    last[t].is_none_or(|l| l < v),
+                    "FIFO order broken: {v:#x} after {:#x}",
+                    last[t].unwrap_or(0)
+                );
+                last[t] = Some(v);
+            }
+        }
+    }
+}
+
+/// Drains what is left, through a fresh handle.
+fn drain<D: Ds>(ds: &D) -> Vec<u64> {
+    ds.with_handle(|h| std::iter::from_fn(|| h.take()).collect())
+}
+
+/// 8 threads on this machine's cores, each putting `ops` values and taking after
+/// each put (sometimes twice, sometimes not), so the structure stays short and
+/// nodes are retired and reused all the time.
+fn oversubscribed<D: Ds>()
+where
+    D::R: Domain,
+{
+    let threads = 8u64;
+    let ops = if cfg!(debug_assertions) {
+        3_000
+    } else {
+        20_000
+    } * scale();
+    let ds = D::make(D::R::fresh());
+    let go = Barrier::new(threads as usize);
+    let taken: Vec<Vec<u64>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let (ds, go) = (&ds, &go);
+                sc.spawn(move || {
+                    ds.with_handle(|h| {
+                        go.wait();
+                        let mut got = Vec::with_capacity(ops as usize);
+                        for i in 0..ops {
+                            h.put(val(t, i));
+                            let takes = [1, 1, 2, 0][((i + t) % 4) as usize];
+                            for _ in 0..takes {
+                                got.extend(h.take());
+                            }
+                        }
+                        got
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let rest = drain(&ds);
+    check_conserved(
+        D::FIFO,
+        threads,
+        &vec![ops; threads as usize],
+        &taken,
+        &rest,
+    );
+}
+
+/// Under the emulated pseudo-scheduler at MP 3 with a short quantum: workers are
+/// preempted thousands of times, inside operations too, for a fixed wall time.
+fn emulated_mp3<D: Ds>()
+where
+    D::R: Domain,
+{
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let procs = cores().min(4) as u32;
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .expect("valid config")
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_micros(500))
+        .seed(11);
+    let emu = Emulated::start(cfg).expect("pseudo-scheduler starts");
+    let run = Duration::from_millis(200 * scale());
+    let ds = D::make(D::R::fresh());
+    let go = Barrier::new(procs as usize);
+    let per: Vec<AtomicU64> = (0..procs).map(|_| AtomicU64::new(0)).collect();
+    let taken: Vec<Vec<u64>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..procs)
+            .map(|v| {
+                let (ds, go, emu, per) = (&ds, &go, &emu, &per);
+                sc.spawn(move || {
+                    let _att = emu.attach(v).expect("attach");
+                    ds.with_handle(|h| {
+                        go.wait();
+                        let end = Instant::now() + run;
+                        let mut got = Vec::new();
+                        let mut i = 0u64;
+                        while Instant::now() < end {
+                            h.put(val(u64::from(v), i));
+                            if i % 3 != 2 {
+                                got.extend(h.take());
+                            }
+                            BusyWork::global().run_ns(500);
+                            i += 1;
+                        }
+                        // Relaxed: read after the scope joins.
+                        per[v as usize].store(i, Ordering::Relaxed);
+                        got
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let stats = emu.stop();
+    let rest = drain(&ds);
+    let per: Vec<u64> = per.iter().map(|p| p.load(Ordering::Relaxed)).collect();
+    check_conserved(D::FIFO, u64::from(procs), &per, &taken, &rest);
+    assert!(
+        stats.preemptions + stats.warnings > 10,
+        "the scheduler barely intervened: {stats:?}"
+    );
+}
+
+/// 10,000 rounds of 3 threads × 4 operations, each history checked.
+fn linearizable<D: Ds, Sp: Spec>()
+where
+    D::R: Domain,
+{
+    let rounds = if cfg!(debug_assertions) {
+        2_000
+    } else {
+        10_000
+    };
+    let n = check_rounds::<D, Sp, _, _>(
+        rounds,
+        3,
+        || D::make(D::R::fresh()),
+        |ds: &D, t, round, rec: &mut Recorder| {
+            ds.with_handle(|h| {
+                for i in 0..2 {
+                    rec.put(value(t, round, i, false), |v| h.put(v));
+                    rec.take(|| h.take());
+                }
+            })
+        },
+    )
+    .unwrap_or_else(|e| panic!("not linearizable: {e}"));
+    assert_eq!(n, rounds);
+}
+
+macro_rules! per_scheme {
+    ($($name:ident: $ds:ident, $r:ty, $spec:ty;)*) => {$(
+        mod $name {
+            use super::*;
+            type Sys = $ds<u64, $r, SystemAlloc>;
+            type Mag = $ds<u64, $r, MagazineAlloc>;
+            #[test]
+            fn oversubscribed_system() { oversubscribed::<Sys>() }
+            #[test]
+            fn oversubscribed_magazines() { oversubscribed::<Mag>() }
+            #[test]
+            fn emulated_mp3_system() { emulated_mp3::<Sys>() }
+            #[test]
+            fn emulated_mp3_magazines() { emulated_mp3::<Mag>() }
+            #[test]
+            fn linearizable_histories() { linearizable::<Sys, $spec>() }
+        }
+    )*};
+}
+
+per_scheme! {
+    ms_qsbr: MsQueue, Qsbr, Fifo;
+    ms_ebr: MsQueue, Ebr, Fifo;
+    ms_hp: MsQueue, HazardPointers, Fifo;
+    ms_leak: MsQueue, Leak, Fifo;
+    plj_qsbr: PljQueue, Qsbr, Fifo;
+    plj_ebr: PljQueue, Ebr, Fifo;
+    plj_hp: PljQueue, HazardPointers, Fifo;
+    plj_leak: PljQueue, Leak, Fifo;
+    treiber_qsbr: TreiberStack, Qsbr, Lifo;
+    treiber_ebr: TreiberStack, Ebr, Lifo;
+    treiber_hp: TreiberStack, HazardPointers, Lifo;
+    treiber_leak: TreiberStack, Leak, Lifo;
+}
+
+/// Counts its drops.
+struct Counted(&'static AtomicUsize);
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// 4 threads put 500 values each and take 200 each; dropping the structure drops
+/// the other 1,200, each once (and the taken ones were dropped by the takers).
+fn dropped_once<R: Domain>(drops: &'static AtomicUsize) {
+    let q1: MsQueue<Counted, R> = MsQueue::with_domain(R::fresh());
+    let q2: PljQueue<Counted, R> = PljQueue::with_domain(R::fresh());
+    let s: TreiberStack<Counted, R> = TreiberStack::with_domain(R::fresh());
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            let (q1, q2, s) = (&q1, &q2, &s);
+            sc.spawn(move || {
+                let (mut a, mut b, mut c) = (q1.handle(), q2.handle(), s.handle());
+                for i in 0..500 {
+                    a.enqueue(Counted(drops));
+                    b.enqueue(Counted(drops));
+                    c.push(Counted(drops));
+                    if i % 5 < 2 {
+                        drop(a.dequeue().expect("non-empty: we just put one"));
+                        drop(b.dequeue().expect("non-empty"));
+                        drop(c.pop().expect("non-empty"));
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(drops.load(Ordering::Relaxed), 3 * 4 * 200);
+    drop((q1, q2, s));
+    assert_eq!(drops.load(Ordering::Relaxed), 3 * 4 * 500);
+}
+
+#[test]
+fn values_left_inside_are_dropped_exactly_once() {
+    static D1: AtomicUsize = AtomicUsize::new(0);
+    static D2: AtomicUsize = AtomicUsize::new(0);
+    static D3: AtomicUsize = AtomicUsize::new(0);
+    static D4: AtomicUsize = AtomicUsize::new(0);
+    dropped_once::<Qsbr>(&D1);
+    dropped_once::<Ebr>(&D2);
+    dropped_once::<HazardPointers>(&D3);
+    dropped_once::<Leak>(&D4);
+}
+
+/// One thread registers and stalls holding two hazards (as if preempted inside an
+/// operation) while three others run put/take pairs on all three structures in
+/// the same domain; unreclaimed nodes never exceed Michael's bound N·R.
+#[test]
+fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
+    let domain = HazardPointers::fresh();
+    let ms: MsQueue<u64, HazardPointers> = MsQueue::with_domain(domain.clone());
+    let plj: PljQueue<u64, HazardPointers> = PljQueue::with_domain(domain.clone());
+    let st: TreiberStack<u64, HazardPointers> = TreiberStack::with_domain(domain.clone());
+    let workers = 3;
+    let ops = if cfg!(debug_assertions) {
+        5_000
+    } else {
+        30_000
+    };
+    let stalled = Barrier::new(workers + 1);
+    let release = AtomicBool::new(false);
+    let worst = AtomicU64::new(0);
+    let bound = AtomicU64::new(u64::MAX);
+    std::thread::scope(|sc| {
+        {
+            let (domain, stalled, release) = (&domain, &stalled, &release);
+            sc.spawn(move || {
+                let mut local = HazardPointers::register(domain);
+                let mine = AtomicPtr::new(Box::into_raw(Box::new(7u64)));
+                let mut g = local.enter();
+                g.protect(0, &mine);
+                g.protect(1, &mine);
+                stalled.wait();
+                // Relaxed: a flag; the scope's join orders everything after.
+                while !release.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+                drop(g);
+                // SAFETY: our own box, never shared beyond this thread.
+                drop(unsafe { Box::from_raw(mine.load(Ordering::Relaxed)) });
+            });
+        }
+        let hs: Vec<_> = (0..workers)
+            .map(|w| {
+                let (domain, stalled, ms, plj, st, worst, bound) =
+                    (&domain, &stalled, &ms, &plj, &st, &worst, &bound);
+                sc.spawn(move || {
+                    let (mut a, mut b, mut c) = (ms.handle(), plj.handle(), st.handle());
+                    stalled.wait();
+                    // Everyone is registered now: N and R are final.
+                    let n_r = (domain.records() * domain.scan_threshold()) as u64;
+                    bound.fetch_min(n_r, Ordering::Relaxed);
+                    for i in 0..ops {
+                        a.enqueue(i);
+                        b.enqueue(i);
+                        c.push(i);
+                        a.dequeue().expect("non-empty");
+                        b.dequeue().expect("non-empty");
+                        c.pop().expect("non-empty");
+                        if (i + w as u64) % 64 == 0 {
+                            let p = domain.stats().pending;
+                            worst.fetch_max(p, Ordering::Relaxed);
+                            assert!(p <= n_r, "{p} pending > N·R = {n_r}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        // Relaxed: see the reader.
+        release.store(true, Ordering::Relaxed);
+    });
+    let (worst, bound) = (worst.into_inner(), bound.into_inner());
+    let retired = domain.stats().retired;
+    assert_eq!(retired, 3 * workers as u64 * ops, "one node per take");
+    assert!(worst <= bound, "worst {worst} > N·R = {bound}");
+    assert!(
+        worst > 0,
+        "never saw a pending node: the sampling is broken"
+    );
+}
