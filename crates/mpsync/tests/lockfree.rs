@@ -13,6 +13,8 @@
 //!   thread stalls holding hazards.
 //!
 //! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test lockfree`.
+//! (Real threads and Hart's magazines: not under loom; see `loom_lockfree.rs`.)
+#![cfg(not(loom))]
 
 mod common;
 
@@ -460,7 +462,7 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
                         a.dequeue().expect("non-empty");
                         b.dequeue().expect("non-empty");
                         c.pop().expect("non-empty");
-                        if (i + w as u64) % 64 == 0 {
+                        if (i + w as u64).is_multiple_of(64) {
                             let p = domain.stats().pending;
                             worst.fetch_max(p, Ordering::Relaxed);
                             assert!(p <= n_r, "{p} pending > N·R = {n_r}");

@@ -9,8 +9,8 @@
 //! - [`AutoQuiescent`]: Hart's test loop (papers/002_… §5.1) announces a quiescent
 //!   state every [`QUIESCENT_EVERY`] operations; the structures' handles do the
 //!   same, so QSBR makes progress without the caller's help.
-//! - [`ValueCell`] and [`Liveness`]: a node's payload slot and, under loom only, a
-//!   tracked "this node was freed" flag, so the loom models catch a node used
+//! - [`ValueCell`] and [`Liveness`]: a node's payload slot (a loom-tracked cell
+//!   under loom) and, under loom only, a "this node was freed" flag, so the loom models catch a node used
 //!   after its reclaimer freed it (zero-sized otherwise).
 //!
 //! Uses `util` (backoff) and `reclaim` (the `Local` trait); nothing from `sched`:
@@ -144,15 +144,22 @@ impl<T> ValueCell<T> {
     }
 }
 
-/// Under loom, a node's liveness flag: [`check`](Self::check) (a tracked read) at
-/// every dereference of a shared node, [`kill`](Self::kill) (a tracked write)
-/// when a test allocator "frees" it. Zero-sized and free otherwise.
+/// Under loom, a node's liveness flag: [`check`](Self::check) at every
+/// dereference of a shared node, `kill` when a test allocator "frees"
+/// it. Zero-sized and free otherwise.
+///
+/// The flag is a loom atomic, not a tracked cell, on purpose: loom switches
+/// threads only at atomic operations, so plain accesses between a CAS and the next
+/// atomic look indivisible to it, and a free that lands in exactly that window
+/// (e.g. between a dequeuer's CAS and its read of the value) would never be
+/// explored. A `SeqCst` load in `check` is a switch point, so the model does put
+/// another thread's free there, and the load then sees it.
 ///
 /// Nodes of the mpsync structures are `#[repr(C)]` with the `Liveness` first, so a
 /// test allocator may call `kill` on any node address it is asked to free.
 pub struct Liveness {
     #[cfg(loom)]
-    freed: loom::cell::UnsafeCell<bool>,
+    freed: crate::sync::AtomicBool,
 }
 
 impl std::fmt::Debug for Liveness {
@@ -173,21 +180,24 @@ impl Liveness {
     pub fn new() -> Self {
         Self {
             #[cfg(loom)]
-            freed: loom::cell::UnsafeCell::new(false),
+            freed: crate::sync::AtomicBool::new(false),
         }
     }
 
-    /// Under loom: asserts the node was not freed, and lets loom check that this
-    /// read is ordered before any later free. A no-op otherwise.
+    /// Under loom: asserts the node was not freed (a switch point; see the type's
+    /// doc). A no-op otherwise.
     #[inline(always)]
     pub fn check(&self) {
+        // SeqCst: a test-only flag; the strongest ordering keeps the check from
+        // missing a free that the model ordered before it.
         #[cfg(loom)]
-        // SAFETY: a plain read of the flag; loom reports a racing `kill`.
-        self.freed
-            .with(|p| assert!(!unsafe { *p }, "a node was used after it was freed"));
+        assert!(
+            !self.freed.load(crate::sync::Ordering::SeqCst),
+            "a node was used after it was freed"
+        );
     }
 
-    /// Marks the node at `p` freed (a tracked write).
+    /// Marks the node at `p` freed.
     ///
     /// # Safety
     /// `p` is the address of a live mpsync node (whose first field is a
@@ -196,8 +206,8 @@ impl Liveness {
     pub unsafe fn kill(p: *mut u8) {
         // SAFETY: the contract: `p` starts with a `Liveness`.
         let l = unsafe { &*p.cast::<Liveness>() };
-        // SAFETY: loom reports an unordered concurrent `check`.
-        l.freed.with_mut(|f| unsafe { *f = true });
+        // SeqCst: as in `check`.
+        l.freed.store(true, crate::sync::Ordering::SeqCst);
     }
 }
 

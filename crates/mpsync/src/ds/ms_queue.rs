@@ -216,11 +216,14 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
                 .compare_exchange(h, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                // SAFETY: `next` is protected by slot 1 (see the comment on the take).
+                let n = unsafe { &*next };
+                n.live.check();
                 // SAFETY: `next` is protected by slot 1 ([3]), holds a value (only
                 // the dummy is empty and `next` was not yet the dummy), and our CAS
                 // made it the dummy, so no other thread takes the value; its write
                 // happened before the Release link we acquired in `protect`.
-                let v = unsafe { (*next).value.take() };
+                let v = unsafe { n.value.take() };
                 // SAFETY: `h` is unlinked (head moved past it; tail was already past
                 // it), retired once (only the CAS winner retires), and
                 // `A::free::<Node<T>>` frees what `A::alloc` made without touching

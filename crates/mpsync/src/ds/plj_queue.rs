@@ -250,10 +250,13 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 .compare_exchange(s.head, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                // SAFETY: `next` is protected by slot 1 (see the comment on the take).
+                let n = unsafe { &*next };
+                n.live.check();
                 // SAFETY: `next` is protected (slot 1), was not the dummy before our
                 // CAS, so it holds a value, which our CAS gave to us alone; its write
                 // happened before the Release link we acquired in `protect`.
-                let v = unsafe { (*next).value.take() };
+                let v = unsafe { n.value.take() };
                 // SAFETY: the old dummy is unlinked (`head` moved past it; `tail`
                 // was already past it), retired once by the CAS winner, and
                 // `A::free` does not touch its (empty) value.

@@ -162,6 +162,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
                 .compare_exchange(top, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                t.live.check();
                 // SAFETY: our CAS unlinked `top`, so we alone take its value
                 // (written before it was published, see above); still protected.
                 let v = unsafe { t.value.take() };

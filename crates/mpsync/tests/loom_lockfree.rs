@@ -1,0 +1,333 @@
+//! Loom models of the non-blocking structures over EBR and hazard pointers, with
+//! reclamation as eager as each scheme allows (HP: scan at every retire; EBR: try to
+//! advance at every critical section):
+//!
+//! - MS queue: an enqueue against a dequeue, and two dequeuers;
+//! - PLJ queue: the same two;
+//! - Treiber stack: a push against a pop, and two poppers.
+//!
+//! Nodes come from a test allocator whose "free" marks the node dead through
+//! `ds::lf::Liveness` (a loom-tracked cell, the first field of every node) and
+//! keeps the memory until the process ends: a node used after it was freed, or
+//! concurrently with its free, is reported (a failed assertion or a loom data race),
+//! and so is a value read that is not ordered after its write (`ValueCell`). Each
+//! model also checks the outcome: values are conserved and in order.
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --test loom_lockfree`
+#![cfg(loom)]
+
+use std::ptr::NonNull;
+
+use loom::thread;
+use mpsync::ds::alloc::NodeAlloc;
+use mpsync::ds::lf::Liveness;
+use mpsync::ds::ms_queue::MsQueue;
+use mpsync::ds::plj_queue::PljQueue;
+use mpsync::ds::treiber::TreiberStack;
+use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
+use mpsync::sync::Arc;
+
+/// Nodes are boxed and never given back; `free` marks them dead (see the module doc).
+#[derive(Debug)]
+struct Poisoning;
+
+impl NodeAlloc for Poisoning {
+    const NAME: &'static str = "poisoning";
+
+    fn alloc<T>(value: T) -> NonNull<T> {
+        NonNull::from(Box::leak(Box::new(value)))
+    }
+
+    unsafe fn free<T>(p: *mut u8) {
+        // SAFETY: only mpsync nodes are allocated here, and each starts with its
+        // `Liveness`; the memory is never deallocated.
+        unsafe { Liveness::kill(p) };
+    }
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(
+        std::env::var("LOOM_MAX_PREEMPTIONS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2),
+    );
+    b.check(f);
+}
+
+trait Eager: Reclaimer + Sized {
+    fn eager() -> Arc<Self>;
+}
+impl Eager for Ebr {
+    fn eager() -> Arc<Self> {
+        Arc::new(Ebr::with_advance_every(1).unwrap())
+    }
+}
+impl Eager for HazardPointers {
+    fn eager() -> Arc<Self> {
+        Arc::new(HazardPointers::with_threshold(2, 1).unwrap())
+    }
+}
+
+/// The queue operations both queues share.
+trait Queue: Send + Sync + 'static {
+    type R: Eager;
+    fn make() -> Self;
+    fn domain(&self) -> &Arc<Self::R>;
+    fn put(&self, l: &mut <Self::R as Reclaimer>::Local, v: u32);
+    fn take(&self, l: &mut <Self::R as Reclaimer>::Local) -> Option<u32>;
+}
+
+impl<R: Eager> Queue for MsQueue<u32, R, Poisoning> {
+    type R = R;
+    fn make() -> Self {
+        MsQueue::with_domain(R::eager())
+    }
+    fn domain(&self) -> &Arc<R> {
+        MsQueue::domain(self)
+    }
+    fn put(&self, l: &mut R::Local, v: u32) {
+        self.enqueue(l, v)
+    }
+    fn take(&self, l: &mut R::Local) -> Option<u32> {
+        self.dequeue(l)
+    }
+}
+
+impl<R: Eager> Queue for PljQueue<u32, R, Poisoning> {
+    type R = R;
+    fn make() -> Self {
+        PljQueue::with_domain(R::eager())
+    }
+    fn domain(&self) -> &Arc<R> {
+        PljQueue::domain(self)
+    }
+    fn put(&self, l: &mut R::Local, v: u32) {
+        self.enqueue(l, v)
+    }
+    fn take(&self, l: &mut R::Local) -> Option<u32> {
+        self.dequeue(l)
+    }
+}
+
+/// One value in the queue; one thread enqueues 2 while another dequeues (and, the
+/// first node being retired, frees the old dummy at once).
+fn enqueue_vs_dequeue<Q: Queue>() {
+    model(|| {
+        let q = Arc::new(Q::make());
+        let mut main = <Q::R as Reclaimer>::register(q.domain());
+        q.put(&mut main, 1);
+        let q1 = q.clone();
+        let e = thread::spawn(move || {
+            let mut l = <Q::R as Reclaimer>::register(q1.domain());
+            q1.put(&mut l, 2);
+        });
+        let q2 = q.clone();
+        let d = thread::spawn(move || {
+            let mut l = <Q::R as Reclaimer>::register(q2.domain());
+            q2.take(&mut l)
+        });
+        e.join().unwrap();
+        assert_eq!(d.join().unwrap(), Some(1), "FIFO: 1 was there first");
+        assert_eq!(q.take(&mut main), Some(2));
+        assert_eq!(q.take(&mut main), None);
+    });
+}
+
+/// Two values; two dequeuers each get one, different ones.
+fn two_dequeuers<Q: Queue>() {
+    model(|| {
+        let q = Arc::new(Q::make());
+        let mut main = <Q::R as Reclaimer>::register(q.domain());
+        q.put(&mut main, 1);
+        q.put(&mut main, 2);
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    let mut l = <Q::R as Reclaimer>::register(q.domain());
+                    q.take(&mut l)
+                })
+            })
+            .collect();
+        let mut got: Vec<u32> = hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(q.take(&mut main), None);
+        drop(main);
+        let s = q.domain().stats();
+        assert_eq!((s.retired, s.freed + s.pending), (2, 2));
+    });
+}
+
+/// Three values; one thread dequeues once while another dequeues twice, so the
+/// node the first one is taking its value from can be retired (and freed) by the
+/// second one's second dequeue if it is not protected.
+fn one_vs_two_dequeues<Q: Queue>() {
+    model(|| {
+        let q = Arc::new(Q::make());
+        let mut main = <Q::R as Reclaimer>::register(q.domain());
+        for v in 1..=3 {
+            q.put(&mut main, v);
+        }
+        let q1 = q.clone();
+        let a = thread::spawn(move || {
+            let mut l = <Q::R as Reclaimer>::register(q1.domain());
+            vec![q1.take(&mut l).unwrap()]
+        });
+        let q2 = q.clone();
+        let b = thread::spawn(move || {
+            let mut l = <Q::R as Reclaimer>::register(q2.domain());
+            let x = q2.take(&mut l).unwrap();
+            let y = q2.take(&mut l).unwrap();
+            assert!(x < y, "FIFO within a thread");
+            vec![x, y]
+        });
+        let mut got = a.join().unwrap();
+        got.extend(b.join().unwrap());
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3]);
+        assert_eq!(q.take(&mut main), None);
+    });
+}
+
+#[test]
+fn ms_one_vs_two_dequeues_ebr() {
+    one_vs_two_dequeues::<MsQueue<u32, Ebr, Poisoning>>();
+}
+
+#[test]
+fn ms_one_vs_two_dequeues_hp() {
+    one_vs_two_dequeues::<MsQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn plj_one_vs_two_dequeues_hp() {
+    one_vs_two_dequeues::<PljQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn ms_enqueue_vs_dequeue_ebr() {
+    enqueue_vs_dequeue::<MsQueue<u32, Ebr, Poisoning>>();
+}
+
+#[test]
+fn ms_enqueue_vs_dequeue_hp() {
+    enqueue_vs_dequeue::<MsQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn ms_two_dequeuers_ebr() {
+    two_dequeuers::<MsQueue<u32, Ebr, Poisoning>>();
+}
+
+#[test]
+fn ms_two_dequeuers_hp() {
+    two_dequeuers::<MsQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn plj_enqueue_vs_dequeue_ebr() {
+    enqueue_vs_dequeue::<PljQueue<u32, Ebr, Poisoning>>();
+}
+
+#[test]
+fn plj_enqueue_vs_dequeue_hp() {
+    enqueue_vs_dequeue::<PljQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn plj_two_dequeuers_ebr() {
+    two_dequeuers::<PljQueue<u32, Ebr, Poisoning>>();
+}
+
+#[test]
+fn plj_two_dequeuers_hp() {
+    two_dequeuers::<PljQueue<u32, HazardPointers, Poisoning>>();
+}
+
+/// One value on the stack; a push of 2 against a pop: the pop gets 1 or 2 and the
+/// other is left.
+fn treiber_push_vs_pop<R: Eager>() {
+    model(|| {
+        let s: Arc<TreiberStack<u32, R, Poisoning>> =
+            Arc::new(TreiberStack::with_domain(R::eager()));
+        let mut main = R::register(s.domain());
+        s.push(&mut main, 1);
+        let s1 = s.clone();
+        let p = thread::spawn(move || {
+            let mut l = R::register(s1.domain());
+            s1.push(&mut l, 2);
+        });
+        let s2 = s.clone();
+        let q = thread::spawn(move || {
+            let mut l = R::register(s2.domain());
+            s2.pop(&mut l)
+        });
+        p.join().unwrap();
+        let popped = q.join().unwrap().expect("1 was there");
+        let left = s.pop(&mut main).expect("one value left");
+        let mut both = [popped, left];
+        both.sort_unstable();
+        assert_eq!(both, [1, 2]);
+        assert_eq!(s.pop(&mut main), None);
+    });
+}
+
+/// Two values; two poppers each get one, different ones.
+fn treiber_two_poppers<R: Eager>() {
+    model(|| {
+        let s: Arc<TreiberStack<u32, R, Poisoning>> =
+            Arc::new(TreiberStack::with_domain(R::eager()));
+        let mut main = R::register(s.domain());
+        s.push(&mut main, 1);
+        s.push(&mut main, 2);
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    let mut l = R::register(s.domain());
+                    s.pop(&mut l)
+                })
+            })
+            .collect();
+        let mut got: Vec<u32> = hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2]);
+        assert!(s.is_empty());
+    });
+}
+
+#[test]
+fn treiber_push_vs_pop_ebr() {
+    treiber_push_vs_pop::<Ebr>();
+}
+
+#[test]
+fn treiber_push_vs_pop_hp() {
+    treiber_push_vs_pop::<HazardPointers>();
+}
+
+#[test]
+fn treiber_two_poppers_ebr() {
+    treiber_two_poppers::<Ebr>();
+}
+
+#[test]
+fn treiber_two_poppers_hp() {
+    treiber_two_poppers::<HazardPointers>();
+}
+
+/// The detector itself: a check racing with a kill fails in some interleaving.
+#[test]
+#[should_panic(expected = "used after it was freed")]
+fn liveness_detects_a_free_racing_with_a_use() {
+    model(|| {
+        let p: &'static Liveness = Box::leak(Box::new(Liveness::new()));
+        let a = thread::spawn(move || p.check());
+        // SAFETY: test.
+        unsafe { Liveness::kill(p as *const Liveness as *mut u8) };
+        a.join().unwrap();
+    });
+}
