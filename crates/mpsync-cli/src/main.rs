@@ -85,7 +85,7 @@ struct Common {
     /// core (--quick: 1,2 and 3 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,
-    /// Node allocator of the lock-free structures in the hart-* experiments:
+    /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub):
     /// magazines (Hart's per-thread freelists of 100 nodes over a locked global
     /// pool, the default) or system (the Rust global allocator).
     #[arg(long, value_enum)]

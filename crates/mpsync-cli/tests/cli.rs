@@ -78,8 +78,8 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
         ),
         (vec!["repro", "nope"], "unknown paper 'nope'"),
         (
-            vec!["repro", "hart"],
-            "no experiment of paper 'hart' is implemented yet",
+            vec!["repro", "lc98"],
+            "no experiment of paper 'lc98' is implemented yet",
         ),
         (
             vec!["run", "wks94-mplevel", "--bogus"],

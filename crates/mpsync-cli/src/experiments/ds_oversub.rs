@@ -58,6 +58,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         let spec = DsThroughputSpec {
             threads: n,
             duration,
+            alloc: p.alloc,
         };
         for t in 0..p.trials {
             for k in 0..table.len() {

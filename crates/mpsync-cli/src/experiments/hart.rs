@@ -368,7 +368,10 @@ pub fn verdict(id: &str, conclusion: &str, points: &[Point], cores: u32) -> Verd
                     if let Some(v) = at(n, 1.0) {
                         let over = 100.0 * (v / l - 1.0);
                         let target = if n == "QSBR" {
-                            format!(" (mpsync target <= 5%: {})", if over <= 5.0 { "met" } else { "missed" })
+                            format!(
+                                " (mpsync target <= 5%: {})",
+                                if over <= 5.0 { "met" } else { "missed" }
+                            )
                         } else {
                             String::new()
                         };
@@ -400,7 +403,11 @@ pub fn verdict(id: &str, conclusion: &str, points: &[Point], cores: u32) -> Verd
                             holds &= ok;
                             details.push(format!(
                                 "{n}: ns/op at {top} threads / at {k} = {r:.2} ({})",
-                                if degrades { "degrades" } else { "does not degrade" }
+                                if degrades {
+                                    "degrades"
+                                } else {
+                                    "does not degrade"
+                                }
                             ));
                         }
                     }
@@ -529,16 +536,59 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     let mut hp_bound = None;
     for scheme in [Scheme::Qsbr, Scheme::Ebr, Scheme::Hp] {
         let (series, b) = match (scheme, p.alloc) {
-            (Scheme::Qsbr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(Arc::new(Qsbr::new()), workers, duration, samples, p.seed, |_| None),
-            (Scheme::Qsbr, AllocMode::System) => memory_run::<_, SystemAlloc>(Arc::new(Qsbr::new()), workers, duration, samples, p.seed, |_| None),
-            (Scheme::Ebr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(Arc::new(Ebr::new()), workers, duration, samples, p.seed, |_| None),
-            (Scheme::Ebr, AllocMode::System) => memory_run::<_, SystemAlloc>(Arc::new(Ebr::new()), workers, duration, samples, p.seed, |_| None),
+            (Scheme::Qsbr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(
+                Arc::new(Qsbr::new()),
+                workers,
+                duration,
+                samples,
+                p.seed,
+                |_| None,
+            ),
+            (Scheme::Qsbr, AllocMode::System) => memory_run::<_, SystemAlloc>(
+                Arc::new(Qsbr::new()),
+                workers,
+                duration,
+                samples,
+                p.seed,
+                |_| None,
+            ),
+            (Scheme::Ebr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(
+                Arc::new(Ebr::new()),
+                workers,
+                duration,
+                samples,
+                p.seed,
+                |_| None,
+            ),
+            (Scheme::Ebr, AllocMode::System) => memory_run::<_, SystemAlloc>(
+                Arc::new(Ebr::new()),
+                workers,
+                duration,
+                samples,
+                p.seed,
+                |_| None,
+            ),
             (_, alloc) => {
-                let hp_bound_of = |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64);
+                let hp_bound_of =
+                    |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64);
                 let d = Arc::new(HazardPointers::new(HP_SLOTS)?);
                 match alloc {
-                    AllocMode::Magazines => memory_run::<_, MagazineAlloc>(d, workers, duration, samples, p.seed, hp_bound_of),
-                    AllocMode::System => memory_run::<_, SystemAlloc>(d, workers, duration, samples, p.seed, hp_bound_of),
+                    AllocMode::Magazines => memory_run::<_, MagazineAlloc>(
+                        d,
+                        workers,
+                        duration,
+                        samples,
+                        p.seed,
+                        hp_bound_of,
+                    ),
+                    AllocMode::System => memory_run::<_, SystemAlloc>(
+                        d,
+                        workers,
+                        duration,
+                        samples,
+                        p.seed,
+                        hp_bound_of,
+                    ),
                 }
             }
         };
@@ -584,7 +634,10 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
         });
     }
     let svg = line_chart(
-        &format!("hart-memory: one thread stalled inside an operation ({})", verdict.status.label()),
+        &format!(
+            "hart-memory: one thread stalled inside an operation ({})",
+            verdict.status.label()
+        ),
         "seconds",
         "retired nodes not yet freed",
         &series,
@@ -703,9 +756,20 @@ mod tests {
         ];
         let v = verdict("hart-base", "c", &pts, 2);
         assert_eq!(v.status, Status::Holds, "{v:?}");
-        assert!(v.details.iter().any(|d| d.contains("+2.0% (mpsync target <= 5%: met)")));
-        let pts = vec![pt("QSBR", 1.0, 13.0), pt("EBR", 1.0, 12.0), pt("HP", 1.0, 15.0)];
-        assert_eq!(verdict("hart-base", "c", &pts, 2).status, Status::DoesNotHold);
+        assert!(
+            v.details
+                .iter()
+                .any(|d| d.contains("+2.0% (mpsync target <= 5%: met)"))
+        );
+        let pts = vec![
+            pt("QSBR", 1.0, 13.0),
+            pt("EBR", 1.0, 12.0),
+            pt("HP", 1.0, 15.0),
+        ];
+        assert_eq!(
+            verdict("hart-base", "c", &pts, 2).status,
+            Status::DoesNotHold
+        );
     }
 
     #[test]
@@ -721,13 +785,18 @@ mod tests {
             pt("HP", 2.0, 12.0),
             pt("HP", 8.0, 13.0),
         ]);
-        assert_eq!(verdict("hart-queues-threads", "c", &pts, 2).status, Status::Holds);
+        assert_eq!(
+            verdict("hart-queues-threads", "c", &pts, 2).status,
+            Status::Holds
+        );
     }
 
     #[test]
     fn memory_bound_and_growth() {
+        // Linear growth sampled from the start: the last value is about twice the
+        // middle one.
         let mut pts = Vec::new();
-        for i in 1..=4 {
+        for i in 1..=10 {
             let t = f64::from(i);
             pts.push(pt("HP", t, 100.0));
             pts.push(pt("QSBR", t, 1000.0 * t));

@@ -2,6 +2,7 @@
 //! gets to run with.
 
 pub mod ds_oversub;
+pub mod hart;
 pub mod latency;
 pub mod locks;
 pub mod ms97;
@@ -44,7 +45,7 @@ pub struct Params {
     pub quick: bool,
     /// Processors available to the process.
     pub cores: u32,
-    /// Node allocator of the lock-free structures (hart-*).
+    /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub).
     pub alloc: AllocMode,
 }
 
@@ -150,6 +151,42 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             run: ms97::run,
+        },
+        Experiment {
+            id: "hart-base",
+            paper: "hart",
+            reference: "Hart, MSc thesis 2005, §5.2.1 Fig. 5.2 (queue part) (papers/002)",
+            title: "one thread, one non-empty MS queue, enqueue/dequeue: the per-operation cost of QSBR, EBR and HP beside the leaking baseline",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart::run,
+        },
+        Experiment {
+            id: "hart-queues-threads",
+            paper: "hart",
+            reference: "Hart, MSc thesis 2005, §5.2.2 Fig. 5.7/5.9 (papers/002)",
+            title: "100 MS queues, threads 1..16 on the machine's cores (CPU contention; every operation allocates or frees a node), per scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart::run,
+        },
+        Experiment {
+            id: "hart-queues-count",
+            paper: "hart",
+            reference: "Hart, MSc thesis 2005, §5.2.4 Fig. 5.13 (papers/002)",
+            title: "2 threads over a varying number of MS queues, per scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart::run,
+        },
+        Experiment {
+            id: "hart-memory",
+            paper: "hart",
+            reference: "the open question of Hart 2005 §6 (papers/002)",
+            title: "one thread stalled inside an MS-queue operation while the others run: pending (retired, unfreed) nodes over time per scheme, with HP's bound",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart::run,
         },
         Experiment {
             id: "lock-oversub",

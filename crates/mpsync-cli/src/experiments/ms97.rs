@@ -78,6 +78,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         ops: ((pairs / f64::from(procs)).round() as u64).max(1),
         work_iters: BusyWork::global().iters_for_ns((WORK_US * 1e3) as u64),
         seed: p.seed,
+        alloc: p.alloc,
     };
     let table: Vec<DsImpl> = of_kind(kind);
     let names: Vec<&str> = table.iter().map(|i| i.name).collect();

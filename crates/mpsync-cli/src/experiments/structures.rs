@@ -9,6 +9,23 @@ use std::time::Duration;
 use mpsync::util::busy::BusyWork;
 use mpsync::util::rng::SplitMix64;
 
+use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
+use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
+use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
+use mpsync::ds::ms_queue::MsQueue;
+use mpsync::ds::plj_queue::PljQueue;
+use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
+use mpsync::ds::stack::{HerlihyStack, LockedStack};
+use mpsync::ds::treiber::TreiberStack;
+use mpsync::ds::{
+    ConcurrentPriorityQueue, ConcurrentQueue, ConcurrentStack, Counter, PriorityQueueHandle,
+    QueueHandle, StackHandle,
+};
+use mpsync::lock::{TasB, TasBNp};
+use mpsync::reclaim::{Ebr, HazardPointers, Leak, Qsbr, Reclaimer};
+use mpsync::sync::Arc;
+
+use super::AllocMode;
 use super::locks::{Origin, WorkerBody};
 use crate::peers::{EpochTreiber, HaphazardTreiber, SeizeTreiber};
 
@@ -211,6 +228,152 @@ impl SharedDs for FetchAdd {
     }
 }
 
+/// How the harness makes an empty mpsync structure.
+pub trait Make: Sized {
+    /// An empty structure (lock-free ones with a fresh reclamation domain).
+    fn make() -> Self;
+}
+
+/// How the harness makes a fresh reclamation domain.
+pub trait NewDomain: Reclaimer + Sized {
+    /// A domain whose threads need `hp_slots` hazard pointers (ignored by the
+    /// epoch schemes).
+    fn new_domain(hp_slots: usize) -> Arc<Self>;
+}
+
+impl NewDomain for Qsbr {
+    fn new_domain(_: usize) -> Arc<Self> {
+        Arc::new(Qsbr::new())
+    }
+}
+impl NewDomain for Ebr {
+    fn new_domain(_: usize) -> Arc<Self> {
+        Arc::new(Ebr::new())
+    }
+}
+impl NewDomain for Leak {
+    fn new_domain(_: usize) -> Arc<Self> {
+        Arc::new(Leak::new())
+    }
+}
+impl NewDomain for HazardPointers {
+    fn new_domain(hp_slots: usize) -> Arc<Self> {
+        Arc::new(HazardPointers::new(hp_slots).expect("1 or 2 hazard slots are valid"))
+    }
+}
+
+impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedQueue<L, u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for TwoLockQueue<L, u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedStack<L, u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedSkewHeap<L, u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl<R: NewDomain, A: NodeAlloc> Make for MsQueue<u64, R, A> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(2))
+    }
+}
+impl<R: NewDomain, A: NodeAlloc> Make for PljQueue<u64, R, A> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(2))
+    }
+}
+impl<R: NewDomain, A: NodeAlloc> Make for TreiberStack<u64, R, A> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(1))
+    }
+}
+impl<R: NewDomain> Make for HerlihyStack<u64, R> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(1))
+    }
+}
+impl<R: NewDomain> Make for HerlihySkewHeap<u64, R> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(1))
+    }
+}
+
+macro_rules! ds_row {
+    ($(#[$m:meta])* $row:ident, $handle:ident, $tr:ident, $h:ident, $put:ident, $take:ident) => {
+        $(#[$m])*
+        #[derive(Debug)]
+        pub struct $row<S>(S);
+
+        /// Its per-thread handle: the structure's own.
+        #[derive(Debug)]
+        pub struct $handle<H>(H);
+
+        impl<S: $tr<u64> + Make + 'static> BenchDs for $row<S> {
+            type Handle<'a> = $handle<S::Handle<'a>>;
+            fn create() -> Self {
+                Self(S::make())
+            }
+            fn handle(&self) -> Self::Handle<'_> {
+                $handle(self.0.handle())
+            }
+        }
+
+        impl<H: $h<u64>> BenchHandle for $handle<H> {
+            #[inline]
+            fn put(&mut self, v: u64) {
+                self.0.$put(v);
+            }
+            #[inline]
+            fn take(&mut self) -> Option<u64> {
+                self.0.$take()
+            }
+            #[inline]
+            fn quiescent(&mut self) {
+                self.0.quiescent();
+            }
+        }
+    };
+}
+
+ds_row!(
+    /// An mpsync queue, driven through its [`ConcurrentQueue`] handle.
+    QueueRow, QueueRowHandle, ConcurrentQueue, QueueHandle, enqueue, dequeue
+);
+ds_row!(
+    /// An mpsync stack, driven through its [`ConcurrentStack`] handle.
+    StackRow, StackRowHandle, ConcurrentStack, StackHandle, push, pop
+);
+ds_row!(
+    /// An mpsync priority queue, driven through its [`ConcurrentPriorityQueue`] handle.
+    HeapRow, HeapRowHandle, ConcurrentPriorityQueue, PriorityQueueHandle, insert, delete_min
+);
+
+/// An mpsync [`Counter`] (`put` increments, `take` reads).
+#[derive(Debug)]
+pub struct CounterRow<C>(C);
+
+impl<C: Counter + Default + 'static> SharedDs for CounterRow<C> {
+    fn create() -> Self {
+        Self(C::default())
+    }
+    fn put(&self, _v: u64) {
+        self.0.increment();
+    }
+    fn take(&self) -> Option<u64> {
+        Some(self.0.get())
+    }
+}
+
 /// The `ms97-*` microbenchmark of one worker: `ops` operations (pairs of
 /// put + take, or increments for counters), each followed by `work_iters` of
 /// calibrated busy work (±10%).
@@ -222,6 +385,8 @@ pub struct Ms97Spec {
     pub work_iters: u64,
     /// Seed of the work jitter and the heap keys.
     pub seed: u64,
+    /// Node allocator of the lock-free rows.
+    pub alloc: AllocMode,
 }
 
 /// A fixed-duration run: `threads` unpinned threads loop {put; take} (counters:
@@ -232,6 +397,8 @@ pub struct DsThroughputSpec {
     pub threads: u32,
     /// How long they run.
     pub duration: Duration,
+    /// Node allocator of the lock-free rows.
+    pub alloc: AllocMode,
 }
 
 /// One row of the structure table.
@@ -327,11 +494,128 @@ macro_rules! row {
     };
 }
 
-/// Every structure, mpsync's first, then peers.
+fn ms97_by_alloc<S: BenchDs, M: BenchDs>(spec: &Ms97Spec, kind: Kind) -> WorkerBody {
+    match spec.alloc {
+        AllocMode::System => ms97::<S>(spec, kind),
+        AllocMode::Magazines => ms97::<M>(spec, kind),
+    }
+}
+
+fn throughput_by_alloc<S: BenchDs, M: BenchDs>(spec: &DsThroughputSpec, kind: Kind) -> Vec<u64> {
+    match spec.alloc {
+        AllocMode::System => throughput::<S>(spec, kind),
+        AllocMode::Magazines => throughput::<M>(spec, kind),
+    }
+}
+
+/// A lock-free row over `--alloc`'s node allocator: `$t` is the structure's type
+/// constructor, given the value type, the reclaimer and the allocator.
+macro_rules! lf_row {
+    ($name:expr, $kind:expr, $w:ident, $t:ident, $r:ty) => {
+        DsImpl {
+            name: $name,
+            origin: Origin::Paper,
+            kind: $kind,
+            ms97: ms97_by_alloc::<$w<$t<u64, $r, SystemAlloc>>, $w<$t<u64, $r, MagazineAlloc>>>,
+            throughput: throughput_by_alloc::<
+                $w<$t<u64, $r, SystemAlloc>>,
+                $w<$t<u64, $r, MagazineAlloc>>,
+            >,
+        }
+    };
+}
+
+/// Every structure, mpsync's first, then peers. The paper's lock-based rows use
+/// TAS-B with bounded backoff, ordinary or preemption-safe (PS = `TasBNp`); the
+/// lock-free rows reclaim with QSBR unless the name says otherwise and take their
+/// nodes from `--alloc`'s allocator (the lock-based ones and Herlihy's from `Box`).
 pub fn ds_table() -> Vec<DsImpl> {
     use Kind::*;
-    use Origin::Peer;
+    use Origin::{Paper, Peer};
     vec![
+        row!(
+            "single lock",
+            Paper,
+            Queue,
+            QueueRow<LockedQueue<TasB, u64>>
+        ),
+        row!(
+            "single lock (PS)",
+            Paper,
+            Queue,
+            QueueRow<LockedQueue<TasBNp, u64>>
+        ),
+        row!("two-lock", Paper, Queue, QueueRow<TwoLockQueue<TasB, u64>>),
+        row!(
+            "two-lock (PS)",
+            Paper,
+            Queue,
+            QueueRow<TwoLockQueue<TasBNp, u64>>
+        ),
+        lf_row!("MS non-blocking", Queue, QueueRow, MsQueue, Qsbr),
+        lf_row!("MS non-blocking (EBR)", Queue, QueueRow, MsQueue, Ebr),
+        lf_row!(
+            "MS non-blocking (HP)",
+            Queue,
+            QueueRow,
+            MsQueue,
+            HazardPointers
+        ),
+        lf_row!("PLJ non-blocking", Queue, QueueRow, PljQueue, Qsbr),
+        row!(
+            "single lock",
+            Paper,
+            Stack,
+            StackRow<LockedStack<TasB, u64>>
+        ),
+        row!(
+            "single lock (PS)",
+            Paper,
+            Stack,
+            StackRow<LockedStack<TasBNp, u64>>
+        ),
+        lf_row!("Treiber", Stack, StackRow, TreiberStack, Qsbr),
+        lf_row!("Treiber (EBR)", Stack, StackRow, TreiberStack, Ebr),
+        lf_row!(
+            "Treiber (HP)",
+            Stack,
+            StackRow,
+            TreiberStack,
+            HazardPointers
+        ),
+        row!("Herlihy", Paper, Stack, StackRow<HerlihyStack<u64, Qsbr>>),
+        row!(
+            "single lock",
+            Paper,
+            Heap,
+            HeapRow<LockedSkewHeap<TasB, u64>>
+        ),
+        row!(
+            "single lock (PS)",
+            Paper,
+            Heap,
+            HeapRow<LockedSkewHeap<TasBNp, u64>>
+        ),
+        row!(
+            "Herlihy non-blocking",
+            Paper,
+            Heap,
+            HeapRow<HerlihySkewHeap<u64, Qsbr>>
+        ),
+        row!(
+            "single lock",
+            Paper,
+            Counter,
+            CounterRow<LockedCounter<TasB>>
+        ),
+        row!(
+            "single lock (PS)",
+            Paper,
+            Counter,
+            CounterRow<LockedCounter<TasBNp>>
+        ),
+        row!("CAS loop", Paper, Counter, CounterRow<CasCounter>),
+        row!("fetch_add", Paper, Counter, CounterRow<FetchAddCounter>),
         row!("SegQueue", Peer, Queue, SegQueue),
         row!("concurrent-queue", Peer, Queue, ConcQueue),
         row!("Mutex<VecDeque>", Peer, Queue, StdDeque),
@@ -362,6 +646,7 @@ mod tests {
                     ops: 50,
                     work_iters: 1,
                     seed: 3,
+                    alloc: AllocMode::Magazines,
                 },
                 imp.kind,
             );
@@ -375,6 +660,7 @@ mod tests {
                 &DsThroughputSpec {
                     threads: 2,
                     duration: Duration::from_millis(5),
+                    alloc: AllocMode::System,
                 },
                 imp.kind,
             );
