@@ -171,11 +171,11 @@ impl<L: lock_api::RawMutex, T> TwoLockQueue<L, T> {
     pub fn enqueue(&self, value: T) {
         let node = Node::alloc(MaybeUninit::new(value));
         let mut tail = self.tail.lock();
+        // Release: publishes the node (its value) to the dequeuer's Acquire load.
         // SAFETY: the tail node is live: a dequeuer frees only the old dummy, and
         // the dummy is the tail only while the queue is empty, when the dequeuer
         // sees `next == null` and frees nothing. We hold the tail lock, so we are
         // the only writer of its `next`.
-        // Release: publishes the node (its value) to the dequeuer's Acquire load.
         unsafe { (*tail.0).next.store(node, Ordering::Release) };
         tail.0 = node;
     }

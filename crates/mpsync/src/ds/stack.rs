@@ -278,11 +278,10 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    // SAFETY: our CAS removed `top` from the stack; only the one CAS
-                    // that removes a node takes its value, nobody else reads it, and
-                    // the node is freed without dropping it (`ManuallyDrop`). The
-                    // pusher's write is visible: our protect acquired `cur`, whose
+                    // The pusher's write is visible: our protect acquired `cur`, whose
                     // release sequence of version CASes includes the push.
+                    // SAFETY: our CAS removed `top`; only the CAS that removes a node
+                    // takes its value, and the node is freed without dropping it.
                     let value = unsafe { ManuallyDrop::into_inner(ptr::read(&(*top).value)) };
                     // SAFETY: our CAS replaced `cur` by `cand`, `cur` is protected,
                     // and `top` is the one node `cand` no longer has.
