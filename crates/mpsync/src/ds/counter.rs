@@ -11,13 +11,13 @@
 //! | [`FetchAddCounter`]  | fetch_and_add         | wait-free                         |
 //!
 //! Each counter word is alone on its cache line. Uses `lock` (through the type
-//! parameter), `util` (padding, backoff), `sync`.
+//! parameter), `util` (padding), `ds::lf` (the CAS backoff), `sync`.
 
 use std::fmt;
 
+use super::lf::CasBackoff;
 use crate::sync::{AtomicU64, Ordering};
 use crate::util::CachePadded;
-use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 
 use super::Counter;
 
@@ -103,7 +103,7 @@ impl Counter for CasCounter {
         // Relaxed: a counter orders nothing but itself, and the CAS below checks
         // the value it read is still the latest in the word's modification order.
         let mut cur = self.value.load(Ordering::Relaxed);
-        let mut backoff: Option<Backoff> = None;
+        let mut backoff = CasBackoff::new();
         loop {
             // Relaxed (both): as above; only the word's own modification order matters.
             match self.value.compare_exchange_weak(
@@ -115,9 +115,7 @@ impl Counter for CasCounter {
                 Ok(before) => return before,
                 Err(now) => {
                     cur = now;
-                    backoff
-                        .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
-                        .spin();
+                    backoff.spin();
                 }
             }
         }

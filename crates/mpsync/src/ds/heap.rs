@@ -27,14 +27,14 @@
 //! `Drop`. A losing operation frees only the copies it made itself, which nobody
 //! else saw. Readers protect only the version they read.
 //!
-//! Uses `reclaim`, `lock` (through the type parameter), `util::backoff`, `sync`.
+//! Uses `reclaim`, `lock` (through the type parameter), `ds::lf` (the CAS backoff), `sync`.
 
 use std::fmt;
 use std::ptr;
 
+use super::lf::CasBackoff;
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
-use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 
 use super::stack::QUIESCE_EVERY;
 use super::version::{DeadNode, Version, link_dead};
@@ -369,7 +369,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             replaced: Vec::new(),
         };
         let cand = Version::candidate(ptr::null_mut());
-        let mut backoff: Option<Backoff> = None;
+        let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
@@ -421,9 +421,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
                 }
                 Err(_) => {
                     at.abandon();
-                    backoff
-                        .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
-                        .spin();
+                    backoff.spin();
                 }
             }
         }
@@ -438,7 +436,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             replaced: Vec::new(),
         };
         let mut cand: *mut Version<Node<T>> = ptr::null_mut();
-        let mut backoff: Option<Backoff> = None;
+        let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
@@ -479,9 +477,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
                 }
                 Err(_) => {
                     at.abandon();
-                    backoff
-                        .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
-                        .spin();
+                    backoff.spin();
                 }
             }
         }

@@ -16,15 +16,15 @@
 //!   the ownership scheme), so nothing a reader can reach is freed under it and
 //!   the CAS cannot suffer ABA.
 //!
-//! Uses `reclaim`, `lock` (through the type parameter), `util::backoff`, `sync`.
+//! Uses `reclaim`, `lock` (through the type parameter), `ds::lf` (the CAS backoff), `sync`.
 
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr;
 
+use super::lf::CasBackoff;
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
-use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 
 use super::version::{DeadNode, Version};
 use super::{ConcurrentStack, StackHandle};
@@ -216,7 +216,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
             dead_next: AtomicPtr::new(ptr::null_mut()),
         }));
         let cand = Version::candidate(node);
-        let mut backoff: Option<Backoff> = None;
+        let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
@@ -238,9 +238,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
                     unsafe { Version::retire(&mut g, cur, cand, ptr::null_mut()) };
                     return;
                 }
-                Err(_) => backoff
-                    .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
-                    .spin(),
+                Err(_) => backoff.spin(),
             }
         }
     }
@@ -249,7 +247,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
     /// thread's registration in [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
         let mut cand: *mut Version<Node<T>> = ptr::null_mut();
-        let mut backoff: Option<Backoff> = None;
+        let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
@@ -291,9 +289,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
                     }
                     return Some(value);
                 }
-                Err(_) => backoff
-                    .get_or_insert_with(|| Backoff::new(DEFAULT_MIN_NS, DEFAULT_CAP_NS))
-                    .spin(),
+                Err(_) => backoff.spin(),
             }
         }
     }
