@@ -33,6 +33,7 @@ mod futex;
 pub mod native;
 pub mod partition;
 mod registry;
+pub mod stall;
 pub mod state;
 
 use std::marker::PhantomData;

@@ -1,0 +1,417 @@
+//! Named stall points: the windows a protocol's safety argument depends on,
+//! where a test can force a chosen thread to stop.
+//!
+//! The bugs that survive torture, linearizability checks and bounded model
+//! checking are the ones that need a thread to stall at one exact point — between
+//! reading the global epoch and publishing the pin, right after a releaser's
+//! withdrawal, between a successful CAS and the read that follows it. Algorithms
+//! mark those windows with [`point`]; a test arms a [`Trap`] on a point, waits
+//! until the victim thread is stopped there, makes the other threads do what the
+//! interleaving needs, and releases the victim:
+//!
+//! ```
+//! use mpsync::reclaim::{Ebr, Local, Reclaimer};
+//! use mpsync::sched::{self, stall::{self, Trap}};
+//! use mpsync::sync::Arc;
+//! use std::sync::mpsc::channel;
+//! use std::time::Duration;
+//!
+//! let ebr = Arc::new(Ebr::new());
+//! std::thread::scope(|s| {
+//!     let (id_tx, id_rx) = channel();
+//!     let (go_tx, go_rx) = channel::<()>();
+//!     let d = &ebr;
+//!     let victim = s.spawn(move || {
+//!         let mut local = Ebr::register(d);
+//!         id_tx.send(sched::current().id()).unwrap();
+//!         go_rx.recv().unwrap();
+//!         drop(local.enter()); // stops inside `pin`, at stall::EPOCH_PIN
+//!     });
+//!     let trap = Trap::at(stall::EPOCH_PIN).thread(id_rx.recv().unwrap()).arm();
+//!     go_tx.send(()).unwrap();
+//!     trap.wait_hit(Duration::from_secs(10)).unwrap();
+//!     // ... the other threads advance the epoch while the victim is stopped ...
+//!     trap.release();
+//!     victim.join().unwrap();
+//! });
+//! ```
+//!
+//! Cost when no trap is armed: one relaxed load of a process-wide counter and a
+//! predictable branch. Under `cfg(loom)` a point is nothing (loom explores
+//! interleavings itself); in the chaos build (`--cfg mpsync_chaos`, see
+//! [`crate::sync`]) a point also stalls its thread at random, far more often than
+//! a plain atomic operation does, so the windows the points name are the ones
+//! chaos hits hardest.
+
+#[cfg(not(loom))]
+pub use imp::*;
+
+/// A named window in a protocol. The names are stable: tests, the planted-bug
+/// catalogue (`TESTING.md`) and [`ALL`] refer to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Point {
+    name: &'static str,
+    what: &'static str,
+}
+
+impl Point {
+    /// The point's short name (`"epoch.pin"`).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Where exactly the window is.
+    pub const fn description(&self) -> &'static str {
+        self.what
+    }
+}
+
+impl std::fmt::Display for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.what)
+    }
+}
+
+macro_rules! points {
+    ($($(#[$doc:meta])* $id:ident = $name:literal, $what:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub const $id: Point = Point { name: $name, what: $what };
+        )*
+        /// Every named point.
+        pub const ALL: &[Point] = &[$($id),*];
+    };
+}
+
+points! {
+    /// `reclaim`'s epoch machinery, `pin`: the global epoch has been read, the pin
+    /// that announces it is not yet published (the thread is invisible to
+    /// advancers here).
+    EPOCH_PIN = "epoch.pin",
+        "reclaim epoch pin: global epoch read, pin not yet published";
+    /// Ticket-np's releaser, right after a withdrawal CAS succeeded (the number it
+    /// withdrew may be retaken and claimed at once).
+    TICKET_NP_WITHDRAWN = "ticket_np.withdrawn",
+        "Ticket-np hand_over: a withdrawal CAS just succeeded";
+    /// Ticket-np's acquirer, after taking a number, before watching for its offer.
+    TICKET_NP_TAKEN = "ticket_np.taken",
+        "Ticket-np acquire: number taken, offer not yet watched";
+    /// A queue lock's acquirer between swapping itself into the tail and linking
+    /// its node behind its predecessor (the releaser waits on that link).
+    QUEUE_LOCK_LINK = "queue_lock.link",
+        "MCS-style queue lock: tail swapped, predecessor not yet linked";
+    /// Michael & Scott queue, dequeue: `head` was swung by this thread's CAS; the
+    /// value is not yet read from the new dummy.
+    MS_DEQUEUE_SWUNG = "ms_queue.dequeue.swung",
+        "MS queue dequeue: head CAS succeeded, value not yet read";
+    /// Michael & Scott queue, enqueue: the node is linked; `tail` not yet swung.
+    MS_ENQUEUE_LINKED = "ms_queue.enqueue.linked",
+        "MS queue enqueue: node linked, tail not yet swung";
+    /// Treiber stack, pop: the top was read and protected, its `next` not yet read.
+    TREIBER_POP_READ = "treiber.pop.read",
+        "Treiber pop: top protected, next not yet read";
+    /// Hazard pointers, `protect`: the hazard is published, the source not yet
+    /// re-read to validate it.
+    HP_PROTECT_PUBLISHED = "hp.protect.published",
+        "hazard pointer published, source not yet re-validated";
+}
+
+/// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
+/// on `p` matches this thread; in the chaos build, maybe stalls at random.
+#[inline(always)]
+pub fn point(p: Point) {
+    #[cfg(not(loom))]
+    {
+        imp::check(p);
+        #[cfg(mpsync_chaos)]
+        crate::sync::chaos::at_point();
+    }
+    #[cfg(loom)]
+    let _ = p;
+}
+
+#[cfg(not(loom))]
+mod imp {
+    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::Point;
+    use crate::sync::{AtomicU32, Ordering};
+
+    /// Traps armed and not yet spent: the fast path's only read. A std atomic on
+    /// purpose: this is test machinery, never perturbed or modelled.
+    static ARMED: AtomicUsize = AtomicUsize::new(0);
+    static TRAPS: Mutex<Vec<Arc<TrapState>>> = Mutex::new(Vec::new());
+
+    const WAITING: u32 = 0;
+    const HOLDING: u32 = 1;
+    const RELEASED: u32 = 2;
+
+    /// | `state`  | set by                         | meaning                               |
+    /// |----------|--------------------------------|---------------------------------------|
+    /// | WAITING  | `arm`                          | armed; no matching thread arrived yet |
+    /// | HOLDING  | the victim, under `TRAPS` lock | a thread is stopped at the point      |
+    /// | RELEASED | the test (`release`, drop)     | spent: the victim may go on           |
+    #[derive(Debug)]
+    struct TrapState {
+        point: Point,
+        /// Only this thread (its context-block id) is stopped; any if `None`.
+        thread: Option<u64>,
+        /// Matching passages still to let through before stopping one.
+        skip: std::sync::atomic::AtomicU64,
+        state: AtomicU32,
+        /// Context-block id of the stopped thread (0 if not registered).
+        victim: std::sync::atomic::AtomicU64,
+    }
+
+    #[inline(always)]
+    pub(super) fn check(p: Point) {
+        // Relaxed: `arm` publishes the trap under the TRAPS lock, which `slow`
+        // takes; a passage that misses a trap being armed right now is simply
+        // before it.
+        if ARMED.load(StdOrdering::Relaxed) != 0 {
+            slow(p);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slow(p: Point) {
+        let _quiet = crate::sync::Exempt::new();
+        let me = super::super::current_if_registered().map_or(0, |cb| cb.id());
+        let trap = {
+            let traps = TRAPS.lock().unwrap_or_else(|e| e.into_inner());
+            traps
+                .iter()
+                .find(|t| {
+                    t.point == p
+                        && t.thread.is_none_or(|id| id == me)
+                        && t.state.load(Ordering::Relaxed) == WAITING
+                        && t.skip
+                            .fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |s| {
+                                s.checked_sub(1)
+                            })
+                            .is_err()
+                })
+                .cloned()
+        };
+        let Some(t) = trap else { return };
+        t.victim.store(me, StdOrdering::Relaxed);
+        // Release: the victim's work up to the point is visible to the test
+        // (its Acquire load in `wait_hit`).
+        if t.state
+            .compare_exchange(WAITING, HOLDING, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return; // disarmed meanwhile
+        }
+        super::super::unpark_all(&t.state);
+        // Acquire: pairs with the Release store in `release`, so what the test
+        // made the others do is visible to the victim when it goes on.
+        while t.state.load(Ordering::Acquire) == HOLDING {
+            let _ = super::super::park(&t.state, HOLDING, Some(Duration::from_millis(50)));
+        }
+    }
+
+    /// Which passages of a point a [`Trap`] stops: see [`Trap::at`].
+    #[derive(Debug, Clone, Copy)]
+    #[must_use = "arm it with .arm()"]
+    pub struct TrapSpec {
+        point: Point,
+        thread: Option<u64>,
+        skip: u64,
+    }
+
+    impl TrapSpec {
+        /// Stop only the thread whose context block has this id
+        /// ([`ContextBlock::id`](crate::sched::ContextBlock::id), from
+        /// [`sched::current`](crate::sched::current) on that thread).
+        pub fn thread(mut self, id: u64) -> Self {
+            self.thread = Some(id);
+            self
+        }
+
+        /// Stop only the calling thread.
+        pub fn this_thread(self) -> Self {
+            let id = super::super::current().id();
+            self.thread(id)
+        }
+
+        /// Let `n` matching passages through first; stop the next one.
+        pub fn skip(mut self, n: u64) -> Self {
+            self.skip = n;
+            self
+        }
+
+        /// Arms the trap: the next matching passage stops until the trap is
+        /// released or dropped.
+        pub fn arm(self) -> Trap {
+            let st = Arc::new(TrapState {
+                point: self.point,
+                thread: self.thread,
+                skip: std::sync::atomic::AtomicU64::new(self.skip),
+                state: AtomicU32::new(WAITING),
+                victim: std::sync::atomic::AtomicU64::new(0),
+            });
+            let mut traps = TRAPS.lock().unwrap_or_else(|e| e.into_inner());
+            traps.push(st.clone());
+            // Relaxed: see `check`.
+            ARMED.fetch_add(1, StdOrdering::Relaxed);
+            Trap { st }
+        }
+    }
+
+    /// A one-shot trap on a stall [`Point`]: the first matching passage stops
+    /// there until [`release`](Self::release) (or drop — a failing test never
+    /// leaves a thread stuck).
+    #[derive(Debug)]
+    pub struct Trap {
+        st: Arc<TrapState>,
+    }
+
+    /// No thread reached the point in time.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct StallTimeout(pub String);
+
+    impl std::fmt::Display for StallTimeout {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for StallTimeout {}
+
+    impl Trap {
+        /// A trap on `p` for any thread, stopping the first passage (refine with
+        /// [`TrapSpec::thread`], [`TrapSpec::skip`], then [`TrapSpec::arm`]).
+        pub fn at(p: Point) -> TrapSpec {
+            TrapSpec {
+                point: p,
+                thread: None,
+                skip: 0,
+            }
+        }
+
+        /// Waits until a thread is stopped at the point (at most `timeout`).
+        pub fn wait_hit(&self, timeout: Duration) -> Result<(), StallTimeout> {
+            let deadline = Instant::now() + timeout;
+            loop {
+                // Acquire: pairs with the victim's Release CAS in `slow`.
+                match self.st.state.load(Ordering::Acquire) {
+                    HOLDING => return Ok(()),
+                    RELEASED => {
+                        return Err(StallTimeout(format!(
+                            "trap at {} was released before any thread reached it",
+                            self.st.point
+                        )));
+                    }
+                    _ => {}
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(StallTimeout(format!(
+                        "no thread reached stall point {} within {timeout:?}",
+                        self.st.point
+                    )));
+                }
+                let _ = super::super::park(
+                    &self.st.state,
+                    WAITING,
+                    Some(left.min(Duration::from_millis(10))),
+                );
+            }
+        }
+
+        /// Whether a thread is stopped at the point now.
+        pub fn holding(&self) -> bool {
+            self.st.state.load(Ordering::Acquire) == HOLDING
+        }
+
+        /// Context-block id of the thread the trap stopped (0 if none yet, or
+        /// the thread was not registered with `sched`).
+        pub fn victim(&self) -> u64 {
+            self.st.victim.load(StdOrdering::Relaxed)
+        }
+
+        /// Lets the stopped thread go on (or, if none arrived, disarms the trap).
+        pub fn release(&self) {
+            // Release: the test's work is visible to the victim (its Acquire load).
+            if self.st.state.swap(RELEASED, Ordering::Release) != RELEASED {
+                super::super::unpark_all(&self.st.state);
+            }
+        }
+    }
+
+    impl Drop for Trap {
+        fn drop(&mut self) {
+            self.release();
+            let mut traps = TRAPS.lock().unwrap_or_else(|e| e.into_inner());
+            traps.retain(|t| !Arc::ptr_eq(t, &self.st));
+            // Relaxed: see `check`.
+            ARMED.fetch_sub(1, StdOrdering::Relaxed);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// A point no algorithm uses, so parallel tests never pass it.
+    const TEST_POINT: Point = Point {
+        name: "test.only",
+        what: "unit tests of the trap machinery",
+    };
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // futex syscalls with timeouts
+    fn trap_stops_the_chosen_thread_until_released() {
+        let past = &AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let victim = s.spawn(move || {
+                tx.send(crate::sched::current().id()).unwrap();
+                point(TEST_POINT); // not yet armed: passes
+                std::thread::park();
+                point(TEST_POINT);
+                past.store(true, Ordering::SeqCst);
+            });
+            let id = rx.recv().unwrap();
+            // Another thread passing the point is not stopped.
+            let trap = Trap::at(TEST_POINT).thread(id).arm();
+            point(TEST_POINT);
+            victim.thread().unpark();
+            trap.wait_hit(Duration::from_secs(10)).unwrap();
+            assert_eq!(trap.victim(), id);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!past.load(Ordering::SeqCst), "the victim is held");
+            trap.release();
+            victim.join().unwrap();
+            assert!(past.load(Ordering::SeqCst));
+        });
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn skip_lets_passages_through_and_timeouts_say_which_point() {
+        let trap = Trap::at(TEST_POINT).this_thread().skip(2).arm();
+        point(TEST_POINT);
+        point(TEST_POINT);
+        assert!(!trap.holding());
+        let e = trap.wait_hit(Duration::from_millis(5)).unwrap_err();
+        assert!(e.to_string().contains("test.only"), "{e}");
+        drop(trap);
+        point(TEST_POINT); // disarmed: passes
+    }
+
+    #[test]
+    fn every_point_has_a_distinct_name() {
+        let mut names: Vec<_> = ALL.iter().map(|p| p.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+    }
+}
