@@ -22,8 +22,8 @@ use experiments::{Experiment, PAPERS, Params, catalog};
 /// Synchronization for multiprogrammed machines: reproduce the papers'
 /// experiments on this machine and see which 1990s conclusions still hold.
 ///
-/// Every run writes OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}
-/// and regenerates OUT/report.html.
+/// Every run writes `OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}`
+/// and regenerates `OUT/report.html`.
 #[derive(Debug, Parser)]
 #[command(name = "mpsync", version, about, long_about = None, after_help = "Start with: mpsync repro all --quick")]
 struct Cli {

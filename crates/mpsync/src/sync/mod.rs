@@ -9,7 +9,7 @@
 //!   (`loom_fix`);
 //! - `cfg(mpsync_chaos)`: `std`'s behind `#[repr(transparent)]` wrappers that
 //!   perturb the schedule around every operation (seeded spins, yields and
-//!   stalls; see [`chaos`]), so that tests meet the interleavings that need a
+//!   stalls; see the `chaos` module of that build), so that tests meet the interleavings that need a
 //!   thread to stall at one exact point.
 
 #[cfg(all(not(loom), mpsync_chaos))]
