@@ -287,6 +287,47 @@ impl ContextBlock {
         }
     }
 
+    /// Sched's own kernel side, when the block changes owner (the registry, as a
+    /// thread exits and as the next one takes the block): forgets every request of
+    /// the previous owner — depth 0, `Preemptable`, no warning, no yield or
+    /// preemption in progress — so that, say, a thread that `mem::forget`s a
+    /// no-preempt guard does not leave the next owner unpreemptable forever.
+    ///
+    /// Only when no scheduler holds the block (detached): nobody else writes
+    /// `depth`, `warning`, `yielded` or `saved_state` then. Peers may still hold
+    /// `&'static` references (in a lock's queue node) and CAS the state word; the
+    /// word is therefore changed only by CAS along legal transitions
+    /// (`Self`/`OtherUnpreemptable → Preemptable` as the thread; `Preempted →
+    /// Preemptable` as the kernel, since no scheduler will resume a detached
+    /// block). A stale peer that makes the block `OtherUnpreemptable` afterwards
+    /// does what it could do to any running thread: the state lasts until the
+    /// owner's next outermost release.
+    pub(crate) fn reset_for_new_owner(&self) {
+        debug_assert!(
+            self.emu.load(Ordering::Relaxed).is_null(),
+            "reset of an attached block"
+        );
+        // Relaxed (all six): nobody else writes these while the block is detached;
+        // the next owner gets them through the registry's `in_use` Release/Acquire.
+        self.depth.store(0, Ordering::Relaxed);
+        self.warning.store(false, Ordering::Relaxed);
+        self.yielded.store(false, Ordering::Relaxed);
+        self.saved_state
+            .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
+        self.preempt_decided_ns.store(0, Ordering::Relaxed);
+        self.preempt_stopped_ns.store(0, Ordering::Relaxed);
+        loop {
+            let s = self.state.load();
+            let actor = match s {
+                ThreadState::Preemptable => return,
+                ThreadState::Preempted => Actor::Kernel,
+                _ => Actor::Thread,
+            };
+            // Err(Conflict): a peer changed the word meanwhile; look again.
+            let _ = self.state.transition(s, ThreadState::Preemptable, actor);
+        }
+    }
+
     /// Spins until the scheduler resumes this thread.
     #[inline]
     pub(crate) fn wait_while_preempted(&self) {
