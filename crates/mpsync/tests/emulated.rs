@@ -1,8 +1,8 @@
 //! The pseudo-scheduler really takes the processor away, honours no-preempt
 //! requests by warning, bounds the extension, and replays its schedule from a seed.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mpsync::sched::emulated::{Emulated, EmulatedConfig, HandlerWait};
@@ -422,4 +422,128 @@ fn stopped_threads_inside_malloc_or_partition_reads_never_deadlock() {
     assert!(reads > 0);
     let st = std::sync::Arc::into_inner(emu).unwrap().stop();
     assert!(st.preemptions > 0 && st.repartitions > 0, "{st:?}");
+}
+
+/// An attached thread may read the statistics and the schedule log itself. Both
+/// take the scheduler's lock: were the thread preemptable while it holds it, a
+/// preemption signal arriving then would make the handler wait for a resume that
+/// needs that lock. A tiny quantum makes that window come up often; a deadlock
+/// shows as a timeout.
+#[test]
+fn an_attached_thread_reads_stats_and_log_without_deadlock() {
+    let _s = serial();
+    let procs = (std::thread::available_parallelism().map_or(1, |n| n.get()) as u32).min(2);
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .unwrap()
+        .quantum(Duration::from_micros(100))
+        .seed(17);
+    // Unscoped threads and an Arc: a deadlocked reader keeps the scheduler alive,
+    // so the failing test does not hang in a join or in `Emulated::drop`.
+    let emu = Arc::new(Emulated::start(cfg).unwrap());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let readers: Vec<_> = (0..2 * procs)
+        .map(|v| {
+            let (emu, done_tx) = (emu.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let _a = emu.attach(v % procs).unwrap();
+                let end = Instant::now() + Duration::from_millis(1500);
+                let mut reads = 0u64;
+                while Instant::now() < end {
+                    std::hint::black_box(emu.stats());
+                    std::hint::black_box(emu.schedule_log());
+                    reads += 1;
+                }
+                let _ = done_tx.send(reads);
+            })
+        })
+        .collect();
+    drop(done_tx);
+    for _ in &readers {
+        match done_rx.recv_timeout(Duration::from_secs(15)) {
+            Ok(reads) => assert!(reads > 0),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!(
+                    "deadlock: an attached thread reading stats()/schedule_log() stalled for 15 s"
+                )
+            }
+            // A reader panicked: its join below reports it.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+    let st = Arc::into_inner(emu).unwrap().stop();
+    assert!(st.preemptions > 0, "{st:?}");
+}
+
+/// Waits for `pid` until `timeout`; kills it then. Its exit status, or `None` if it
+/// had to be killed (or died of a signal).
+fn wait_child(pid: libc::pid_t, timeout: Duration) -> Option<i32> {
+    let end = Instant::now() + timeout;
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        assert!(
+            r == 0 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted,
+            "waitpid: {}",
+            std::io::Error::last_os_error()
+        );
+        if Instant::now() > end {
+            // SAFETY: `pid` is our child, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A child forked by an attached thread has no pseudo-scheduler (only the forking
+/// thread is copied, and no scheduler thread): its `yield_now` must not wait for a
+/// resume that nobody will send.
+#[test]
+fn a_child_forked_by_an_attached_thread_yields_and_exits() {
+    let _s = serial();
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(1));
+    let emu = Emulated::start(cfg).unwrap();
+    let outcomes: Vec<Option<i32>> = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let mut outcomes = Vec::new();
+            for _ in 0..5 {
+                // SAFETY: the child only calls `sched::yield_now` (a const
+                // thread-local read, atomics, sched_yield) and `_exit`.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    for _ in 0..3 {
+                        sched::yield_now();
+                    }
+                    // SAFETY: ends the child without running the parent's exit hooks.
+                    unsafe { libc::_exit(0) };
+                }
+                assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+                outcomes.push(wait_child(pid, Duration::from_secs(5)));
+                if outcomes.last() != Some(&Some(0)) {
+                    break;
+                }
+            }
+            outcomes
+        })
+        .join()
+        .unwrap()
+    });
+    emu.stop();
+    assert!(
+        outcomes.iter().all(|o| *o == Some(0)),
+        "forked children (None = still stuck in yield_now after 5 s, killed): {outcomes:?}"
+    );
 }

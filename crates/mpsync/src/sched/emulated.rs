@@ -393,8 +393,57 @@ struct Shared {
 }
 
 impl Shared {
+    /// The scheduler's lock, for the scheduler thread and threads not attached to
+    /// this scheduler; attached threads take it with [`Shared::with_lock_as_user`].
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        self.debug_check_holder();
+        inner
+    }
+
+    /// The rule that keeps the lock deadlock-free: the scheduler preempts only
+    /// while holding it, and a preempted thread waits in the handler for a resume
+    /// that needs it. So a thread attached to this scheduler must hold the lock
+    /// only while it cannot be stopped: unpreemptable, and not `Preempted` by a
+    /// decision taken before it got the lock.
+    fn debug_check_holder(&self) {
+        debug_assert!(
+            registry::current_if_registered()
+                .filter(|cb| shared_of(cb).is_some_and(|s| std::ptr::eq(s, self)))
+                .is_none_or(|cb| cb.state().is_unpreemptable()),
+            "a thread attached to this pseudo-scheduler took its lock while it could be preempted"
+        );
+    }
+
+    /// Runs `f` under the scheduler's lock on a user thread (not the scheduler's).
+    ///
+    /// A thread attached to a pseudo-scheduler must not be stopped while it holds
+    /// the lock (see [`Shared::debug_check_holder`]). So it [1] enters a no-preempt
+    /// section first: from then on the scheduler only warns it, and it cannot take
+    /// a decision while we hold the lock anyway. [2] A forced preemption (the
+    /// extension bound) decided between the request and the lock has made us
+    /// `Preempted`, its signal still on the way: we let go of the lock and wait
+    /// to be resumed before trying again. [3] Leaving the section, a thread the
+    /// scheduler warned meanwhile yields, as any no-preempt section ends — if it
+    /// is still attached (`f` may have detached it).
+    fn with_lock_as_user<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let Some(cb) = registry::current_if_registered().filter(|cb| is_attached(cb)) else {
+            return f(&mut self.lock());
+        };
+        cb.request_no_preempt(); // [1]
+        let r = loop {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            if cb.state() != ThreadState::Preempted {
+                self.debug_check_holder();
+                break f(&mut inner);
+            }
+            drop(inner); // [2]
+            cb.wait_while_preempted();
+        };
+        if cb.release_no_preempt() && is_attached(cb) {
+            yield_attached(cb); // [3]
+        }
+        r
     }
 
     /// Whether a preempted thread should sleep rather than spin now.
@@ -497,6 +546,16 @@ fn install_handler() -> Result<(), SchedError> {
             *HANDLER_ERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
                 "sigaction failed: {}",
                 std::io::Error::last_os_error()
+            ));
+            return;
+        }
+        // SAFETY: `detach_in_forked_child` is an `extern "C"` function with no
+        // arguments that does only async-signal-safe work, as a child handler must.
+        let r = unsafe { libc::pthread_atfork(None, None, Some(detach_in_forked_child)) };
+        if r != 0 {
+            *HANDLER_ERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                "pthread_atfork failed: {}",
+                std::io::Error::from_raw_os_error(r)
             ));
         }
     });
@@ -636,6 +695,8 @@ impl Emulated {
     }
 
     /// Statistics so far.
+    ///
+    /// May be called from an attached thread (it is briefly unpreemptable).
     pub fn stats(&self) -> SchedStats {
         match &self.final_stats {
             Some(s) => s.clone(),
@@ -644,10 +705,13 @@ impl Emulated {
     }
 
     /// The planned schedule so far (a function of the seed only), round by round.
+    ///
+    /// May be called from an attached thread (it is briefly unpreemptable).
     pub fn schedule_log(&self) -> Vec<ScheduleEvent> {
         // Allocated before taking the lock: see `snapshot_stats`.
         let mut out = Vec::with_capacity(MAX_SAMPLES);
-        out.extend_from_slice(&self.shared.lock().log);
+        self.shared
+            .with_lock_as_user(|inner| out.extend_from_slice(&inner.log));
         out
     }
 
@@ -675,16 +739,17 @@ fn snapshot_stats(shared: &Shared) -> SchedStats {
     let mut quanta = Vec::with_capacity(MAX_SAMPLES);
     let mut off_times = Vec::with_capacity(MAX_SAMPLES);
     let mut preempt_latency_ns = Vec::with_capacity(MAX_SAMPLES);
-    let inner = shared.lock();
-    quanta.extend_from_slice(&inner.stats.quanta);
-    off_times.extend_from_slice(&inner.stats.off_times);
-    preempt_latency_ns.extend_from_slice(&inner.stats.preempt_latency_ns);
-    SchedStats {
-        quanta,
-        off_times,
-        preempt_latency_ns,
-        ..inner.stats
-    }
+    shared.with_lock_as_user(|inner| {
+        quanta.extend_from_slice(&inner.stats.quanta);
+        off_times.extend_from_slice(&inner.stats.off_times);
+        preempt_latency_ns.extend_from_slice(&inner.stats.preempt_latency_ns);
+        SchedStats {
+            quanta,
+            off_times,
+            preempt_latency_ns,
+            ..inner.stats
+        }
+    })
 }
 
 impl Drop for Emulated {
@@ -729,13 +794,9 @@ fn detach(cb: &'static ContextBlock) {
     if p.is_null() {
         return;
     }
-    // Unpreemptable while we hold the scheduler's lock: the scheduler only preempts
-    // under that lock, so it can never stop us while we hold it.
-    cb.request_no_preempt();
-    {
-        // SAFETY: see `shared_of`.
-        let shared = unsafe { &*p };
-        let mut inner = shared.lock();
+    // SAFETY: see `shared_of`.
+    let shared = unsafe { &*p };
+    shared.with_lock_as_user(|inner| {
         inner.threads.retain(|t| !std::ptr::eq(t.cb, cb));
         for v in &mut inner.vprocs {
             if v.running == cb.id() {
@@ -748,21 +809,56 @@ fn detach(cb: &'static ContextBlock) {
         shared
             .attached
             .store(inner.threads.len() as u32, Ordering::Relaxed);
-        refresh_alone(shared, &inner);
-        publish(&inner);
-        drop(inner);
-        shared.kick();
-    }
+        refresh_alone(shared, inner);
+        publish(inner);
+    });
+    shared.kick();
     // SAFETY: `p` came from `Arc::into_raw` in `attach`; this releases that count.
     drop(unsafe { Arc::from_raw(p) });
-    let _ = cb.release_no_preempt();
-    // Relaxed: only this thread reads its own warning flag on the hot path.
+    // Relaxed: the scheduler no longer writes it (we left its list under its lock,
+    // whose release/acquire orders its last write before this one).
     cb.warning.store(false, Ordering::Relaxed);
 }
 
 /// Called by the registry when an attached thread exits without detaching.
 pub(crate) fn detach_exiting(cb: &'static ContextBlock) {
     detach(cb);
+}
+
+/// `pthread_atfork` child handler: a forked child is a copy of the forking thread
+/// alone. No scheduler thread runs there to resume it, and the copied scheduler
+/// state may be mid-update (another thread may have held its lock at the fork), so
+/// the child's thread is detached without touching the scheduler: its `Shared` is
+/// leaked in the child, and `yield_now`, `Attachment::drop` and exit see a thread
+/// that is not attached. Async-signal-safe: a const thread-local read, atomics and
+/// `gettid`.
+extern "C" fn detach_in_forked_child() {
+    let Some(cb) = registry::current_if_registered() else {
+        return;
+    };
+    // Relaxed (throughout): the child has one thread, this one.
+    if cb
+        .emu
+        .swap(std::ptr::null_mut(), Ordering::Relaxed)
+        .is_null()
+    {
+        return;
+    }
+    cb.vproc.store(NO_PROCESSOR, Ordering::Relaxed);
+    cb.processor.store(NO_PROCESSOR, Ordering::Relaxed);
+    cb.warning.store(false, Ordering::Relaxed);
+    cb.yielded.store(false, Ordering::Relaxed);
+    // Preempted just before the fork (the signal is not inherited): nobody will
+    // resume the child, so sched's kernel side does, restoring the saved state.
+    let to = ThreadState::from_u8(cb.saved_state.load(Ordering::Relaxed) as u8)
+        .filter(|s| *s != ThreadState::Preempted)
+        .unwrap_or(ThreadState::Preemptable);
+    let _ = cb.transition(ThreadState::Preempted, to, Actor::Kernel);
+    cb.saved_state
+        .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
+    // SAFETY: gettid has no preconditions.
+    cb.tid
+        .store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
 }
 
 /// Yield of an attached thread: give the virtual processor to the others now.
