@@ -1,11 +1,16 @@
 //! The pseudo-scheduler really takes the processor away, honours no-preempt
 //! requests by warning, bounds the extension, and replays its schedule from a seed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use mpsync::sched::emulated::{Emulated, EmulatedConfig, HandlerWait};
+use lock_api::RawMutex;
+use mpsync::lock::{SmartQ, TasBNp, TicketNp};
+use mpsync::sched::emulated::{
+    Emulated, EmulatedConfig, HandlerWait, SchedStats, preemption_signal,
+};
 use mpsync::sched::{self, ThreadState};
 use mpsync::util::busy::BusyWork;
 use mpsync::util::clock::now_ns;
@@ -546,4 +551,206 @@ fn a_child_forked_by_an_attached_thread_yields_and_exits() {
         outcomes.iter().all(|o| *o == Some(0)),
         "forked children (None = still stuck in yield_now after 5 s, killed): {outcomes:?}"
     );
+}
+
+/// The state a `-np` lock protects: deliberately not atomic (tests/locks.rs style).
+struct Guarded<L> {
+    lock: L,
+    counter: UnsafeCell<u64>,
+    inside: AtomicBool,
+}
+
+// SAFETY: `counter` is only touched while `lock` is held (the property under test).
+unsafe impl<L: Sync> Sync for Guarded<L> {}
+
+/// What one storm worker saw.
+#[derive(Debug, Default, Clone, Copy)]
+struct StormSeen {
+    sections: u64,
+    /// Sections in which the thread found another thread inside, or the counter
+    /// changed under it.
+    exclusion_broken: u64,
+    /// Sections in which it found itself `Preempted` (only a forced preemption may
+    /// do that, at the extension bound).
+    preempted_inside: u64,
+    /// Sections in which it found itself `Preemptable` (never allowed).
+    preemptable_inside: u64,
+}
+
+impl StormSeen {
+    fn add(&mut self, o: &Self) {
+        self.sections += o.sections;
+        self.exclusion_broken += o.exclusion_broken;
+        self.preempted_inside += o.preempted_inside;
+        self.preemptable_inside += o.preemptable_inside;
+    }
+}
+
+/// One critical section under `g`'s lock (or only a `NoPreempt` section when
+/// `g` is `None`): reads the counter, samples its own state word a while, writes
+/// the counter back incremented and checks nobody wrote meanwhile.
+fn storm_section<L: RawMutex>(g: Option<&Guarded<L>>, seen: &mut StormSeen) {
+    let cb = sched::current();
+    let (guard, _np) = match g {
+        Some(g) => (Some(g.lock.lock()), None),
+        None => (None, Some(sched::NoPreempt::new())),
+    };
+    let mut broken = false;
+    let before = g.map(|g| {
+        broken |= g.inside.swap(true, Ordering::Relaxed);
+        // SAFETY: we hold the lock.
+        unsafe { *g.counter.get() }
+    });
+    let (mut preempted, mut preemptable) = (false, false);
+    for _ in 0..20 {
+        match cb.state() {
+            ThreadState::Preempted => preempted = true,
+            ThreadState::Preemptable => preemptable = true,
+            _ => {}
+        }
+        std::hint::spin_loop();
+    }
+    if let (Some(g), Some(before)) = (g, before) {
+        // SAFETY: we hold the lock.
+        unsafe { *g.counter.get() = before + 1 };
+        std::hint::black_box(());
+        // SAFETY: we hold the lock.
+        broken |= unsafe { *g.counter.get() } != before + 1;
+        g.inside.store(false, Ordering::Relaxed);
+        // SAFETY: `guard` came from `g.lock.lock()` on this thread.
+        unsafe { g.lock.unlock(guard.unwrap()) };
+    }
+    drop(_np);
+    seen.sections += 1;
+    seen.exclusion_broken += u64::from(broken);
+    seen.preempted_inside += u64::from(preempted);
+    seen.preemptable_inside += u64::from(preemptable);
+}
+
+/// Stray preemption signals every few µs into attached threads running tight
+/// no-preempt sections, while the pseudo-scheduler preempts and warns them too.
+/// Returns what the workers saw, the scheduler's statistics and the signals sent.
+fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, u64) {
+    const WORKERS: usize = 4;
+    let procs = (std::thread::available_parallelism().map_or(1, |n| n.get()) as u32).min(2);
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .unwrap()
+        .quantum(Duration::from_micros(500))
+        .seed(23);
+    let emu = Emulated::start(cfg).unwrap();
+    let g = Guarded::<L> {
+        lock: L::INIT,
+        counter: UnsafeCell::new(0),
+        inside: AtomicBool::new(false),
+    };
+    let g = with_lock.then_some(&g);
+    let pthreads: Mutex<Vec<libc::pthread_t>> = Mutex::new(Vec::new());
+    let ready = Barrier::new(WORKERS + 1);
+    let (stop, storm_over) = (AtomicBool::new(false), AtomicBool::new(false));
+    let sent = AtomicU64::new(0);
+    let seen = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let (emu, pthreads, ready, stop, storm_over) =
+                    (&emu, &pthreads, &ready, &stop, &storm_over);
+                s.spawn(move || {
+                    let _a = emu.attach(w as u32 % procs).unwrap();
+                    // SAFETY: no preconditions.
+                    pthreads
+                        .lock()
+                        .unwrap()
+                        .push(unsafe { libc::pthread_self() });
+                    ready.wait();
+                    let mut seen = StormSeen::default();
+                    // No assertion in here: a panicking worker would exit while the
+                    // storm still signals it.
+                    while !stop.load(Ordering::Relaxed) {
+                        storm_section(g, &mut seen);
+                        std::hint::black_box(BusyWork::global().run_iters(20));
+                    }
+                    // Alive (so a valid signal target) until the storm is over.
+                    while !storm_over.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    seen
+                })
+            })
+            .collect();
+        s.spawn(|| {
+            ready.wait();
+            let targets = pthreads.lock().unwrap().clone();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for &pt in &targets {
+                    // SAFETY: every target is alive until `storm_over` is set below.
+                    unsafe { libc::pthread_kill(pt, preemption_signal()) };
+                    n += 1;
+                    let until = now_ns() + 3_000;
+                    while now_ns() < until {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            sent.store(n, Ordering::Relaxed);
+            // Release: the workers' Acquire load; no signal is sent after this.
+            storm_over.store(true, Ordering::Release);
+        });
+        std::thread::sleep(Duration::from_millis(600));
+        stop.store(true, Ordering::Relaxed);
+        let mut all = StormSeen::default();
+        for w in workers {
+            all.add(&w.join().unwrap());
+        }
+        all
+    });
+    let st = emu.stop();
+    if with_lock {
+        // SAFETY: every worker has joined.
+        let total = unsafe { *g.unwrap().counter.get() };
+        assert_eq!(total, seen.sections, "lost updates: mutual exclusion broke");
+    }
+    (seen, st, sent.load(Ordering::Relaxed))
+}
+
+fn check_storm<L: RawMutex + Sync>(name: &str, with_lock: bool) {
+    let (seen, st, sent) = signal_storm::<L>(with_lock);
+    eprintln!(
+        "{name}: {sent} stray signals, {seen:?}; scheduler: {} preemptions, {} warnings, \
+         {} forced, {} yields",
+        st.preemptions, st.warnings, st.forced_preemptions, st.voluntary_yields
+    );
+    assert!(
+        sent > 1000 && seen.sections > 1000,
+        "{name}: storm too small"
+    );
+    assert!(
+        st.preemptions > 0,
+        "{name}: the scheduler never preempted: {st:?}"
+    );
+    assert_eq!(
+        seen.exclusion_broken, 0,
+        "{name}: mutual exclusion broke: {seen:?}"
+    );
+    assert_eq!(
+        seen.preemptable_inside, 0,
+        "{name}: a thread found itself Preemptable inside its section: {seen:?}"
+    );
+    assert!(
+        seen.preempted_inside <= st.forced_preemptions,
+        "{name}: stopped inside a section more often than the scheduler forced it \
+         ({} forced): {seen:?}",
+        st.forced_preemptions
+    );
+}
+
+/// The handler stops a thread only when the scheduler marked it `Preempted`:
+/// stray signals never stop a thread inside a no-preempt section (only a forced
+/// preemption at the extension bound may), and `-np` locks keep mutual exclusion.
+#[test]
+fn a_signal_storm_never_stops_a_thread_inside_a_section() {
+    let _s = serial();
+    check_storm::<TasBNp>("NoPreempt", false);
+    check_storm::<TasBNp>("TasBNp", true);
+    check_storm::<TicketNp>("TicketNp", true);
+    check_storm::<SmartQ>("SmartQ", true);
 }
