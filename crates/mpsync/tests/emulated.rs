@@ -666,7 +666,7 @@ fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, 
                     // storm still signals it.
                     while !stop.load(Ordering::Relaxed) {
                         storm_section(g, &mut seen);
-                        std::hint::black_box(BusyWork::global().run_iters(20));
+                        BusyWork::global().run_iters(20);
                     }
                     // Alive (so a valid signal target) until the storm is over.
                     while !storm_over.load(Ordering::Acquire) {

@@ -21,7 +21,7 @@ pub const NO_PROCESSOR: u32 = u32::MAX;
 /// Only the owning thread calls [`request_no_preempt`](Self::request_no_preempt)
 /// and [`release_no_preempt`](Self::release_no_preempt); peers use
 /// [`make_other_unpreemptable`](Self::make_other_unpreemptable) and
-/// [`is_preempted`](Self::is_preempted).
+/// [`is_preempted`](super::is_preempted).
 pub struct ContextBlock {
     /// The state word (see [`super::state`]).
     pub(crate) state: StateWord,
@@ -302,6 +302,7 @@ impl ContextBlock {
     /// block). A stale peer that makes the block `OtherUnpreemptable` afterwards
     /// does what it could do to any running thread: the state lasts until the
     /// owner's next outermost release.
+    #[cfg_attr(loom, allow(dead_code))] // the loom registry never reuses blocks
     pub(crate) fn reset_for_new_owner(&self) {
         debug_assert!(
             self.emu.load(Ordering::Relaxed).is_null(),

@@ -11,11 +11,12 @@ use std::cell::Cell;
 
 use crate::sync::{AtomicU64, Ordering};
 
-use super::context::{ContextBlock, NO_PROCESSOR};
+use super::context::ContextBlock;
 
 #[cfg(not(loom))]
 mod imp {
     use super::*;
+    use crate::sched::context::NO_PROCESSOR;
     use std::sync::{Mutex, OnceLock};
 
     /// Every block ever made; a block is free when `in_use` is false.
