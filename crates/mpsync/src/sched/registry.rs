@@ -79,13 +79,13 @@ mod imp {
         super::super::emulated::detach_exiting(cb);
         CURRENT.with(|c| c.set(std::ptr::null()));
         cb.reset_for_new_owner();
-        cb.tid.store(0, Ordering::Relaxed);
-        cb.pthread.store(0, Ordering::Relaxed);
-        cb.processor.store(NO_PROCESSOR, Ordering::Relaxed);
-        cb.heartbeat.store(0, Ordering::Relaxed);
+        cb.peer.tid.store(0, Ordering::Relaxed);
+        cb.peer.pthread.store(0, Ordering::Relaxed);
+        cb.peer.processor.store(NO_PROCESSOR, Ordering::Relaxed);
+        cb.peer.heartbeat.store(0, Ordering::Relaxed);
         // Release: the block's reset fields are visible to the next owner, whose
         // Acquire CAS on `in_use` in `register` pairs with this store.
-        cb.in_use.store(false, Ordering::Release);
+        cb.peer.in_use.store(false, Ordering::Release);
     }
 
     /// The calling thread's block, registering it on first use.
@@ -117,14 +117,15 @@ mod imp {
                 // Relaxed load first: a failing CAS would still take every busy
                 // block's cache line away from its owner.
                 // Acquire: pairs with the Release store in `release`.
-                !b.in_use.load(Ordering::Relaxed)
-                    && b.in_use
+                !b.peer.in_use.load(Ordering::Relaxed)
+                    && b.peer
+                        .in_use
                         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
             });
             free.unwrap_or_else(|| {
                 let b: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-                b.in_use.store(true, Ordering::Relaxed);
+                b.peer.in_use.store(true, Ordering::Relaxed);
                 blocks.push(b);
                 b
             })
@@ -132,13 +133,14 @@ mod imp {
         // A stale peer (a lock releaser still holding the previous owner's block)
         // may have made the free block `OtherUnpreemptable`: start clean.
         cb.reset_for_new_owner();
-        cb.id
+        cb.peer
+            .id
             .store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         // SAFETY: gettid and pthread_self have no preconditions.
         let (tid, pt) = unsafe { (libc::gettid(), libc::pthread_self()) };
-        cb.tid.store(tid as u32, Ordering::Relaxed);
+        cb.peer.tid.store(tid as u32, Ordering::Relaxed);
         #[allow(clippy::unnecessary_cast)] // pthread_t is u64 only on 64-bit Linux
-        cb.pthread.store(pt as u64, Ordering::Relaxed);
+        cb.peer.pthread.store(pt as u64, Ordering::Relaxed);
         CURRENT.with(|c| c.set(cb));
         match key {
             // SAFETY: `key` is a live key; the value is the block, which
@@ -162,7 +164,7 @@ mod imp {
         blocks
             .iter()
             .copied()
-            .filter(|b| b.in_use.load(Ordering::Relaxed))
+            .filter(|b| b.peer.in_use.load(Ordering::Relaxed))
             .collect()
     }
 }
@@ -180,7 +182,9 @@ mod imp {
         CURRENT.with(|c| {
             if c.get().is_null() {
                 let b: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-                b.id.store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+                b.peer
+                    .id
+                    .store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
                 c.set(b);
             }
             // SAFETY: leaked above, never freed.

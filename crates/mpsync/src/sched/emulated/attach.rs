@@ -45,12 +45,12 @@ impl Emulated {
             inner.threads.push(Attached::new(cb, vproc));
             let eff = vproc % inner.available;
             // Relaxed: informational (see ContextBlock::processor).
-            cb.vproc.store(vproc, Ordering::Relaxed);
-            cb.processor.store(eff, Ordering::Relaxed);
-            cb.yielded.store(false, Ordering::Relaxed);
+            cb.owner.vproc.store(vproc, Ordering::Relaxed);
+            cb.peer.processor.store(eff, Ordering::Relaxed);
+            cb.owner.yielded.store(false, Ordering::Relaxed);
             let strong = Arc::into_raw(self.shared.clone()) as *mut ();
             // Release: pairs with the Acquire loads of `emu` (is_attached, the handler).
-            cb.emu.store(strong, Ordering::Release);
+            cb.owner.emu.store(strong, Ordering::Release);
             // Relaxed: see `Shared::blocking`.
             self.shared
                 .attached
@@ -83,13 +83,13 @@ impl Drop for Attachment<'_> {
 #[inline]
 pub fn is_attached(cb: &ContextBlock) -> bool {
     // Relaxed: only the owning thread changes its own attachment.
-    !cb.emu.load(Ordering::Relaxed).is_null()
+    !cb.owner.emu.load(Ordering::Relaxed).is_null()
 }
 
 /// The Shared of an attached thread.
 pub(super) fn shared_of(cb: &ContextBlock) -> Option<&Shared> {
     // Acquire: pairs with the Release store in `attach`.
-    let p = cb.emu.load(Ordering::Acquire) as *const Shared;
+    let p = cb.owner.emu.load(Ordering::Acquire) as *const Shared;
     // SAFETY: a non-null `emu` holds a strong count on its Shared, released only by
     // `detach` on this same thread, so the Shared outlives this borrow.
     (!p.is_null()).then(|| unsafe { &*p })
@@ -98,7 +98,7 @@ pub(super) fn shared_of(cb: &ContextBlock) -> Option<&Shared> {
 /// Detaches `cb` (owner thread only). No signal is sent to a thread after it is
 /// removed under the lock; one already pending finds it not `Preempted` and returns.
 fn detach(cb: &'static ContextBlock) {
-    let p = cb.emu.load(Ordering::Acquire) as *const Shared;
+    let p = cb.owner.emu.load(Ordering::Acquire) as *const Shared;
     if p.is_null() {
         return;
     }
@@ -111,8 +111,8 @@ fn detach(cb: &'static ContextBlock) {
                 v.running = 0;
             }
         }
-        cb.emu.store(std::ptr::null_mut(), Ordering::Release);
-        cb.vproc.store(NO_PROCESSOR, Ordering::Relaxed);
+        cb.owner.emu.store(std::ptr::null_mut(), Ordering::Release);
+        cb.owner.vproc.store(NO_PROCESSOR, Ordering::Relaxed);
         // Relaxed: see `Shared::blocking`.
         shared
             .attached
@@ -125,7 +125,7 @@ fn detach(cb: &'static ContextBlock) {
     drop(unsafe { Arc::from_raw(p) });
     // Relaxed: the scheduler no longer writes it (we left its list under its lock,
     // whose release/acquire orders its last write before this one).
-    cb.warning.store(false, Ordering::Relaxed);
+    cb.sched.warning.store(false, Ordering::Relaxed);
 }
 
 /// Called by the registry when an attached thread exits without detaching.
@@ -147,23 +147,26 @@ pub(super) extern "C" fn detach_in_forked_child() {
     };
     // Relaxed (throughout): the child has one thread, this one.
     if cb
+        .owner
         .emu
         .swap(std::ptr::null_mut(), Ordering::Relaxed)
         .is_null()
     {
         return;
     }
-    cb.vproc.store(NO_PROCESSOR, Ordering::Relaxed);
-    cb.processor.store(NO_PROCESSOR, Ordering::Relaxed);
-    cb.warning.store(false, Ordering::Relaxed);
-    cb.yielded.store(false, Ordering::Relaxed);
+    cb.owner.vproc.store(NO_PROCESSOR, Ordering::Relaxed);
+    cb.peer.processor.store(NO_PROCESSOR, Ordering::Relaxed);
+    cb.sched.warning.store(false, Ordering::Relaxed);
+    cb.owner.yielded.store(false, Ordering::Relaxed);
     // Preempted just before the fork (the signal is not inherited): nobody will
     // resume the child, so sched's kernel side does, restoring the saved state.
     let _ = cb.transition(ThreadState::Preempted, state_to_restore(cb), Actor::Kernel);
-    cb.saved_state
+    cb.sched
+        .saved_state
         .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
     // SAFETY: gettid has no preconditions.
-    cb.tid
+    cb.peer
+        .tid
         .store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
 }
 
@@ -171,7 +174,7 @@ pub(super) extern "C" fn detach_in_forked_child() {
 pub(crate) fn yield_attached(cb: &'static ContextBlock) {
     let Some(shared) = shared_of(cb) else { return };
     // Relaxed: a hint; the worst case is one needless round trip to the scheduler.
-    let v = cb.processor.load(Ordering::Relaxed) as usize;
+    let v = cb.peer.processor.load(Ordering::Relaxed) as usize;
     if shared.stopped.load(Ordering::Acquire)
         || shared
             .alone
@@ -186,9 +189,11 @@ pub(crate) fn yield_attached(cb: &'static ContextBlock) {
         Actor::Kernel,
     ) {
         Ok(()) => {
-            cb.preempt_stopped_ns.store(now_ns(), Ordering::Relaxed);
+            cb.owner
+                .preempt_stopped_ns
+                .store(now_ns(), Ordering::Relaxed);
             // Release: the scheduler's Acquire swap sees the yield after the state.
-            cb.yielded.store(true, Ordering::Release);
+            cb.owner.yielded.store(true, Ordering::Release);
             shared.kick();
             wait_resumed(cb, shared.blocking());
         }

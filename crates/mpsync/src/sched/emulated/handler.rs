@@ -55,7 +55,9 @@ extern "C" fn on_preempt_signal(_sig: libc::c_int) {
         return;
     }
     // Relaxed: read by the scheduler for statistics only, after it sees the resume.
-    cb.preempt_stopped_ns.store(now_ns(), Ordering::Relaxed);
+    cb.owner
+        .preempt_stopped_ns
+        .store(now_ns(), Ordering::Relaxed);
     wait_resumed(cb, blocking_wait(cb));
 }
 
@@ -69,12 +71,12 @@ fn blocking_wait(cb: &ContextBlock) -> bool {
 pub(super) fn wait_resumed(cb: &ContextBlock, block: bool) {
     loop {
         // Acquire: pairs with the Release bump in `resume`.
-        let seq = cb.resume.load(Ordering::Acquire);
+        let seq = cb.sched.resume.load(Ordering::Acquire);
         if cb.state() != ThreadState::Preempted {
             return;
         }
         if block {
-            crate::sched::futex::wait(&cb.resume, seq, Some(Duration::from_millis(1)));
+            crate::sched::futex::wait(&cb.sched.resume, seq, Some(Duration::from_millis(1)));
         } else {
             spin_loop();
         }

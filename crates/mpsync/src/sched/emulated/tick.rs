@@ -137,7 +137,7 @@ impl Members {
 pub(super) fn state_to_restore(cb: &ContextBlock) -> ThreadState {
     // Relaxed: written by the scheduler before its AcqRel CAS to `Preempted`,
     // which the caller has observed (or is the scheduler itself).
-    ThreadState::from_u8(cb.saved_state.load(Ordering::Relaxed) as u8)
+    ThreadState::from_u8(cb.sched.saved_state.load(Ordering::Relaxed) as u8)
         .filter(|s| *s != ThreadState::Preempted)
         .unwrap_or(ThreadState::Preemptable)
 }
@@ -152,17 +152,18 @@ pub(super) fn stop_thread(
 ) -> bool {
     let cb = t.cb;
     // Acquire: pairs with the Release store in `yield_attached`.
-    if cb.yielded.swap(false, Ordering::Acquire) {
+    if cb.owner.yielded.swap(false, Ordering::Acquire) {
         stats.voluntary_yields += 1;
         t.warned_at = None;
-        cb.warning.store(false, Ordering::Relaxed);
+        cb.sched.warning.store(false, Ordering::Relaxed);
         return true;
     }
     match cb.state() {
         ThreadState::Preempted => true,
         ThreadState::Preemptable => {
-            cb.preempt_decided_ns.store(now, Ordering::Relaxed);
-            cb.saved_state
+            cb.sched.preempt_decided_ns.store(now, Ordering::Relaxed);
+            cb.sched
+                .saved_state
                 .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
             if cb
                 .transition(
@@ -181,19 +182,19 @@ pub(super) fn stop_thread(
                 t.deduct_ns += ext;
                 stats.extension_ns += ext;
             }
-            cb.warning.store(false, Ordering::Relaxed);
+            cb.sched.warning.store(false, Ordering::Relaxed);
             true
         }
         s => match t.warned_at {
             None => {
                 t.warned_at = Some(now);
-                cb.warning.store(true, Ordering::Relaxed);
+                cb.sched.warning.store(true, Ordering::Relaxed);
                 stats.warnings += 1;
                 false
             }
             Some(w) if now.saturating_sub(w) >= shared.cfg.extension_bound.as_nanos() as u64 => {
-                cb.preempt_decided_ns.store(now, Ordering::Relaxed);
-                cb.saved_state.store(s as u32, Ordering::Relaxed);
+                cb.sched.preempt_decided_ns.store(now, Ordering::Relaxed);
+                cb.sched.saved_state.store(s as u32, Ordering::Relaxed);
                 if cb
                     .transition(s, ThreadState::Preempted, Actor::Kernel)
                     .is_err()
@@ -206,7 +207,7 @@ pub(super) fn stop_thread(
                 t.deduct_ns += ext;
                 stats.extension_ns += ext;
                 t.warned_at = None;
-                cb.warning.store(false, Ordering::Relaxed);
+                cb.sched.warning.store(false, Ordering::Relaxed);
                 true
             }
             Some(_) => false,
@@ -215,7 +216,7 @@ pub(super) fn stop_thread(
 }
 
 fn signal(cb: &ContextBlock) {
-    let pt = cb.pthread.load(Ordering::Relaxed) as libc::pthread_t;
+    let pt = cb.peer.pthread.load(Ordering::Relaxed) as libc::pthread_t;
     // SAFETY: `cb` is attached, so its thread is alive: a thread detaches (under the
     // lock we hold) before it exits, and signals are sent only under that lock.
     unsafe { libc::pthread_kill(pt, preemption_signal()) };
@@ -227,24 +228,25 @@ pub(super) fn resume(shared: &Shared, t: &mut Attached, stats: &mut SchedStats, 
     if cb.state() != ThreadState::Preempted {
         return;
     }
-    let decided = cb.preempt_decided_ns.load(Ordering::Relaxed);
-    let stopped = cb.preempt_stopped_ns.load(Ordering::Relaxed);
+    let decided = cb.sched.preempt_decided_ns.load(Ordering::Relaxed);
+    let stopped = cb.owner.preempt_stopped_ns.load(Ordering::Relaxed);
     if decided != 0 && stopped >= decided {
         push_capped(&mut stats.preempt_latency_ns, stopped - decided);
     }
-    cb.preempt_decided_ns.store(0, Ordering::Relaxed);
+    cb.sched.preempt_decided_ns.store(0, Ordering::Relaxed);
     let to = state_to_restore(cb);
-    cb.saved_state
+    cb.sched
+        .saved_state
         .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
     if cb
         .transition(ThreadState::Preempted, to, Actor::Kernel)
         .is_ok()
     {
         // Release: pairs with the Acquire load in `wait_resumed`.
-        cb.resume.fetch_add(1, Ordering::Release);
+        cb.sched.resume.fetch_add(1, Ordering::Release);
         // Under Auto the thread may have chosen to sleep when more were attached.
         if shared.cfg.handler_wait != HandlerWait::Spin {
-            crate::sched::futex::wake(&cb.resume, 1);
+            crate::sched::futex::wake(&cb.sched.resume, 1);
         }
         if let Some(s) = t.stopped_at.take() {
             push_capped(
@@ -345,7 +347,8 @@ impl Pass<'_> {
                 vp.slot = 0;
             }
             let cur = members.in_slot(self.threads, vp.slot);
-            let yielded = cur.is_some_and(|i| self.threads[i].cb.yielded.load(Ordering::Acquire));
+            let yielded =
+                cur.is_some_and(|i| self.threads[i].cb.owner.yielded.load(Ordering::Acquire));
             if now < vp.slot_end && !yielded {
                 return;
             }
@@ -353,7 +356,11 @@ impl Pass<'_> {
             if let Some(i) = cur {
                 if n == 1 && vp.others == 0 {
                     // Nothing else competes: the thread just keeps running.
-                    self.threads[i].cb.yielded.store(false, Ordering::Relaxed);
+                    self.threads[i]
+                        .cb
+                        .owner
+                        .yielded
+                        .store(false, Ordering::Relaxed);
                     self.start_round(vp, members.v);
                     vp.begin_slot(now, vp.run_ns);
                     return;
@@ -450,7 +457,7 @@ fn repartition(shared: &Shared, inner: &mut Inner) {
     if k != inner.available {
         inner.available = k;
         for t in &inner.threads {
-            t.cb.processor.store(t.home % k, Ordering::Relaxed);
+            t.cb.peer.processor.store(t.home % k, Ordering::Relaxed);
         }
         for vp in &mut inner.vprocs {
             vp.active = false;
@@ -526,8 +533,8 @@ pub(super) fn scheduler_main(shared: &Shared) {
     let Inner { threads, stats, .. } = &mut *inner;
     for t in threads.iter_mut() {
         t.warned_at = None;
-        t.cb.warning.store(false, Ordering::Relaxed);
-        t.cb.yielded.store(false, Ordering::Relaxed);
+        t.cb.sched.warning.store(false, Ordering::Relaxed);
+        t.cb.owner.yielded.store(false, Ordering::Relaxed);
         resume(shared, t, stats, now);
     }
     stats.wall_ns = now - t0;
