@@ -666,7 +666,11 @@ fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, 
                     // storm still signals it.
                     while !stop.load(Ordering::Relaxed) {
                         storm_section(g, &mut seen);
-                        BusyWork::global().run_iters(20);
+                        // A little work outside the section. Not BusyWork: its
+                        // one-time calibration must not run during a storm.
+                        for _ in 0..20 {
+                            std::hint::spin_loop();
+                        }
                     }
                     // Alive (so a valid signal target) until the storm is over.
                     while !storm_over.load(Ordering::Acquire) {
