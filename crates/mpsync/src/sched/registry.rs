@@ -54,8 +54,9 @@ mod imp {
     }
 
     /// Key destructor: `p` is the exiting thread's block (the C library has
-    /// already cleared the key's value).
-    unsafe extern "C" fn on_thread_exit(p: *mut libc::c_void) {
+    /// already cleared the key's value). Safe for any `p`: `release` acts only on
+    /// the calling thread's own block.
+    extern "C" fn on_thread_exit(p: *mut libc::c_void) {
         release(p as *const ContextBlock);
     }
 
@@ -79,6 +80,8 @@ mod imp {
         super::super::emulated::detach_exiting(cb);
         CURRENT.with(|c| c.set(std::ptr::null()));
         cb.reset_for_new_owner();
+        // Relaxed (these four): informational for peers; the next owner gets them
+        // through the Release store of `in_use` below.
         cb.peer.tid.store(0, Ordering::Relaxed);
         cb.peer.pthread.store(0, Ordering::Relaxed);
         cb.peer.processor.store(NO_PROCESSOR, Ordering::Relaxed);

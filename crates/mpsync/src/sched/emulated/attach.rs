@@ -165,9 +165,8 @@ pub(super) extern "C" fn detach_in_forked_child() {
         .saved_state
         .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
     // SAFETY: gettid has no preconditions.
-    cb.peer
-        .tid
-        .store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
+    let tid = unsafe { libc::gettid() };
+    cb.peer.tid.store(tid as u32, Ordering::Relaxed);
 }
 
 /// Yield of an attached thread: give the virtual processor to the others now.
