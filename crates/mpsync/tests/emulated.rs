@@ -1,11 +1,16 @@
 //! The pseudo-scheduler really takes the processor away, honours no-preempt
 //! requests by warning, bounds the extension, and replays its schedule from a seed.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use mpsync::sched::emulated::{Emulated, EmulatedConfig, HandlerWait};
+use lock_api::RawMutex;
+use mpsync::lock::{SmartQ, TasBNp, TicketNp};
+use mpsync::sched::emulated::{
+    Emulated, EmulatedConfig, HandlerWait, SchedStats, preemption_signal,
+};
 use mpsync::sched::{self, ThreadState};
 use mpsync::util::busy::BusyWork;
 use mpsync::util::clock::now_ns;
@@ -422,4 +427,334 @@ fn stopped_threads_inside_malloc_or_partition_reads_never_deadlock() {
     assert!(reads > 0);
     let st = std::sync::Arc::into_inner(emu).unwrap().stop();
     assert!(st.preemptions > 0 && st.repartitions > 0, "{st:?}");
+}
+
+/// An attached thread may read the statistics and the schedule log itself. Both
+/// take the scheduler's lock: were the thread preemptable while it holds it, a
+/// preemption signal arriving then would make the handler wait for a resume that
+/// needs that lock. A tiny quantum makes that window come up often; a deadlock
+/// shows as a timeout.
+#[test]
+fn an_attached_thread_reads_stats_and_log_without_deadlock() {
+    let _s = serial();
+    let procs = (std::thread::available_parallelism().map_or(1, |n| n.get()) as u32).min(2);
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .unwrap()
+        .quantum(Duration::from_micros(100))
+        .seed(17);
+    // Unscoped threads and an Arc: a deadlocked reader keeps the scheduler alive,
+    // so the failing test does not hang in a join or in `Emulated::drop`.
+    let emu = Arc::new(Emulated::start(cfg).unwrap());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let readers: Vec<_> = (0..2 * procs)
+        .map(|v| {
+            let (emu, done_tx) = (emu.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                let _a = emu.attach(v % procs).unwrap();
+                let end = Instant::now() + Duration::from_millis(1500);
+                let mut reads = 0u64;
+                while Instant::now() < end {
+                    std::hint::black_box(emu.stats());
+                    std::hint::black_box(emu.schedule_log());
+                    reads += 1;
+                }
+                let _ = done_tx.send(reads);
+            })
+        })
+        .collect();
+    drop(done_tx);
+    for _ in &readers {
+        match done_rx.recv_timeout(Duration::from_secs(15)) {
+            Ok(reads) => assert!(reads > 0),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!(
+                    "deadlock: an attached thread reading stats()/schedule_log() stalled for 15 s"
+                )
+            }
+            // A reader panicked: its join below reports it.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+    let st = Arc::into_inner(emu).unwrap().stop();
+    assert!(st.preemptions > 0, "{st:?}");
+}
+
+/// Waits for `pid` until `timeout`; kills it then. Its exit status, or `None` if it
+/// had to be killed (or died of a signal).
+fn wait_child(pid: libc::pid_t, timeout: Duration) -> Option<i32> {
+    let end = Instant::now() + timeout;
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        assert!(
+            r == 0 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted,
+            "waitpid: {}",
+            std::io::Error::last_os_error()
+        );
+        if Instant::now() > end {
+            // SAFETY: `pid` is our child, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A child forked by an attached thread has no pseudo-scheduler (only the forking
+/// thread is copied, and no scheduler thread): its `yield_now` must not wait for a
+/// resume that nobody will send.
+#[test]
+fn a_child_forked_by_an_attached_thread_yields_and_exits() {
+    let _s = serial();
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(1));
+    let emu = Emulated::start(cfg).unwrap();
+    let outcomes: Vec<Option<i32>> = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let mut outcomes = Vec::new();
+            for _ in 0..5 {
+                // SAFETY: the child only calls `sched::yield_now` (a const
+                // thread-local read, atomics, sched_yield) and `_exit`.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    for _ in 0..3 {
+                        sched::yield_now();
+                    }
+                    // SAFETY: ends the child without running the parent's exit hooks.
+                    unsafe { libc::_exit(0) };
+                }
+                assert!(pid > 0, "fork: {}", std::io::Error::last_os_error());
+                outcomes.push(wait_child(pid, Duration::from_secs(5)));
+                if outcomes.last() != Some(&Some(0)) {
+                    break;
+                }
+            }
+            outcomes
+        })
+        .join()
+        .unwrap()
+    });
+    emu.stop();
+    assert!(
+        outcomes.iter().all(|o| *o == Some(0)),
+        "forked children (None = still stuck in yield_now after 5 s, killed): {outcomes:?}"
+    );
+}
+
+/// The state a `-np` lock protects: deliberately not atomic (tests/locks.rs style).
+struct Guarded<L> {
+    lock: L,
+    counter: UnsafeCell<u64>,
+    inside: AtomicBool,
+}
+
+// SAFETY: `counter` is only touched while `lock` is held (the property under test).
+unsafe impl<L: Sync> Sync for Guarded<L> {}
+
+/// What one storm worker saw.
+#[derive(Debug, Default, Clone, Copy)]
+struct StormSeen {
+    sections: u64,
+    /// Sections in which the thread found another thread inside, or the counter
+    /// changed under it.
+    exclusion_broken: u64,
+    /// Sections in which it found itself `Preempted` (only a forced preemption may
+    /// do that, at the extension bound).
+    preempted_inside: u64,
+    /// Sections in which it found itself `Preemptable` (never allowed).
+    preemptable_inside: u64,
+}
+
+impl StormSeen {
+    fn add(&mut self, o: &Self) {
+        self.sections += o.sections;
+        self.exclusion_broken += o.exclusion_broken;
+        self.preempted_inside += o.preempted_inside;
+        self.preemptable_inside += o.preemptable_inside;
+    }
+}
+
+/// One critical section under `g`'s lock (or only a `NoPreempt` section when
+/// `g` is `None`): reads the counter, samples its own state word a while, writes
+/// the counter back incremented and checks nobody wrote meanwhile.
+fn storm_section<L: RawMutex>(g: Option<&Guarded<L>>, seen: &mut StormSeen) {
+    let cb = sched::current();
+    let (guard, _np) = match g {
+        Some(g) => (Some(g.lock.lock()), None),
+        None => (None, Some(sched::NoPreempt::new())),
+    };
+    let mut broken = false;
+    let before = g.map(|g| {
+        broken |= g.inside.swap(true, Ordering::Relaxed);
+        // SAFETY: we hold the lock.
+        unsafe { *g.counter.get() }
+    });
+    let (mut preempted, mut preemptable) = (false, false);
+    for _ in 0..20 {
+        match cb.state() {
+            ThreadState::Preempted => preempted = true,
+            ThreadState::Preemptable => preemptable = true,
+            _ => {}
+        }
+        std::hint::spin_loop();
+    }
+    if let (Some(g), Some(before)) = (g, before) {
+        // SAFETY: we hold the lock.
+        unsafe { *g.counter.get() = before + 1 };
+        std::hint::black_box(());
+        // SAFETY: we hold the lock.
+        broken |= unsafe { *g.counter.get() } != before + 1;
+        g.inside.store(false, Ordering::Relaxed);
+        // SAFETY: `guard` came from `g.lock.lock()` on this thread.
+        unsafe { g.lock.unlock(guard.unwrap()) };
+    }
+    drop(_np);
+    seen.sections += 1;
+    seen.exclusion_broken += u64::from(broken);
+    seen.preempted_inside += u64::from(preempted);
+    seen.preemptable_inside += u64::from(preemptable);
+}
+
+/// Stray preemption signals every few µs into attached threads running tight
+/// no-preempt sections, while the pseudo-scheduler preempts and warns them too.
+/// Returns what the workers saw, the scheduler's statistics and the signals sent.
+fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, u64) {
+    const WORKERS: usize = 4;
+    let procs = (std::thread::available_parallelism().map_or(1, |n| n.get()) as u32).min(2);
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .unwrap()
+        .quantum(Duration::from_micros(500))
+        .seed(23);
+    let emu = Emulated::start(cfg).unwrap();
+    let g = Guarded::<L> {
+        lock: L::INIT,
+        counter: UnsafeCell::new(0),
+        inside: AtomicBool::new(false),
+    };
+    let g = with_lock.then_some(&g);
+    let pthreads: Mutex<Vec<libc::pthread_t>> = Mutex::new(Vec::new());
+    let ready = Barrier::new(WORKERS + 1);
+    let (stop, storm_over) = (AtomicBool::new(false), AtomicBool::new(false));
+    let sent = AtomicU64::new(0);
+    let seen = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let (emu, pthreads, ready, stop, storm_over) =
+                    (&emu, &pthreads, &ready, &stop, &storm_over);
+                s.spawn(move || {
+                    let _a = emu.attach(w as u32 % procs).unwrap();
+                    // SAFETY: no preconditions.
+                    pthreads
+                        .lock()
+                        .unwrap()
+                        .push(unsafe { libc::pthread_self() });
+                    ready.wait();
+                    let mut seen = StormSeen::default();
+                    // No assertion in here: a panicking worker would exit while the
+                    // storm still signals it.
+                    while !stop.load(Ordering::Relaxed) {
+                        storm_section(g, &mut seen);
+                        // A little work outside the section. Not BusyWork: its
+                        // one-time calibration must not run during a storm.
+                        for _ in 0..20 {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    // Alive (so a valid signal target) until the storm is over.
+                    while !storm_over.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    seen
+                })
+            })
+            .collect();
+        s.spawn(|| {
+            ready.wait();
+            let targets = pthreads.lock().unwrap().clone();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for &pt in &targets {
+                    // SAFETY: every target is alive until `storm_over` is set below.
+                    unsafe { libc::pthread_kill(pt, preemption_signal()) };
+                    n += 1;
+                    let until = now_ns() + 3_000;
+                    while now_ns() < until {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            sent.store(n, Ordering::Relaxed);
+            // Release: the workers' Acquire load; no signal is sent after this.
+            storm_over.store(true, Ordering::Release);
+        });
+        std::thread::sleep(Duration::from_millis(600));
+        stop.store(true, Ordering::Relaxed);
+        let mut all = StormSeen::default();
+        for w in workers {
+            all.add(&w.join().unwrap());
+        }
+        all
+    });
+    let st = emu.stop();
+    if with_lock {
+        // SAFETY: every worker has joined.
+        let total = unsafe { *g.unwrap().counter.get() };
+        assert_eq!(total, seen.sections, "lost updates: mutual exclusion broke");
+    }
+    (seen, st, sent.load(Ordering::Relaxed))
+}
+
+fn check_storm<L: RawMutex + Sync>(name: &str, with_lock: bool) {
+    let (seen, st, sent) = signal_storm::<L>(with_lock);
+    eprintln!(
+        "{name}: {sent} stray signals, {seen:?}; scheduler: {} preemptions, {} warnings, \
+         {} forced, {} yields",
+        st.preemptions, st.warnings, st.forced_preemptions, st.voluntary_yields
+    );
+    assert!(
+        sent > 1000 && seen.sections > 1000,
+        "{name}: storm too small"
+    );
+    assert!(
+        st.preemptions > 0,
+        "{name}: the scheduler never preempted: {st:?}"
+    );
+    assert_eq!(
+        seen.exclusion_broken, 0,
+        "{name}: mutual exclusion broke: {seen:?}"
+    );
+    assert_eq!(
+        seen.preemptable_inside, 0,
+        "{name}: a thread found itself Preemptable inside its section: {seen:?}"
+    );
+    assert!(
+        seen.preempted_inside <= st.forced_preemptions,
+        "{name}: stopped inside a section more often than the scheduler forced it \
+         ({} forced): {seen:?}",
+        st.forced_preemptions
+    );
+}
+
+/// The handler stops a thread only when the scheduler marked it `Preempted`:
+/// stray signals never stop a thread inside a no-preempt section (only a forced
+/// preemption at the extension bound may), and `-np` locks keep mutual exclusion.
+#[test]
+fn a_signal_storm_never_stops_a_thread_inside_a_section() {
+    let _s = serial();
+    check_storm::<TasBNp>("NoPreempt", false);
+    check_storm::<TasBNp>("TasBNp", true);
+    check_storm::<TicketNp>("TicketNp", true);
+    check_storm::<SmartQ>("SmartQ", true);
 }

@@ -630,7 +630,7 @@ mod tests {
     fn mcs_tp_skips_a_waiter_with_a_stale_heartbeat() {
         skips_a_stalled_waiter::<TpPolicy>(|cb| {
             // Relaxed: test setup before the block is shared.
-            cb.heartbeat.store(1, Ordering::Relaxed); // long ago
+            cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago
         });
     }
 }

@@ -178,6 +178,7 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     }
     // Relaxed: informational (see ContextBlock::processor).
     super::current()
+        .peer
         .processor
         .store(cpu as u32, Ordering::Relaxed);
     Ok(())

@@ -10,16 +10,16 @@
 //!
 //! Legal transitions, by actor ([`Actor`]):
 //!
-//! | from \ to          | Preemptable  | SelfUnpre. | OtherUnpre. | Preempted |
-//! |--------------------|--------------|------------|-------------|-----------|
-//! | Preemptable        | –            | Thread     | Peer        | Kernel    |
-//! | SelfUnpreemptable  | Thread       | –          | Peer        | Kernel[1] |
-//! | OtherUnpreemptable | Thread       | –          | –           | Kernel[1] |
-//! | Preempted          | Kernel       | Kernel[2]  | Kernel[2]   | –         |
+//! | from \ to          | Preemptable  | SelfUnpre.  | OtherUnpre. | Preempted   |
+//! |--------------------|--------------|-------------|-------------|-------------|
+//! | Preemptable        | –            | Thread      | Peer        | Kernel      |
+//! | SelfUnpreemptable  | Thread       | –           | Peer        | Kernel\[1\] |
+//! | OtherUnpreemptable | Thread       | –           | –           | Kernel\[1\] |
+//! | Preempted          | Kernel       | Kernel\[2\] | Kernel\[2\] | –           |
 //!
-//! [1] only when the extension granted to an unpreemptable thread is used up: the
+//! \[1\] only when the extension granted to an unpreemptable thread is used up: the
 //!     kernel keeps ultimate control of the processor (Symunix).
-//! [2] resuming a thread that was forcibly preempted restores the state it had.
+//! \[2\] resuming a thread that was forcibly preempted restores the state it had.
 //!
 //! User code (`Thread`, `Peer`) can never move a thread out of `Preempted`.
 

@@ -1,0 +1,125 @@
+//! The preemption signal and its handler: how a thread is stopped.
+//!
+//! The scheduler CASes a thread's state word to `Preempted` (under its lock) and
+//! then sends it [`preemption_signal`]. The handler stops the thread only if its
+//! state word says `Preempted` — a stray or late signal returns at once — and waits
+//! until the scheduler resumes it: that wait is the time the processor spends on
+//! the other applications. Everything here is async-signal-safe.
+
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+use crate::sched::context::ContextBlock;
+use crate::sched::registry;
+use crate::sched::state::ThreadState;
+use crate::sync::{Ordering, spin_loop};
+use crate::util::clock::now_ns;
+
+use super::attach::{detach_in_forked_child, shared_of};
+use super::{SchedError, Shared};
+
+/// The signal the pseudo-scheduler preempts with: `SIGRTMIN + 3`.
+pub fn preemption_signal() -> i32 {
+    libc::SIGRTMIN() + 3
+}
+
+static HANDLER: Once = Once::new();
+static HANDLER_ERR: Mutex<Option<String>> = Mutex::new(None);
+
+/// Errno is thread-local and the handler may run between a syscall and the read of
+/// its errno: save and restore it.
+struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    fn save() -> Self {
+        // SAFETY: __errno_location returns the calling thread's errno slot.
+        Self(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in `save`.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// The preemption handler. Async-signal-safe: a const thread-local read, atomics,
+/// `clock_gettime` and the futex syscall only.
+extern "C" fn on_preempt_signal(_sig: libc::c_int) {
+    let _errno = ErrnoGuard::save();
+    let Some(cb) = registry::current_if_registered() else {
+        return;
+    };
+    if cb.state() != ThreadState::Preempted {
+        return;
+    }
+    // Relaxed: read by the scheduler for statistics only, after it sees the resume.
+    cb.owner
+        .preempt_stopped_ns
+        .store(now_ns(), Ordering::Relaxed);
+    wait_resumed(cb, blocking_wait(cb));
+}
+
+/// Whether `cb`'s scheduler wants a preempted thread to sleep rather than spin.
+fn blocking_wait(cb: &ContextBlock) -> bool {
+    shared_of(cb).is_some_and(Shared::blocking)
+}
+
+/// Waits while the scheduler keeps `cb` preempted: in the handler, and in a
+/// thread's own yield ([`super::yield_attached`]).
+pub(super) fn wait_resumed(cb: &ContextBlock, block: bool) {
+    loop {
+        // Acquire: pairs with the Release bump in `resume`.
+        let seq = cb.sched.resume.load(Ordering::Acquire);
+        if cb.state() != ThreadState::Preempted {
+            return;
+        }
+        if block {
+            crate::sched::futex::wait(&cb.sched.resume, seq, Some(Duration::from_millis(1)));
+        } else {
+            spin_loop();
+        }
+    }
+}
+
+/// Installs the preemption handler and the fork handler, once per process.
+pub(super) fn install_handler() -> Result<(), SchedError> {
+    HANDLER.call_once(|| {
+        // SAFETY: `sa` is zero-initialized then filled; the handler is an `extern "C"`
+        // function that only does async-signal-safe work; SA_RESTART makes interrupted
+        // syscalls (e.g. a parked futex wait) restart or report EINTR, which every
+        // caller of `park` already handles.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_preempt_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(preemption_signal(), &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            *HANDLER_ERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                "sigaction failed: {}",
+                std::io::Error::last_os_error()
+            ));
+            return;
+        }
+        // SAFETY: `detach_in_forked_child` is an `extern "C"` function with no
+        // arguments that does only async-signal-safe work, as a child handler must.
+        let r = unsafe { libc::pthread_atfork(None, None, Some(detach_in_forked_child)) };
+        if r != 0 {
+            *HANDLER_ERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                "pthread_atfork failed: {}",
+                std::io::Error::from_raw_os_error(r)
+            ));
+        }
+    });
+    match HANDLER_ERR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+    {
+        Some(e) => Err(SchedError::Os(e)),
+        None => Ok(()),
+    }
+}
