@@ -65,8 +65,19 @@ fn model<R: Reclaimer>(
     reader: fn(&Arc<R>, &AtomicPtr<Node>),
     writer: fn(&Arc<R>, &AtomicPtr<Node>),
 ) {
+    model_with(make, reader, writer, None, 3);
+}
+
+/// As [`model`], with a third thread, `other`, beside the reader and the writer.
+fn model_with<R: Reclaimer>(
+    make: fn() -> R,
+    reader: fn(&Arc<R>, &AtomicPtr<Node>),
+    writer: fn(&Arc<R>, &AtomicPtr<Node>),
+    other: Option<fn(&Arc<R>)>,
+    preemptions: usize,
+) {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
+    b.preemption_bound = Some(preemptions);
     b.check(move || {
         let node = Box::into_raw(Box::new(Node {
             value: UnsafeCell::new(VALUE),
@@ -78,8 +89,15 @@ fn model<R: Reclaimer>(
             let (d, s) = (domain.clone(), src.clone());
             thread::spawn(move || reader(&d, &s))
         };
+        let o = other.map(|f| {
+            let d = domain.clone();
+            thread::spawn(move || f(&d))
+        });
         writer(&domain, &src);
         t.join().unwrap();
+        if let Some(o) = o {
+            o.join().unwrap();
+        }
         drop(domain);
         // SAFETY: all threads joined; the node was allocated above.
         let node = unsafe { Box::from_raw(node) };
@@ -170,5 +188,68 @@ fn ebr_leave_hands_over_concurrently() {
             l.try_reclaim();
             drop(l);
         },
+    );
+}
+
+/// The stale-pin window (a pin that read the global epoch `g`, then published
+/// it after the epoch had moved on to `g + 2`): a third thread advances the epoch
+/// twice while the writer is between reading `G` and publishing its pin; the
+/// reader then pins at the new epoch and reads the node the writer unlinks and
+/// retires. A retire tagged with the stale epoch is freed one epoch too early,
+/// under the reader.
+#[test]
+fn ebr_pin_window_vs_two_advances() {
+    model_with(
+        || Ebr::with_advance_every(1000).unwrap(),
+        |d, src| {
+            let mut l = Ebr::register(d);
+            let mut g = l.enter();
+            let p = g.protect(0, src);
+            read(p);
+        },
+        |d, src| {
+            let mut l = Ebr::register(d);
+            unlink_and_retire(&mut l.enter(), src);
+            for _ in 0..2 {
+                l.try_reclaim();
+            }
+        },
+        Some(|d| {
+            let mut l = Ebr::register(d);
+            l.try_reclaim();
+            l.try_reclaim();
+        }),
+        2,
+    );
+}
+
+/// QSBR's `register` pins with the same window; the third thread (with a node of
+/// its own pending, so that its quiescent states try to advance) advances twice
+/// and leaves.
+#[test]
+fn qsbr_register_window_vs_two_advances() {
+    model_with(
+        Qsbr::new,
+        |d, src| {
+            let mut l = Qsbr::register(d);
+            let p = l.enter().protect(0, src);
+            read(p);
+            l.quiescent();
+        },
+        |d, src| {
+            let mut l = Qsbr::register(d);
+            unlink_and_retire(&mut l.enter(), src);
+            for _ in 0..2 {
+                l.quiescent();
+            }
+        },
+        Some(|d| {
+            let mut l = Qsbr::register(d);
+            // SAFETY: a fresh box nobody else can reach.
+            unsafe { l.enter().retire_box(Box::into_raw(Box::new(0u8))) };
+            l.quiescent();
+            l.quiescent();
+        }),
+        2,
     );
 }

@@ -79,6 +79,11 @@ impl Ebr {
     pub fn records(&self) -> usize {
         self.core.records()
     }
+
+    /// The global epoch now (a snapshot, for tests and diagnostics).
+    pub fn epoch(&self) -> u64 {
+        self.core.epoch()
+    }
 }
 
 impl Default for Ebr {

@@ -33,6 +33,7 @@
 
 use std::ptr::NonNull;
 
+use crate::sched::stall;
 use crate::sync::{AtomicU64, Ordering, fence};
 use crate::util::CachePadded;
 
@@ -139,6 +140,12 @@ impl EpochDomain {
     pub(crate) fn records(&self) -> usize {
         self.registry.len()
     }
+
+    /// The global epoch, for tests and diagnostics (a relaxed snapshot).
+    pub(crate) fn epoch(&self) -> u64 {
+        // Relaxed: a snapshot that orders nothing.
+        self.global.load(Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for EpochDomain {
@@ -198,6 +205,7 @@ impl EpochThread {
     pub(crate) fn pin(&mut self, d: &EpochDomain) {
         // Relaxed: followed by the SeqCst fence, which acquires it ([4]).
         let g = d.global.load(Ordering::Relaxed);
+        stall::point(stall::EPOCH_PIN);
         // Release: [1], this thread's earlier accesses happen before an advancer
         // that reads this state.
         self.record()

@@ -55,6 +55,11 @@ impl Qsbr {
     pub fn records(&self) -> usize {
         self.core.records()
     }
+
+    /// The global epoch now (a snapshot, for tests and diagnostics).
+    pub fn epoch(&self) -> u64 {
+        self.core.epoch()
+    }
 }
 
 impl Default for Qsbr {
