@@ -65,16 +65,25 @@ fn model<R: Reclaimer>(
     reader: fn(&Arc<R>, &AtomicPtr<Node>),
     writer: fn(&Arc<R>, &AtomicPtr<Node>),
 ) {
-    model_with(make, reader, writer, None, 3);
+    // Closures that capture nothing: `with_node` takes plain functions.
+    let body = move |domain: &Arc<R>, src: &Arc<AtomicPtr<Node>>| {
+        let t = {
+            let (d, s) = (domain.clone(), src.clone());
+            thread::spawn(move || reader(&d, &s))
+        };
+        writer(domain, src);
+        t.join().unwrap();
+    };
+    with_node(make, 3, body);
 }
 
-/// As [`model`], with a third thread, `other`, beside the reader and the writer.
-fn model_with<R: Reclaimer>(
+/// Runs `body` (which starts and joins its threads) on one node linked from `src`
+/// with a fresh domain, then checks the node was freed exactly once when
+/// everything dropped.
+fn with_node<R: Reclaimer>(
     make: fn() -> R,
-    reader: fn(&Arc<R>, &AtomicPtr<Node>),
-    writer: fn(&Arc<R>, &AtomicPtr<Node>),
-    other: Option<fn(&Arc<R>)>,
     preemptions: usize,
+    body: impl Fn(&Arc<R>, &Arc<AtomicPtr<Node>>) + Sync + Send + 'static,
 ) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(preemptions);
@@ -85,19 +94,7 @@ fn model_with<R: Reclaimer>(
         }));
         let domain = Arc::new(make());
         let src = Arc::new(AtomicPtr::new(node));
-        let t = {
-            let (d, s) = (domain.clone(), src.clone());
-            thread::spawn(move || reader(&d, &s))
-        };
-        let o = other.map(|f| {
-            let d = domain.clone();
-            thread::spawn(move || f(&d))
-        });
-        writer(&domain, &src);
-        t.join().unwrap();
-        if let Some(o) = o {
-            o.join().unwrap();
-        }
+        body(&domain, &src);
         drop(domain);
         // SAFETY: all threads joined; the node was allocated above.
         let node = unsafe { Box::from_raw(node) };
@@ -191,65 +188,64 @@ fn ebr_leave_hands_over_concurrently() {
     );
 }
 
-/// The stale-pin window (a pin that read the global epoch `g`, then published
-/// it after the epoch had moved on to `g + 2`): a third thread advances the epoch
-/// twice while the writer is between reading `G` and publishing its pin; the
-/// reader then pins at the new epoch and reads the node the writer unlinks and
-/// retires. A retire tagged with the stale epoch is freed one epoch too early,
-/// under the reader.
+/// The stale-pin window: the writer reads the global epoch `G`, and before it
+/// publishes its pin the other thread advances the epoch (three times: the
+/// writer, not yet visible, blocks none of them), pins at the new epoch and reads
+/// the node. The writer's pin, if not re-validated, is at the old epoch: it
+/// unlinks the node and retires it into that epoch's bag, which its next pin
+/// finds expired and frees — under the reader (a loom data race on the node).
+///
+/// Both registrations are made before the threads start and the reader's is
+/// dropped only after the join, so that the model explores only the operations
+/// (and the reader's leaving, with its SeqCst fence, cannot hide the race: loom's
+/// partial-order reduction does not reorder fences of unrelated threads).
 #[test]
-fn ebr_pin_window_vs_two_advances() {
-    model_with(
+fn ebr_pin_window_vs_advances() {
+    with_node(
         || Ebr::with_advance_every(1000).unwrap(),
-        |d, src| {
-            let mut l = Ebr::register(d);
-            let mut g = l.enter();
-            let p = g.protect(0, src);
-            read(p);
-        },
-        |d, src| {
-            let mut l = Ebr::register(d);
-            unlink_and_retire(&mut l.enter(), src);
-            for _ in 0..2 {
-                l.try_reclaim();
-            }
-        },
-        Some(|d| {
-            let mut l = Ebr::register(d);
-            l.try_reclaim();
-            l.try_reclaim();
-        }),
         2,
+        |d, src| {
+            let mut w = Ebr::register(d);
+            let mut r = Ebr::register(d);
+            let t = {
+                let src = src.clone();
+                thread::spawn(move || {
+                    for _ in 0..3 {
+                        r.try_reclaim();
+                    }
+                    read(r.enter().protect(0, &src));
+                    r
+                })
+            };
+            unlink_and_retire(&mut w.enter(), src);
+            drop(w.enter()); // the next pin frees what has expired
+            drop(t.join().unwrap());
+        },
     );
 }
 
-/// QSBR's `register` pins with the same window; the third thread (with a node of
-/// its own pending, so that its quiescent states try to advance) advances twice
-/// and leaves.
+/// QSBR's `register` pins with the same window: the other thread (with a node of
+/// its own pending, so that its quiescent states try to advance) advances three
+/// times and reads the node while the writer is joining.
 #[test]
-fn qsbr_register_window_vs_two_advances() {
-    model_with(
-        Qsbr::new,
-        |d, src| {
-            let mut l = Qsbr::register(d);
-            let p = l.enter().protect(0, src);
-            read(p);
-            l.quiescent();
-        },
-        |d, src| {
-            let mut l = Qsbr::register(d);
-            unlink_and_retire(&mut l.enter(), src);
-            for _ in 0..2 {
-                l.quiescent();
-            }
-        },
-        Some(|d| {
-            let mut l = Qsbr::register(d);
-            // SAFETY: a fresh box nobody else can reach.
-            unsafe { l.enter().retire_box(Box::into_raw(Box::new(0u8))) };
-            l.quiescent();
-            l.quiescent();
-        }),
-        2,
-    );
+fn qsbr_register_window_vs_advances() {
+    with_node(Qsbr::new, 2, |d, src| {
+        let mut r = Qsbr::register(d);
+        // SAFETY: a fresh box nobody else can reach.
+        unsafe { r.enter().retire_box(Box::into_raw(Box::new(0u8))) };
+        let t = {
+            let src = src.clone();
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    r.quiescent();
+                }
+                read(r.enter().protect(0, &src));
+                r
+            })
+        };
+        let mut w = Qsbr::register(d);
+        unlink_and_retire(&mut w.enter(), src);
+        w.quiescent(); // re-pins, and frees what has expired
+        drop(t.join().unwrap());
+    });
 }

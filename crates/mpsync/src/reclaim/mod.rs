@@ -29,8 +29,9 @@
 //! schemes ignore it. Every domain counts retired, freed and pending nodes
 //! ([`Reclaimer::stats`]), so memory growth is measurable.
 //!
-//! Layering: uses `sync` (atomics) and `util` (padding) only; nothing here waits or
-//! spins, so it needs nothing from `sched` — reclamation is only ever deferred.
+//! Layering: uses `sync` (atomics), `util` (padding) and, from `sched`, only its
+//! named stall points ([`sched::stall`](crate::sched::stall)); nothing here waits
+//! or spins — reclamation is only ever deferred.
 //!
 //! A Treiber stack's `pop`, written once, run with every scheme:
 //!
