@@ -618,3 +618,51 @@ fn every_structure_is_send_and_sync() {
     send::<mpsync::ds::stack::HerlihyStackHandle<'static, String, Ebr>>();
     send::<mpsync::ds::heap::HerlihySkewHeapHandle<'static, String, Ebr>>();
 }
+
+/// Runs `f`, which must panic saying that its `Local` belongs to another domain.
+fn rejects_foreign_local(what: &str, f: impl FnOnce()) {
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .expect_err(&format!("{what}: a Local of another domain was accepted"));
+    let msg = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(
+        msg.contains("registered with another reclamation domain"),
+        "{what}: {msg}"
+    );
+}
+
+/// The Herlihy structures' explicit-`Local` operations reject a registration in
+/// another domain (it would protect nothing here: a use after free from safe code).
+fn herlihy_rejects_foreign_locals<R: Reclaimer>(fresh: fn() -> Arc<R>) {
+    let s = HerlihyStack::<u64, R>::with_domain(fresh());
+    let h = HerlihySkewHeap::<u64, R>::with_domain(fresh());
+    let other = fresh();
+    let mut foreign = R::register(&other);
+    let n = R::NAME;
+    rejects_foreign_local(&format!("HerlihyStack::push {n}"), || {
+        s.push(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("HerlihyStack::pop {n}"), || {
+        s.pop(&mut foreign);
+    });
+    rejects_foreign_local(&format!("HerlihySkewHeap::insert {n}"), || {
+        h.insert(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("HerlihySkewHeap::delete_min {n}"), || {
+        h.delete_min(&mut foreign);
+    });
+    let mut own = R::register(s.domain());
+    s.push(&mut own, 3);
+    assert_eq!(s.pop(&mut own), Some(3));
+}
+
+#[test]
+fn herlihy_structures_reject_a_local_of_another_domain() {
+    herlihy_rejects_foreign_locals(hp);
+    herlihy_rejects_foreign_locals(ebr);
+    herlihy_rejects_foreign_locals(qsbr);
+    herlihy_rejects_foreign_locals(leak);
+}

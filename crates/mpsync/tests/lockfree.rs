@@ -486,3 +486,69 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
         "never saw a pending node: the sampling is broken"
     );
 }
+
+/// Runs `f`, which must panic saying that its `Local` belongs to another domain.
+fn rejects_foreign_local(what: &str, f: impl FnOnce()) {
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .expect_err(&format!("{what}: a Local of another domain was accepted"));
+    let msg = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(
+        msg.contains("registered with another reclamation domain"),
+        "{what}: {msg}"
+    );
+}
+
+/// Every operation that takes an explicit `Local` rejects one registered with
+/// another domain (with hazard pointers it would publish its hazards where this
+/// structure's retirers never look: a use after free from safe code).
+fn foreign_locals_rejected<R: Domain>() {
+    let ms: MsQueue<u64, R> = MsQueue::with_domain(R::fresh());
+    let plj: PljQueue<u64, R> = PljQueue::with_domain(R::fresh());
+    let st: TreiberStack<u64, R> = TreiberStack::with_domain(R::fresh());
+    let other = R::fresh();
+    let mut foreign = R::register(&other);
+    let n = R::NAME;
+    rejects_foreign_local(&format!("MsQueue::enqueue {n}"), || {
+        ms.enqueue(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("MsQueue::dequeue {n}"), || {
+        ms.dequeue(&mut foreign);
+    });
+    rejects_foreign_local(&format!("MsQueue::is_empty {n}"), || {
+        ms.is_empty(&mut foreign);
+    });
+    rejects_foreign_local(&format!("PljQueue::enqueue {n}"), || {
+        plj.enqueue(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("PljQueue::dequeue {n}"), || {
+        plj.dequeue(&mut foreign);
+    });
+    rejects_foreign_local(&format!("PljQueue::is_empty {n}"), || {
+        plj.is_empty(&mut foreign);
+    });
+    rejects_foreign_local(&format!("TreiberStack::push {n}"), || {
+        st.push(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("TreiberStack::pop {n}"), || {
+        st.pop(&mut foreign);
+    });
+    // A registration in the structure's own domain works, shared or not.
+    let mut own = R::register(ms.domain());
+    ms.enqueue(&mut own, 5);
+    assert_eq!(ms.dequeue(&mut own), Some(5));
+    let shared: MsQueue<u64, R> = MsQueue::with_domain(ms.domain().clone());
+    shared.enqueue(&mut own, 6);
+    assert_eq!(shared.dequeue(&mut own), Some(6));
+}
+
+#[test]
+fn a_local_of_another_domain_is_rejected() {
+    foreign_locals_rejected::<HazardPointers>();
+    foreign_locals_rejected::<Ebr>();
+    foreign_locals_rejected::<Qsbr>();
+    foreign_locals_rejected::<Leak>();
+}

@@ -32,7 +32,7 @@
 use std::fmt;
 use std::ptr;
 
-use super::lf::CasBackoff;
+use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -362,7 +362,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
 
     /// Inserts `value`; `local` is the calling thread's registration in
     /// [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn insert(&self, local: &mut R::Local, value: T) {
+        check_local(&*self.domain, local, "HerlihySkewHeap::insert");
         let single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
         let mut at = Attempt {
             copies: Vec::new(),
@@ -430,7 +434,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
     /// Removes a smallest value (a clone of it; the original is dropped when its
     /// node is reclaimed), or `None` if the heap is empty; `local` is the calling
     /// thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn delete_min(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "HerlihySkewHeap::delete_min");
         let mut at = Attempt {
             copies: Vec::new(),
             replaced: Vec::new(),

@@ -48,7 +48,7 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell};
+use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
@@ -127,7 +127,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
 
     /// Appends `value` at the tail. `local` is the calling thread's registration
     /// in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
+        check_local(&*self.domain, local, "MsQueue::enqueue");
         let node = Node::alloc::<A>(ValueCell::new(value));
         let mut g = local.enter();
         let mut backoff = CasBackoff::new();
@@ -173,7 +177,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
 
     /// Removes the value at the head, or returns `None` if the queue is empty.
     /// `local` is the calling thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "MsQueue::dequeue");
         let mut g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
@@ -236,7 +244,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     }
 
     /// Whether the queue is empty at some moment during the call.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn is_empty(&self, local: &mut R::Local) -> bool {
+        check_local(&*self.domain, local, "MsQueue::is_empty");
         let mut g = local.enter();
         let h = g.protect(0, &self.head);
         // SAFETY: protected and validated, as in `dequeue`.

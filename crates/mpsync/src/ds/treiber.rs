@@ -42,7 +42,7 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell};
+use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentStack, StackHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
@@ -103,11 +103,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
         &self.domain
     }
 
-    /// Pushes `value`. `local` is the calling thread's registration (push never
-    /// dereferences a shared node, so it needs no protection; the parameter keeps
-    /// the operations uniform).
+    /// Pushes `value`. `local` is the calling thread's registration in
+    /// [`domain`](Self::domain) (push never dereferences a shared node, so it needs
+    /// no protection; the parameter, checked like pop's, keeps the operations
+    /// uniform).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
     pub fn push(&self, local: &mut R::Local, value: T) {
-        let _ = local;
+        check_local(&*self.domain, local, "TreiberStack::push");
         let node = A::alloc(Node {
             live: Liveness::new(),
             next: AtomicPtr::new(ptr::null_mut()),
@@ -138,7 +142,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
 
     /// Pops the top value, or returns `None` if the stack is empty. `local` is the
     /// calling thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "TreiberStack::pop");
         let mut g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {

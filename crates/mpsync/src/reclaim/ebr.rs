@@ -106,6 +106,11 @@ impl Reclaimer for Ebr {
         EbrLocal::new(this)
     }
 
+    #[inline]
+    fn owns(&self, local: &EbrLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
+    }
+
     fn stats(&self) -> ReclaimStats {
         self.core.stats()
     }

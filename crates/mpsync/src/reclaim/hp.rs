@@ -146,6 +146,11 @@ impl Reclaimer for HazardPointers {
         HpLocal::new(this)
     }
 
+    #[inline]
+    fn owns(&self, local: &HpLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
+    }
+
     fn stats(&self) -> ReclaimStats {
         let mut s = ReclaimStats::default();
         for r in self.registry.iter() {

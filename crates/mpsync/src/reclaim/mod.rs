@@ -136,6 +136,13 @@ pub trait Reclaimer: Send + Sync + 'static {
 
     /// Retired, freed and pending nodes so far (a snapshot; see [`ReclaimStats`]).
     fn stats(&self) -> ReclaimStats;
+
+    /// Whether `local` is a registration in this domain (one pointer compare: a
+    /// `Local` keeps its domain alive, so the address cannot be reused while it
+    /// exists). A structure that takes an explicit `Local` must check it: a
+    /// registration in another domain protects nothing here (its hazards, or its
+    /// pin, are where this domain's reclaimers never look).
+    fn owns(&self, local: &Self::Local) -> bool;
 }
 
 /// A thread's registration in a domain. `!Sync`: one thread uses it at a time.

@@ -82,6 +82,11 @@ impl Reclaimer for Qsbr {
         QsbrLocal::new(this)
     }
 
+    #[inline]
+    fn owns(&self, local: &QsbrLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
+    }
+
     fn stats(&self) -> ReclaimStats {
         self.core.stats()
     }
