@@ -51,6 +51,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
@@ -164,6 +165,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
                 .compare_exchange(ptr::null_mut(), node, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
             {
+                stall::point(stall::MS_ENQUEUE_LINKED);
                 // Swing `tail`; failure means somebody helped already.
                 // Release/Relaxed: as for the helping CAS above.
                 let _ = self
@@ -224,6 +226,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
                 .compare_exchange(h, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                stall::point(stall::MS_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
                 let n = unsafe { &*next };
                 n.live.check();

@@ -60,6 +60,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
@@ -258,6 +259,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 .compare_exchange(s.head, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                stall::point(stall::PLJ_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
                 let n = unsafe { &*next };
                 n.live.check();

@@ -45,6 +45,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentStack, StackHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A stack node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
@@ -154,6 +155,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
             if top.is_null() {
                 return None;
             }
+            stall::point(stall::TREIBER_POP_READ);
             // SAFETY: [1] `top` is protected (slot 0), validated as the head after
             // the protection was published, so it is not freed while we hold it.
             let t = unsafe { &*top };

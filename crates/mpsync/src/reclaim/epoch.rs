@@ -128,6 +128,7 @@ impl EpochDomain {
                 return false;
             }
         }
+        stall::point(stall::EPOCH_ADVANCE_SCANNED);
         // Release: [2]/[4], publishes the scan (and what it acquired) to whoever
         // frees after reading the new epoch.
         self.global
