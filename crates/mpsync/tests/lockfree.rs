@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::lincheck::{Fifo, Lifo, Recorder, Spec, check_rounds, value};
+use common::stepper::Stepper;
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
@@ -30,6 +31,7 @@ use mpsync::ds::treiber::TreiberStack;
 use mpsync::ds::{QueueHandle, StackHandle};
 use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, Reclaimer};
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sched::stall::{self, Trap};
 use mpsync::sync::{Arc, AtomicPtr};
 use mpsync::util::busy::BusyWork;
 
@@ -551,4 +553,146 @@ fn a_local_of_another_domain_is_rejected() {
     foreign_locals_rejected::<Ebr>();
     foreign_locals_rejected::<Qsbr>();
     foreign_locals_rejected::<Leak>();
+}
+
+/// A node allocator that scribbles `0xdd` over a node when it is freed and keeps
+/// its memory (leaked: a few nodes per test), so that a read of a freed node's
+/// value sees the scribble deterministically.
+#[derive(Debug)]
+struct Scribble;
+
+impl NodeAlloc for Scribble {
+    const NAME: &'static str = "scribble";
+
+    fn alloc<T>(value: T) -> std::ptr::NonNull<T> {
+        std::ptr::NonNull::from(Box::leak(Box::new(value)))
+    }
+
+    unsafe fn free<T>(p: *mut u8) {
+        // SAFETY: `p` came from `alloc::<T>` (the trait's contract), so it has
+        // `size_of::<T>()` writable bytes; the memory is never given back.
+        unsafe { std::ptr::write_bytes(p, 0xdd, std::mem::size_of::<T>()) };
+    }
+}
+
+/// Domains that free as early as each scheme allows (HP: scan at every retire,
+/// 2 slots; EBR: try to advance at every critical section).
+trait Eager: Reclaimer + Sized {
+    fn eager() -> Arc<Self>;
+}
+impl Eager for HazardPointers {
+    fn eager() -> Arc<Self> {
+        Arc::new(HazardPointers::with_threshold(2, 1).expect("valid"))
+    }
+}
+impl Eager for Ebr {
+    fn eager() -> Arc<Self> {
+        Arc::new(Ebr::with_advance_every(1).expect("valid"))
+    }
+}
+impl Eager for Qsbr {
+    fn eager() -> Arc<Self> {
+        Arc::new(Qsbr::new())
+    }
+}
+
+const STOPPED_IN_TIME: Duration = Duration::from_secs(10);
+
+/// Lets the domain free what it can now (every scheme's way).
+fn reclaim_now<L: Local>(l: &mut L) {
+    for _ in 0..4 {
+        drop(l.enter());
+        l.quiescent();
+    }
+}
+
+/// A dequeuer stops right after its head CAS (`MS_DEQUEUE_SWUNG`: `head` moved
+/// from the dummy to N1, N1's value not yet read); two more dequeues move `head`
+/// past N1 and N2 and retire them (the second retire's scan no longer sees the
+/// dequeuer's own hazard on N1), and the domain frees what it can. N1 must still
+/// be protected (hazard slot 1 under HP): the stopped dequeuer reads 1, not the
+/// scribble of a freed node.
+fn ms_value_read_after_the_swing_is_protected<R: Eager>() {
+    let q = Arc::new(MsQueue::<u64, R, Scribble>::with_domain(R::eager()));
+    let mut main = R::register(q.domain());
+    for v in 1..=4 {
+        q.enqueue(&mut main, v);
+    }
+    let mut victim = Stepper::spawn({
+        let q = q.clone();
+        move || R::register(q.domain())
+    });
+    let trap = Trap::at(stall::MS_DEQUEUE_SWUNG).thread(victim.id()).arm();
+    let (tx, rx) = std::sync::mpsc::channel();
+    victim.start({
+        let q = q.clone();
+        move |l: &mut R::Local| tx.send(q.dequeue(l)).unwrap()
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    assert_eq!(q.dequeue(&mut main), Some(2));
+    assert_eq!(q.dequeue(&mut main), Some(3));
+    reclaim_now(&mut main);
+    trap.release();
+    victim.wait();
+    assert_eq!(
+        rx.recv().unwrap(),
+        Some(1),
+        "{}: the dequeuer read its value from a freed node",
+        R::NAME
+    );
+    assert_eq!(q.dequeue(&mut main), Some(4));
+}
+
+#[test]
+fn ms_value_read_after_the_swing_is_protected_hp() {
+    ms_value_read_after_the_swing_is_protected::<HazardPointers>();
+}
+
+#[test]
+fn ms_value_read_after_the_swing_is_protected_ebr_qsbr() {
+    ms_value_read_after_the_swing_is_protected::<Ebr>();
+    ms_value_read_after_the_swing_is_protected::<Qsbr>();
+}
+
+/// A popper stops with the top (3) protected and its `next` not yet read
+/// (`TREIBER_POP_READ`); another thread pops 3 and 2 meanwhile, and the domain
+/// frees what it can. The stopped pop must notice that the top changed (its CAS
+/// fails) and pop 1: a pop that installs its stale `next` (a store instead of
+/// the CAS) would hand out 3 twice and resurrect 2.
+fn treiber_pop_with_a_stale_top_retries<R: Eager>() {
+    let s = Arc::new(TreiberStack::<u64, R, Scribble>::with_domain(R::eager()));
+    let mut main = R::register(s.domain());
+    for v in 1..=3 {
+        s.push(&mut main, v);
+    }
+    let mut victim = Stepper::spawn({
+        let s = s.clone();
+        move || R::register(s.domain())
+    });
+    let trap = Trap::at(stall::TREIBER_POP_READ).thread(victim.id()).arm();
+    let (tx, rx) = std::sync::mpsc::channel();
+    victim.start({
+        let s = s.clone();
+        move |l: &mut R::Local| tx.send(s.pop(l)).unwrap()
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    assert_eq!(s.pop(&mut main), Some(3));
+    assert_eq!(s.pop(&mut main), Some(2));
+    reclaim_now(&mut main);
+    trap.release();
+    victim.wait();
+    assert_eq!(rx.recv().unwrap(), Some(1), "{}", R::NAME);
+    assert_eq!(
+        s.pop(&mut main),
+        None,
+        "{}: a popped node came back",
+        R::NAME
+    );
+}
+
+#[test]
+fn treiber_pop_with_a_stale_top_retries_every_scheme() {
+    treiber_pop_with_a_stale_top_retries::<HazardPointers>();
+    treiber_pop_with_a_stale_top_retries::<Ebr>();
+    treiber_pop_with_a_stale_top_retries::<Qsbr>();
 }

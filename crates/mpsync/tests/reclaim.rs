@@ -7,19 +7,20 @@
 //! also checks that every retired node is freed exactly once: by the scheme while
 //! it runs, by leaving threads' hand-over, or by the domain's drop.
 
+mod common;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use common::stepper::Stepper;
 use mpsync::reclaim::{
-    Ebr, EbrLocal, Guard, HazardPointers, Leak, Local, Qsbr, QsbrLocal, ReclaimStats, Reclaimer,
+    Ebr, EbrLocal, Guard, HazardPointers, HpLocal, Leak, Local, Qsbr, QsbrLocal, ReclaimStats,
+    Reclaimer,
 };
-use mpsync::sched::{
-    self,
-    stall::{self, Trap},
-};
+use mpsync::sched::stall::{self, Trap};
 use mpsync::sync::{Arc, AtomicPtr};
 
 const MAGIC: u64 = 0x5afe_c0de_5afe_c0de;
@@ -417,67 +418,6 @@ fn ebr_grows_without_bound_while_a_thread_stalls_in_a_critical_section() {
     assert_grows("EBR", during, after);
 }
 
-/// A thread that runs the steps a test sends it, one at a time, on its own state,
-/// so that the test can interleave it with other threads exactly (with a [`Trap`]
-/// to stop it inside a step).
-struct Stepper<S: 'static> {
-    tx: Option<mpsc::Sender<Box<dyn FnOnce(&mut S) + Send>>>,
-    done: mpsc::Receiver<()>,
-    /// Its `sched` context-block id, for [`Trap`]s.
-    id: u64,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl<S: 'static> Stepper<S> {
-    fn spawn(state: impl FnOnce() -> S + Send + 'static) -> Self {
-        let (tx, rx) = mpsc::channel::<Box<dyn FnOnce(&mut S) + Send>>();
-        let (done_tx, done) = mpsc::channel();
-        let (id_tx, id_rx) = mpsc::channel();
-        let thread = thread::spawn(move || {
-            id_tx.send(sched::current().id()).unwrap();
-            let mut s = state();
-            for step in rx {
-                step(&mut s);
-                done_tx.send(()).unwrap();
-            }
-        });
-        Self {
-            tx: Some(tx),
-            done,
-            id: id_rx.recv().unwrap(),
-            thread: Some(thread),
-        }
-    }
-
-    /// Sends a step and returns at once (it may stop at a trap).
-    fn start(&self, f: impl FnOnce(&mut S) + Send + 'static) {
-        self.tx.as_ref().unwrap().send(Box::new(f)).unwrap();
-    }
-
-    /// Waits until the step started last has finished.
-    fn wait(&self) {
-        self.done
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the stepper's step finished");
-    }
-
-    fn run(&self, f: impl FnOnce(&mut S) + Send + 'static) {
-        self.start(f);
-        self.wait();
-    }
-}
-
-impl<S: 'static> Drop for Stepper<S> {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(t) = self.thread.take()
-            && !thread::panicking()
-        {
-            t.join().unwrap();
-        }
-    }
-}
-
 /// Unlinks the node in `slot` (putting a fresh one there) and retires it.
 fn unlink_and_retire<G: Guard>(g: &mut G, slot: &AtomicPtr<Node>, sink: &'static Sink) {
     let x = g.protect(0, slot);
@@ -502,11 +442,11 @@ fn ebr_pin_that_read_a_stale_epoch_frees_nothing_early() {
     // Advances only where this test asks for them (every 100 critical sections).
     let d = Arc::new(Ebr::new());
     let slot = Arc::new(AtomicPtr::new(Node::new(sink)));
-    let t1 = Stepper::spawn({
+    let mut t1 = Stepper::spawn({
         let d = d.clone();
         move || Ebr::register(&d)
     });
-    let trap = Trap::at(stall::EPOCH_PIN).thread(t1.id).arm();
+    let trap = Trap::at(stall::EPOCH_PIN).thread(t1.id()).arm();
     t1.start({
         let slot = slot.clone();
         move |l: &mut EbrLocal| unlink_and_retire(&mut l.enter(), &slot, sink)
@@ -550,8 +490,8 @@ fn qsbr_register_stale_window(leave: bool) {
     // A node of its own pending, so that its quiescent states try to advance.
     // SAFETY: a fresh box nobody else can reach.
     unsafe { other.enter().retire_box(Box::into_raw(Box::new(0u64))) };
-    let t1 = Stepper::spawn(|| None::<QsbrLocal>);
-    let trap = Trap::at(stall::EPOCH_PIN).thread(t1.id).arm();
+    let mut t1 = Stepper::spawn(|| None::<QsbrLocal>);
+    let trap = Trap::at(stall::EPOCH_PIN).thread(t1.id()).arm();
     t1.start({
         let (d, slot) = (d.clone(), slot.clone());
         move |l: &mut Option<QsbrLocal>| {
@@ -597,4 +537,49 @@ fn qsbr_register_that_read_a_stale_epoch_frees_nothing_early() {
 #[test]
 fn qsbr_batch_handed_over_after_a_stale_register_is_not_freed_early() {
     qsbr_register_stale_window(true);
+}
+
+/// A protector stops with its candidate loaded and the hazard not yet published
+/// (`HP_PROTECT_LOADED`); meanwhile the node is unlinked and retired, and a scan
+/// (at every retire) frees it. `protect` must re-read the source after publishing
+/// the hazard and return the node now linked, never the freed one.
+#[test]
+fn hp_protect_revalidates_after_publishing_the_hazard() {
+    let sink = Sink::new();
+    let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+    let slot = Arc::new(AtomicPtr::new(Node::new(sink)));
+    let mut t1 = Stepper::spawn({
+        let d = d.clone();
+        move || HazardPointers::register(&d)
+    });
+    let trap = Trap::at(stall::HP_PROTECT_LOADED).thread(t1.id()).arm();
+    let (tx, rx) = mpsc::channel();
+    t1.start({
+        let slot = slot.clone();
+        move |l: &mut HpLocal| {
+            let mut g = l.enter();
+            let p = g.protect(0, &slot);
+            // SAFETY: protected (or, if `protect` is broken, poisoned but never
+            // deallocated before `bury`).
+            tx.send(unsafe { (*p).magic.load(Ordering::Relaxed) })
+                .unwrap();
+        }
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    let mut w = HazardPointers::register(&d);
+    // Twice: the first retire's scan still sees `w`'s own hazard on the node.
+    unlink_and_retire(&mut w.enter(), &slot, sink);
+    unlink_and_retire(&mut w.enter(), &slot, sink);
+    assert!(d.stats().freed >= 1, "the first node was freed meanwhile");
+    trap.release();
+    t1.wait();
+    assert_eq!(
+        rx.recv().unwrap(),
+        MAGIC,
+        "use after free: the scheme freed a protected node"
+    );
+    drop((t1, w));
+    drop(d);
+    free_linked(std::slice::from_ref(&*slot));
+    sink.bury();
 }
