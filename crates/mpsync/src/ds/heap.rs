@@ -889,6 +889,67 @@ mod tests {
         panic_safe_every_call(|| Arc::new(Leak::new()));
     }
 
+    /// Counts its drops.
+    #[derive(Debug, Clone)]
+    struct Dropped(u32, std::sync::Arc<AtomicI64>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    impl PartialEq for Dropped {
+        fn eq(&self, o: &Self) -> bool {
+            self.0 == o.0
+        }
+    }
+    impl Eq for Dropped {}
+    impl PartialOrd for Dropped {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Dropped {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.0.cmp(&o.0)
+        }
+    }
+
+    /// Versions are freed in chain order: while one thread holds a version
+    /// (protected by a hazard pointer, which protects that version only), no later
+    /// version and none of the nodes the later transitions removed — some of them
+    /// nodes of the held version — may be freed, however eagerly the others scan.
+    #[test]
+    fn a_held_version_holds_back_every_later_one() {
+        let drops = std::sync::Arc::new(AtomicI64::new(0));
+        let domain = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+        let h = HerlihySkewHeap::with_domain(domain.clone());
+        let mut b = HazardPointers::register(&domain);
+        for v in [5, 3, 8, 1, 9, 2, 7] {
+            h.insert(&mut b, Dropped(v, drops.clone()));
+        }
+        let mut a = HazardPointers::register(&domain);
+        let mut ga = a.enter();
+        let held = ga.protect(0, &h.current);
+        // Replaced before `held` was current: freed already, or by the next scan.
+        b.scan();
+        let before = drops.load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        for v in [4, 6] {
+            out.extend(h.delete_min(&mut b));
+            h.insert(&mut b, Dropped(v, drops.clone()));
+        }
+        assert_eq!(
+            drops.load(Ordering::Relaxed),
+            before,
+            "a node was freed while an older version was held"
+        );
+        // SAFETY: still protected; its nodes are alive (checked above).
+        assert_eq!(unsafe { (*(*held).root).value.0 }, 1);
+        drop(ga);
+        drop((a, b, out, h));
+        drop(domain);
+    }
+
     #[test]
     fn concurrent_inserts_and_deletes_conserve_values() {
         let (threads, per) = if cfg!(miri) { (2u64, 8u64) } else { (4, 2_000) };
