@@ -19,10 +19,11 @@
 mod common;
 
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::lincheck::{Fifo, Lifo, Recorder, Spec, check_rounds, value};
+use common::sized;
 use common::stepper::Stepper;
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
 use mpsync::ds::ms_queue::MsQueue;
@@ -203,11 +204,14 @@ where
     D::R: Domain,
 {
     let threads = 8u64;
-    let ops = if cfg!(debug_assertions) {
-        3_000
-    } else {
-        20_000
-    } * scale();
+    let ops = sized(
+        if cfg!(debug_assertions) {
+            3_000
+        } else {
+            20_000
+        },
+        4,
+    ) * scale();
     let ds = D::make(D::R::fresh());
     let go = Barrier::new(threads as usize);
     let taken: Vec<Vec<u64>> = std::thread::scope(|sc| {
@@ -303,11 +307,14 @@ fn linearizable<D: Ds, Sp: Spec>()
 where
     D::R: Domain,
 {
-    let rounds = if cfg!(debug_assertions) {
-        2_000
-    } else {
-        10_000
-    };
+    let rounds = sized(
+        if cfg!(debug_assertions) {
+            2_000
+        } else {
+            10_000
+        },
+        4,
+    ) as usize;
     let n = check_rounds::<D, Sp, _, _>(
         rounds,
         3,
@@ -419,13 +426,18 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
     let plj: PljQueue<u64, HazardPointers> = PljQueue::with_domain(domain.clone());
     let st: TreiberStack<u64, HazardPointers> = TreiberStack::with_domain(domain.clone());
     let workers = 3;
-    let ops = if cfg!(debug_assertions) {
-        5_000
-    } else {
-        30_000
-    };
+    let ops = sized(
+        if cfg!(debug_assertions) {
+            5_000
+        } else {
+            30_000
+        },
+        4,
+    );
     let stalled = Barrier::new(workers + 1);
-    let release = AtomicBool::new(false);
+    // The stalled thread waits here, off the processor (a spinning one would
+    // take a core from the workers: 2 of them on this machine).
+    let release = Barrier::new(2);
     let worst = AtomicU64::new(0);
     let bound = AtomicU64::new(u64::MAX);
     std::thread::scope(|sc| {
@@ -438,10 +450,7 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
                 g.protect(0, &mine);
                 g.protect(1, &mine);
                 stalled.wait();
-                // Relaxed: a flag; the scope's join orders everything after.
-                while !release.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
+                release.wait();
                 drop(g);
                 // SAFETY: our own box, never shared beyond this thread.
                 drop(unsafe { Box::from_raw(mine.load(Ordering::Relaxed)) });
@@ -476,8 +485,7 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
         for h in hs {
             h.join().unwrap();
         }
-        // Relaxed: see the reader.
-        release.store(true, Ordering::Relaxed);
+        release.wait();
     });
     let (worst, bound) = (worst.into_inner(), bound.into_inner());
     let retired = domain.stats().retired;
