@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use mpsync::sched;
 
+/// One step: runs on the stepper's thread, on its state.
+type Step<S> = Box<dyn FnOnce(&mut S) + Send>;
+
 /// A thread that runs the steps a test sends it, one at a time, on its own state,
 /// so that the test can interleave it with other threads exactly (with a
 /// [`Trap`](mpsync::sched::stall::Trap) to stop it inside a step).
 pub struct Stepper<S: 'static> {
-    tx: Option<mpsc::Sender<Box<dyn FnOnce(&mut S) + Send>>>,
+    tx: Option<mpsc::Sender<Step<S>>>,
     done: mpsc::Receiver<()>,
     id: u64,
     thread: Option<thread::JoinHandle<()>>,
@@ -20,7 +23,7 @@ pub struct Stepper<S: 'static> {
 
 impl<S: 'static> Stepper<S> {
     pub fn spawn(state: impl FnOnce() -> S + Send + 'static) -> Self {
-        let (tx, rx) = mpsc::channel::<Box<dyn FnOnce(&mut S) + Send>>();
+        let (tx, rx) = mpsc::channel::<Step<S>>();
         let (done_tx, done) = mpsc::channel();
         let (id_tx, id_rx) = mpsc::channel();
         let thread = thread::spawn(move || {
