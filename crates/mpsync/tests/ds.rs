@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::lincheck::{Fifo, Lifo, MinPq, Spec, check_rounds, value};
+use common::sized;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
@@ -234,9 +235,10 @@ fn conservation<B: Bag>(
     want.len() as u64
 }
 
-/// 8 threads on this machine's cores: Linux preempts them anywhere.
+/// 8 threads on this machine's cores: Linux preempts them anywhere (and, in the
+/// chaos build, so does the perturbation of every atomic operation).
 fn oversubscribed<B: Bag>(bag: B) {
-    let per = 50_000 * scale();
+    let per = sized(50_000, 25) * scale();
     let n = conservation(&bag, 8, |i| i >= per, |_, f| f());
     assert_eq!(n, 8 * per);
 }
@@ -293,7 +295,7 @@ fn linearizable<B: Bag, Sp: Spec>(rounds: usize, make: impl Fn() -> B) {
 }
 
 fn lin_rounds() -> usize {
-    10_000 * scale() as usize
+    (sized(10_000, 10) * scale()) as usize
 }
 
 /// Every test for one container structure: `$wrap` is `Q`, `S` or `P`.
@@ -389,7 +391,7 @@ macro_rules! counter_tests {
             use super::*;
             #[test]
             fn oversubscribed_8_threads() {
-                let per = 20_000 * scale();
+                let per = sized(20_000, 25) * scale();
                 let c = $make;
                 counter_conservation(&c, 8, |i| i >= per, |_, f| f());
                 assert_eq!(c.get(), 8 * per);
@@ -441,7 +443,7 @@ impl Ord for Tok {
     }
 }
 
-/// 4 threads put 2,000 tokens each and take half back; dropping the structure (and
+/// 4 threads put 2,000 tokens each (500 in the chaos build) and take half back; dropping the structure (and
 /// then its reclamation domain) must release every token exactly once.
 fn drops_everything<D: Sync>(make: impl FnOnce() -> D, op: impl Fn(&D, bool, Tok) + Sync) {
     let token = std::sync::Arc::new(());
@@ -450,7 +452,7 @@ fn drops_everything<D: Sync>(make: impl FnOnce() -> D, op: impl Fn(&D, bool, Tok
         for t in 0..4u64 {
             let (d, op, token) = (&d, &op, &token);
             sc.spawn(move || {
-                for i in 0..2_000u64 {
+                for i in 0..sized(2_000, 4) {
                     op(d, i % 2 == 1, Tok(t * 10_000 + i, token.clone()));
                 }
             });
@@ -569,7 +571,7 @@ fn live_values_after_churn<R: Reclaimer>(domain: Arc<R>) -> u64 {
     let live = std::sync::Arc::new(AtomicU64::new(0));
     let h = HerlihySkewHeap::<Live, R>::with_domain(domain);
     let mut t = h.handle();
-    for i in 0..20_000u64 {
+    for i in 0..churn_rounds() {
         t.insert(Live::new(i % 97, &live));
         t.insert(Live::new((i * 31) % 89, &live));
         drop(t.delete_min());
@@ -586,20 +588,28 @@ fn live_values_after_churn<R: Reclaimer>(domain: Arc<R>) -> u64 {
     n
 }
 
+/// Rounds of 4 operations (20,000; 2,500 in the chaos build).
+fn churn_rounds() -> u64 {
+    sized(20_000, 8)
+}
+
 #[test]
 fn herlihy_heap_frees_replaced_nodes_while_running() {
+    // 80k operations: at most 5,000 live (1 per 16 operations), against more than
+    // 40,000 (1 per 2) when nothing is freed.
+    let ops = 4 * churn_rounds();
     for (name, n) in [
         ("EBR", live_values_after_churn(ebr())),
         ("QSBR", live_values_after_churn(qsbr())),
         ("HP", live_values_after_churn(hp())),
     ] {
         assert!(
-            n < 5_000,
-            "{name}: {n} values still live after 80k operations"
+            n < ops / 16,
+            "{name}: {n} values still live after {ops} operations"
         );
     }
     let leaked = live_values_after_churn(leak());
-    assert!(leaked > 40_000, "Leak frees only at the end: {leaked}");
+    assert!(leaked > ops / 2, "Leak frees only at the end: {leaked}");
 }
 
 #[test]
@@ -617,4 +627,52 @@ fn every_structure_is_send_and_sync() {
     fn send<T: Send>() {}
     send::<mpsync::ds::stack::HerlihyStackHandle<'static, String, Ebr>>();
     send::<mpsync::ds::heap::HerlihySkewHeapHandle<'static, String, Ebr>>();
+}
+
+/// Runs `f`, which must panic saying that its `Local` belongs to another domain.
+fn rejects_foreign_local(what: &str, f: impl FnOnce()) {
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .expect_err(&format!("{what}: a Local of another domain was accepted"));
+    let msg = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(
+        msg.contains("registered with another reclamation domain"),
+        "{what}: {msg}"
+    );
+}
+
+/// The Herlihy structures' explicit-`Local` operations reject a registration in
+/// another domain (it would protect nothing here: a use after free from safe code).
+fn herlihy_rejects_foreign_locals<R: Reclaimer>(fresh: fn() -> Arc<R>) {
+    let s = HerlihyStack::<u64, R>::with_domain(fresh());
+    let h = HerlihySkewHeap::<u64, R>::with_domain(fresh());
+    let other = fresh();
+    let mut foreign = R::register(&other);
+    let n = R::NAME;
+    rejects_foreign_local(&format!("HerlihyStack::push {n}"), || {
+        s.push(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("HerlihyStack::pop {n}"), || {
+        s.pop(&mut foreign);
+    });
+    rejects_foreign_local(&format!("HerlihySkewHeap::insert {n}"), || {
+        h.insert(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("HerlihySkewHeap::delete_min {n}"), || {
+        h.delete_min(&mut foreign);
+    });
+    let mut own = R::register(s.domain());
+    s.push(&mut own, 3);
+    assert_eq!(s.pop(&mut own), Some(3));
+}
+
+#[test]
+fn herlihy_structures_reject_a_local_of_another_domain() {
+    herlihy_rejects_foreign_locals(hp);
+    herlihy_rejects_foreign_locals(ebr);
+    herlihy_rejects_foreign_locals(qsbr);
+    herlihy_rejects_foreign_locals(leak);
 }

@@ -19,10 +19,12 @@
 mod common;
 
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::lincheck::{Fifo, Lifo, Recorder, Spec, check_rounds, value};
+use common::sized;
+use common::stepper::Stepper;
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
@@ -30,6 +32,7 @@ use mpsync::ds::treiber::TreiberStack;
 use mpsync::ds::{QueueHandle, StackHandle};
 use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, Reclaimer};
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sched::stall::{self, Trap};
 use mpsync::sync::{Arc, AtomicPtr};
 use mpsync::util::busy::BusyWork;
 
@@ -201,11 +204,14 @@ where
     D::R: Domain,
 {
     let threads = 8u64;
-    let ops = if cfg!(debug_assertions) {
-        3_000
-    } else {
-        20_000
-    } * scale();
+    let ops = sized(
+        if cfg!(debug_assertions) {
+            3_000
+        } else {
+            20_000
+        },
+        4,
+    ) * scale();
     let ds = D::make(D::R::fresh());
     let go = Barrier::new(threads as usize);
     let taken: Vec<Vec<u64>> = std::thread::scope(|sc| {
@@ -301,11 +307,14 @@ fn linearizable<D: Ds, Sp: Spec>()
 where
     D::R: Domain,
 {
-    let rounds = if cfg!(debug_assertions) {
-        2_000
-    } else {
-        10_000
-    };
+    let rounds = sized(
+        if cfg!(debug_assertions) {
+            2_000
+        } else {
+            10_000
+        },
+        4,
+    ) as usize;
     let n = check_rounds::<D, Sp, _, _>(
         rounds,
         3,
@@ -417,13 +426,18 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
     let plj: PljQueue<u64, HazardPointers> = PljQueue::with_domain(domain.clone());
     let st: TreiberStack<u64, HazardPointers> = TreiberStack::with_domain(domain.clone());
     let workers = 3;
-    let ops = if cfg!(debug_assertions) {
-        5_000
-    } else {
-        30_000
-    };
+    let ops = sized(
+        if cfg!(debug_assertions) {
+            5_000
+        } else {
+            30_000
+        },
+        4,
+    );
     let stalled = Barrier::new(workers + 1);
-    let release = AtomicBool::new(false);
+    // The stalled thread waits here, off the processor (a spinning one would
+    // take a core from the workers: 2 of them on this machine).
+    let release = Barrier::new(2);
     let worst = AtomicU64::new(0);
     let bound = AtomicU64::new(u64::MAX);
     std::thread::scope(|sc| {
@@ -436,10 +450,7 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
                 g.protect(0, &mine);
                 g.protect(1, &mine);
                 stalled.wait();
-                // Relaxed: a flag; the scope's join orders everything after.
-                while !release.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
+                release.wait();
                 drop(g);
                 // SAFETY: our own box, never shared beyond this thread.
                 drop(unsafe { Box::from_raw(mine.load(Ordering::Relaxed)) });
@@ -474,8 +485,7 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
         for h in hs {
             h.join().unwrap();
         }
-        // Relaxed: see the reader.
-        release.store(true, Ordering::Relaxed);
+        release.wait();
     });
     let (worst, bound) = (worst.into_inner(), bound.into_inner());
     let retired = domain.stats().retired;
@@ -485,4 +495,212 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
         worst > 0,
         "never saw a pending node: the sampling is broken"
     );
+}
+
+/// Runs `f`, which must panic saying that its `Local` belongs to another domain.
+fn rejects_foreign_local(what: &str, f: impl FnOnce()) {
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .expect_err(&format!("{what}: a Local of another domain was accepted"));
+    let msg = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(
+        msg.contains("registered with another reclamation domain"),
+        "{what}: {msg}"
+    );
+}
+
+/// Every operation that takes an explicit `Local` rejects one registered with
+/// another domain (with hazard pointers it would publish its hazards where this
+/// structure's retirers never look: a use after free from safe code).
+fn foreign_locals_rejected<R: Domain>() {
+    let ms: MsQueue<u64, R> = MsQueue::with_domain(R::fresh());
+    let plj: PljQueue<u64, R> = PljQueue::with_domain(R::fresh());
+    let st: TreiberStack<u64, R> = TreiberStack::with_domain(R::fresh());
+    let other = R::fresh();
+    let mut foreign = R::register(&other);
+    let n = R::NAME;
+    rejects_foreign_local(&format!("MsQueue::enqueue {n}"), || {
+        ms.enqueue(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("MsQueue::dequeue {n}"), || {
+        ms.dequeue(&mut foreign);
+    });
+    rejects_foreign_local(&format!("MsQueue::is_empty {n}"), || {
+        ms.is_empty(&mut foreign);
+    });
+    rejects_foreign_local(&format!("PljQueue::enqueue {n}"), || {
+        plj.enqueue(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("PljQueue::dequeue {n}"), || {
+        plj.dequeue(&mut foreign);
+    });
+    rejects_foreign_local(&format!("PljQueue::is_empty {n}"), || {
+        plj.is_empty(&mut foreign);
+    });
+    rejects_foreign_local(&format!("TreiberStack::push {n}"), || {
+        st.push(&mut foreign, 1)
+    });
+    rejects_foreign_local(&format!("TreiberStack::pop {n}"), || {
+        st.pop(&mut foreign);
+    });
+    // A registration in the structure's own domain works, shared or not.
+    let mut own = R::register(ms.domain());
+    ms.enqueue(&mut own, 5);
+    assert_eq!(ms.dequeue(&mut own), Some(5));
+    let shared: MsQueue<u64, R> = MsQueue::with_domain(ms.domain().clone());
+    shared.enqueue(&mut own, 6);
+    assert_eq!(shared.dequeue(&mut own), Some(6));
+}
+
+#[test]
+fn a_local_of_another_domain_is_rejected() {
+    foreign_locals_rejected::<HazardPointers>();
+    foreign_locals_rejected::<Ebr>();
+    foreign_locals_rejected::<Qsbr>();
+    foreign_locals_rejected::<Leak>();
+}
+
+/// A node allocator that scribbles `0xdd` over a node when it is freed and keeps
+/// its memory (leaked: a few nodes per test), so that a read of a freed node's
+/// value sees the scribble deterministically.
+#[derive(Debug)]
+struct Scribble;
+
+impl NodeAlloc for Scribble {
+    const NAME: &'static str = "scribble";
+
+    fn alloc<T>(value: T) -> std::ptr::NonNull<T> {
+        std::ptr::NonNull::from(Box::leak(Box::new(value)))
+    }
+
+    unsafe fn free<T>(p: *mut u8) {
+        // SAFETY: `p` came from `alloc::<T>` (the trait's contract), so it has
+        // `size_of::<T>()` writable bytes; the memory is never given back.
+        unsafe { std::ptr::write_bytes(p, 0xdd, std::mem::size_of::<T>()) };
+    }
+}
+
+/// Domains that free as early as each scheme allows (HP: scan at every retire,
+/// 2 slots; EBR: try to advance at every critical section).
+trait Eager: Reclaimer + Sized {
+    fn eager() -> Arc<Self>;
+}
+impl Eager for HazardPointers {
+    fn eager() -> Arc<Self> {
+        Arc::new(HazardPointers::with_threshold(2, 1).expect("valid"))
+    }
+}
+impl Eager for Ebr {
+    fn eager() -> Arc<Self> {
+        Arc::new(Ebr::with_advance_every(1).expect("valid"))
+    }
+}
+impl Eager for Qsbr {
+    fn eager() -> Arc<Self> {
+        Arc::new(Qsbr::new())
+    }
+}
+
+const STOPPED_IN_TIME: Duration = Duration::from_secs(10);
+
+/// Lets the domain free what it can now (every scheme's way).
+fn reclaim_now<L: Local>(l: &mut L) {
+    for _ in 0..4 {
+        drop(l.enter());
+        l.quiescent();
+    }
+}
+
+/// A dequeuer stops right after its head CAS (`MS_DEQUEUE_SWUNG`: `head` moved
+/// from the dummy to N1, N1's value not yet read); two more dequeues move `head`
+/// past N1 and N2 and retire them (the second retire's scan no longer sees the
+/// dequeuer's own hazard on N1), and the domain frees what it can. N1 must still
+/// be protected (hazard slot 1 under HP): the stopped dequeuer reads 1, not the
+/// scribble of a freed node.
+fn ms_value_read_after_the_swing_is_protected<R: Eager>() {
+    let q = Arc::new(MsQueue::<u64, R, Scribble>::with_domain(R::eager()));
+    let mut main = R::register(q.domain());
+    for v in 1..=4 {
+        q.enqueue(&mut main, v);
+    }
+    let mut victim = Stepper::spawn({
+        let q = q.clone();
+        move || R::register(q.domain())
+    });
+    let trap = Trap::at(stall::MS_DEQUEUE_SWUNG).thread(victim.id()).arm();
+    let (tx, rx) = std::sync::mpsc::channel();
+    victim.start({
+        let q = q.clone();
+        move |l: &mut R::Local| tx.send(q.dequeue(l)).unwrap()
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    assert_eq!(q.dequeue(&mut main), Some(2));
+    assert_eq!(q.dequeue(&mut main), Some(3));
+    reclaim_now(&mut main);
+    trap.release();
+    victim.wait();
+    assert_eq!(
+        rx.recv().unwrap(),
+        Some(1),
+        "{}: the dequeuer read its value from a freed node",
+        R::NAME
+    );
+    assert_eq!(q.dequeue(&mut main), Some(4));
+}
+
+#[test]
+fn ms_value_read_after_the_swing_is_protected_hp() {
+    ms_value_read_after_the_swing_is_protected::<HazardPointers>();
+}
+
+#[test]
+fn ms_value_read_after_the_swing_is_protected_ebr_qsbr() {
+    ms_value_read_after_the_swing_is_protected::<Ebr>();
+    ms_value_read_after_the_swing_is_protected::<Qsbr>();
+}
+
+/// A popper stops with the top (3) protected and its `next` not yet read
+/// (`TREIBER_POP_READ`); another thread pops 3 and 2 meanwhile, and the domain
+/// frees what it can. The stopped pop must notice that the top changed (its CAS
+/// fails) and pop 1: a pop that installs its stale `next` (a store instead of
+/// the CAS) would hand out 3 twice and resurrect 2.
+fn treiber_pop_with_a_stale_top_retries<R: Eager>() {
+    let s = Arc::new(TreiberStack::<u64, R, Scribble>::with_domain(R::eager()));
+    let mut main = R::register(s.domain());
+    for v in 1..=3 {
+        s.push(&mut main, v);
+    }
+    let mut victim = Stepper::spawn({
+        let s = s.clone();
+        move || R::register(s.domain())
+    });
+    let trap = Trap::at(stall::TREIBER_POP_READ).thread(victim.id()).arm();
+    let (tx, rx) = std::sync::mpsc::channel();
+    victim.start({
+        let s = s.clone();
+        move |l: &mut R::Local| tx.send(s.pop(l)).unwrap()
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    assert_eq!(s.pop(&mut main), Some(3));
+    assert_eq!(s.pop(&mut main), Some(2));
+    reclaim_now(&mut main);
+    trap.release();
+    victim.wait();
+    assert_eq!(rx.recv().unwrap(), Some(1), "{}", R::NAME);
+    assert_eq!(
+        s.pop(&mut main),
+        None,
+        "{}: a popped node came back",
+        R::NAME
+    );
+}
+
+#[test]
+fn treiber_pop_with_a_stale_top_retries_every_scheme() {
+    treiber_pop_with_a_stale_top_retries::<HazardPointers>();
+    treiber_pop_with_a_stale_top_retries::<Ebr>();
+    treiber_pop_with_a_stale_top_retries::<Qsbr>();
 }

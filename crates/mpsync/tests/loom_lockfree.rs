@@ -2,8 +2,9 @@
 //! reclamation as eager as each scheme allows (HP: scan at every retire; EBR: try to
 //! advance at every critical section):
 //!
-//! - MS queue: an enqueue against a dequeue, and two dequeuers;
-//! - PLJ queue: the same two;
+//! - MS queue: an enqueue against a dequeue (of a value already there, and from
+//!   an empty queue), and two dequeuers;
+//! - PLJ queue: the same;
 //! - Treiber stack: a push against a pop, and two poppers.
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead through
@@ -24,7 +25,7 @@ use mpsync::ds::lf::Liveness;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::treiber::TreiberStack;
-use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
+use mpsync::reclaim::{Ebr, HazardPointers, Leak, Reclaimer};
 use mpsync::sync::Arc;
 
 /// Nodes are boxed and never given back; `free` marks them dead (see the module doc).
@@ -62,6 +63,14 @@ trait Eager: Reclaimer + Sized {
 impl Eager for Ebr {
     fn eager() -> Arc<Self> {
         Arc::new(Ebr::with_advance_every(1).unwrap())
+    }
+}
+/// No reclamation and no fences: the structure's own orderings alone must
+/// publish a node to whoever takes it (the schemes' SeqCst fences, which loom
+/// models as synchronizing every thread, would hide a missing Release/Acquire).
+impl Eager for Leak {
+    fn eager() -> Arc<Self> {
+        Arc::new(Leak::new())
     }
 }
 impl Eager for HazardPointers {
@@ -132,6 +141,27 @@ fn enqueue_vs_dequeue<Q: Queue>() {
         assert_eq!(d.join().unwrap(), Some(1), "FIFO: 1 was there first");
         assert_eq!(q.take(&mut main), Some(2));
         assert_eq!(q.take(&mut main), None);
+    });
+}
+
+/// An empty queue; one thread enqueues 1 while another dequeues: the dequeuer
+/// gets nothing or 1, and if 1, its read of the value must be ordered after the
+/// enqueuer's write (the link CAS publishes the node).
+fn enqueue_vs_dequeue_from_empty<Q: Queue>() {
+    model(|| {
+        let q = Arc::new(Q::make());
+        let q1 = q.clone();
+        let e = thread::spawn(move || {
+            let mut l = <Q::R as Reclaimer>::register(q1.domain());
+            q1.put(&mut l, 1);
+        });
+        let mut l = <Q::R as Reclaimer>::register(q.domain());
+        let got = q.take(&mut l);
+        e.join().unwrap();
+        let rest = q.take(&mut l);
+        let all: Vec<u32> = got.into_iter().chain(rest).collect();
+        assert_eq!(all, [1], "1 taken exactly once");
+        assert_eq!(q.take(&mut l), None);
     });
 }
 
@@ -215,6 +245,31 @@ fn ms_enqueue_vs_dequeue_ebr() {
 #[test]
 fn ms_enqueue_vs_dequeue_hp() {
     enqueue_vs_dequeue::<MsQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn ms_enqueue_vs_dequeue_from_empty_ebr() {
+    enqueue_vs_dequeue_from_empty::<MsQueue<u32, Ebr, Poisoning>>();
+}
+
+#[test]
+fn ms_enqueue_vs_dequeue_from_empty_hp() {
+    enqueue_vs_dequeue_from_empty::<MsQueue<u32, HazardPointers, Poisoning>>();
+}
+
+#[test]
+fn ms_enqueue_vs_dequeue_from_empty_leak() {
+    enqueue_vs_dequeue_from_empty::<MsQueue<u32, Leak, Poisoning>>();
+}
+
+#[test]
+fn plj_enqueue_vs_dequeue_from_empty_leak() {
+    enqueue_vs_dequeue_from_empty::<PljQueue<u32, Leak, Poisoning>>();
+}
+
+#[test]
+fn plj_enqueue_vs_dequeue_from_empty_hp() {
+    enqueue_vs_dequeue_from_empty::<PljQueue<u32, HazardPointers, Poisoning>>();
 }
 
 #[test]

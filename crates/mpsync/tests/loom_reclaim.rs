@@ -65,8 +65,28 @@ fn model<R: Reclaimer>(
     reader: fn(&Arc<R>, &AtomicPtr<Node>),
     writer: fn(&Arc<R>, &AtomicPtr<Node>),
 ) {
+    // Closures that capture nothing: `with_node` takes plain functions.
+    let body = move |domain: &Arc<R>, src: &Arc<AtomicPtr<Node>>| {
+        let t = {
+            let (d, s) = (domain.clone(), src.clone());
+            thread::spawn(move || reader(&d, &s))
+        };
+        writer(domain, src);
+        t.join().unwrap();
+    };
+    with_node(make, 3, body);
+}
+
+/// Runs `body` (which starts and joins its threads) on one node linked from `src`
+/// with a fresh domain, then checks the node was freed exactly once when
+/// everything dropped.
+fn with_node<R: Reclaimer>(
+    make: fn() -> R,
+    preemptions: usize,
+    body: impl Fn(&Arc<R>, &Arc<AtomicPtr<Node>>) + Sync + Send + 'static,
+) {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
+    b.preemption_bound = Some(preemptions);
     b.check(move || {
         let node = Box::into_raw(Box::new(Node {
             value: UnsafeCell::new(VALUE),
@@ -74,12 +94,7 @@ fn model<R: Reclaimer>(
         }));
         let domain = Arc::new(make());
         let src = Arc::new(AtomicPtr::new(node));
-        let t = {
-            let (d, s) = (domain.clone(), src.clone());
-            thread::spawn(move || reader(&d, &s))
-        };
-        writer(&domain, &src);
-        t.join().unwrap();
+        body(&domain, &src);
         drop(domain);
         // SAFETY: all threads joined; the node was allocated above.
         let node = unsafe { Box::from_raw(node) };
@@ -171,4 +186,66 @@ fn ebr_leave_hands_over_concurrently() {
             drop(l);
         },
     );
+}
+
+/// The stale-pin window: the writer reads the global epoch `G`, and before it
+/// publishes its pin the other thread advances the epoch (three times: the
+/// writer, not yet visible, blocks none of them), pins at the new epoch and reads
+/// the node. The writer's pin, if not re-validated, is at the old epoch: it
+/// unlinks the node and retires it into that epoch's bag, which its next pin
+/// finds expired and frees — under the reader (a loom data race on the node).
+///
+/// Both registrations are made before the threads start and the reader's is
+/// dropped only after the join, so that the model explores only the operations
+/// (and the reader's leaving, with its SeqCst fence, cannot hide the race: loom's
+/// partial-order reduction does not reorder fences of unrelated threads).
+#[test]
+fn ebr_pin_window_vs_advances() {
+    with_node(
+        || Ebr::with_advance_every(1000).unwrap(),
+        2,
+        |d, src| {
+            let mut w = Ebr::register(d);
+            let mut r = Ebr::register(d);
+            let t = {
+                let src = src.clone();
+                thread::spawn(move || {
+                    for _ in 0..3 {
+                        r.try_reclaim();
+                    }
+                    read(r.enter().protect(0, &src));
+                    r
+                })
+            };
+            unlink_and_retire(&mut w.enter(), src);
+            drop(w.enter()); // the next pin frees what has expired
+            drop(t.join().unwrap());
+        },
+    );
+}
+
+/// QSBR's `register` pins with the same window: the other thread (with a node of
+/// its own pending, so that its quiescent states try to advance) advances three
+/// times and reads the node while the writer is joining.
+#[test]
+fn qsbr_register_window_vs_advances() {
+    with_node(Qsbr::new, 2, |d, src| {
+        let mut r = Qsbr::register(d);
+        // SAFETY: a fresh box nobody else can reach.
+        unsafe { r.enter().retire_box(Box::into_raw(Box::new(0u8))) };
+        let t = {
+            let src = src.clone();
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    r.quiescent();
+                }
+                read(r.enter().protect(0, &src));
+                r
+            })
+        };
+        let mut w = Qsbr::register(d);
+        unlink_and_retire(&mut w.enter(), src);
+        w.quiescent(); // re-pins, and frees what has expired
+        drop(t.join().unwrap());
+    });
 }

@@ -7,12 +7,21 @@
 //! also checks that every retired node is freed exactly once: by the scheme while
 //! it runs, by leaving threads' hand-over, or by the domain's drop.
 
+mod common;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
+use std::time::Duration;
 
-use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, ReclaimStats, Reclaimer};
+use common::sized;
+use common::stepper::Stepper;
+use mpsync::reclaim::{
+    Ebr, EbrLocal, Guard, HazardPointers, HpLocal, Leak, Local, Qsbr, QsbrLocal, ReclaimStats,
+    Reclaimer,
+};
+use mpsync::sched::stall::{self, Trap};
 use mpsync::sync::{Arc, AtomicPtr};
 
 const MAGIC: u64 = 0x5afe_c0de_5afe_c0de;
@@ -139,6 +148,9 @@ fn free_linked(slots: &[AtomicPtr<Node>]) {
 /// `threads` threads replace nodes at random, re-registering every `rejoin` ops;
 /// checks no use after free, the counters, and that everything is freed once.
 fn stress<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64) {
+    // The chaos build perturbs every atomic operation: far fewer operations (and
+    // as many re-registrations per run) find its interleavings.
+    let (ops, rejoin) = (sized(ops, 6), sized(rejoin, 6));
     let sink = Sink::new();
     let domain = Arc::new(domain);
     let slots = new_slots(sink);
@@ -408,4 +420,170 @@ fn qsbr_grows_without_bound_while_a_thread_never_announces() {
 fn ebr_grows_without_bound_while_a_thread_stalls_in_a_critical_section() {
     let (_, during, after) = stalled(Ebr::new());
     assert_grows("EBR", during, after);
+}
+
+/// Unlinks the node in `slot` (putting a fresh one there) and retires it.
+fn unlink_and_retire<G: Guard>(g: &mut G, slot: &AtomicPtr<Node>, sink: &'static Sink) {
+    let x = g.protect(0, slot);
+    let new = Node::new(sink);
+    slot.compare_exchange(x, new, Ordering::AcqRel, Ordering::Acquire)
+        .expect("only this thread writes the slot");
+    // SAFETY: unlinked by our CAS, retired once; `poison` is sound from any thread.
+    unsafe { g.retire_raw(x.cast(), poison) };
+}
+
+const STOPPED_IN_TIME: Duration = Duration::from_secs(10);
+
+/// The interleaving, deterministically: T1 reads the global epoch G = 0 and
+/// is preempted before publishing its pin; the epoch advances 0 → 1 → 2 meanwhile
+/// (T1 is invisible to advancers); T4 pins at 2 and reads node X; T1 goes on, pins,
+/// unlinks X and retires it, unpins; G advances 2 → 3 (T4 at 2 does not block
+/// that); T1's next critical section frees what it thinks expired. With a stale
+/// pin (at 0, bag tagged 0) X is freed under T4.
+#[test]
+fn ebr_pin_that_read_a_stale_epoch_frees_nothing_early() {
+    let sink = Sink::new();
+    // Advances only where this test asks for them (every 100 critical sections).
+    let d = Arc::new(Ebr::new());
+    let slot = Arc::new(AtomicPtr::new(Node::new(sink)));
+    let mut t1 = Stepper::spawn({
+        let d = d.clone();
+        move || Ebr::register(&d)
+    });
+    let trap = Trap::at(stall::EPOCH_PIN).thread(t1.id()).arm();
+    t1.start({
+        let slot = slot.clone();
+        move |l: &mut EbrLocal| unlink_and_retire(&mut l.enter(), &slot, sink)
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    let mut other = Ebr::register(&d);
+    other.try_reclaim();
+    other.try_reclaim();
+    assert_eq!(
+        d.epoch(),
+        2,
+        "T1, stopped before its pin, blocks no advance"
+    );
+    let mut t4 = Ebr::register(&d);
+    let mut g4 = t4.enter();
+    let x = g4.protect(0, &slot);
+    check(x);
+    trap.release();
+    t1.wait();
+    other.try_reclaim();
+    assert_eq!(d.epoch(), 3, "T4, pinned at 2, does not block 2 -> 3");
+    t1.run(|l| drop(l.enter()));
+    check(x);
+    drop(g4);
+    drop((t1, t4, other));
+    drop(d);
+    free_linked(std::slice::from_ref(&*slot));
+    sink.bury();
+}
+
+/// QSBR's `register` has the same window: the new thread reads G = 0, stops before
+/// pinning, G advances twice, and the node it retires is tagged with the stale
+/// epoch — in its own bag (`leave == false`: freed at its next quiescent state) or
+/// in the batch it hands to the domain when it leaves (`leave == true`: freed by
+/// another thread's quiescent state).
+fn qsbr_register_stale_window(leave: bool) {
+    let sink = Sink::new();
+    let d = Arc::new(Qsbr::new());
+    let slot = Arc::new(AtomicPtr::new(Node::new(sink)));
+    let mut other = Qsbr::register(&d);
+    // A node of its own pending, so that its quiescent states try to advance.
+    // SAFETY: a fresh box nobody else can reach.
+    unsafe { other.enter().retire_box(Box::into_raw(Box::new(0u64))) };
+    let mut t1 = Stepper::spawn(|| None::<QsbrLocal>);
+    let trap = Trap::at(stall::EPOCH_PIN).thread(t1.id()).arm();
+    t1.start({
+        let (d, slot) = (d.clone(), slot.clone());
+        move |l: &mut Option<QsbrLocal>| {
+            let mut local = Qsbr::register(&d);
+            unlink_and_retire(&mut local.enter(), &slot, sink);
+            if !leave {
+                local.quiescent();
+                *l = Some(local);
+            } // else: leaves, handing X over to the domain
+        }
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    other.quiescent();
+    other.quiescent();
+    assert_eq!(
+        d.epoch(),
+        2,
+        "T1, stopped before its pin, blocks no advance"
+    );
+    let mut t4 = Qsbr::register(&d);
+    let x = t4.enter().protect(0, &slot);
+    check(x);
+    trap.release();
+    t1.wait();
+    other.quiescent();
+    assert_eq!(d.epoch(), 3, "T4, online at 2, does not block 2 -> 3");
+    if !leave {
+        t1.run(|l| l.as_mut().unwrap().quiescent());
+    }
+    check(x);
+    t4.quiescent();
+    drop((t1, t4, other));
+    drop(d);
+    free_linked(std::slice::from_ref(&*slot));
+    sink.bury();
+}
+
+#[test]
+fn qsbr_register_that_read_a_stale_epoch_frees_nothing_early() {
+    qsbr_register_stale_window(false);
+}
+
+#[test]
+fn qsbr_batch_handed_over_after_a_stale_register_is_not_freed_early() {
+    qsbr_register_stale_window(true);
+}
+
+/// A protector stops with its candidate loaded and the hazard not yet published
+/// (`HP_PROTECT_LOADED`); meanwhile the node is unlinked and retired, and a scan
+/// (at every retire) frees it. `protect` must re-read the source after publishing
+/// the hazard and return the node now linked, never the freed one.
+#[test]
+fn hp_protect_revalidates_after_publishing_the_hazard() {
+    let sink = Sink::new();
+    let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+    let slot = Arc::new(AtomicPtr::new(Node::new(sink)));
+    let mut t1 = Stepper::spawn({
+        let d = d.clone();
+        move || HazardPointers::register(&d)
+    });
+    let trap = Trap::at(stall::HP_PROTECT_LOADED).thread(t1.id()).arm();
+    let (tx, rx) = mpsc::channel();
+    t1.start({
+        let slot = slot.clone();
+        move |l: &mut HpLocal| {
+            let mut g = l.enter();
+            let p = g.protect(0, &slot);
+            // SAFETY: protected (or, if `protect` is broken, poisoned but never
+            // deallocated before `bury`).
+            tx.send(unsafe { (*p).magic.load(Ordering::Relaxed) })
+                .unwrap();
+        }
+    });
+    trap.wait_hit(STOPPED_IN_TIME).unwrap();
+    let mut w = HazardPointers::register(&d);
+    // Twice: the first retire's scan still sees `w`'s own hazard on the node.
+    unlink_and_retire(&mut w.enter(), &slot, sink);
+    unlink_and_retire(&mut w.enter(), &slot, sink);
+    assert!(d.stats().freed >= 1, "the first node was freed meanwhile");
+    trap.release();
+    t1.wait();
+    assert_eq!(
+        rx.recv().unwrap(),
+        MAGIC,
+        "use after free: the scheme freed a protected node"
+    );
+    drop((t1, w));
+    drop(d);
+    free_linked(std::slice::from_ref(&*slot));
+    sink.bury();
 }

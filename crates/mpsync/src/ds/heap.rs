@@ -27,12 +27,19 @@
 //! `Drop`. A losing operation frees only the copies it made itself, which nobody
 //! else saw. Readers protect only the version they read.
 //!
+//! An operation's private work (its copies, insert's new node, the candidate
+//! version) is owned by an `Attempt` until the winning CAS publishes it, and freed
+//! by the `Attempt`'s drop otherwise — also when `T`'s `Clone` or `Ord` panics.
+//! `delete_min` clones its result before the CAS, so a panicking `Clone` cannot
+//! leave a replaced version unretired (versions are freed in chain order, so that
+//! would leak every later version too).
+//!
 //! Uses `reclaim`, `lock` (through the type parameter), `ds::lf` (the CAS backoff), `sync`.
 
 use std::fmt;
 use std::ptr;
 
-use super::lf::CasBackoff;
+use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -225,11 +232,62 @@ impl<T> Node<T> {
     }
 }
 
-/// One attempt's private work: the copies it made (freed if the CAS fails) and
-/// the originals they replace (the old version's dead list if it succeeds).
+/// One operation's private work: the copies its current attempt made (freed if
+/// the CAS fails), the originals they replace (the old version's dead list if it
+/// succeeds), insert's new node and the candidate version. All of it is private
+/// until the winning CAS publishes it ([`publish`](Self::publish)); until then
+/// `Drop` frees it, so a `Clone` or `Ord` that panics mid-attempt leaks nothing.
 struct Attempt<T> {
     copies: Vec<*mut Node<T>>,
     replaced: Vec<*mut Node<T>>,
+    /// Insert's node holding the new value (null for delete_min, or published).
+    single: *mut Node<T>,
+    /// The candidate version (null until made, or published).
+    cand: *mut Version<Node<T>>,
+}
+
+impl<T> Attempt<T> {
+    fn new() -> Self {
+        Self {
+            copies: Vec::new(),
+            replaced: Vec::new(),
+            single: ptr::null_mut(),
+            cand: ptr::null_mut(),
+        }
+    }
+
+    /// Frees the copies of a failed attempt and forgets the originals.
+    fn abandon(&mut self) {
+        for c in self.copies.drain(..) {
+            // SAFETY: copies are private boxes nobody else has seen.
+            drop(unsafe { Box::from_raw(c) });
+        }
+        self.replaced.clear();
+    }
+
+    /// After the winning CAS: the copies, `single` and `cand` now belong to the
+    /// structure. Returns the originals they replaced (the old version's dead list).
+    fn publish(&mut self) -> Vec<*mut Node<T>> {
+        self.copies.clear();
+        self.single = ptr::null_mut();
+        self.cand = ptr::null_mut();
+        std::mem::take(&mut self.replaced)
+    }
+}
+
+impl<T> Drop for Attempt<T> {
+    fn drop(&mut self) {
+        self.abandon();
+        if !self.single.is_null() {
+            // SAFETY: not published: a private box; dropping it drops the value
+            // the failed (panicked) insert was given.
+            drop(unsafe { Box::from_raw(self.single) });
+        }
+        if !self.cand.is_null() {
+            // SAFETY: not published: never shared.
+            unsafe { Version::discard(self.cand) };
+        }
+    }
 }
 
 impl<T: Ord + Clone> Attempt<T> {
@@ -277,15 +335,6 @@ impl<T: Ord + Clone> Attempt<T> {
                 a = (*a).right;
             }
         }
-    }
-
-    /// Frees the copies of a failed attempt and forgets the originals.
-    fn abandon(&mut self) {
-        for c in self.copies.drain(..) {
-            // SAFETY: copies are private boxes nobody else has seen.
-            drop(unsafe { Box::from_raw(c) });
-        }
-        self.replaced.clear();
     }
 }
 
@@ -362,13 +411,17 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
 
     /// Inserts `value`; `local` is the calling thread's registration in
     /// [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain),
+    /// or if `T`'s `Clone` or `Ord` panics — then the heap is unchanged, `value`
+    /// is dropped and nothing leaks.
     pub fn insert(&self, local: &mut R::Local, value: T) {
-        let single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
-        let mut at = Attempt {
-            copies: Vec::new(),
-            replaced: Vec::new(),
-        };
-        let cand = Version::candidate(ptr::null_mut());
+        check_local(&*self.domain, local, "HerlihySkewHeap::insert");
+        let mut at = Attempt::new();
+        at.single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
+        at.cand = Version::candidate(ptr::null_mut());
+        let (single, cand) = (at.single, at.cand);
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
@@ -411,10 +464,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    let replaced = at.publish();
                     // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are exactly
                     // the nodes of `cur` that `cand` copied instead of sharing.
                     unsafe {
-                        let dead = link_dead(&at.replaced);
+                        let dead = link_dead(&replaced);
                         Version::retire(&mut g, cur, cand, dead);
                     }
                     return;
@@ -430,12 +484,14 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
     /// Removes a smallest value (a clone of it; the original is dropped when its
     /// node is reclaimed), or `None` if the heap is empty; `local` is the calling
     /// thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain),
+    /// or if `T`'s `Clone` or `Ord` panics — then the heap is unchanged and
+    /// nothing leaks (the value is cloned before the CAS).
     pub fn delete_min(&self, local: &mut R::Local) -> Option<T> {
-        let mut at = Attempt {
-            copies: Vec::new(),
-            replaced: Vec::new(),
-        };
-        let mut cand: *mut Version<Node<T>> = ptr::null_mut();
+        check_local(&*self.domain, local, "HerlihySkewHeap::delete_min");
+        let mut at = Attempt::new();
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
@@ -443,34 +499,33 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             // SAFETY: `cur` is protected, so not freed; `root` is immutable.
             let root = unsafe { (*cur).root };
             if root.is_null() {
-                if !cand.is_null() {
-                    // SAFETY: never published.
-                    unsafe { Version::discard(cand) };
-                }
-                return None;
+                return None; // `at`'s drop frees the candidate, if one was made
             }
+            // Cloned before the CAS, so that a panicking `Clone` leaves the heap
+            // unchanged (a failed attempt drops its clone).
+            // SAFETY: `root` belongs to the protected version; values are immutable.
+            let value = unsafe { (*root).value.clone() };
             // SAFETY: `root` and its subtrees belong to the protected version.
             let new_root = unsafe { at.merge((*root).left, (*root).right) };
             at.replaced.push(root);
-            if cand.is_null() {
-                cand = Version::candidate(new_root);
+            if at.cand.is_null() {
+                at.cand = Version::candidate(new_root);
             } else {
                 // SAFETY: `cand` is still private.
-                unsafe { (*cand).root = new_root };
+                unsafe { (*at.cand).root = new_root };
             }
+            let cand = at.cand;
             // AcqRel/Relaxed: as in `insert`.
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    // SAFETY: `root` is live until our version is released, which
-                    // happens no earlier than our guard's drop.
-                    let value = unsafe { (*root).value.clone() };
+                    let replaced = at.publish();
                     // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are the old
                     // root and the originals of the merge path, which `cand` lacks.
                     unsafe {
-                        let dead = link_dead(&at.replaced);
+                        let dead = link_dead(&replaced);
                         Version::retire(&mut g, cur, cand, dead);
                     }
                     return Some(value);
@@ -694,6 +749,205 @@ mod tests {
             assert_eq!(h.delete_min().map(|c| c.0), Some(0));
         }
         assert_eq!(live.load(Ordering::Relaxed), 0);
+    }
+
+    /// Calls left before a planted panic, per kind (0: disarmed).
+    #[derive(Debug, Default)]
+    struct Trip {
+        clones: AtomicI64,
+        cmps: AtomicI64,
+    }
+
+    impl Trip {
+        fn tick(c: &AtomicI64, what: &str) {
+            if c.load(Ordering::Relaxed) > 0 && c.fetch_sub(1, Ordering::Relaxed) == 1 {
+                panic!("planted panic in {what}");
+            }
+        }
+    }
+
+    /// A value that counts its live instances and panics in `clone` or `cmp` on
+    /// the call its [`Trip`] is armed for.
+    #[derive(Debug)]
+    struct Fragile(u32, std::sync::Arc<AtomicI64>, std::sync::Arc<Trip>);
+    impl Fragile {
+        fn new(v: u32, live: &std::sync::Arc<AtomicI64>, trip: &std::sync::Arc<Trip>) -> Self {
+            live.fetch_add(1, Ordering::Relaxed);
+            Self(v, live.clone(), trip.clone())
+        }
+    }
+    impl Clone for Fragile {
+        fn clone(&self) -> Self {
+            Trip::tick(&self.2.clones, "Clone");
+            Self::new(self.0, &self.1, &self.2)
+        }
+    }
+    impl Drop for Fragile {
+        fn drop(&mut self) {
+            self.1.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    impl PartialEq for Fragile {
+        fn eq(&self, o: &Self) -> bool {
+            self.0 == o.0
+        }
+    }
+    impl Eq for Fragile {}
+    impl PartialOrd for Fragile {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Fragile {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            Trip::tick(&self.2.cmps, "Ord");
+            self.0.cmp(&o.0)
+        }
+    }
+
+    /// Keeps the planted panics' messages out of the test output (other panics
+    /// go to the previous hook).
+    fn quiet_planted_panics() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let prev = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let planted = info
+                    .payload()
+                    .downcast_ref::<String>()
+                    .is_some_and(|m| m.starts_with("planted panic"));
+                if !planted {
+                    prev(info);
+                }
+            }));
+        });
+    }
+
+    /// A `Clone` (`clones == true`) or `Ord` that panics on its `n`-th call during
+    /// a mix of inserts and delete_mins: nothing leaks (every value created is
+    /// dropped once the heap and its domain drop), and the heap stays a heap.
+    /// Returns whether the planted panic fired.
+    fn panic_safe<R: Reclaimer>(domain: Arc<R>, clones: bool, n: i64) -> bool {
+        quiet_planted_panics();
+        let live = std::sync::Arc::new(AtomicI64::new(0));
+        let trip = std::sync::Arc::new(Trip::default());
+        let mut fired = false;
+        {
+            let h = HerlihySkewHeap::with_domain(domain.clone());
+            let mut local = R::register(&domain);
+            for v in [5, 3, 8, 1, 9, 2] {
+                h.insert(&mut local, Fragile::new(v, &live, &trip));
+            }
+            let c = if clones { &trip.clones } else { &trip.cmps };
+            c.store(n, Ordering::Relaxed);
+            for v in [4, 0, 7, 6] {
+                let ins = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    h.insert(&mut local, Fragile::new(v, &live, &trip))
+                }));
+                let del = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    drop(h.delete_min(&mut local))
+                }));
+                fired |= ins.is_err() || del.is_err();
+            }
+            c.store(0, Ordering::Relaxed);
+            let rest: Vec<u32> = std::iter::from_fn(|| h.delete_min(&mut local))
+                .map(|f| f.0)
+                .collect();
+            assert!(
+                rest.windows(2).all(|w| w[0] <= w[1]),
+                "still a heap: {rest:?}"
+            );
+            local.quiescent();
+        }
+        drop(domain);
+        assert_eq!(
+            live.load(Ordering::Relaxed),
+            0,
+            "{}: values leaked after a panic in {} (call {n})",
+            R::NAME,
+            if clones { "Clone" } else { "Ord" }
+        );
+        fired
+    }
+
+    fn panic_safe_every_call<R: Reclaimer>(fresh: impl Fn() -> Arc<R>) {
+        for clones in [true, false] {
+            let mut n = 1;
+            // Until the planted panic no longer fires (its call is past the mix).
+            while panic_safe(fresh(), clones, n) {
+                n += if cfg!(miri) { 3 } else { 1 };
+            }
+            assert!(n > 2, "the mix makes several calls");
+        }
+    }
+
+    #[test]
+    fn panicking_clone_or_ord_leaks_nothing() {
+        panic_safe_every_call(|| Arc::new(Ebr::with_advance_every(1).unwrap()));
+        panic_safe_every_call(|| Arc::new(Qsbr::new()));
+        panic_safe_every_call(|| Arc::new(HazardPointers::with_threshold(1, 1).unwrap()));
+        panic_safe_every_call(|| Arc::new(Leak::new()));
+    }
+
+    /// Counts its drops.
+    #[derive(Debug, Clone)]
+    struct Dropped(u32, std::sync::Arc<AtomicI64>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    impl PartialEq for Dropped {
+        fn eq(&self, o: &Self) -> bool {
+            self.0 == o.0
+        }
+    }
+    impl Eq for Dropped {}
+    impl PartialOrd for Dropped {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Dropped {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.0.cmp(&o.0)
+        }
+    }
+
+    /// Versions are freed in chain order: while one thread holds a version
+    /// (protected by a hazard pointer, which protects that version only), no later
+    /// version and none of the nodes the later transitions removed — some of them
+    /// nodes of the held version — may be freed, however eagerly the others scan.
+    #[test]
+    fn a_held_version_holds_back_every_later_one() {
+        let drops = std::sync::Arc::new(AtomicI64::new(0));
+        let domain = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+        let h = HerlihySkewHeap::with_domain(domain.clone());
+        let mut b = HazardPointers::register(&domain);
+        for v in [5, 3, 8, 1, 9, 2, 7] {
+            h.insert(&mut b, Dropped(v, drops.clone()));
+        }
+        let mut a = HazardPointers::register(&domain);
+        let mut ga = a.enter();
+        let held = ga.protect(0, &h.current);
+        // Replaced before `held` was current: freed already, or by the next scan.
+        b.scan();
+        let before = drops.load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        for v in [4, 6] {
+            out.extend(h.delete_min(&mut b));
+            h.insert(&mut b, Dropped(v, drops.clone()));
+        }
+        assert_eq!(
+            drops.load(Ordering::Relaxed),
+            before,
+            "a node was freed while an older version was held"
+        );
+        // SAFETY: still protected; its nodes are alive (checked above).
+        assert_eq!(unsafe { (*(*held).root).value.0 }, 1);
+        drop(ga);
+        drop((a, b, out, h));
+        drop(domain);
     }
 
     #[test]

@@ -18,9 +18,31 @@
 
 use std::mem::MaybeUninit;
 
-use crate::reclaim::Local;
+use crate::reclaim::{Local, Reclaimer};
 use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 use crate::util::busy::BusyWork;
+
+/// Panics unless `local` is a registration in `domain`, the structure's own.
+/// Every operation that takes an explicit `Local` calls it first: a registration
+/// in another domain would protect nothing (a use after free from safe code).
+/// `op` names the operation, for the message.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn check_local<R: Reclaimer>(domain: &R, local: &R::Local, op: &'static str) {
+    if !domain.owns(local) {
+        foreign_local(op);
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn foreign_local(op: &'static str) -> ! {
+    panic!(
+        "{op}: `local` is registered with another reclamation domain than this structure's; \
+         register it with `R::register(x.domain())` (or use `x.handle()`)"
+    )
+}
 
 /// Operations between two automatic quiescent states (Hart: 100).
 pub const QUIESCENT_EVERY: u32 = 100;

@@ -57,9 +57,10 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell};
+use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
@@ -184,7 +185,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
 
     /// Appends `value` at the tail. `local` is the calling thread's registration
     /// in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
+        check_local(&*self.domain, local, "PljQueue::enqueue");
         let node = Node::alloc::<A>(ValueCell::new(value));
         let mut g = local.enter();
         let mut backoff = CasBackoff::new();
@@ -215,7 +220,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
 
     /// Removes the value at the head, or returns `None` if the queue is empty.
     /// `local` is the calling thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "PljQueue::dequeue");
         let mut g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
@@ -250,6 +259,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 .compare_exchange(s.head, next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                stall::point(stall::PLJ_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
                 let n = unsafe { &*next };
                 n.live.check();
@@ -268,7 +278,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     }
 
     /// Whether the queue is empty at some moment during the call.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn is_empty(&self, local: &mut R::Local) -> bool {
+        check_local(&*self.domain, local, "PljQueue::is_empty");
         let mut g = local.enter();
         loop {
             let s = self.snapshot(&mut g);

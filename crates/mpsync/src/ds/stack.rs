@@ -22,7 +22,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr;
 
-use super::lf::CasBackoff;
+use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -209,7 +209,11 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
 
     /// Pushes `value`; `local` is the calling thread's registration in
     /// [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn push(&self, local: &mut R::Local, value: T) {
+        check_local(&*self.domain, local, "HerlihyStack::push");
         let node = Box::into_raw(Box::new(Node {
             value: ManuallyDrop::new(value),
             next: ptr::null_mut(),
@@ -245,7 +249,11 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
 
     /// Pops the top value, or `None` if the stack is empty; `local` is the calling
     /// thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "HerlihyStack::pop");
         let mut cand: *mut Version<Node<T>> = ptr::null_mut();
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();

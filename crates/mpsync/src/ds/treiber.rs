@@ -42,9 +42,10 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell};
+use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentStack, StackHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A stack node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
@@ -103,11 +104,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
         &self.domain
     }
 
-    /// Pushes `value`. `local` is the calling thread's registration (push never
-    /// dereferences a shared node, so it needs no protection; the parameter keeps
-    /// the operations uniform).
+    /// Pushes `value`. `local` is the calling thread's registration in
+    /// [`domain`](Self::domain) (push never dereferences a shared node, so it needs
+    /// no protection; the parameter, checked like pop's, keeps the operations
+    /// uniform).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
     pub fn push(&self, local: &mut R::Local, value: T) {
-        let _ = local;
+        check_local(&*self.domain, local, "TreiberStack::push");
         let node = A::alloc(Node {
             live: Liveness::new(),
             next: AtomicPtr::new(ptr::null_mut()),
@@ -138,7 +143,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
 
     /// Pops the top value, or returns `None` if the stack is empty. `local` is the
     /// calling thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "TreiberStack::pop");
         let mut g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
@@ -146,6 +155,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
             if top.is_null() {
                 return None;
             }
+            stall::point(stall::TREIBER_POP_READ);
             // SAFETY: [1] `top` is protected (slot 0), validated as the head after
             // the protection was published, so it is not freed while we hold it.
             let t = unsafe { &*top };

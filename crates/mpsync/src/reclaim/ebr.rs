@@ -79,6 +79,11 @@ impl Ebr {
     pub fn records(&self) -> usize {
         self.core.records()
     }
+
+    /// The global epoch now (a snapshot, for tests and diagnostics).
+    pub fn epoch(&self) -> u64 {
+        self.core.epoch()
+    }
 }
 
 impl Default for Ebr {
@@ -99,6 +104,11 @@ impl Reclaimer for Ebr {
     #[cfg(loom)]
     fn register(this: &Arc<Self>) -> EbrLocal {
         EbrLocal::new(this)
+    }
+
+    #[inline]
+    fn owns(&self, local: &EbrLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
     }
 
     fn stats(&self) -> ReclaimStats {

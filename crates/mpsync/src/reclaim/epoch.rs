@@ -6,33 +6,66 @@
 //! registered and re-pins at each quiescent state. `G` advances from `g` to `g+1`
 //! only when every pinned thread has observed `g`.
 //!
-//! A thread retires nodes into the limbo bag of its own epoch `e` (three bags,
-//! indexed `e mod 3`, as in Fraser's three limbo lists). They are freed once
-//! `G >= e + 3`: while the thread is pinned at `e`, `G <= e + 1`; the advance to
-//! `e + 2` needed every pinned thread at `e + 1`, so it came after this thread
-//! unpinned (or re-pinned) — after the unlink; and the advance to `e + 3` needed
-//! every pinned thread to have pinned at `e + 2`, i.e. after that. (This is at
-//! least as strict as crossbeam-epoch's `G >= sealed + 2`, where the bag is sealed
-//! with a `G` read after the unlink, which is `<= e + 1`.) So when a thread moves
-//! to epoch `e + 3`, the bag it reuses (same index) is safe to free — Fraser's rule.
+//! A thread retires nodes into the limbo bag of the epoch `e` it is pinned at
+//! (three bags, indexed `e mod 3`, as in Fraser's three limbo lists). They are
+//! freed once `G >= e + 3` — Fraser's rule; when a thread moves to epoch `e + 3`,
+//! the bag it reuses (same index) is safe to free.
 //!
-//! Orderings, numbered and referred to below:
-//! - \[1\] pin: `state.store((g, pinned), Release)` then `fence(SeqCst)`. The fence
-//!   orders the store before the operation's loads of shared pointers (the
-//!   store-load pairing with \[2\]); the Release makes everything this thread did
-//!   before (earlier operations' reads of nodes) visible to an advancer's Acquire
-//!   load of `state` in \[2\].
-//! - \[2\] try_advance: `fence(SeqCst)`, then `state.load(Acquire)` of every record,
-//!   then `G.compare_exchange(g, g + 1, Release)`. If the scan misses a concurrent
-//!   pin, that pin's fence \[1\] follows \[2\]'s fence in the SeqCst order, so the
-//!   pinned thread's later loads see every unlink that happened before \[2\].
-//! - \[3\] unpin: `state.store((e, unpinned), Release)`, pairing with \[2\]'s Acquire.
-//! - \[4\] whoever frees loads `G` with Acquire (or Relaxed followed by \[1\]'s fence),
-//!   pairing with \[2\]'s Release CAS, so the readers' accesses, which happen before
-//!   the advances (\[1\]/\[3\] → \[2\]), happen before the free.
+//! Orderings, numbered and referred to below and in the code:
+//! - \[1\] pin: `g = G.load(Relaxed)`; `state.store((g, pinned), Release)`;
+//!   `fence(SeqCst)`; `G.load(Relaxed)` again — the pin is *validated* if that
+//!   re-read still returns `g`, else the thread re-pins at the value it read.
+//!   The fence orders the published state before the operation's loads of shared
+//!   pointers (the store-load pairing with \[2\]) and acquires the `G` read before
+//!   it (\[4\]); the Release makes the thread's earlier accesses visible to an
+//!   advancer that reads this state (\[2\]).
+//! - \[2\] try_advance: `g = G.load(Relaxed)`; `fence(SeqCst)`; every record's
+//!   `state.load(Acquire)`; if every pinned one is at `g`,
+//!   `G.compare_exchange(g, g + 1, Release)`.
+//! - \[3\] unpin: `state.store((e, unpinned), Release)`, read by \[2\]'s Acquire.
+//!   (QSBR never unpins: its next pin, also a Release store, ends the section.)
+//! - \[4\] whoever frees reads `G` with Acquire, or with Relaxed followed by \[1\]'s
+//!   fence. `G` changes only by \[2\]'s Release CAS, so every later value is in
+//!   the release sequence of each earlier advance: reading `G >= k` makes the
+//!   advance to `k`, and what happened before it, happen before the free.
+//!
+//! Why the node is unreachable when it is freed (a node `X`, unlinked inside a
+//! critical section of thread `T` pinned at `e`, retired into bag `e`):
+//! - (a) *While `T` is pinned at `e`, `G <= e + 1`.* An advance to `e + 2` read
+//!   `G = e + 1` before its fence \[2\]. `T`'s validating re-read \[1\] returned
+//!   `e`, which precedes `e + 1` in `G`'s modification order, so the re-read is
+//!   coherence-ordered before the advancer's read; with a SeqCst fence before the
+//!   one and after the other, `T`'s fence precedes the advancer's in the single
+//!   SeqCst order (C++20 \[atomics.order\] p4). So the advancer's scan reads `T`'s
+//!   pinned state or a later one, and while `T` stays pinned at `e` it sees
+//!   `e != e + 1` and fails. (Without the re-read this is false: a thread that
+//!   read `G = e`, stalled, and published its pin after two advances is pinned at
+//!   `e` with `G = e + 2`, and its bag `e` is freed at `e + 3` under a reader that
+//!   pinned at `e + 2` — the stale pin the `*stale*` tests in `tests/reclaim.rs`
+//!   and the `*window*` models in `tests/loom_reclaim.rs` force.)
+//! - (b) *The unlink happens before the advance to `e + 2`.* By (a), that
+//!   advance's scan read `T`'s state at or after its pin at `e`, and not that pin
+//!   itself (it would have failed): so a later Release store of `T` (\[3\], or
+//!   QSBR's next pin), which follows the unlink; the scan's Acquire \[2\] and the
+//!   Release CAS carry the unlink into the advance.
+//! - (c) *Every critical section that can load `X` happens before the advance to
+//!   `e + 3`.* Take any thread `U` and the state of `U` that this advance's scan
+//!   read. If it is the end of one of `U`'s sections or later, that section
+//!   happens before the advance (\[3\] → \[2\]). If it is `U` pinned, `U` is pinned
+//!   at `e + 2`: its pin read `G = e + 2` before its fence, so the advance to
+//!   `e + 2`, hence the unlink (b), happens before `U`'s loads, which cannot
+//!   return `X`. If it is a state before one of `U`'s pins, the scanner's fence
+//!   precedes that pin's fence in the SeqCst order (p4 again), and the scanner's
+//!   read of `G = e + 2` acquired the unlink (b): `U`'s loads after that pin see
+//!   the unlink too.
+//! - (d) *The free happens after all of them*, by \[4\] with `G >= e + 3`.
+//!
+//! Batches handed to the domain by a thread that leaves keep their bag's epoch;
+//! any thread frees them at `G >= tag + 3`, by the same argument.
 
 use std::ptr::NonNull;
 
+use crate::sched::stall;
 use crate::sync::{AtomicU64, Ordering, fence};
 use crate::util::CachePadded;
 
@@ -95,6 +128,7 @@ impl EpochDomain {
                 return false;
             }
         }
+        stall::point(stall::EPOCH_ADVANCE_SCANNED);
         // Release: [2]/[4], publishes the scan (and what it acquired) to whoever
         // frees after reading the new epoch.
         self.global
@@ -138,6 +172,12 @@ impl EpochDomain {
 
     pub(crate) fn records(&self) -> usize {
         self.registry.len()
+    }
+
+    /// The global epoch, for tests and diagnostics (a relaxed snapshot).
+    pub(crate) fn epoch(&self) -> u64 {
+        // Relaxed: a snapshot that orders nothing.
+        self.global.load(Ordering::Relaxed)
     }
 }
 
@@ -194,17 +234,31 @@ impl EpochThread {
         &unsafe { self.rec.as_ref() }.data
     }
 
-    /// Pins at the current global epoch (\[1\]); frees own bags that expired.
+    /// Pins at the current global epoch (\[1\], validated); frees own bags that
+    /// expired.
     pub(crate) fn pin(&mut self, d: &EpochDomain) {
-        // Relaxed: followed by the SeqCst fence, which acquires it ([4]).
-        let g = d.global.load(Ordering::Relaxed);
-        // Release: [1], this thread's earlier accesses happen before an advancer
-        // that reads this state.
-        self.record()
-            .state
-            .store(g << 1 | PINNED, Ordering::Release);
-        // SeqCst fence: [1], orders the store above before this operation's loads.
-        fence(Ordering::SeqCst);
+        // Relaxed: [1]/[4], followed by the SeqCst fence, which acquires it.
+        let mut g = d.global.load(Ordering::Relaxed);
+        loop {
+            stall::point(stall::EPOCH_PIN);
+            // Release: [1], this thread's earlier accesses happen before an
+            // advancer that reads this state.
+            self.record()
+                .state
+                .store(g << 1 | PINNED, Ordering::Release);
+            // SeqCst fence: [1], orders the store above before this operation's
+            // loads and the re-read below (the store-load pairing with [2]).
+            fence(Ordering::SeqCst);
+            // Relaxed: [1], the validating re-read; argument (a) in the module doc
+            // needs only its place in `G`'s modification order, after the fence.
+            let now = d.global.load(Ordering::Relaxed);
+            if now == g {
+                break;
+            }
+            // `G` moved while we were invisible: re-pin at the newer epoch (read
+            // before the next fence, which acquires it).
+            g = now;
+        }
         self.pinned = true;
         if g != self.epoch {
             self.epoch = g;

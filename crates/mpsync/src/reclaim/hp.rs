@@ -19,6 +19,7 @@
 
 use std::ptr::{self, NonNull};
 
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering, fence};
 
 use super::limbo::{Counters, Orphans, Retired};
@@ -144,6 +145,11 @@ impl Reclaimer for HazardPointers {
     #[cfg(loom)]
     fn register(this: &Arc<Self>) -> HpLocal {
         HpLocal::new(this)
+    }
+
+    #[inline]
+    fn owns(&self, local: &HpLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
     }
 
     fn stats(&self) -> ReclaimStats {
@@ -296,11 +302,13 @@ impl Guard for HpGuard<'_> {
         // Relaxed: only a candidate; it is validated below after the hazard is set.
         let mut p = src.load(Ordering::Relaxed);
         loop {
+            stall::point(stall::HP_PROTECT_LOADED);
             // Release: accesses made under this slot's previous protection happen
             // before a scanner that reads this value (its Acquire load in `scan`).
             hp.store(p.cast::<u8>().map_addr(|a| a & !mask), Ordering::Release);
             // SeqCst fence: pairs with the fence in `scan` (see there).
             fence(Ordering::SeqCst);
+            stall::point(stall::HP_PROTECT_PUBLISHED);
             // Acquire: pairs with the Release store/CAS that published the node.
             let q = src.load(Ordering::Acquire);
             if q == p {

@@ -65,6 +65,11 @@ impl Reclaimer for Leak {
         LeakLocal::new(this)
     }
 
+    #[inline]
+    fn owns(&self, local: &LeakLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
+    }
+
     fn stats(&self) -> ReclaimStats {
         let mut s = ReclaimStats::default();
         for r in self.registry.iter() {

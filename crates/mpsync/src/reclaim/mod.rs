@@ -29,8 +29,9 @@
 //! schemes ignore it. Every domain counts retired, freed and pending nodes
 //! ([`Reclaimer::stats`]), so memory growth is measurable.
 //!
-//! Layering: uses `sync` (atomics) and `util` (padding) only; nothing here waits or
-//! spins, so it needs nothing from `sched` — reclamation is only ever deferred.
+//! Layering: uses `sync` (atomics), `util` (padding) and, from `sched`, only its
+//! named stall points ([`sched::stall`](crate::sched::stall)); nothing here waits
+//! or spins — reclamation is only ever deferred.
 //!
 //! A Treiber stack's `pop`, written once, run with every scheme:
 //!
@@ -135,6 +136,13 @@ pub trait Reclaimer: Send + Sync + 'static {
 
     /// Retired, freed and pending nodes so far (a snapshot; see [`ReclaimStats`]).
     fn stats(&self) -> ReclaimStats;
+
+    /// Whether `local` is a registration in this domain (one pointer compare: a
+    /// `Local` keeps its domain alive, so the address cannot be reused while it
+    /// exists). A structure that takes an explicit `Local` must check it: a
+    /// registration in another domain protects nothing here (its hazards, or its
+    /// pin, are where this domain's reclaimers never look).
+    fn owns(&self, local: &Self::Local) -> bool;
 }
 
 /// A thread's registration in a domain. `!Sync`: one thread uses it at a time.

@@ -55,6 +55,11 @@ impl Qsbr {
     pub fn records(&self) -> usize {
         self.core.records()
     }
+
+    /// The global epoch now (a snapshot, for tests and diagnostics).
+    pub fn epoch(&self) -> u64 {
+        self.core.epoch()
+    }
 }
 
 impl Default for Qsbr {
@@ -75,6 +80,11 @@ impl Reclaimer for Qsbr {
     #[cfg(loom)]
     fn register(this: &Arc<Self>) -> QsbrLocal {
         QsbrLocal::new(this)
+    }
+
+    #[inline]
+    fn owns(&self, local: &QsbrLocal) -> bool {
+        std::ptr::eq(self, &*local.domain)
     }
 
     fn stats(&self) -> ReclaimStats {

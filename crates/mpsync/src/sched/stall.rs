@@ -114,6 +114,20 @@ points! {
     /// re-read to validate it.
     HP_PROTECT_PUBLISHED = "hp.protect.published",
         "hazard pointer published, source not yet re-validated";
+    // reclaim and ds (reclaim-fixes):
+    /// Hazard pointers, `protect`: the candidate pointer is loaded, the hazard not
+    /// yet published (the node may be unlinked and freed here: the validating
+    /// re-read is what catches that).
+    HP_PROTECT_LOADED = "hp.protect.loaded",
+        "hazard pointer candidate loaded, hazard not yet published";
+    /// Prakash-Lee-Johnson queue, dequeue: `head` was swung by this thread's CAS;
+    /// the value is not yet read from the new dummy.
+    PLJ_DEQUEUE_SWUNG = "plj_queue.dequeue.swung",
+        "PLJ queue dequeue: head CAS succeeded, value not yet read";
+    /// Epoch schemes, `try_advance`: every record was scanned, the CAS that
+    /// advances the global epoch not yet done.
+    EPOCH_ADVANCE_SCANNED = "epoch.advance.scanned",
+        "reclaim epoch advance: records scanned, global epoch not yet advanced";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
