@@ -14,8 +14,49 @@ fn load_order(o: Ordering) -> Ordering {
     }
 }
 
+/// Whether `o` has a release half.
+fn releases(o: Ordering) -> bool {
+    matches!(o, Ordering::Release | Ordering::AcqRel | Ordering::SeqCst)
+}
+
+/// `swap(v, o)` as a CAS loop. `load` guesses the current value; `cas(e)` is
+/// `compare_exchange(e, v, o, load_order(o))`; `other` is any value `!= v`.
+///
+/// Every exit reads the *latest* value in modification order, through an RMW,
+/// as a swap does; a plain load may return an older one. (Returning the loaded
+/// value when it equalled `v` — once a shortcut here — let a queue lock's tail
+/// swap return a stale tail: a thread whose fresh node had the address of a
+/// node freed at another thread's exit found "itself" as its predecessor, and
+/// the MCS/Smart-Q models in which threads lock twice spun forever.)
+///
+/// A swap that would replace `v` by `v` without a release half (TAS spinning on
+/// `swap(true, Acquire)`) is made a failing CAS that expects `other`: it reads
+/// the latest value, and skips a write that nobody could tell from no write —
+/// so spinning swaps do not flood the model's store history.
+fn swap_by_cas<T: Copy + PartialEq>(
+    v: T,
+    other: T,
+    o: Ordering,
+    load: impl Fn() -> T,
+    cas: impl Fn(T) -> Result<T, T>,
+) -> T {
+    let mut guess = load();
+    loop {
+        let expect = if guess == v && !releases(o) {
+            other
+        } else {
+            guess
+        };
+        match cas(expect) {
+            Ok(prev) => return prev,
+            Err(now) if now == v && !releases(o) => return now,
+            Err(now) => guess = now,
+        }
+    }
+}
+
 macro_rules! wrap {
-    ($name:ident, $inner:ty, $t:ty) => {
+    ($name:ident, $inner:ty, $t:ty, $other:expr) => {
         /// Loom atomic with a correctly modelled `swap` (see the module doc).
         #[derive(Debug, Default)]
         pub struct $name($inner);
@@ -53,25 +94,28 @@ macro_rules! wrap {
             ) -> Result<$t, $t> {
                 self.0.compare_exchange_weak(c, n, s, f)
             }
-            /// As std's `swap`, modelled as a CAS loop. Swapping in the value
-            /// already there is modelled as a load with the swap's load ordering.
+            /// As std's `swap`, modelled as a CAS loop (see [`swap_by_cas`]).
             pub fn swap(&self, v: $t, o: Ordering) -> $t {
-                loop {
-                    let cur = self.0.load(load_order(o));
-                    if cur == v {
-                        return cur;
-                    }
-                    if self.0.compare_exchange(cur, v, o, load_order(o)).is_ok() {
-                        return cur;
-                    }
-                }
+                swap_by_cas(
+                    v,
+                    $other(v),
+                    o,
+                    || self.0.load(load_order(o)),
+                    |e| self.0.compare_exchange(e, v, o, load_order(o)),
+                )
             }
         }
     };
 }
 
-wrap!(AtomicBool, loom::sync::atomic::AtomicBool, bool);
-wrap!(AtomicU32, loom::sync::atomic::AtomicU32, u32);
+wrap!(
+    AtomicBool,
+    loom::sync::atomic::AtomicBool,
+    bool,
+    |v: bool| !v
+);
+wrap!(AtomicU32, loom::sync::atomic::AtomicU32, u32, |v: u32| v
+    ^ 1);
 
 impl AtomicU32 {
     /// As std's `fetch_add`.
@@ -132,17 +176,15 @@ impl<T> AtomicPtr<T> {
     ) -> Result<*mut T, *mut T> {
         self.0.compare_exchange_weak(c, n, s, f)
     }
-    /// As std's `swap`, modelled as a CAS loop (see the module doc).
+    /// As std's `swap`, modelled as a CAS loop (see [`swap_by_cas`]).
     pub fn swap(&self, v: *mut T, o: Ordering) -> *mut T {
-        loop {
-            let cur = self.0.load(load_order(o));
-            if cur == v {
-                return cur;
-            }
-            if self.0.compare_exchange(cur, v, o, load_order(o)).is_ok() {
-                return cur;
-            }
-        }
+        swap_by_cas(
+            v,
+            v.map_addr(|a| a ^ 1),
+            o,
+            || self.0.load(load_order(o)),
+            |e| self.0.compare_exchange(e, v, o, load_order(o)),
+        )
     }
     /// As std's `into_inner`.
     pub fn into_inner(self) -> *mut T {
