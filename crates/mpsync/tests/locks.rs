@@ -276,6 +276,75 @@ fn nested_np_sections_keep_the_state() {
     drop(g);
 }
 
+/// Always held by someone else: `try_lock` fails, but only once the scheduler
+/// has warned the caller (it waits for that), as if the warning had arrived
+/// during the attempt.
+struct FailsOnceWarned;
+
+// SAFETY: never grants the lock, so it is trivially exclusive.
+unsafe impl RawMutex for FailsOnceWarned {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = FailsOnceWarned;
+    type Guard = lock_api::GuardSend;
+
+    fn lock(&self) -> Self::Guard {
+        unreachable!("only try_lock is used")
+    }
+
+    fn try_lock(&self) -> Option<Self::Guard> {
+        while !sched::current().warned() {
+            std::hint::spin_loop();
+        }
+        None
+    }
+
+    unsafe fn unlock(&self, _: Self::Guard) {}
+
+    fn is_locked(&self) -> bool {
+        true
+    }
+}
+
+/// A failed `Np::try_lock` held nothing, so a warning that came meanwhile must
+/// not make it yield (it used to give away a whole quantum): the scheduler takes
+/// the processor back by itself once the thread is preemptable again.
+#[test]
+fn np_try_lock_failure_does_not_yield_when_warned() {
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .expect("valid config")
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_millis(100))
+        .seed(5);
+    let emu = Emulated::start(cfg).expect("pseudo-scheduler starts");
+    let l = Np::new(FailsOnceWarned);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let (tried_tx, tried_rx) = std::sync::mpsc::channel::<()>();
+    let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+    let (before, after) = std::thread::scope(|s| {
+        let (emu, l) = (&emu, &l);
+        s.spawn(move || {
+            let _att = emu.attach(0).expect("attach");
+            ready_tx.send(()).unwrap();
+            assert!(l.try_lock().is_none());
+            assert_eq!(sched::current().depth(), 0);
+            tried_tx.send(()).unwrap();
+            let _ = leave_rx.recv();
+        });
+        // Read from this unattached thread: the scheduler's lock is never
+        // taken by a thread it may preempt.
+        ready_rx.recv().unwrap();
+        let before = emu.stats().voluntary_yields;
+        tried_rx.recv().unwrap();
+        let after = emu.stats().voluntary_yields;
+        leave_tx.send(()).unwrap();
+        (before, after)
+    });
+    let stats = emu.stop();
+    assert!(stats.warnings > 0, "the scheduler never warned: {stats:?}");
+    assert_eq!(after, before, "a failed try_lock yielded the processor");
+}
+
 #[test]
 fn tas_b_rejects_bad_backoff() {
     let e = TasB::with_backoff(Duration::ZERO, Duration::from_micros(30)).unwrap_err();

@@ -4,7 +4,8 @@
 //! Paper 003 §3 (the Symunix interface) and paper 001 §3: the thread asks not to be
 //! preempted before it tries to acquire, and clears the request after it releases;
 //! if the scheduler warned it meanwhile, it yields right then, at a point where it
-//! holds no lock. Requests nest through the context block's depth, so only the
+//! holds no lock. A `try_lock` that fails clears the request without yielding
+//! (nothing was held, so no extension is to be given back). Requests nest through the context block's depth, so only the
 //! outermost release clears the state.
 //!
 //! The request also covers the wait for the lock, so that no window exists between
@@ -84,7 +85,8 @@ unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for Np<L> {
                 _not_send: PhantomData,
             }),
             None => {
-                sched::release_no_preempt();
+                // Nothing was held: no yield, even if warned meanwhile.
+                sched::cancel_no_preempt();
                 None
             }
         }
@@ -122,5 +124,12 @@ impl NpToken {
     #[inline]
     pub(crate) fn release(self) {
         sched::release_no_preempt();
+    }
+
+    /// Ends the request after a failed `try_lock`: nothing was held, so a warned
+    /// thread does not yield here ([`sched::cancel_no_preempt`]).
+    #[inline]
+    pub(crate) fn cancel(self) {
+        sched::cancel_no_preempt();
     }
 }

@@ -324,7 +324,8 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
         // SAFETY: the CAS failed: no queue refers to `node`.
         unsafe { return_node(node) };
         if let Some(t) = token {
-            t.release();
+            // Nothing was held: no yield, even if warned meanwhile.
+            t.cancel();
         }
         None
     }

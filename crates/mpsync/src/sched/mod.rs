@@ -74,6 +74,20 @@ pub fn release_no_preempt() {
     }
 }
 
+/// Ends a no-preempt request under which nothing was held — a `try_lock` that
+/// failed — and, unlike [`release_no_preempt`], never yields: a warning that
+/// arrived meanwhile asks the thread to give back the extension of a critical
+/// section, and there was none. Preemptable again, the thread is taken by the
+/// scheduler at its next look (the emulated backend re-checks a warned thread
+/// every 200 µs; the kernel at its next tick). Nests as `release_no_preempt`.
+#[inline]
+pub fn cancel_no_preempt() {
+    let cb = current();
+    native::on_release_no_preempt(cb);
+    // The warning is left to the scheduler, which clears it when it stops us.
+    let _warned = cb.release_no_preempt();
+}
+
 /// RAII form of [`request_no_preempt`]/[`release_no_preempt`]. Not `Send`: the
 /// request belongs to the thread that made it.
 #[derive(Debug)]
