@@ -17,6 +17,7 @@ use mpsync::lock::{
     SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sched::stall::{self, Trap};
 use mpsync::sched::{self, ThreadState};
 use mpsync::util::busy::BusyWork;
 
@@ -46,8 +47,12 @@ unsafe impl<L: Sync> Sync for Shared<L> {}
 
 impl<L: RawMutex> Shared<L> {
     fn new() -> Self {
+        Self::with_lock(L::INIT)
+    }
+
+    fn with_lock(lock: L) -> Self {
         Self {
-            lock: L::INIT,
+            lock,
             counter: UnsafeCell::new(0),
             inside: AtomicBool::new(false),
         }
@@ -87,9 +92,13 @@ impl<L: RawMutex> Shared<L> {
 /// `iters` per thread: FIFO queue locks hand the lock to preempted waiters and
 /// crawl here (the collapse paper 003 measures), so they get fewer.
 fn oversubscribed<L: RawMutex + Sync>(iters: u64) {
-    let threads = 8u64;
+    oversubscribed_with(L::INIT, 8, iters);
+}
+
+/// As [`oversubscribed`], for a lock built with parameters and `threads` threads.
+fn oversubscribed_with<L: RawMutex + Sync>(lock: L, threads: u64, iters: u64) {
     let iters = iters * scale();
-    let s = Shared::<L>::new();
+    let s = Shared::with_lock(lock);
     let go = Barrier::new(threads as usize);
     std::thread::scope(|sc| {
         for t in 0..threads {
@@ -244,6 +253,91 @@ torture! {
     clh_tp_np: Np<ClhTp> => 300,
     spin_then_park: SpinThenPark => 2_000,
     spin_then_park_np: Np<SpinThenPark> => 2_000,
+}
+
+/// Ticket-np with the shortest patience (100 ns): releasers withdraw offers all
+/// the time, and withdrawn waiters retake numbers and claim them while their
+/// releaser is still in its hand-over loop. Left to the OS, a releaser is
+/// almost never delayed in the ~100 ns after its withdrawal CAS (measured here:
+/// 0–2 violations in 3 s of 4 threads on 2 busy cores); so a stall thread also
+/// stops whichever releaser next passes [`stall::TICKET_NP_WITHDRAWN`] for
+/// tens of microseconds, over and over — the preemption the bug needs, at its
+/// window. A releaser that re-stored its offer over a fresh claim let a second
+/// thread in ("two threads inside") in 10 runs of 10.
+#[test]
+fn ticket_np_short_patience_with_stalled_releasers() {
+    let s = Shared::with_lock(TicketNp::with_patience(Duration::from_nanos(100)).unwrap());
+    let run = Duration::from_secs(2 * scale());
+    let stalls = stall_at_while(stall::TICKET_NP_WITHDRAWN, run, || {
+        // Critical sections long enough (up to ~1000 work iterations) that the
+        // stalled releaser wakes up while the thread that claimed behind it is
+        // still inside.
+        for_wall_time(&s, 4, run, 1_000);
+    });
+    assert!(stalls > 0, "no releaser withdrew an offer");
+    assert!(s.lock.withdrawn() > 0);
+}
+
+/// Runs `work` on this thread while another repeatedly stops the next thread
+/// that passes `point` for 5–80 µs; returns how many times it stopped one.
+fn stall_at_while(point: stall::Point, run: Duration, work: impl FnOnce() + Send) -> u64 {
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let staller = sc.spawn(|| {
+            let mut stalls = 0u64;
+            let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+            let end = std::time::Instant::now() + run + Duration::from_secs(5);
+            while !finished.load(Ordering::Acquire) && std::time::Instant::now() < end {
+                let trap = Trap::at(point).arm();
+                if trap.wait_hit(Duration::from_millis(20)).is_ok() {
+                    stalls += 1;
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    // Asleep, so that the other threads have the processors.
+                    std::thread::sleep(Duration::from_micros(5 + rng % 75));
+                }
+                drop(trap); // releases the victim
+            }
+            stalls
+        });
+        work();
+        finished.store(true, Ordering::Release);
+        staller.join().unwrap()
+    })
+}
+
+/// `threads` threads run critical sections of 1..`work_iters` work iterations on
+/// `s` for `run` of wall time; returns how many (checked against the counter).
+fn for_wall_time<L: RawMutex + Sync>(
+    s: &Shared<L>,
+    threads: usize,
+    run: Duration,
+    work_iters: u64,
+) -> u64 {
+    let done = AtomicU64::new(0);
+    let go = Barrier::new(threads);
+    std::thread::scope(|sc| {
+        for t in 0..threads as u64 {
+            let (go, done) = (&go, &done);
+            sc.spawn(move || {
+                go.wait();
+                let end = std::time::Instant::now() + run;
+                let mut i = 0u64;
+                while std::time::Instant::now() < end {
+                    for _ in 0..64 {
+                        s.critical(1 + (i + t) % work_iters);
+                        i += 1;
+                    }
+                }
+                done.fetch_add(i, Ordering::Relaxed);
+                assert_eq!(sched::current().depth(), 0);
+            });
+        }
+    });
+    let done = done.into_inner();
+    assert_eq!(s.total(), done, "lost increments");
+    done
 }
 
 #[test]

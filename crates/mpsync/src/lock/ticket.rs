@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sched;
+use crate::sched::{self, stall};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, spin_loop};
 use crate::util::clock::Patience;
 
@@ -51,9 +51,18 @@ fn ahead(mine: u32, serving: u32) -> i32 {
     mine.wrapping_sub(serving) as i32
 }
 
-/// Waits about `n` positions' worth (001 §3.1 proportional backoff).
+/// Waits about `n` positions' worth (001 §3.1 proportional backoff). Under loom
+/// a single model yield, as [`crate::util::backoff::Backoff::spin`] is: every
+/// spin there is a scheduling point, and 32 per position made the models that
+/// lock twice too large to finish.
 #[inline]
 fn proportional_pause(n: u32) {
+    #[cfg(loom)]
+    {
+        let _ = n;
+        spin_loop();
+    }
+    #[cfg(not(loom))]
     for _ in 0..n.saturating_mul(PROPORTIONAL_SPINS).min(1 << 16) {
         spin_loop();
     }
@@ -212,6 +221,21 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// Tickets are 31-bit numbers: `next` counts in steps of 2 and `serving` holds
 /// `ticket | CLAIMED`, so the offer and its claim are one word and a single CAS
 /// decides between the acquirer's claim and the releaser's withdrawal.
+///
+/// | `serving` | `next`  | state                                     | left by                                                       |
+/// |-----------|---------|-------------------------------------------|---------------------------------------------------------------|
+/// | `t`       | `== t`  | free: offered to whoever takes `t` next   | the taker's claim (`t → t\|1`)                                |
+/// | `t`       | `> t`   | reserved: offered to the taker of `t`     | its claim; or a withdrawal CAS `t → t+2` by the releaser (after its patience) or by the taker of `t+2` (idle lock, see `acquire`) |
+/// | `t\|1`    | `> t`   | held by the taker of `t`                  | its release: the store `t+2` (the only plain store)           |
+///
+/// [1] `serving` only grows (claim +1, release +1, withdrawal +2; mod 2³²).
+/// [2] Every write but the holder's release store is a CAS from an unclaimed
+/// (even) value, so a claimed word changes only by its holder's release.
+/// [3] Only the taker of `t` (numbers are unique: `fetch_add`, or `try_lock`'s
+/// CAS on `next`) attempts the claim `t → t|1`, and by [1] an offer that was
+/// withdrawn is never offered again. So one thread holds at a time: from its
+/// claim to its release store. Wrap-around needs 2³⁰ hand-overs while one
+/// thread stalls between its read and its CAS.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
@@ -270,6 +294,7 @@ impl TicketNp {
         'ticket: loop {
             // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
             let mine = self.next.fetch_add(2, Ordering::Relaxed);
+            stall::point(stall::TICKET_NP_TAKEN);
             // While waiting, let the scheduler preempt us (we hold no lock).
             let paused = cb.pause_no_preempt();
             // The offer we watch when we are next in line, and since when.
@@ -337,12 +362,24 @@ impl TicketNp {
         }
     }
 
-    /// The releaser's side: offer `t`, wait for a claim, withdraw and move on.
+    /// The releaser's side: offer the number after ours, wait briefly for its
+    /// claim; with no claim in time, withdraw the offer — the withdrawal CAS
+    /// itself offers the number after — and wait again.
+    ///
+    /// The offer is stored once, over our own claim; from then on the releaser
+    /// writes `serving` only by withdrawal CASes from the unclaimed offer it is
+    /// waiting on, so it can never overwrite a claim (state table at
+    /// [`TicketNp`]). Storing the offer again at every pass did: right after a
+    /// withdrawal the withdrawn acquirer may retake exactly the number just
+    /// offered and claim it, and the next pass's store erased that claim and
+    /// handed the lock on to a second thread (test
+    /// `withdrawn_number_retaken_and_claimed_keeps_its_claim`).
     fn hand_over(&self, claimed: u32) {
         let mut t = (claimed & !CLAIMED).wrapping_add(2);
+        // Release: publishes the critical section to the claimant's Acquire (its
+        // claim reads this store, or a withdrawal CAS in its release sequence).
+        self.serving.store(t, Ordering::Release);
         loop {
-            // Release: publishes the critical section to the claimant's Acquire.
-            self.serving.store(t, Ordering::Release);
             // Nobody holds number t: the lock is free, and whoever takes t claims
             // it (the waiter behind watches that claim, see `acquire`). Relaxed:
             // a hint; an acquirer that took t sees the offer eventually either way.
@@ -351,16 +388,20 @@ impl TicketNp {
             }
             let mut patience = Patience::start(u64::from(self.patience_ns));
             loop {
-                // Relaxed: only the CAS below (or the claimant's) decides.
+                // Relaxed: only the CAS below (or the claimant's) decides. Any
+                // value but `t` is a later one (`serving` only grows): claimed,
+                // or withdrawn by the waiter behind, which then claims its own.
                 if self.serving.load(Ordering::Relaxed) != t {
-                    return; // claimed
+                    return;
                 }
                 if patience.exhausted() {
                     break;
                 }
                 spin_loop();
             }
-            // Withdraw t; Release keeps the critical section published for the next.
+            // Withdraw t, which offers t + 2 in the same step. Release: the
+            // claimant of t + 2 reads this CAS (a release-sequence member of our
+            // offer store anyway; explicit, for the reader).
             match self.serving.compare_exchange(
                 t,
                 t.wrapping_add(2),
@@ -368,11 +409,13 @@ impl TicketNp {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
+                    stall::point(stall::TICKET_NP_WITHDRAWN);
                     // Relaxed: a statistic.
                     self.withdrawn.fetch_add(1, Ordering::Relaxed);
+                    // t + 2 is on offer now (the CAS wrote it): never store it.
                     t = t.wrapping_add(2);
                 }
-                Err(_) => return, // the claim won the race
+                Err(_) => return, // claimed (or withdrawn by the waiter behind)
             }
         }
     }
@@ -384,10 +427,12 @@ impl Default for TicketNp {
     }
 }
 
-// SAFETY: a thread holds the lock from its successful claim CAS (serving: t → t|1)
-// until it stores the next offer; only the holder stores offers, and a withdrawal
-// CAS succeeds only on an unclaimed offer, so two claims of one offer or a claim
-// of a withdrawn one are impossible. Acquire claim pairs with the Release offer.
+// SAFETY: mutual exclusion by [1]–[3] at `TicketNp`: a thread holds the lock
+// from its claim CAS (serving t → t|1) to its release store (t+2); meanwhile no
+// other write can succeed on the claimed word, and no other claim can either.
+// The claim's Acquire reads the previous holder's Release offer store or a
+// withdrawal CAS after it (Release; the RMWs extend the store's release
+// sequence), so each critical section happens before the next.
 unsafe impl lock_api::RawMutex for TicketNp {
     #[allow(clippy::declare_interior_mutable_const)]
     #[cfg(not(loom))]
@@ -411,15 +456,17 @@ unsafe impl lock_api::RawMutex for TicketNp {
         // Acquire: pairs with the releaser's Release offer.
         let s = self.serving.load(Ordering::Acquire);
         if s & CLAIMED == 0 {
-            // Take number s only if it is the one on offer, then claim it.
-            // Relaxed: the claim below synchronizes.
+            // Take number s only if it is the one on offer with nobody holding
+            // it (the lock is free), then claim it. Relaxed: the claim below
+            // synchronizes.
             if self
                 .next
                 .compare_exchange(s, s.wrapping_add(2), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
             {
-                // Acquire: as in `acquire`. Nobody else can claim or withdraw s:
-                // the releaser saw `next == s` and left, or waits for us.
+                // Acquire: as in `acquire`. Nobody else claims s (it is our
+                // number); a releaser that saw us take it may withdraw it if we
+                // are slower than its patience, and so may the taker of s + 2.
                 if self
                     .serving
                     .compare_exchange(s, s | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
@@ -427,11 +474,12 @@ unsafe impl lock_api::RawMutex for TicketNp {
                 {
                     return Some(token);
                 }
-                // Withdrawn in between (the releaser timed out on us): we took a
-                // number we will not use; it is already skipped. Not acquired.
+                // Withdrawn in between: the number we took is already skipped
+                // (serving moved past it), and we never held it. Not acquired.
             }
         }
-        token.release();
+        // Nothing was held: end the request without the warned thread's yield.
+        token.cancel();
         None
     }
 
@@ -445,8 +493,11 @@ unsafe impl lock_api::RawMutex for TicketNp {
 
     #[inline]
     fn is_locked(&self) -> bool {
-        // Relaxed: a momentary snapshot.
-        self.serving.load(Ordering::Relaxed) & CLAIMED != 0
+        // Free is exactly `serving == next` (table at `TicketNp`): a claim sets
+        // bit 0 of `serving` (tickets are even), and a taken number makes
+        // `next` pass an unclaimed offer — reserved for its taker, which is
+        // what `try_lock` also refuses. Relaxed: a momentary snapshot.
+        self.next.load(Ordering::Relaxed) != self.serving.load(Ordering::Relaxed)
     }
 }
 
@@ -504,6 +555,95 @@ mod tests {
             // SAFETY: test helper; `g` came from this lock on this thread.
             unsafe { lock_api::RawMutex::unlock(self, g) };
         }
+    }
+
+    /// The interleaving, forced with stall points: A holds; B takes
+    /// number 2 and stalls before watching for it; A's patience runs out and it
+    /// withdraws 2 (offering 4) — A is stopped right there; B runs, sees its
+    /// number withdrawn, takes 4 and claims it; then A goes on. A must not touch
+    /// the lock any more (it used to re-store the offer 4 over B's claim and then
+    /// hand the lock on), so a third thread cannot get in while B holds it.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn withdrawn_number_retaken_and_claimed_keeps_its_claim() {
+        use crate::sched::stall::Trap;
+        use std::sync::atomic::AtomicBool as StdBool;
+        use std::sync::mpsc::channel;
+        const T: Duration = Duration::from_secs(10);
+        let l = TicketNp::new(); // the default patience: the traps make the stall
+        let inside = StdBool::new(false);
+        std::thread::scope(|s| {
+            let (l, inside) = (&l, &inside);
+            let (a_id, a_id_rx) = channel();
+            let (a_go, a_go_rx) = channel::<()>();
+            let a = s.spawn(move || {
+                let g = l.lock(); // ticket 0
+                a_id.send(sched::current().id()).unwrap();
+                let _ = a_go_rx.recv();
+                l.unlock_now(g); // stops at TICKET_NP_WITHDRAWN
+            });
+            let a_id = a_id_rx.recv().unwrap();
+            let (b_id, b_id_rx) = channel();
+            let (b_go, b_go_rx) = channel::<()>();
+            let (b_held, b_held_rx) = channel::<()>();
+            let (b_leave, b_leave_rx) = channel::<()>();
+            let b = s.spawn(move || {
+                b_id.send(sched::current().id()).unwrap();
+                let _ = b_go_rx.recv();
+                let g = l.lock(); // number 2 (withdrawn), then 4
+                assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
+                b_held.send(()).unwrap();
+                if b_leave_rx.recv().is_ok() {
+                    inside.store(false, Ordering::SeqCst);
+                    l.unlock_now(g);
+                } else {
+                    // The test failed (its sender is gone): the lock's state is
+                    // not to be trusted, so B leaves without releasing.
+                    std::mem::forget(g);
+                }
+            });
+            let b_id = b_id_rx.recv().unwrap();
+            let taken = Trap::at(stall::TICKET_NP_TAKEN).thread(b_id).arm();
+            let withdrawn = Trap::at(stall::TICKET_NP_WITHDRAWN).thread(a_id).arm();
+            b_go.send(()).unwrap();
+            taken.wait_hit(T).unwrap(); // B took number 2
+            a_go.send(()).unwrap();
+            withdrawn.wait_hit(T).unwrap(); // A withdrew 2 and offered 4
+            // Relaxed: the trap's hand-off (Release/Acquire) ordered A's CAS before.
+            assert_eq!(l.serving.load(Ordering::Relaxed), 4);
+            taken.release();
+            b_held_rx
+                .recv_timeout(T)
+                .expect("B retakes 4 and claims it");
+            withdrawn.release();
+            a.join().unwrap();
+            // B holds the lock: nobody else may get it.
+            let c = l.try_lock();
+            let c_got_it = c.is_some();
+            if let Some(g) = c {
+                l.unlock_now(g);
+            }
+            assert!(!c_got_it, "C's try_lock succeeded while B holds the lock");
+            assert!(l.is_locked(), "is_locked() is false while B holds the lock");
+            b_leave.send(()).unwrap();
+            b.join().unwrap();
+        });
+        assert!(!l.is_locked());
+        let g = l.try_lock().expect("free once B released");
+        l.unlock_now(g);
+    }
+
+    /// A number taken but not yet claimed holds an offer that reserves the lock:
+    /// `try_lock` fails and `is_locked` says so.
+    #[test]
+    fn an_unclaimed_offer_reserves_the_lock() {
+        let l = TicketNp::new();
+        l.next.fetch_add(2, Ordering::Relaxed); // took number 0, not yet claimed
+        assert!(l.try_lock().is_none());
+        assert!(
+            l.is_locked(),
+            "an offer reserved for a taken number is locked"
+        );
     }
 
     #[test]
