@@ -2,12 +2,16 @@
 //! is a model yield under loom, so lost wake-ups show up as livelock/deadlock), and
 //! the no-preempt wrapper with a "kernel" thread racing to preempt the holder.
 //!
-//! Every lock is modelled twice: its full `lock` (spinning waiters yield to the
-//! model through `sync::spin_loop`), and `try_lock` with a bounded number of
-//! attempts, which checks that every success is exclusive and counted. (Loom 0.7.2
-//! mis-models `swap`; `mpsync::sync` works around it under `cfg(loom)`.)
+//! Every lock is modelled with its full `lock` (spinning waiters yield to the
+//! model through `sync::spin_loop`), with `try_lock` and a bounded number of
+//! attempts (every success exclusive and counted), and with each of two threads
+//! acquiring *twice* (`acquire_twice`): a second holder, and a reused queue node,
+//! only become observable when a thread comes back. (Loom 0.7.2 mis-models
+//! `swap`; `mpsync::sync` works around it under `cfg(loom)`.)
 //!
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p mpsync --test loom_locks --release`
+//! The models that lock twice, and the longest ones, set their own preemption
+//! bound (2–4), so the file runs the same with or without `LOOM_MAX_PREEMPTIONS`:
+//! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_locks -- --test-threads=1`
 #![cfg(loom)]
 
 use lock_api::RawMutex;
@@ -78,6 +82,44 @@ fn two_threads_bounded_attempts<L: RawMutex + Send + Sync + 'static>(make: fn() 
         let g = shared.0.try_lock().expect("lock left held");
         // SAFETY: acquired just above on this thread.
         unsafe { shared.0.unlock(g) };
+    });
+}
+
+/// `threads` threads each acquire the lock twice (lock, unlock, lock again),
+/// exploring every interleaving with at most `preemptions` preemptions. A
+/// second holder only becomes observable when a thread comes back (a releaser
+/// still busy handing over while its successor already holds), and a reused
+/// queue node only when its owner enqueues it again: models in which each thread
+/// locks once cannot see either. Loom flags overlapping accesses to the cell;
+/// the count checks that no critical section was lost.
+fn acquire_twice<L: RawMutex + Send + Sync + 'static>(
+    make: fn() -> L,
+    threads: usize,
+    preemptions: usize,
+) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
+        let shared = Arc::new((make(), UnsafeCell::new(0u32)));
+        let ts: Vec<_> = (0..threads)
+            .map(|_| {
+                let s = shared.clone();
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        let g = s.0.lock();
+                        // SAFETY: the lock is held.
+                        s.1.with_mut(|p| unsafe { *p += 1 });
+                        // SAFETY: `g` came from this lock on this thread.
+                        unsafe { s.0.unlock(g) };
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 2 * threads as u32);
     });
 }
 
@@ -226,10 +268,27 @@ fn mcs_tp_full_lock() {
 /// Smart-Q with a "kernel" that preempts the waiter (and resumes it) at any point:
 /// the releaser's CAS to OtherUnpreemptable races the kernel's CAS to Preempted;
 /// a waiter found preempted is skipped (FAILURE) and must re-enqueue and still
-/// get the lock exactly once.
+/// get the lock exactly once. (Unbounded, this model took 108 s with loom's own
+/// `AtomicPtr::swap` and over 5 min with the CAS-loop swap of `sync`: bounded to
+/// 4 preemptions, it takes seconds.)
 #[test]
 fn smart_q_handoff_vs_preemption() {
-    loom::model(|| {
+    smart_q_vs_preemption(1, 4);
+}
+
+/// As `smart_q_handoff_vs_preemption`, each thread acquiring twice: a skipped
+/// waiter re-enqueues the same node, and a thread's second acquisition reuses
+/// the node of its first — the reuse the FAILURE-after-successor-known rule
+/// (module doc of `skipq`) is about.
+#[test]
+fn smart_q_twice_vs_preemption() {
+    smart_q_vs_preemption(2, 2);
+}
+
+fn smart_q_vs_preemption(rounds: u32, preemptions: usize) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
         let shared = Arc::new((SmartQ::new(), UnsafeCell::new(0u32)));
         let (tx, rx) = loom::sync::mpsc::channel();
         let ts: Vec<_> = (0..2)
@@ -240,11 +299,13 @@ fn smart_q_handoff_vs_preemption() {
                     if i == 1 {
                         tx.send(sched::current() as *const _ as usize).unwrap();
                     }
-                    let g = s.0.lock();
-                    // SAFETY: the lock is held.
-                    s.1.with_mut(|p| unsafe { *p += 1 });
-                    // SAFETY: `g` came from this lock on this thread.
-                    unsafe { s.0.unlock(g) };
+                    for _ in 0..rounds {
+                        let g = s.0.lock();
+                        // SAFETY: the lock is held.
+                        s.1.with_mut(|p| unsafe { *p += 1 });
+                        // SAFETY: `g` came from this lock on this thread.
+                        unsafe { s.0.unlock(g) };
+                    }
                 })
             })
             .collect();
@@ -270,7 +331,7 @@ fn smart_q_handoff_vs_preemption() {
             t.join().unwrap();
         }
         // SAFETY: all threads joined.
-        assert_eq!(shared.1.with(|p| unsafe { *p }), 2);
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 2 * rounds);
     });
 }
 
@@ -347,4 +408,40 @@ fn clh_tp_removal_vs_handoff() {
     let removals = REMOVALS.load(std::sync::atomic::Ordering::Relaxed);
     assert!(removals > 0, "no explored execution removed W");
     println!("clh_tp_removal_vs_handoff: {removals} executions removed W");
+}
+
+/// Ticket-np, each of two threads locking twice: finds the releaser that
+/// re-stored a withdrawn offer over its successor's fresh claim (A withdraws
+/// B's number, B retakes the next one and claims it, A's next pass erased the
+/// claim and A, back for its second acquisition, got in beside B).
+#[test]
+fn ticket_np_twice() {
+    acquire_twice(TicketNp::new, 2, 3);
+}
+
+// Every lock, each of two threads acquiring twice (see `acquire_twice`). The
+// preemption bound of each is the largest that keeps it to seconds.
+macro_rules! twice {
+    ($($name:ident: $make:expr, $bound:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            acquire_twice($make, 2, $bound);
+        }
+    )*};
+}
+
+twice! {
+    tas_twice: Tas::new, 3;
+    tas_b_twice: TasB::new, 3;
+    native_twice: Native::new, 3;
+    np_tas_b_twice: || Np::new(TasB::new()), 3;
+    ticket_twice: Ticket::new, 3;
+    anderson_twice: AndersonN::<2>::new, 3;
+    queued_twice: Queued::new, 3;
+    clh_twice: Clh::new, 3;
+    spin_then_park_twice: SpinThenPark::new, 3;
+    handshaking_twice: QueuedHandshaking::new, 3;
+    smart_q_twice: SmartQ::new, 3;
+    mcs_tp_twice: McsTp::new, 3;
+    clh_tp_twice: ClhTp::new, 3;
 }
