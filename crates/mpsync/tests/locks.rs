@@ -370,6 +370,116 @@ fn nested_np_sections_keep_the_state() {
     drop(g);
 }
 
+/// A waiter stopped between its tail swap and its link
+/// ([`stall::QUEUE_LOCK_LINK`]) while the holder releases: an MCS-style
+/// releaser cannot hand over before the link exists, so it must wait — and
+/// complete once the waiter goes on, with mutual exclusion intact. With
+/// `emulated`, the releaser runs on a virtual processor it shares with another
+/// application, and its wait must give that processor away (a preempted
+/// successor may need it) rather than spin: the scheduler counts its yields.
+/// `releaser_waits`: whether the lock's releaser depends on the link at all
+/// (CLH-TP's does not: its successor spins on its node).
+fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
+    use std::sync::mpsc::channel;
+    const T: Duration = Duration::from_secs(10);
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let emu = emulated.then(|| {
+        let cfg = EmulatedConfig::new(1, 2.0)
+            .expect("valid config")
+            .quantum(Duration::from_millis(1))
+            .extension_bound(Duration::from_millis(100))
+            .seed(11);
+        Emulated::start(cfg).expect("pseudo-scheduler starts")
+    });
+    let s = Shared::<L>::new();
+    let yields = || emu.as_ref().map_or(0, |e| e.stats().voluntary_yields);
+    std::thread::scope(|sc| {
+        let (s, emu) = (&s, &emu);
+        let (held_tx, held_rx) = channel::<()>();
+        let (release_tx, release_rx) = channel::<()>();
+        let (released_tx, released_rx) = channel::<()>();
+        let holder = sc.spawn(move || {
+            let _att = emu.as_ref().map(|e| e.attach(0).expect("attach"));
+            let g = s.lock.lock();
+            assert!(
+                !s.inside.swap(true, Ordering::Relaxed),
+                "two threads inside"
+            );
+            // SAFETY: we hold the lock.
+            unsafe { *s.counter.get() += 1 };
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+            s.inside.store(false, Ordering::Relaxed);
+            // SAFETY: `g` came from `s.lock.lock()` on this thread.
+            unsafe { s.lock.unlock(g) };
+            let _ = released_tx.send(());
+        });
+        held_rx.recv().unwrap();
+        let (id_tx, id_rx) = channel();
+        let (go_tx, go_rx) = channel::<()>();
+        let waiter = sc.spawn(move || {
+            id_tx.send(sched::current().id()).unwrap();
+            let _ = go_rx.recv();
+            s.critical(10); // stops at QUEUE_LOCK_LINK, after its tail swap
+        });
+        let trap = Trap::at(stall::QUEUE_LOCK_LINK)
+            .thread(id_rx.recv().unwrap())
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(T).unwrap();
+        let before = yields();
+        release_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        if releaser_waits {
+            assert!(
+                released_rx.try_recv().is_err(),
+                "the holder released before its successor linked"
+            );
+            if emulated {
+                assert!(
+                    yields() > before,
+                    "the releaser waited for the link without giving its processor away"
+                );
+            }
+        }
+        trap.release();
+        released_rx
+            .recv_timeout(T)
+            .expect("the releaser completes once its successor links");
+        holder.join().unwrap();
+        waiter.join().unwrap();
+    });
+    if let Some(e) = emu {
+        e.stop();
+    }
+    assert_eq!(s.total(), 2);
+    assert!(!s.lock.is_locked());
+}
+
+macro_rules! stalled_link_tests {
+    ($($name:ident: $lock:ty, $waits:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn stalled_link_native() { stalled_link::<$lock>(false, $waits) }
+            #[test]
+            fn stalled_link_emulated() { stalled_link::<$lock>(true, $waits) }
+        }
+    )*};
+}
+
+mod queue_link {
+    use super::*;
+    stalled_link_tests! {
+        queued: Queued, true;
+        queued_np: QueuedNp, true;
+        smart_q: SmartQ, true;
+        handshaking: QueuedHandshaking, true;
+        mcs_tp: McsTp, true;
+        clh_tp: ClhTp, false;
+    }
+}
+
 /// Always held by someone else: `try_lock` fails, but only once the scheduler
 /// has warned the caller (it waits for that), as if the warning had arrived
 /// during the attempt.

@@ -50,7 +50,7 @@
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
-use crate::sched::{self, ContextBlock};
+use crate::sched::{self, ContextBlock, stall};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering, spin_loop};
 
 const WAITING: u64 = 0;
@@ -405,6 +405,16 @@ unsafe impl lock_api::RawMutex for ClhTp {
         let me = pool::take();
         loop {
             let mine = Self::prepare(me, cb);
+            // If we will wait, a fresh heartbeat before anyone can judge us by
+            // it, and before the swap, so that the clock read does not widen the
+            // window between the swap and the link. Only if the lock looks held
+            // (no clock read on the uncontended path). Relaxed: a hint.
+            // (Under loom, where heartbeats are not part of the model, after
+            // the link: the look would only add a scheduling point.)
+            let contended = !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null();
+            if contended {
+                cb.publish_heartbeat();
+            }
             // AcqRel: Release publishes our node's fields to the successor;
             // Acquire orders us after the predecessor's enqueue.
             let pred = self
@@ -417,10 +427,15 @@ unsafe impl lock_api::RawMutex for ClhTp {
                     .store(pack(generation(mine), HOLDING), Ordering::Relaxed);
                 return Self::guard(me);
             };
-            // About to wait: a fresh heartbeat before anyone can judge us by it.
-            cb.publish_heartbeat();
+            // Until the link below, our successor cannot remove our predecessor
+            // through us (it sees a null `prev`), and nobody waits on it.
+            stall::point(stall::QUEUE_LOCK_LINK);
             // Release: a remover's Acquire status load then sees our link.
             me.prev.store(pred.as_ptr(), Ordering::Release);
+            if !contended {
+                // Taken between our look and our swap: publish now.
+                cb.publish_heartbeat();
+            }
             // SAFETY: queued nodes are type-stable (never freed).
             let pred: &'static TpNode = unsafe { &*pred.as_ptr() };
             if self.wait(me, mine, pred) {

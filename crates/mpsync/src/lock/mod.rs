@@ -76,6 +76,48 @@ macro_rules! node_cache {
 }
 pub(crate) use node_cache;
 
+/// Checks of a missing successor link spent spinning before the releaser starts
+/// giving its processor away (≈ 1–5 µs: far longer than the two instructions
+/// between a running successor's tail swap and its link store). Under loom one:
+/// every spin is a scheduling point there.
+const LINK_SPINS: u32 = if cfg!(loom) { 1 } else { 128 };
+
+/// A releaser's wait for the successor that has swapped itself into the tail
+/// to link its node behind ours (`link` returns the link once written) — the
+/// window marked [`QUEUE_LOCK_LINK`](crate::sched::stall::QUEUE_LOCK_LINK) in
+/// every MCS-style lock.
+///
+/// What bounds it: the window is two instructions of the successor's, so the
+/// wait is long only if the successor is preempted inside it, and then it
+/// lasts until the successor runs again — its next time slice, which spinning
+/// here can only delay when it shares our processor. So after [`LINK_SPINS`]
+/// checks every further check gives the processor away through
+/// [`sched::yield_now`](crate::sched::yield_now), with this thread's outermost
+/// no-preempt request paused meanwhile (nobody but that successor can move the
+/// lock on now, and it may be waiting for our processor; an emulated yield
+/// inside a no-preempt section would be ignored). The request is resumed
+/// before returning.
+pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..LINK_SPINS {
+        if let Some(n) = link() {
+            return n;
+        }
+        crate::sync::spin_loop();
+    }
+    let cb = crate::sched::current();
+    let paused = cb.depth() > 0 && cb.pause_no_preempt();
+    let n = loop {
+        if let Some(n) = link() {
+            break n;
+        }
+        crate::sched::yield_now();
+    };
+    if paused {
+        cb.resume_no_preempt();
+    }
+    n
+}
+
 mod anderson;
 mod clh;
 mod clh_tp;

@@ -10,7 +10,9 @@
 //!
 //! Queue nodes come from a per-thread cache, so callers never supply one; every
 //! acquisition takes its own node (nesting works), and the guard carries it.
-//! Uses `sched`: nothing. Progress: starvation-free, FIFO.
+//! A releaser whose successor has swapped itself in but not yet linked waits
+//! for the link, spinning and then yielding ([`super::wait_for_link`]).
+//! Uses `sched`: `yield_now` (only in that wait). Progress: starvation-free, FIFO.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::Queued};
@@ -25,6 +27,7 @@
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
+use crate::sched::stall;
 use crate::sync::{AtomicBool, AtomicPtr, Ordering, spin_loop};
 
 /// A queue node: one per acquisition in progress.
@@ -110,6 +113,8 @@ unsafe impl lock_api::RawMutex for Queued {
         // after us; Acquire orders us after the previous holder's enqueue.
         let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
         if !pred.is_null() {
+            // The window a releaser may wait on (`super::wait_for_link`).
+            stall::point(stall::QUEUE_LOCK_LINK);
             // SAFETY: a predecessor's node stays valid until it has handed the lock
             // to us, which it cannot do before reading the `next` we write here.
             // Release: publishes our initialized node to the predecessor's Acquire load.
@@ -174,14 +179,10 @@ unsafe impl lock_api::RawMutex for Queued {
                 unsafe { return_node(node) };
                 return;
             }
-            // A successor swapped itself in and is about to link: wait for it.
-            loop {
-                next = me.next.load(Ordering::Acquire);
-                if !next.is_null() {
-                    break;
-                }
-                spin_loop();
-            }
+            // A successor swapped itself in and is about to link: wait for it
+            // (spin, then yield: see `wait_for_link` for what bounds this).
+            // Acquire: pairs with the successor's Release store of `next`.
+            next = super::wait_for_link(|| NonNull::new(me.next.load(Ordering::Acquire))).as_ptr();
         }
         // SAFETY: the successor's node is valid while it waits for this hand-over.
         // Release: publishes the critical section to the successor's Acquire spin.

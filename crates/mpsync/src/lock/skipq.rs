@@ -50,7 +50,7 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
 use super::np::NpToken;
-use crate::sched::{self, ContextBlock};
+use crate::sched::{self, ContextBlock, stall};
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering, spin_loop};
 use crate::util::clock::{Patience, now_ns};
 
@@ -217,15 +217,11 @@ impl<P: SkipPolicy> SkipQueue<P> {
         );
     }
 
-    /// Waits until `node`'s successor has linked itself, and returns it.
+    /// Waits until `node`'s successor has linked itself, and returns it: spins,
+    /// then yields (see [`super::wait_for_link`] for what bounds the wait).
     fn wait_next(node: &SkipNode) -> NonNull<SkipNode> {
-        loop {
-            // Acquire: pairs with the successor's Release store of the link.
-            if let Some(n) = NonNull::new(node.next.load(Ordering::Acquire)) {
-                return n;
-            }
-            spin_loop();
-        }
+        // Acquire: pairs with the successor's Release store of the link.
+        super::wait_for_link(|| NonNull::new(node.next.load(Ordering::Acquire)))
     }
 
     #[inline]
@@ -277,20 +273,36 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
         let me = unsafe { node.as_ref() };
         loop {
             Self::prepare(me, cb);
+            // If we will wait, a fresh heartbeat before anyone can judge us by it
+            // (a releaser sees our node only through the link below, which the
+            // Release store publishes after this) — and before the swap, so the
+            // clock read does not widen the window between the swap and the link
+            // that a releaser may be waiting on. Not on the uncontended path: only
+            // if the lock looks held. Relaxed: a hint (see below if it was wrong).
+            // (Under loom, where heartbeats are not part of the model, after
+            // the link: the look would only add a scheduling point.)
+            let contended = !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null();
+            if contended {
+                cb.publish_heartbeat();
+            }
             // AcqRel: Release publishes the node's fields to the next acquirer;
             // Acquire orders us after the predecessor's enqueue.
             let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
             if pred.is_null() {
                 break;
             }
-            // We will wait: a fresh heartbeat before anyone can judge us by it (a
-            // releaser sees our node only through the link below, which the
-            // Release store publishes after this). Not on the uncontended path.
-            cb.publish_heartbeat();
+            // The window a releaser may wait on (`wait_next`).
+            stall::point(stall::QUEUE_LOCK_LINK);
             // SAFETY: the predecessor's node stays valid until its holder (or a
             // releaser skipping it) has read the link we write here.
             // Release: publishes our node to whoever reads the link.
             unsafe { (*pred).next.store(node.as_ptr(), Ordering::Release) };
+            if !contended {
+                // Taken between our look and our swap: publish now. A releaser
+                // that judged us by an old heartbeat meanwhile skipped us, which
+                // only sends us round again.
+                cb.publish_heartbeat();
+            }
             if P::wait(me, cb, self) == SUCCESS {
                 break;
             }
