@@ -549,6 +549,59 @@ fn np_try_lock_failure_does_not_yield_when_warned() {
     assert_eq!(after, before, "a failed try_lock yielded the processor");
 }
 
+/// TAS-B's first contended acquisition must not calibrate busy work on the
+/// caller's thread (about 40 ms: the process's first contention stalled that
+/// long). Run in a fresh process, where nothing has calibrated yet.
+#[test]
+fn tas_b_first_contention_does_not_calibrate() {
+    const CHILD: &str = "MPSYNC_TEST_FRESH_PROCESS";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tas_b_first_contention_does_not_calibrate",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("re-run this test in a fresh process");
+        assert!(
+            out.status.success(),
+            "in a fresh process:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    assert!(BusyWork::calibrated().is_none(), "a fresh process");
+    let l = TasB::new();
+    let g = l.lock();
+    let (waiting_tx, waiting_rx) = std::sync::mpsc::channel::<()>();
+    let waited = std::thread::scope(|s| {
+        let l = &l;
+        let waiter = s.spawn(move || {
+            waiting_tx.send(()).unwrap();
+            let g = l.lock(); // contended: the backoff path
+            let acquired = std::time::Instant::now();
+            // SAFETY: acquired just above on this thread.
+            unsafe { l.unlock(g) };
+            acquired
+        });
+        waiting_rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(10)); // it is backing off now
+        let released = std::time::Instant::now();
+        // SAFETY: `g` came from `l.lock()` on this thread.
+        unsafe { l.unlock(g) };
+        waiter.join().unwrap().saturating_duration_since(released)
+    });
+    eprintln!("first contended TAS-B acquisition: {waited:?} after the release");
+    assert!(
+        BusyWork::calibrated().is_none(),
+        "the first contended acquisition calibrated busy work (~40 ms)"
+    );
+}
+
 #[test]
 fn tas_b_rejects_bad_backoff() {
     let e = TasB::with_backoff(Duration::ZERO, Duration::from_micros(30)).unwrap_err();

@@ -4,7 +4,10 @@
 //! Michael & Scott, IPPS 1997 §4 (papers/000_…: TATAS, backoff capped at 30 µs).
 //! A waiter reads the lock word until it looks free, then swaps; after a failed
 //! attempt it backs off for an interval that doubles up to the cap. The backoff is
-//! calibrated busy work ([`crate::util::busy`]), not a sleep.
+//! calibrated busy work ([`crate::util::busy`]), not a sleep; the lock never
+//! calibrates it itself: until something in the process has
+//! ([`BusyWork::global`], as the harness does at start-up), it assumes
+//! [`BusyWork::NOMINAL`], so the intervals are then right within about 2x.
 //! Uses `sched`: nothing (wrap in [`Np`](super::Np) for TAS-B-np).
 //! Progress: deadlock-free, not starvation-free; unfair.
 //!
@@ -99,7 +102,9 @@ impl TasB {
 
     #[cold]
     fn lock_slow(&self) {
-        let w = BusyWork::global();
+        // Never calibrate here (~40 ms on the first contention): before the
+        // process has calibrated busy work, a nominal rate.
+        let w = BusyWork::global_or_nominal();
         let mut backoff = Backoff::from_iters(
             w.iters_for_ns(self.min_ns.into()),
             w.iters_for_ns(self.cap_ns.into()),

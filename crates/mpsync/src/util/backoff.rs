@@ -49,8 +49,9 @@ impl Backoff {
     pub fn spin(&mut self) {
         #[cfg(loom)]
         crate::sync::spin_loop();
+        // (`run_iters` needs no rate: never calibrate here.)
         #[cfg(not(loom))]
-        BusyWork::global().run_iters(self.cur_iters);
+        BusyWork::global_or_nominal().run_iters(self.cur_iters);
         self.cur_iters = (self.cur_iters * 2).min(self.cap_iters);
     }
 
