@@ -582,7 +582,13 @@ mod tests {
     /// Holds `l`, enqueues a waiter that cannot run (its node is driven by hand,
     /// its context block set up by `stall`), then a live waiter thread; on release
     /// the stalled waiter must be skipped with FAILURE and the live one served.
-    fn skips_a_stalled_waiter<P: SkipPolicy>(stall: impl FnOnce(&'static ContextBlock)) {
+    /// `fresh`: publish the stalled waiter's heartbeat right before the release,
+    /// so that only the policy's own check (the state word, the handshake) can
+    /// find it stalled, not a heartbeat gone stale while the test set up.
+    fn skips_a_stalled_waiter<P: SkipPolicy>(
+        fresh: bool,
+        stall: impl FnOnce(&'static ContextBlock),
+    ) {
         let l = SkipQueue::<P>::new();
         let g = l.lock();
         // Context blocks are never freed (the registry's contract); this one is
@@ -609,11 +615,24 @@ mod tests {
             while ghost.next.load(Ordering::Acquire).is_null() {
                 std::hint::spin_loop();
             }
+            if fresh {
+                cb.publish_heartbeat();
+            }
             // SAFETY: `g` came from `l.lock()` on this thread.
             unsafe { l.unlock(g) };
+            // The releaser has decided on the ghost before returning.
+            let v = ghost.verdict.load(Ordering::Acquire);
+            if v == SUCCESS {
+                // Handed to the stalled waiter (the bug under test): release it
+                // on the ghost's behalf so that the live waiter, and the test,
+                // can finish and report.
+                let ghost_guard = SkipQueue::<P>::guard(NonNull::from(&*ghost), None);
+                // SAFETY: the ghost holds the lock; its node is `ghost`.
+                unsafe { l.unlock(ghost_guard) };
+            }
             live.join().unwrap();
+            assert_eq!(v, FAILURE, "the lock was handed to a stalled waiter");
         });
-        assert_eq!(ghost.verdict.load(Ordering::Acquire), FAILURE);
         // At least the ghost; the live waiter too if the OS descheduled it past
         // the patience (then it re-enqueued and was served later).
         assert!(l.skipped() >= 1);
@@ -624,7 +643,7 @@ mod tests {
 
     #[test]
     fn smart_q_skips_a_preempted_waiter() {
-        skips_a_stalled_waiter::<SmartQPolicy>(|cb| {
+        skips_a_stalled_waiter::<SmartQPolicy>(true, |cb| {
             cb.transition(
                 ThreadState::Preemptable,
                 ThreadState::Preempted,
@@ -636,12 +655,12 @@ mod tests {
 
     #[test]
     fn handshaking_rescinds_an_unacknowledged_offer() {
-        skips_a_stalled_waiter::<HandshakePolicy>(|_| ());
+        skips_a_stalled_waiter::<HandshakePolicy>(true, |_| ());
     }
 
     #[test]
     fn mcs_tp_skips_a_waiter_with_a_stale_heartbeat() {
-        skips_a_stalled_waiter::<TpPolicy>(|cb| {
+        skips_a_stalled_waiter::<TpPolicy>(false, |cb| {
             // Relaxed: test setup before the block is shared.
             cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago
         });

@@ -59,7 +59,7 @@ fn ahead(mine: u32, serving: u32) -> i32 {
 fn proportional_pause(n: u32) {
     #[cfg(loom)]
     {
-        let _ = n;
+        let _ = (n, PROPORTIONAL_SPINS);
         spin_loop();
     }
     #[cfg(not(loom))]
