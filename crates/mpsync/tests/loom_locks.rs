@@ -9,6 +9,14 @@
 //! only become observable when a thread comes back. (Loom 0.7.2 mis-models
 //! `swap`; `mpsync::sync` works around it under `cfg(loom)`.)
 //!
+//! What the models cannot see: a thread stalled across a whole patience wait.
+//! Under loom a `Patience` is three checks with a model yield each, and loom
+//! runs every other runnable thread at a yield (and never re-reads a value seen
+//! before one), so a waiter delayed between reading an offer and claiming it is
+//! always back before the releaser withdraws (Ticket-np claiming by swap instead
+//! of CAS passes here). The 100 ns-patience tortures of `tests/locks.rs`, in
+//! the normal and the chaos build, cover those.
+//!
 //! The models that lock twice, and the longest ones, set their own preemption
 //! bound (2–4), so the file runs the same with or without `LOOM_MAX_PREEMPTIONS`:
 //! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_locks -- --test-threads=1`
