@@ -310,6 +310,25 @@ fn ticket_np_short_patience_with_stalled_releasers() {
     assert!(s.lock.withdrawn() > 0);
 }
 
+/// Ticket-np at its default patience (20 µs) with critical sections of up to
+/// 60 µs — longer than the patience, as in the papers' programs (001 §4: 15 µs
+/// and up) — and 3 threads on the machine's cores for 2 s. A waiter slow to claim
+/// has its number withdrawn and retakes the very next one; a releaser that then
+/// re-stored its offer over that claim let a third thread in ("two threads
+/// inside": the issue-12 double grant). Run alone on 2 cores it caught that bug
+/// within 1.3 s in 4 runs of 4 (normal build) and within 0.4 s in 6 of 6 (chaos
+/// build); inside the whole chaos suite, where other tests share the cores, in 6
+/// runs of 6 once chaos stalled Ticket-np's named points more often than
+/// per-operation ones. The short-section torture above rarely catches it at this
+/// patience, and more threads take the number the withdrawn waiter needs (8
+/// threads: 1 run of 8).
+#[test]
+fn ticket_np_default_patience_long_sections() {
+    let s = Shared::with_lock(TicketNp::new());
+    let long = BusyWork::global().iters_for_ns(60_000);
+    for_wall_time(&s, 3, Duration::from_millis(2_000 * scale()), long);
+}
+
 /// Runs `work` on this thread while another repeatedly stops one of the
 /// threads listed in `workers` (context-block ids; a different one each time)
 /// at its next passage through `point`, for 5–80 µs; returns how many times

@@ -150,7 +150,11 @@ fn free_linked(slots: &[AtomicPtr<Node>]) {
 fn stress<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64) {
     // The chaos build perturbs every atomic operation: far fewer operations (and
     // as many re-registrations per run) find its interleavings.
-    let (ops, rejoin) = (sized(ops, 6), sized(rejoin, 6));
+    stress_sized(domain, threads, sized(ops, 6), sized(rejoin, 6));
+}
+
+/// [`stress`] at exactly this size, in every build.
+fn stress_sized<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64) {
     let sink = Sink::new();
     let domain = Arc::new(domain);
     let slots = new_slots(sink);
@@ -213,7 +217,7 @@ fn qsbr_stress() {
 
 #[test]
 fn ebr_stress() {
-    stress(Ebr::new(), THREADS, OPS, 3_000);
+    stress_sized(Ebr::new(), THREADS, OPS, 3_000);
 }
 
 #[test]

@@ -52,6 +52,10 @@ pub use imp::*;
 pub struct Point {
     name: &'static str,
     what: &'static str,
+    /// How many times more often the chaos build stalls here than at a point
+    /// passed on every operation (1): windows that open rarely (a withdrawal, a
+    /// contended enqueue) are stalled at most of their few passages.
+    boost: u32,
 }
 
 impl Point {
@@ -64,6 +68,12 @@ impl Point {
     pub const fn description(&self) -> &'static str {
         self.what
     }
+
+    /// How many times more often the chaos build stalls a thread here than at
+    /// a point passed on every operation.
+    pub const fn chaos_boost(&self) -> u32 {
+        self.boost
+    }
 }
 
 impl std::fmt::Display for Point {
@@ -73,10 +83,10 @@ impl std::fmt::Display for Point {
 }
 
 macro_rules! points {
-    ($($(#[$doc:meta])* $id:ident = $name:literal, $what:literal;)*) => {
+    ($($(#[$doc:meta])* $id:ident = $name:literal, $what:literal $(, boost $boost:literal)?;)*) => {
         $(
             $(#[$doc])*
-            pub const $id: Point = Point { name: $name, what: $what };
+            pub const $id: Point = Point { name: $name, what: $what, boost: 1 $(* $boost)? };
         )*
         /// Every named point.
         pub const ALL: &[Point] = &[$($id),*];
@@ -92,14 +102,14 @@ points! {
     /// Ticket-np's releaser, right after a withdrawal CAS succeeded (the number it
     /// withdrew may be retaken and claimed at once).
     TICKET_NP_WITHDRAWN = "ticket_np.withdrawn",
-        "Ticket-np hand_over: a withdrawal CAS just succeeded";
+        "Ticket-np hand_over: a withdrawal CAS just succeeded", boost 32;
     /// Ticket-np's acquirer, after taking a number, before watching for its offer.
     TICKET_NP_TAKEN = "ticket_np.taken",
-        "Ticket-np acquire: number taken, offer not yet watched";
+        "Ticket-np acquire: number taken, offer not yet watched", boost 4;
     /// A queue lock's acquirer between swapping itself into the tail and linking
     /// its node behind its predecessor (the releaser waits on that link).
     QUEUE_LOCK_LINK = "queue_lock.link",
-        "MCS-style queue lock: tail swapped, predecessor not yet linked";
+        "MCS-style queue lock: tail swapped, predecessor not yet linked", boost 4;
     /// Michael & Scott queue, dequeue: `head` was swung by this thread's CAS; the
     /// value is not yet read from the new dummy.
     MS_DEQUEUE_SWUNG = "ms_queue.dequeue.swung",
@@ -127,7 +137,7 @@ points! {
     /// Epoch schemes, `try_advance`: every record was scanned, the CAS that
     /// advances the global epoch not yet done.
     EPOCH_ADVANCE_SCANNED = "epoch.advance.scanned",
-        "reclaim epoch advance: records scanned, global epoch not yet advanced";
+        "reclaim epoch advance: records scanned, global epoch not yet advanced", boost 4;
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
@@ -138,7 +148,7 @@ pub fn point(p: Point) {
     {
         imp::check(p);
         #[cfg(mpsync_chaos)]
-        crate::sync::chaos::at_point();
+        crate::sync::chaos::at_point(p.boost);
     }
     #[cfg(loom)]
     let _ = p;
@@ -378,6 +388,7 @@ mod tests {
     const TEST_POINT: Point = Point {
         name: "test.only",
         what: "unit tests of the trap machinery",
+        boost: 1,
     };
 
     #[test]

@@ -143,10 +143,18 @@ fn one_in(r: u64, n: u32) -> bool {
     n != 0 && r.is_multiple_of(u64::from(n))
 }
 
-fn stall(r: u64) {
+/// Parks the thread for 5–65 µs or — at a named point, one time in four — for
+/// 100–600 µs: long enough for the other threads to go through several whole
+/// operations (two epoch advances, a retire and a reuse; a withdrawn waiter's
+/// retake and claim) inside the window the point names.
+fn stall(r: u64, at_point: bool) {
     // Relaxed: statistics.
     COUNTS[2].fetch_add(1, std_atomic::Ordering::Relaxed);
-    let us = 5 + (r >> 40) % 60;
+    let us = if at_point && (r >> 20).is_multiple_of(4) {
+        100 + (r >> 40) % 500
+    } else {
+        5 + (r >> 40) % 60
+    };
     let word = crate::sync::AtomicU32::new(0);
     let _ = crate::sched::park(&word, 0, Some(Duration::from_micros(us)));
 }
@@ -168,17 +176,19 @@ pub(crate) fn perturb() {
             COUNTS[1].fetch_add(1, std_atomic::Ordering::Relaxed);
             crate::sched::native::yield_now();
         } else if one_in(r >> 48, rates.stall) {
-            stall(r);
+            stall(r, false);
         }
     });
 }
 
-/// At a named stall point: stall far more often than at a plain atomic.
-pub(crate) fn at_point() {
+/// At a named stall point: stall far more often than at a plain atomic, and
+/// `boost` times more often again at a rarely opened window.
+pub(crate) fn at_point(boost: u32) {
     unless_quiet(|| {
         let r = draw();
-        if one_in(r >> 32, config().rates.point_stall) {
-            stall(r);
+        let rate = config().rates.point_stall;
+        if rate != 0 && one_in(r >> 32, (rate / boost.max(1)).max(1)) {
+            stall(r, true);
         } else if one_in(r & 0xFF, 4) {
             COUNTS[1].fetch_add(1, std_atomic::Ordering::Relaxed);
             crate::sched::native::yield_now();
