@@ -65,7 +65,9 @@ impl CasBackoff {
     pub fn spin(&mut self) {
         self.0
             .get_or_insert_with(|| {
-                let w = BusyWork::global();
+                // Never the calibration itself (~40 ms) on a failed CAS: the
+                // nominal rate until something (the harness, at start-up) measured.
+                let w = BusyWork::global_or_nominal();
                 Backoff::from_iters(
                     w.iters_for_ns(DEFAULT_MIN_NS),
                     w.iters_for_ns(DEFAULT_CAP_NS),
