@@ -218,6 +218,9 @@ pub(crate) fn unix_now() -> u64 {
 
 fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Result<()> {
     eprintln!("running {} (--preempt {}) ...", exp.id, preempt.name());
+    // Calibrate busy work before anything is timed: the locks' and lock-free
+    // structures' backoff use the nominal rate until something has measured it.
+    let _ = mpsync::util::busy::BusyWork::global();
     let (rec, svg) =
         (exp.run)(exp, params, preempt).with_context(|| format!("{} failed", exp.id))?;
     let dir = output::run_dir(&params.out, exp.id, preempt.name());
