@@ -228,11 +228,11 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// | `t`       | `> t`   | reserved: offered to the taker of `t`     | its claim; or a withdrawal CAS `t → t+2` by the releaser (after its patience) or by the taker of `t+2` (idle lock, see `acquire`) |
 /// | `t\|1`    | `> t`   | held by the taker of `t`                  | its release: the store `t+2` (the only plain store)           |
 ///
-/// [1] `serving` only grows (claim +1, release +1, withdrawal +2; mod 2³²).
-/// [2] Every write but the holder's release store is a CAS from an unclaimed
+/// \[1\] `serving` only grows (claim +1, release +1, withdrawal +2; mod 2³²).
+/// \[2\] Every write but the holder's release store is a CAS from an unclaimed
 /// (even) value, so a claimed word changes only by its holder's release.
-/// [3] Only the taker of `t` (numbers are unique: `fetch_add`, or `try_lock`'s
-/// CAS on `next`) attempts the claim `t → t|1`, and by [1] an offer that was
+/// \[3\] Only the taker of `t` (numbers are unique: `fetch_add`, or `try_lock`'s
+/// CAS on `next`) attempts the claim `t → t|1`, and by \[1\] an offer that was
 /// withdrawn is never offered again. So one thread holds at a time: from its
 /// claim to its release store. Wrap-around needs 2³⁰ hand-overs while one
 /// thread stalls between its read and its CAS.
