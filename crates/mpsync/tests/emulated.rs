@@ -632,6 +632,7 @@ fn storm_section<L: RawMutex>(g: Option<&Guarded<L>>, seen: &mut StormSeen) {
 /// Returns what the workers saw, the scheduler's statistics and the signals sent.
 fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, u64) {
     const WORKERS: usize = 4;
+    const STORM_SECTIONS: u64 = 2_000;
     let procs = (std::thread::available_parallelism().map_or(1, |n| n.get()) as u32).min(2);
     let cfg = EmulatedConfig::new(procs, 3.0)
         .unwrap()
@@ -648,11 +649,14 @@ fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, 
     let ready = Barrier::new(WORKERS + 1);
     let (stop, storm_over) = (AtomicBool::new(false), AtomicBool::new(false));
     let sent = AtomicU64::new(0);
+    // Sections done by all workers so far: the storm lasts until there are enough
+    // of them (slow builds, such as the chaos build on 2 cores, take longer).
+    let progress = AtomicU64::new(0);
     let seen = std::thread::scope(|s| {
         let workers: Vec<_> = (0..WORKERS)
             .map(|w| {
-                let (emu, pthreads, ready, stop, storm_over) =
-                    (&emu, &pthreads, &ready, &stop, &storm_over);
+                let (emu, pthreads, ready, stop, storm_over, progress) =
+                    (&emu, &pthreads, &ready, &stop, &storm_over, &progress);
                 s.spawn(move || {
                     let _a = emu.attach(w as u32 % procs).unwrap();
                     // SAFETY: no preconditions.
@@ -666,6 +670,7 @@ fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, 
                     // storm still signals it.
                     while !stop.load(Ordering::Relaxed) {
                         storm_section(g, &mut seen);
+                        progress.fetch_add(1, Ordering::Relaxed);
                         // A little work outside the section. Not BusyWork: its
                         // one-time calibration must not run during a storm.
                         for _ in 0..20 {
@@ -699,7 +704,15 @@ fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, 
             // Release: the workers' Acquire load; no signal is sent after this.
             storm_over.store(true, Ordering::Release);
         });
+        // At least 600 ms, then until STORM_SECTIONS sections are done (at most 20 s:
+        // `check_storm` reports a storm that stayed too small).
+        let start = std::time::Instant::now();
         std::thread::sleep(Duration::from_millis(600));
+        while progress.load(Ordering::Relaxed) < STORM_SECTIONS
+            && start.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         stop.store(true, Ordering::Relaxed);
         let mut all = StormSeen::default();
         for w in workers {
@@ -725,7 +738,8 @@ fn check_storm<L: RawMutex + Sync>(name: &str, with_lock: bool) {
     );
     assert!(
         sent > 1000 && seen.sections > 1000,
-        "{name}: storm too small"
+        "{name}: storm too small after 20 s: {sent} signals, {} sections",
+        seen.sections
     );
     assert!(
         st.preemptions > 0,
