@@ -318,6 +318,7 @@ impl TicketNp {
                         // withdraw our processor after the extension bound).
                         cb.resume_no_preempt();
                     }
+                    stall::point(stall::TICKET_NP_CLAIMING);
                     // Acquire: orders the critical section after the releaser's.
                     match self.serving.compare_exchange(
                         s,
@@ -632,6 +633,80 @@ mod tests {
         assert!(!l.is_locked());
         let g = l.try_lock().expect("free once B released");
         l.unlock_now(g);
+    }
+
+    /// A waiter that saw its number offered and stalls before claiming it has the
+    /// offer withdrawn by its releaser's patience, and the next number taken and
+    /// claimed by C. When B goes on, its claim must fail (the claim is a CAS from
+    /// the offer it saw): B takes a new number and waits for C. A claim that
+    /// overwrote the word instead (a swap or a store) let B in beside C.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn an_offer_withdrawn_before_its_claim_cannot_be_claimed() {
+        use crate::sched::stall::Trap;
+        use std::sync::mpsc::{RecvTimeoutError, channel};
+        const T: Duration = Duration::from_secs(10);
+        // A patience long enough for B to see its offer before A withdraws it
+        // (at 20 µs A sometimes withdrew first, and B stopped claiming 4 instead).
+        let l = TicketNp::with_patience(Duration::from_millis(50)).unwrap();
+        std::thread::scope(|s| {
+            let l = &l;
+            let (a_go, a_go_rx) = channel::<()>();
+            let (a_holds, a_holds_rx) = channel::<()>();
+            let a = s.spawn(move || {
+                let g = l.lock(); // number 0
+                a_holds.send(()).unwrap();
+                let _ = a_go_rx.recv();
+                l.unlock_now(g); // offers 2, waits its patience, withdraws 2 -> 4
+            });
+            a_holds_rx.recv_timeout(T).unwrap();
+            let (b_id, b_id_rx) = channel();
+            let (b_go, b_go_rx) = channel::<()>();
+            let (b_held, b_held_rx) = channel::<()>();
+            let (b_leave, b_leave_rx) = channel::<()>();
+            let b = s.spawn(move || {
+                b_id.send(sched::current().id()).unwrap();
+                let _ = b_go_rx.recv();
+                let g = l.lock(); // number 2 (withdrawn before its claim), then 6
+                b_held.send(()).unwrap();
+                if b_leave_rx.recv().is_ok() {
+                    l.unlock_now(g);
+                } else {
+                    // The test failed: the lock's state is not to be trusted.
+                    drop(g);
+                }
+            });
+            let b_id = b_id_rx.recv().unwrap();
+            let claiming = Trap::at(stall::TICKET_NP_CLAIMING).thread(b_id).arm();
+            b_go.send(()).unwrap();
+            // B takes number 2 and watches; A offers it; B is stopped before claiming.
+            while l.next.load(Ordering::Relaxed) != 4 {
+                std::hint::spin_loop();
+            }
+            a_go.send(()).unwrap();
+            claiming.wait_hit(T).unwrap();
+            // Relaxed: the trap's hand-off (Release/Acquire) ordered B's load before.
+            assert_eq!(l.next.load(Ordering::Relaxed), 4, "B stopped claiming 2");
+            a.join().unwrap(); // A withdrew 2 (nobody claimed it) and left
+            // Relaxed: A's join ordered its withdrawal before this load.
+            assert_eq!(l.serving.load(Ordering::Relaxed), 4, "offer 4, unclaimed");
+            let c = l.try_lock().expect("C takes the offered 4");
+            claiming.release();
+            let b_got_in = match b_held_rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(()) => true,
+                Err(RecvTimeoutError::Timeout) => false,
+                Err(e) => panic!("B died: {e}"),
+            };
+            assert!(
+                !b_got_in,
+                "B claimed an offer withdrawn before its claim while C holds the lock"
+            );
+            l.unlock_now(c); // hands over to B's new number 6
+            b_held_rx.recv_timeout(T).expect("B gets the lock after C");
+            b_leave.send(()).unwrap();
+            b.join().unwrap();
+        });
+        assert!(!l.is_locked());
     }
 
     /// A number taken but not yet claimed holds an offer that reserves the lock:

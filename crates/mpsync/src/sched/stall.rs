@@ -106,6 +106,10 @@ points! {
     /// Ticket-np's acquirer, after taking a number, before watching for its offer.
     TICKET_NP_TAKEN = "ticket_np.taken",
         "Ticket-np acquire: number taken, offer not yet watched", boost 4;
+    /// Ticket-np's acquirer, after seeing its number offered, before the CAS that
+    /// claims it (the releaser may withdraw the offer here: the claim must fail).
+    TICKET_NP_CLAIMING = "ticket_np.claiming",
+        "Ticket-np acquire: own number seen offered, claim CAS not yet made", boost 8;
     /// A queue lock's acquirer between swapping itself into the tail and linking
     /// its node behind its predecessor (the releaser waits on that link).
     QUEUE_LOCK_LINK = "queue_lock.link",
