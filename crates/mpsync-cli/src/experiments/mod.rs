@@ -3,6 +3,7 @@
 
 pub mod ds_oversub;
 pub mod hart;
+pub mod hart_hash;
 pub mod latency;
 pub mod locks;
 pub mod ms97;
@@ -187,6 +188,69 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: hart::run,
+        },
+        Experiment {
+            id: "hart-base-hash",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.1 Fig. 5.2, hash part of hart-base (papers/002)",
+            title: "one thread, hash table of 32 buckets at load factor 1, read-only and write-only, the lock-free table over QSBR, EBR and HP",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-readonly-threads",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.2 Fig. 5.5 (papers/002)",
+            title: "read-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads): per-bucket spinlock table vs the lock-free table over each scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-loadfactor",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.3 Fig. 5.10-5.11 (papers/002)",
+            title: "one thread, load factor 1..20, read-only and write-only, the lock-free table over each scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-hash-threads",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.2 Fig. 5.8 (papers/002)",
+            title: "write-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads), the lock-free table over each scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-update-fraction",
+            paper: "hart",
+            reference: "Hart 2005 §5.3.4 Fig. 5.14-5.15 (papers/002)",
+            title: "two threads, load factor 5, update fraction 0..1: lock-free table (plain and fast-read, QSBR) vs the per-bucket spinlock table",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-fastread",
+            paper: "hart",
+            reference: "Hart 2005 §5.3.5 Fig. 5.17 (papers/002)",
+            title: "two threads, read-only, load factor 1..20: the lock-free table's plain and fast-read searches over QSBR and EBR",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "map-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (the issue's targets for the hash tables)",
+            title: "read-heavy map mix (98% gets) at 1x, 2x and 4x the cores, unpinned: every mpsync table and papaya, dashmap, scc, RwLock/Mutex<HashMap>; throughput and p99.9 get latency (--threads sets the counts)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
         },
         Experiment {
             id: "lock-oversub",
