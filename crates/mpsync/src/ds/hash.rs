@@ -44,8 +44,6 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::ptr;
 
-use crossbeam_utils::CachePadded;
-
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::hm_list::{self, Head, Node};
 use super::lf::{AutoQuiescent, check_local};
@@ -59,7 +57,10 @@ pub const DEFAULT_BUCKETS: usize = 1024;
 /// Hart's lock-free chaining hash table over reclaimer `R` (see the
 /// [module documentation](self)).
 pub struct LfHashMap<K, V, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc, S = RandomState> {
-    buckets: Box<[CachePadded<Head<K, V>>]>,
+    /// Not padded: a table sized for its keys has many buckets, and a cache line
+    /// per bucket would multiply its footprint by 16 (reads would miss in cache
+    /// far more than updates of neighbouring buckets would contend).
+    buckets: Box<[Head<K, V>]>,
     hasher: S,
     domain: Arc<R>,
     /// Owns `K`s and `V`s (drop check); `A` only names the allocator.
@@ -113,7 +114,7 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> 
         }
         Ok(Self {
             buckets: (0..buckets)
-                .map(|_| CachePadded::new(AtomicPtr::new(ptr::null_mut())))
+                .map(|_| AtomicPtr::new(ptr::null_mut()))
                 .collect(),
             hasher,
             domain,

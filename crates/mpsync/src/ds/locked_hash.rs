@@ -2,7 +2,7 @@
 //! §5.3, "spinlock"), generic over any mpsync lock.
 //!
 //! A fixed array of buckets, each a `Vec` of pairs behind its own
-//! [`lock_api::RawMutex`] (on its own cache line). Every operation locks one
+//! [`lock_api::RawMutex`]. Every operation locks one
 //! bucket. With a preemption-safe lock (`TasBNp`, `NativeNp`, …) a preempted
 //! holder is rare; with a plain spin lock a holder preempted inside a bucket stalls
 //! every thread that needs that bucket — the contrast Hart's experiments draw
@@ -26,7 +26,6 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
-use crossbeam_utils::CachePadded;
 use lock_api::{Mutex, RawMutex};
 
 use super::hash::DEFAULT_BUCKETS;
@@ -37,7 +36,9 @@ type Bucket<K, V, L> = Mutex<L, Vec<(K, V)>>;
 
 /// A hash table of `Vec` buckets, each behind its own lock `L`.
 pub struct LockedHashMap<K, V, L: RawMutex, S = RandomState> {
-    buckets: Box<[CachePadded<Bucket<K, V, L>>]>,
+    /// Not padded (as `LfHashMap`'s buckets): the footprint of a large table
+    /// matters more than neighbouring buckets' contention.
+    buckets: Box<[Bucket<K, V, L>]>,
     hasher: S,
 }
 
@@ -67,9 +68,7 @@ impl<K, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
             return Err(MapError::ZeroBuckets);
         }
         Ok(Self {
-            buckets: (0..buckets)
-                .map(|_| CachePadded::new(Mutex::new(Vec::new())))
-                .collect(),
+            buckets: (0..buckets).map(|_| Mutex::new(Vec::new())).collect(),
             hasher,
         })
     }
