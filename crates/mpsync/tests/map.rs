@@ -8,9 +8,10 @@
 //! - **linearizability** of thousands of short recorded histories of
 //!   insert/remove/get, checked per key (linearizability is local: a map history
 //!   is linearizable iff each key's sub-history is);
-//! - a deterministic **stall-point** test of the window hazard pointers depend on:
-//!   a search stopped on a node that is then deleted, with its successor deleted
-//!   and freed, must not step onto the freed successor.
+//! - deterministic **stall-point** tests of the window hazard pointers depend on
+//!   (LF and CR tables): a search stopped on a node that is then deleted, with its
+//!   successor deleted and freed, must not step onto the freed successor; and a
+//!   node marked but not yet unlinked is absent to every search.
 //!
 //! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test map`.
 #![cfg(not(loom))]
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::sized;
 use mpsync::ds::alloc::NodeAlloc;
+use mpsync::ds::cr_hash::CrHashMap;
 use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
 use mpsync::ds::locked_hash::LockedHashMap;
 use mpsync::ds::map::{ConcurrentMap, MapHandle};
@@ -380,6 +382,9 @@ map_tests! {
     fast_ebr: fast(Arc::new(Ebr::with_advance_every(1).unwrap()), 1);
     fast_qsbr: fast(Arc::new(Qsbr::new()), 1);
     locked_tasb: LockedHashMap::<u64, u64, TasB>::with_buckets(2).unwrap();
+    cr_hp: CrHashMap::<u64, u64, TasB, _>::with_domain(1, hp(), RandomState::new()).unwrap();
+    cr_ebr: CrHashMap::<u64, u64, TasB, _>::with_domain(2, Arc::new(Ebr::with_advance_every(1).unwrap()), RandomState::new()).unwrap();
+    cr_qsbr: CrHashMap::<u64, u64, TasB, _>::with_domain(1, Arc::new(Qsbr::new()), RandomState::new()).unwrap();
 }
 
 // ---- the hazard-pointer window ------------------------------------------------
@@ -536,4 +541,46 @@ fn a_marked_node_is_absent_to_every_search() {
     a_marked_node_is_absent(lf(Arc::new(Ebr::new()), 1));
     a_marked_node_is_absent(fast(Arc::new(Ebr::new()), 1));
     a_marked_node_is_absent(fast(Arc::new(Qsbr::new()), 1));
+}
+
+/// The CR table's reader, as `hp_search_never_steps_past_a_deleted_predecessor`:
+/// chain 1, 2, 3, 4 (inserted at the head in reverse); the reader stops on node 2;
+/// the writer removes 2 and then 3 (freed); the reader must restart, not step
+/// onto node 3.
+#[test]
+fn cr_reader_never_steps_past_a_removed_node() {
+    let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
+    let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
+        CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in (1..=4).rev() {
+            assert!(m.insert(&mut l, Key::new(k), k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.get(&mut l, &Key::new(4))
+        });
+        let trap = Trap::at(stall::CR_READ_STEPPED)
+            .thread(rx.recv().unwrap())
+            .skip(1)
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("the reader stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        l.scan();
+        assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
+        trap.release();
+        assert_eq!(a.join().expect("the reader read no freed node"), Some(4));
+    });
 }

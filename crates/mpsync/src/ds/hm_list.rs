@@ -272,6 +272,7 @@ pub(crate) fn remove<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>
             continue;
         }
         stall::point(stall::HM_MARKED);
+        c.live.check();
         let v = c.value.clone();
         // Unlink. AcqRel/Relaxed as the helping CAS in `find`.
         // SAFETY: `pos.prev` is the head or the `next` of a node the guard protects.
@@ -298,7 +299,9 @@ pub(crate) fn get<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>(
     let pos = find::<K, V, R, A>(head, key, g);
     if pos.found {
         // SAFETY: protected by the guard (see `find`, [2]).
-        Some(unsafe { &*pos.cur }.value.clone())
+        let c = unsafe { &*pos.cur };
+        c.live.check();
+        Some(c.value.clone())
     } else {
         None
     }
@@ -350,7 +353,10 @@ pub(crate) fn get_fast<K: Ord, V: Clone, R: ProtectsReachable>(
     key: &K,
     g: &GuardOf<'_, R>,
 ) -> Option<V> {
-    search_fast::<K, V, R>(head, key, g).map(|n| n.value.clone())
+    search_fast::<K, V, R>(head, key, g).map(|n| {
+        n.live.check();
+        n.value.clone()
+    })
 }
 
 /// Whether `key` is present, by a fast read ([`search_fast`]).

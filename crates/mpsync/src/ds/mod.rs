@@ -30,6 +30,7 @@
 
 pub mod alloc;
 pub mod counter;
+pub mod cr_hash;
 pub mod hash;
 pub mod heap;
 pub mod hm_list;

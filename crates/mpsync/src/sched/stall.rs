@@ -147,6 +147,10 @@ points! {
     /// predecessor), its successor not yet loaded and protected.
     HM_FIND_STEPPED = "hm_list.find.stepped",
         "Harris-Michael search: predecessor protected, successor not yet protected";
+    /// Concurrently-readable hash table, reader: stepped onto a node (now
+    /// protected as the predecessor), its successor not yet loaded and protected.
+    CR_READ_STEPPED = "cr_hash.read.stepped",
+        "CR table reader: node protected, successor not yet protected";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
