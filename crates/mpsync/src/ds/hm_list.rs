@@ -113,7 +113,15 @@ fn find<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
         // SAFETY: [1] `prev` is the head (owned by the caller's structure) or the
         // `next` field of a node protected by slot `s_prev` (see [2]).
         let mut cur = g.protect(s_cur, unsafe { &*prev });
+        // The node holding `prev` (null: `prev` is the head), for loom's liveness
+        // check only: it must still be protected (by `s_prev`) after `protect`
+        // re-read its link.
+        let mut prev_node: *const Node<K, V> = ptr::null();
         loop {
+            // SAFETY: `prev_node` is null or protected by slot `s_prev` ([2]).
+            if let Some(p) = unsafe { prev_node.as_ref() } {
+                p.live.check();
+            }
             if marked(cur) {
                 // The node holding `prev` was deleted under us: its successor may
                 // be unlinked and freed (hazard pointers); start again.
@@ -145,6 +153,7 @@ fn find<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
                     return Pos { prev, cur, found };
                 }
                 prev = &c.next;
+                prev_node = c;
                 // Hand over hand: the slot that protects `cur` now protects the node
                 // holding `prev`; the old predecessor's slot is free for the next node.
                 std::mem::swap(&mut s_cur, &mut s_prev);
