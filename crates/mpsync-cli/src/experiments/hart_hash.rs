@@ -5,7 +5,8 @@
 //! time; each loop iteration does 100 operations on random keys, then announces a
 //! quiescent state (the tables' handles do it every 100 operations); time per
 //! operation = run time / all threads' operations; 7 trials, the mean of the
-//! median 5. The table has 32 buckets and `load factor · 32` entries, keys drawn
+//! median 5. Nodes of the lock-free and CR tables come from Hart's magazines
+//! unless `--alloc system`. The table has 32 buckets and `load factor · 32` entries, keys drawn
 //! from twice that range: an update is an insert or a remove with equal
 //! probability, so each succeeds about half the time and the load factor stays put.
 //!
@@ -33,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
 use mpsync::ds::cr_hash::CrHashMap;
 use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
 use mpsync::ds::locked_hash::LockedHashMap;
@@ -44,7 +46,7 @@ use mpsync::util::rng::SplitMix64;
 
 use super::hart::{BASE_DURATION_MS, OPS_PER_LOOP, Scheme};
 use super::wks94::{AMONG_THE_BEST, COLLAPSE};
-use super::{Experiment, Params};
+use super::{AllocMode, Experiment, Params};
 use crate::env::Preempt;
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
 use crate::stats::{quantile, trimmed_mean};
@@ -122,6 +124,8 @@ pub struct LoopSpec {
     pub seed: u64,
     /// Time every `LATENCY_EVERY`-th get.
     pub latency: bool,
+    /// Node allocator of the mpsync lock-free and CR tables.
+    pub alloc: AllocMode,
 }
 
 /// What one trial measured.
@@ -276,44 +280,54 @@ peer!(MutexStd, s,
     get(k) s.0.lock().unwrap().get(k).copied(),
     remove(k) s.0.lock().unwrap().remove(k));
 
-fn lf<R: Reclaimer>(d: Arc<R>, spec: LoopSpec) -> anyhow::Result<Outcome> {
-    let m: LfHashMap<u64, u64, R> = LfHashMap::with_domain(spec.buckets, d, Default::default())?;
+fn lf<R: Reclaimer, A: NodeAlloc>(d: Arc<R>, spec: LoopSpec) -> anyhow::Result<Outcome> {
+    let m: LfHashMap<u64, u64, R, A> = LfHashMap::with_domain(spec.buckets, d, Default::default())?;
     Ok(test_loop(&m, spec))
 }
 
-fn fast<R: mpsync::reclaim::ProtectsReachable>(
+fn fast<R: mpsync::reclaim::ProtectsReachable, A: NodeAlloc>(
     d: Arc<R>,
     spec: LoopSpec,
 ) -> anyhow::Result<Outcome> {
-    let m: FastReadHashMap<u64, u64, R> =
+    let m: FastReadHashMap<u64, u64, R, A> =
         FastReadHashMap::with_domain(spec.buckets, d, Default::default())?;
     Ok(test_loop(&m, spec))
 }
 
-fn cr<R: Reclaimer>(d: Arc<R>, spec: LoopSpec) -> anyhow::Result<Outcome> {
-    let m: CrHashMap<u64, u64, TasB, R> =
+fn cr<R: Reclaimer, A: NodeAlloc>(d: Arc<R>, spec: LoopSpec) -> anyhow::Result<Outcome> {
+    let m: CrHashMap<u64, u64, TasB, R, A> =
         CrHashMap::with_domain(spec.buckets, d, Default::default())?;
     Ok(test_loop(&m, spec))
+}
+
+/// Calls `$f::<R, A>(domain, spec)` with the allocator `spec.alloc` names.
+macro_rules! with_alloc {
+    ($f:ident, $d:expr, $spec:expr) => {
+        match $spec.alloc {
+            AllocMode::Magazines => $f::<_, MagazineAlloc>($d, $spec)?,
+            AllocMode::System => $f::<_, SystemAlloc>($d, $spec)?,
+        }
+    };
 }
 
 /// One trial of `imp`.
 pub fn trial(imp: Impl, spec: LoopSpec) -> anyhow::Result<Outcome> {
     let cap = (2 * spec.entries) as usize;
     Ok(match imp {
-        Impl::Lf(Scheme::Qsbr) => lf(Arc::new(Qsbr::new()), spec)?,
-        Impl::Lf(Scheme::Ebr) => lf(Arc::new(Ebr::new()), spec)?,
-        Impl::Lf(Scheme::Hp) => lf(Arc::new(HazardPointers::new(2)?), spec)?,
-        Impl::Lf(Scheme::Leak) => lf(Arc::new(mpsync::reclaim::Leak::new()), spec)?,
-        Impl::Fast(Scheme::Qsbr) => fast(Arc::new(Qsbr::new()), spec)?,
-        Impl::Fast(Scheme::Ebr) => fast(Arc::new(Ebr::new()), spec)?,
+        Impl::Lf(Scheme::Qsbr) => with_alloc!(lf, Arc::new(Qsbr::new()), spec),
+        Impl::Lf(Scheme::Ebr) => with_alloc!(lf, Arc::new(Ebr::new()), spec),
+        Impl::Lf(Scheme::Hp) => with_alloc!(lf, Arc::new(HazardPointers::new(2)?), spec),
+        Impl::Lf(Scheme::Leak) => with_alloc!(lf, Arc::new(mpsync::reclaim::Leak::new()), spec),
+        Impl::Fast(Scheme::Qsbr) => with_alloc!(fast, Arc::new(Qsbr::new()), spec),
+        Impl::Fast(Scheme::Ebr) => with_alloc!(fast, Arc::new(Ebr::new()), spec),
         Impl::Fast(s) => anyhow::bail!(
             "the fast-read table needs a scheme that protects everything reachable (QSBR or EBR), not {}",
             s.name()
         ),
-        Impl::Cr(Scheme::Qsbr) => cr(Arc::new(Qsbr::new()), spec)?,
-        Impl::Cr(Scheme::Ebr) => cr(Arc::new(Ebr::new()), spec)?,
-        Impl::Cr(Scheme::Hp) => cr(Arc::new(HazardPointers::new(2)?), spec)?,
-        Impl::Cr(Scheme::Leak) => cr(Arc::new(mpsync::reclaim::Leak::new()), spec)?,
+        Impl::Cr(Scheme::Qsbr) => with_alloc!(cr, Arc::new(Qsbr::new()), spec),
+        Impl::Cr(Scheme::Ebr) => with_alloc!(cr, Arc::new(Ebr::new()), spec),
+        Impl::Cr(Scheme::Hp) => with_alloc!(cr, Arc::new(HazardPointers::new(2)?), spec),
+        Impl::Cr(Scheme::Leak) => with_alloc!(cr, Arc::new(mpsync::reclaim::Leak::new()), spec),
         Impl::Spin => test_loop(
             &LockedHashMap::<u64, u64, TasB>::with_buckets(spec.buckets)?,
             spec,
@@ -550,6 +564,10 @@ fn setup(id: &str, p: &Params) -> anyhow::Result<Setup> {
 pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let st = setup(exp.id, p)?;
     let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
+    if p.alloc == AllocMode::Magazines {
+        let most = st.points.iter().map(|q| q.load).max().unwrap_or(1) as usize;
+        MagazineAlloc::preallocate(most * st.buckets * 4 + 10_000);
+    }
     let pb = crate::progress(
         (st.points.len() * p.trials as usize * st.impls.len()) as u64,
         exp.id,
@@ -572,6 +590,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                     duration,
                     seed: p.seed ^ u64::from(t),
                     latency: st.latency,
+                    alloc: p.alloc,
                 };
                 let out = trial(imp, spec)?;
                 let name = format!("{}{}", imp.name(), pt.series);
@@ -676,6 +695,10 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             "ops_per_quiescent_state": OPS_PER_LOOP,
             "buckets": st.buckets,
             "hazard_pointers_per_thread": 2,
+            "allocator": match p.alloc {
+                AllocMode::Magazines => MagazineAlloc::NAME,
+                AllocMode::System => SystemAlloc::NAME,
+            },
             "get_latency_sampled_every": if st.latency { LATENCY_EVERY } else { 0 },
             "implementations": names,
         }),
