@@ -29,7 +29,7 @@
 //! node they stand on); writes are blocking (a writer preempted holding a
 //! bucket's lock delays that bucket's other writers, never its readers). Uses
 //! `sched`: through the lock `L`, and the stall point
-//! [`stall::CR_READ_STEPPED`](crate::sched::stall::CR_READ_STEPPED).
+//! [`stall::CR_READ_STEPPED`].
 //!
 //! ```
 //! use mpsync::ds::cr_hash::CrHashMap;

@@ -22,13 +22,13 @@
 //! without a new publish–validate round, and only the new current node is
 //! protected (Michael's `hp0`/`hp1` swap). A traversal restarts from the head when
 //! it finds its predecessor marked: under hazard pointers a marked node's successor
-//! may already be freed. The fast-read search ([`get_fast`]) does not restart and
+//! may already be freed. The fast-read search (`get_fast`) does not restart and
 //! does not help: it walks past marked nodes, which is safe only where the scheme
 //! protects everything reachable ([`ProtectsReachable`]).
 //!
 //! Progress: lock-free (`get_fast`: wait-free apart from the list's length). Uses
-//! `sched`: only the stall points [`stall::HM_MARKED`](crate::sched::stall::HM_MARKED)
-//! and [`stall::HM_FIND_STEPPED`](crate::sched::stall::HM_FIND_STEPPED).
+//! `sched`: only the stall points [`stall::HM_MARKED`]
+//! and [`stall::HM_FIND_STEPPED`].
 
 use std::ptr;
 
