@@ -155,7 +155,7 @@ pub trait Reclaimer: Send + Sync + 'static {
 /// nodes — require `R: ProtectsReachable`, so using them with hazard pointers is
 /// a compile error, not a use after free:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// use mpsync::ds::hash::FastReadHashMap;
 /// use mpsync::reclaim::HazardPointers;
 /// let m: FastReadHashMap<u64, u64, HazardPointers> = FastReadHashMap::new();
