@@ -10,16 +10,16 @@
 //! from twice that range: an update is an insert or a remove with equal
 //! probability, so each succeeds about half the time and the load factor stays put.
 //!
-//! - `hart-base-hash` (§5.2.1, Fig. 5.2, hash part of `hart-base`): one thread,
+//! - `hart-base-hash` (§5.2, Fig. 5.2, hash part of `hart-base`): one thread,
 //!   load factor 1, read-only (x = 0) and write-only (x = 1), LF and CR × QSBR/EBR/HP.
-//! - `hart-readonly-threads` (§5.2.2, Fig. 5.5): read-only, threads 1..N, the
+//! - `hart-readonly-threads` (§5.2, Fig. 5.3): read-only, threads 1..N, the
 //!   per-bucket spinlock table against LF × the three schemes.
-//! - `hart-loadfactor` (§5.2.3, Fig. 5.10–5.11): one thread, load factor 1..20,
+//! - `hart-loadfactor` (§5.2.1, Fig. 5.4–5.6): one thread, load factor 1..20,
 //!   read-only and write-only.
 //! - `hart-hash-threads` (§5.2.2, Fig. 5.8): write-only, threads 1..N.
-//! - `hart-update-fraction` (§5.3.4, Fig. 5.14–5.15): two threads, load factor 5,
+//! - `hart-update-fraction` (§5.2.4–5.2.5, Fig. 5.14, 5.15, 5.17): two threads, load factor 5,
 //!   update fraction 0..1, LF (plain and fast-read, QSBR) vs CR vs the per-bucket lock.
-//! - `hart-fastread` (§5.3.5, Fig. 5.17): two threads, read-only, load factor
+//! - `hart-fastread` (§5.2.5, Fig. 5.16, 5.18–5.19): two threads, read-only, load factor
 //!   1..20, read-only and write-only (Fig. 5.18–5.19), LF vs LF fast-read vs CR.
 //! - `map-oversub` (mpsync's own): every mpsync table and the peers (papaya,
 //!   dashmap, scc, `RwLock<HashMap>`, `Mutex<HashMap>`) on a read-heavy mix (98%

@@ -192,7 +192,7 @@ pub fn catalog() -> Vec<Experiment> {
         Experiment {
             id: "hart-base-hash",
             paper: "hart",
-            reference: "Hart 2005 §5.2.1 Fig. 5.2, hash part of hart-base (papers/002)",
+            reference: "Hart 2005 §5.2 Fig. 5.2, hash part of hart-base (papers/002)",
             title: "one thread, hash table of 32 buckets at load factor 1, read-only and write-only, the lock-free table over QSBR, EBR and HP",
             default_preempt: Preempt::None,
             uses_preempt: false,
@@ -201,7 +201,7 @@ pub fn catalog() -> Vec<Experiment> {
         Experiment {
             id: "hart-readonly-threads",
             paper: "hart",
-            reference: "Hart 2005 §5.2.2 Fig. 5.5 (papers/002)",
+            reference: "Hart 2005 §5.2 Fig. 5.3 (papers/002)",
             title: "read-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads): per-bucket spinlock table vs the lock-free table over each scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
@@ -210,7 +210,7 @@ pub fn catalog() -> Vec<Experiment> {
         Experiment {
             id: "hart-loadfactor",
             paper: "hart",
-            reference: "Hart 2005 §5.2.3 Fig. 5.10-5.11 (papers/002)",
+            reference: "Hart 2005 §5.2.1 Fig. 5.4-5.6 (papers/002)",
             title: "one thread, load factor 1..20, read-only and write-only, the lock-free table over each scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
@@ -228,7 +228,7 @@ pub fn catalog() -> Vec<Experiment> {
         Experiment {
             id: "hart-update-fraction",
             paper: "hart",
-            reference: "Hart 2005 §5.3.4 Fig. 5.14-5.15 (papers/002)",
+            reference: "Hart 2005 §5.2.4-5.2.5 Fig. 5.14, 5.15, 5.17 (papers/002)",
             title: "two threads, load factor 5, update fraction 0..1: lock-free table (plain and fast-read, QSBR) vs the per-bucket spinlock table",
             default_preempt: Preempt::None,
             uses_preempt: false,
@@ -237,7 +237,7 @@ pub fn catalog() -> Vec<Experiment> {
         Experiment {
             id: "hart-fastread",
             paper: "hart",
-            reference: "Hart 2005 §5.3.5 Fig. 5.17 (papers/002)",
+            reference: "Hart 2005 §5.2.5 Fig. 5.18-5.19 (papers/002)",
             title: "two threads, read-only and write-only, load factor 1..20: the lock-free table's plain and fast-read searches over QSBR and EBR, and the CR table",
             default_preempt: Preempt::None,
             uses_preempt: false,
