@@ -55,8 +55,8 @@ use lock_api::{Mutex, RawMutex};
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::hash::DEFAULT_BUCKETS;
-use super::lf::{AutoQuiescent, Liveness, check_local};
-use super::map::{ConcurrentMap, MapError, MapHandle};
+use super::lf::{Liveness, check_local};
+use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
@@ -218,8 +218,11 @@ where
                 // slot holds it.
                 let c = unsafe { &*cur };
                 c.live.check();
-                // Acquire: pairs with the Release store that marked it, if any.
-                if c.key == *key && !marked(c.next.load(Ordering::Acquire)) {
+                // Present: `cur` was reached through a validated, unmarked link, so
+                // it was in the chain then. (A remove linearizes at its unlink; a
+                // reader that finds the node marked but still linked overlaps that
+                // remove, so reporting it present is linearizable — no mark check.)
+                if c.key == *key {
                     return cur;
                 }
                 link = &c.next;
@@ -352,12 +355,14 @@ where
 
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
-    pub fn handle(&self) -> CrHashMapHandle<'_, K, V, L, R, A, S> {
-        CrHashMapHandle {
-            map: self,
-            local: R::register(&self.domain),
-            auto: AutoQuiescent::new(),
-        }
+    pub fn handle(&self) -> CrHashMapHandle<'_, K, V, L, R, A, S>
+    where
+        K: Sync,
+        V: Sync + Clone,
+        L: Sync,
+        S: Sync,
+    {
+        RegisteredHandle::new(self)
     }
 }
 
@@ -388,67 +393,34 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for CrHashMap<
     }
 }
 
-/// One thread's access to a [`CrHashMap`].
-pub struct CrHashMapHandle<
-    'a,
-    K,
-    V,
-    L: RawMutex,
-    R: Reclaimer = Ebr,
-    A: NodeAlloc = SystemAlloc,
-    S = RandomState,
-> {
-    map: &'a CrHashMap<K, V, L, R, A, S>,
-    local: R::Local,
-    auto: AutoQuiescent,
-}
+/// One thread's access to a [`CrHashMap`] (see [`RegisteredHandle`]).
+pub type CrHashMapHandle<'a, K, V, L, R = Ebr, A = SystemAlloc, S = RandomState> =
+    RegisteredHandle<'a, CrHashMap<K, V, L, R, A, S>, K, V>;
 
-impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug
-    for CrHashMapHandle<'_, K, V, L, R, A, S>
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CrHashMapHandle")
-            .field("map", self.map)
-            .field("auto", &self.auto)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K, V, L, R, A, S> MapHandle<K, V> for CrHashMapHandle<'_, K, V, L, R, A, S>
+impl<K, V, L, R, A, S> RegisteredMap<K, V> for CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send,
-    V: Send + Clone,
-    L: RawMutex,
+    K: Hash + Eq + Send + Sync,
+    V: Send + Sync + Clone,
+    L: RawMutex + Sync,
     R: Reclaimer,
     A: NodeAlloc,
-    S: BuildHasher,
+    S: BuildHasher + Sync,
 {
-    fn insert(&mut self, key: K, value: V) -> bool {
-        let r = self.map.insert(&mut self.local, key, value);
-        self.auto.tick(&mut self.local);
-        r
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
     }
-
-    fn get(&mut self, key: &K) -> Option<V> {
-        let r = self.map.get(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        self.insert(local, key, value)
     }
-
-    fn remove(&mut self, key: &K) -> Option<V> {
-        let r = self.map.remove(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.get(local, key)
     }
-
-    fn contains_key(&mut self, key: &K) -> bool {
-        let r = self.map.contains_key(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.remove(local, key)
     }
-
-    fn quiescent(&mut self) {
-        self.auto.now(&mut self.local);
+    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+        self.contains_key(local, key)
     }
 }
 
@@ -474,6 +446,7 @@ where
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::ds::map::MapHandle;
     use crate::lock::TasB;
     use crate::reclaim::{HazardPointers, Leak, Qsbr};
     use std::sync::atomic::AtomicUsize;
@@ -529,6 +502,6 @@ mod tests {
         assert!(CrHashMap::<u8, u8, TasB>::with_buckets(0).is_err());
         let m: CrHashMap<u8, u8, TasB, Leak> = CrHashMap::with_buckets(2).unwrap();
         assert!(format!("{m:?}").starts_with("CrHashMap { buckets: 2"));
-        assert!(format!("{:?}", m.handle()).starts_with("CrHashMapHandle"));
+        assert!(format!("{:?}", m.handle()).starts_with("RegisteredHandle { map: CrHashMap"));
     }
 }

@@ -46,8 +46,8 @@ use std::ptr;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::hm_list::{self, Head, Node};
-use super::lf::{AutoQuiescent, check_local};
-use super::map::{ConcurrentMap, MapError, MapHandle};
+use super::lf::check_local;
+use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
 use crate::reclaim::{Ebr, Local, ProtectsReachable, Reclaimer};
 use crate::sync::{Arc, AtomicPtr};
 
@@ -244,12 +244,13 @@ where
 
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
-    pub fn handle(&self) -> LfHashMapHandle<'_, K, V, R, A, S> {
-        LfHashMapHandle {
-            map: self,
-            local: R::register(&self.domain),
-            auto: AutoQuiescent::new(),
-        }
+    pub fn handle(&self) -> LfHashMapHandle<'_, K, V, R, A, S>
+    where
+        K: Sync,
+        V: Sync + Clone,
+        S: Sync,
+    {
+        RegisteredHandle::new(self)
     }
 }
 
@@ -273,71 +274,33 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for LfHashMap<K, V, R, A, S
     }
 }
 
-/// One thread's access to an [`LfHashMap`]: its registration with the table's
-/// domain, and a quiescent state every 100 operations.
-pub struct LfHashMapHandle<
-    'a,
-    K,
-    V,
-    R: Reclaimer = Ebr,
-    A: NodeAlloc = SystemAlloc,
-    S = RandomState,
-> {
-    map: &'a LfHashMap<K, V, R, A, S>,
-    local: R::Local,
-    auto: AutoQuiescent,
-}
+/// One thread's access to an [`LfHashMap`] (see [`RegisteredHandle`]).
+pub type LfHashMapHandle<'a, K, V, R = Ebr, A = SystemAlloc, S = RandomState> =
+    RegisteredHandle<'a, LfHashMap<K, V, R, A, S>, K, V>;
 
-impl<K, V, R: Reclaimer, A: NodeAlloc, S> LfHashMapHandle<'_, K, V, R, A, S> {
-    /// The thread's registration (for the table's explicit-`local` methods).
-    pub fn local(&mut self) -> &mut R::Local {
-        &mut self.local
-    }
-}
-
-impl<K, V, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for LfHashMapHandle<'_, K, V, R, A, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LfHashMapHandle")
-            .field("map", self.map)
-            .field("auto", &self.auto)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K, V, R, A, S> MapHandle<K, V> for LfHashMapHandle<'_, K, V, R, A, S>
+impl<K, V, R, A, S> RegisteredMap<K, V> for LfHashMap<K, V, R, A, S>
 where
-    K: Hash + Ord + Send,
-    V: Send + Clone,
+    K: Hash + Ord + Send + Sync,
+    V: Send + Sync + Clone,
     R: Reclaimer,
     A: NodeAlloc,
-    S: BuildHasher,
+    S: BuildHasher + Sync,
 {
-    fn insert(&mut self, key: K, value: V) -> bool {
-        let r = self.map.insert(&mut self.local, key, value);
-        self.auto.tick(&mut self.local);
-        r
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
     }
-
-    fn get(&mut self, key: &K) -> Option<V> {
-        let r = self.map.get(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        self.insert(local, key, value)
     }
-
-    fn remove(&mut self, key: &K) -> Option<V> {
-        let r = self.map.remove(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.get(local, key)
     }
-
-    fn contains_key(&mut self, key: &K) -> bool {
-        let r = self.map.contains_key(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.remove(local, key)
     }
-
-    fn quiescent(&mut self) {
-        self.auto.now(&mut self.local);
+    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+        self.contains_key(local, key)
     }
 }
 
@@ -460,12 +423,13 @@ where
     }
 
     /// The calling thread's handle.
-    pub fn handle(&self) -> FastReadHashMapHandle<'_, K, V, R, A, S> {
-        FastReadHashMapHandle {
-            map: self,
-            local: R::register(self.inner.domain()),
-            auto: AutoQuiescent::new(),
-        }
+    pub fn handle(&self) -> FastReadHashMapHandle<'_, K, V, R, A, S>
+    where
+        K: Sync,
+        V: Sync + Clone,
+        S: Sync,
+    {
+        RegisteredHandle::new(self)
     }
 }
 
@@ -479,65 +443,33 @@ impl<K, V, R: ProtectsReachable, A: NodeAlloc, S> fmt::Debug for FastReadHashMap
     }
 }
 
-/// One thread's access to a [`FastReadHashMap`].
-pub struct FastReadHashMapHandle<
-    'a,
-    K,
-    V,
-    R: ProtectsReachable = Ebr,
-    A: NodeAlloc = SystemAlloc,
-    S = RandomState,
-> {
-    map: &'a FastReadHashMap<K, V, R, A, S>,
-    local: R::Local,
-    auto: AutoQuiescent,
-}
+/// One thread's access to a [`FastReadHashMap`] (see [`RegisteredHandle`]).
+pub type FastReadHashMapHandle<'a, K, V, R = Ebr, A = SystemAlloc, S = RandomState> =
+    RegisteredHandle<'a, FastReadHashMap<K, V, R, A, S>, K, V>;
 
-impl<K, V, R: ProtectsReachable, A: NodeAlloc, S> fmt::Debug
-    for FastReadHashMapHandle<'_, K, V, R, A, S>
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FastReadHashMapHandle")
-            .field("map", self.map)
-            .field("auto", &self.auto)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K, V, R, A, S> MapHandle<K, V> for FastReadHashMapHandle<'_, K, V, R, A, S>
+impl<K, V, R, A, S> RegisteredMap<K, V> for FastReadHashMap<K, V, R, A, S>
 where
-    K: Hash + Ord + Send,
-    V: Send + Clone,
+    K: Hash + Ord + Send + Sync,
+    V: Send + Sync + Clone,
     R: ProtectsReachable,
     A: NodeAlloc,
-    S: BuildHasher,
+    S: BuildHasher + Sync,
 {
-    fn insert(&mut self, key: K, value: V) -> bool {
-        let r = self.map.insert(&mut self.local, key, value);
-        self.auto.tick(&mut self.local);
-        r
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        self.inner.domain()
     }
-
-    fn get(&mut self, key: &K) -> Option<V> {
-        let r = self.map.get(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        self.insert(local, key, value)
     }
-
-    fn remove(&mut self, key: &K) -> Option<V> {
-        let r = self.map.remove(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.get(local, key)
     }
-
-    fn contains_key(&mut self, key: &K) -> bool {
-        let r = self.map.contains_key(&mut self.local, key);
-        self.auto.tick(&mut self.local);
-        r
+    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.remove(local, key)
     }
-
-    fn quiescent(&mut self) {
-        self.auto.now(&mut self.local);
+    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+        self.contains_key(local, key)
     }
 }
 
@@ -562,6 +494,7 @@ where
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::ds::map::MapHandle;
     use crate::reclaim::{HazardPointers, Leak, Qsbr};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -689,10 +622,10 @@ mod tests {
             format!("{m:?}"),
             "LfHashMap { buckets: 2, reclaimer: \"Leak\", alloc: \"system\", .. }"
         );
-        assert!(format!("{:?}", m.handle()).starts_with("LfHashMapHandle"));
+        assert!(format!("{:?}", m.handle()).starts_with("RegisteredHandle { map: LfHashMap"));
         let f: FastReadHashMap<u8, u8, Qsbr> = FastReadHashMap::with_buckets(2).unwrap();
         assert!(format!("{f:?}").starts_with("FastReadHashMap { buckets: 2, reclaimer: \"QSBR\""));
-        assert!(format!("{:?}", f.handle()).starts_with("FastReadHashMapHandle"));
+        assert!(format!("{:?}", f.handle()).starts_with("RegisteredHandle { map: FastReadHashMap"));
         assert_eq!(f.as_lf().buckets(), 2);
     }
 }

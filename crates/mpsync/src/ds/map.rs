@@ -29,6 +29,13 @@
 //! exercise(&LockedHashMap::<u64, String, TasB>::new());
 //! ```
 
+use std::fmt;
+use std::marker::PhantomData;
+
+use super::lf::AutoQuiescent;
+use crate::reclaim::Reclaimer;
+use crate::sync::Arc;
+
 /// A map shared by threads, each working through its own handle.
 pub trait ConcurrentMap<K, V>: Send + Sync {
     /// One thread's access.
@@ -54,6 +61,94 @@ pub trait MapHandle<K, V> {
     /// As [`QueueHandle::quiescent`](super::QueueHandle::quiescent): a no-op
     /// unless the table reclaims with QSBR.
     fn quiescent(&mut self) {}
+}
+
+/// A map whose operations take the calling thread's registration with its
+/// reclamation domain explicitly (the lock-free and concurrently-readable
+/// tables). [`RegisteredHandle`] turns any of them into a [`MapHandle`]: the one
+/// handle type that registers the thread and announces its quiescent states.
+pub trait RegisteredMap<K, V>: Sync {
+    /// The reclamation scheme.
+    type R: Reclaimer;
+    /// The domain threads register with.
+    fn domain(&self) -> &Arc<Self::R>;
+    /// As [`MapHandle::insert`].
+    fn insert_in(&self, local: &mut LocalOf<Self::R>, key: K, value: V) -> bool;
+    /// As [`MapHandle::get`].
+    fn get_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> Option<V>;
+    /// As [`MapHandle::remove`].
+    fn remove_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> Option<V>;
+    /// As [`MapHandle::contains_key`].
+    fn contains_key_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> bool;
+}
+
+/// The registration type of scheme `R`.
+pub type LocalOf<R> = <R as Reclaimer>::Local;
+
+/// One thread's access to a [`RegisteredMap`]: its registration with the map's
+/// domain, and a quiescent state every 100 operations (Hart's test loop; needed
+/// by QSBR, harmless for the other schemes).
+pub struct RegisteredHandle<'a, M: RegisteredMap<K, V>, K, V> {
+    map: &'a M,
+    local: LocalOf<M::R>,
+    auto: AutoQuiescent,
+    _kv: PhantomData<fn(K) -> V>,
+}
+
+impl<'a, M: RegisteredMap<K, V>, K, V> RegisteredHandle<'a, M, K, V> {
+    /// Registers the calling thread with `map`'s domain.
+    pub fn new(map: &'a M) -> Self {
+        Self {
+            map,
+            local: <M::R as Reclaimer>::register(map.domain()),
+            auto: AutoQuiescent::new(),
+            _kv: PhantomData,
+        }
+    }
+
+    /// The thread's registration (for the map's explicit-`local` methods).
+    pub fn local(&mut self) -> &mut LocalOf<M::R> {
+        &mut self.local
+    }
+}
+
+impl<M: RegisteredMap<K, V> + fmt::Debug, K, V> fmt::Debug for RegisteredHandle<'_, M, K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisteredHandle")
+            .field("map", self.map)
+            .field("auto", &self.auto)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RegisteredMap<K, V>, K, V> MapHandle<K, V> for RegisteredHandle<'_, M, K, V> {
+    fn insert(&mut self, key: K, value: V) -> bool {
+        let r = self.map.insert_in(&mut self.local, key, value);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn get(&mut self, key: &K) -> Option<V> {
+        let r = self.map.get_in(&mut self.local, key);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn remove(&mut self, key: &K) -> Option<V> {
+        let r = self.map.remove_in(&mut self.local, key);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn contains_key(&mut self, key: &K) -> bool {
+        let r = self.map.contains_key_in(&mut self.local, key);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn quiescent(&mut self) {
+        self.auto.now(&mut self.local);
+    }
 }
 
 /// Invalid table parameters supplied by the user.
