@@ -253,6 +253,15 @@ pub fn catalog() -> Vec<Experiment> {
             run: hart_hash::run,
         },
         Experiment {
+            id: "hart-memory-hash",
+            paper: "hart",
+            reference: "the open question of Hart 2005 §6 (papers/002), with the hash table",
+            title: "one thread stalled inside a lock-free hash-table operation while the others run a write-only load: pending nodes over time per scheme, with HP's bound",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
             id: "map-oversub",
             paper: "mpsync",
             reference: "mpsync's own (the issue's targets for the hash tables)",
