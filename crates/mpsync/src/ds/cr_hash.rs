@@ -240,14 +240,23 @@ where
     where
         V: Clone,
     {
+        self.get_with(local, key, V::clone)
+    }
+
+    /// `f` applied to `key`'s value, if present (lockless; the reference is valid
+    /// during the call, so `V` need not be `Clone`).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "CrHashMap::get");
         let mut g = local.enter();
         let n = Self::search(self.bucket(key), key, &mut g);
-        // SAFETY: protected by `g` (see `search`, [2]).
         (!n.is_null()).then(|| {
+            // SAFETY: protected by `g` (see `search`, [2]), which outlives `f`'s call.
             let n = unsafe { &*n };
             n.live.check();
-            n.value.clone()
+            f(&n.value)
         })
     }
 
@@ -463,6 +472,8 @@ mod tests {
         assert_eq!(h.remove(&4), None);
         assert!(!h.contains_key(&4));
         assert!(h.contains_key(&5));
+        assert_eq!(m.get_with(h.local(), &5, |v| v + 1), Some(51));
+        assert_eq!(m.get_with(h.local(), &4, |v| v + 1), None);
         h.quiescent();
         drop(h);
         assert_eq!(m.len(), 9);

@@ -182,9 +182,28 @@ where
     where
         V: Clone,
     {
+        self.get_with(local, key, V::clone)
+    }
+
+    /// `f` applied to `key`'s value, if present: the reference is valid during
+    /// the call (the node stays protected), so `V` need not be `Clone`.
+    ///
+    /// ```
+    /// use mpsync::ds::hash::LfHashMap;
+    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    ///
+    /// let m: LfHashMap<u32, Vec<u8>> = LfHashMap::new();
+    /// let mut l = Ebr::register(m.domain());
+    /// m.insert(&mut l, 1, vec![1, 2, 3]);
+    /// assert_eq!(m.get_with(&mut l, &1, |v| v.len()), Some(3));
+    /// ```
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "LfHashMap::get");
         let mut g = local.enter();
-        hm_list::get::<K, V, R, A>(self.bucket(key), key, &mut g)
+        hm_list::get_with::<K, V, R, A, T>(self.bucket(key), key, &mut g, f)
     }
 
     /// Whether `key` is present.
@@ -407,9 +426,18 @@ where
     where
         V: Clone,
     {
+        self.get_with(local, key, V::clone)
+    }
+
+    /// `f` applied to `key`'s value, if present, by a fast read (as
+    /// [`LfHashMap::get_with`]).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.inner.domain, local, "FastReadHashMap::get");
         let g = local.enter();
-        hm_list::get_fast::<K, V, R>(self.inner.bucket(key), key, &g)
+        hm_list::get_fast_with::<K, V, R, T>(self.inner.bucket(key), key, &g, f)
     }
 
     /// Whether `key` is present: a fast read.
@@ -544,6 +572,8 @@ mod tests {
         }
         m.remove(&mut l, &7);
         assert_eq!(m.len(&mut l), 19);
+        assert_eq!(m.get_with(&mut l, &3, |v| v + 1), Some(4));
+        assert_eq!(m.get_with(&mut l, &7, |v| v + 1), None);
         let mut seen = Vec::new();
         m.for_each(&mut l, |k, v| {
             assert_eq!(k, v);
@@ -627,5 +657,9 @@ mod tests {
         assert!(format!("{f:?}").starts_with("FastReadHashMap { buckets: 2, reclaimer: \"QSBR\""));
         assert!(format!("{:?}", f.handle()).starts_with("RegisteredHandle { map: FastReadHashMap"));
         assert_eq!(f.as_lf().buckets(), 2);
+        let mut l = Qsbr::register(f.domain());
+        assert!(f.insert(&mut l, 5, 6));
+        assert_eq!(f.get_with(&mut l, &5, |v| v * 2), Some(12));
+        assert_eq!(f.get_with(&mut l, &4, |v| v * 2), None);
     }
 }

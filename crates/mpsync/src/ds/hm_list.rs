@@ -299,24 +299,26 @@ pub(crate) fn remove<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>
     }
 }
 
-/// A clone of `key`'s value, if present: Michael's search (helps unlink marked nodes).
-pub(crate) fn get<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>(
+/// `f` of `key`'s value, if present: Michael's search (helps unlink marked nodes).
+pub(crate) fn get_with<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc, T>(
     head: &AtomicPtr<Node<K, V>>,
     key: &K,
     g: &mut GuardOf<'_, R>,
-) -> Option<V> {
+    f: impl FnOnce(&V) -> T,
+) -> Option<T> {
     let pos = find::<K, V, R, A>(head, key, g);
     if pos.found {
-        // SAFETY: protected by the guard (see `find`, [2]).
+        // SAFETY: protected by the guard (see `find`, [2]), which outlives `f`'s
+        // call: the reference does not escape it.
         let c = unsafe { &*pos.cur };
         c.live.check();
-        Some(c.value.clone())
+        Some(f(&c.value))
     } else {
         None
     }
 }
 
-/// Whether `key` is present (Michael's search, as [`get`], without the clone).
+/// Whether `key` is present (Michael's search, as [`get_with`]).
 pub(crate) fn contains<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
     head: &AtomicPtr<Node<K, V>>,
     key: &K,
@@ -356,15 +358,16 @@ fn search_fast<'g, K: Ord, V, R: ProtectsReachable>(
     None
 }
 
-/// A clone of `key`'s value by a fast read ([`search_fast`]).
-pub(crate) fn get_fast<K: Ord, V: Clone, R: ProtectsReachable>(
+/// `f` of `key`'s value by a fast read ([`search_fast`]).
+pub(crate) fn get_fast_with<K: Ord, V, R: ProtectsReachable, T>(
     head: &AtomicPtr<Node<K, V>>,
     key: &K,
     g: &GuardOf<'_, R>,
-) -> Option<V> {
+    f: impl FnOnce(&V) -> T,
+) -> Option<T> {
     search_fast::<K, V, R>(head, key, g).map(|n| {
         n.live.check();
-        n.value.clone()
+        f(&n.value)
     })
 }
 
