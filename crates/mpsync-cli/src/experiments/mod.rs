@@ -3,6 +3,7 @@
 
 pub mod ds_oversub;
 pub mod hart;
+pub mod hart_hash;
 pub mod latency;
 pub mod locks;
 pub mod ms97;
@@ -187,6 +188,87 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: hart::run,
+        },
+        Experiment {
+            id: "hart-base-hash",
+            paper: "hart",
+            reference: "Hart 2005 §5.2 Fig. 5.2, hash part of hart-base (papers/002)",
+            title: "one thread, hash table of 32 buckets at load factor 1, read-only and write-only, the lock-free table over QSBR, EBR and HP",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-readonly-threads",
+            paper: "hart",
+            reference: "Hart 2005 §5.2 Fig. 5.3 (papers/002)",
+            title: "read-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads): per-bucket spinlock table vs the lock-free table over each scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-loadfactor",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.1 Fig. 5.4-5.6 (papers/002)",
+            title: "one thread, load factor 1..20, read-only and write-only, the lock-free table over each scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-hash-threads",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.2 Fig. 5.8 (papers/002)",
+            title: "write-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads), the lock-free table over each scheme",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-update-fraction",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.4-5.2.5 Fig. 5.14, 5.15, 5.17 (papers/002)",
+            title: "two threads, load factor 5, update fraction 0..1: lock-free table (plain and fast-read, QSBR) vs the per-bucket spinlock table",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-fastread",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.5 Fig. 5.18-5.19 (papers/002)",
+            title: "two threads, read-only and write-only, load factor 1..20: the lock-free table's plain and fast-read searches over QSBR and EBR, and the CR table",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-severity",
+            paper: "hart",
+            reference: "Hart 2005 §5.2.3 Fig. 5.10-5.12 (papers/002)",
+            title: "write-only hash table: many threads with the load factor varying, and load factor 10 and 20 with the threads varying (--threads): crossovers between HP and QSBR/EBR",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "hart-memory-hash",
+            paper: "hart",
+            reference: "the open question of Hart 2005 §6 (papers/002), with the hash table",
+            title: "one thread stalled inside a lock-free hash-table operation while the others run a write-only load: pending nodes over time per scheme, with HP's bound",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
+        },
+        Experiment {
+            id: "map-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (the issue's targets for the hash tables)",
+            title: "read-heavy map mix (98% gets) at 1x, 2x and 4x the cores, unpinned: every mpsync table and papaya, dashmap, scc, RwLock/Mutex<HashMap>; throughput and p99.9 get latency (--threads sets the counts)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: hart_hash::run,
         },
         Experiment {
             id: "lock-oversub",

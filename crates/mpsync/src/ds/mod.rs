@@ -30,8 +30,13 @@
 
 pub mod alloc;
 pub mod counter;
+pub mod cr_hash;
+pub mod hash;
 pub mod heap;
+pub mod hm_list;
 pub mod lf;
+pub mod locked_hash;
+pub mod map;
 pub mod ms_queue;
 pub mod plj_queue;
 pub mod queue;

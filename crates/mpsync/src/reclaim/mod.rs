@@ -145,6 +145,40 @@ pub trait Reclaimer: Send + Sync + 'static {
     fn owns(&self, local: &Self::Local) -> bool;
 }
 
+/// A scheme under which a guard protects **every node reachable** from a node it
+/// protects, for as long as the guard lives: the epoch schemes (QSBR, EBR) and the
+/// leaking baseline, not hazard pointers (which protect only the pointers
+/// published in their slots).
+///
+/// Algorithms that follow pointers without protecting each node — the fast-read
+/// list of Hart's thesis (papers/002_… Figure 5.16), which walks past marked
+/// nodes — require `R: ProtectsReachable`, so using them with hazard pointers is
+/// a compile error, not a use after free:
+///
+/// ```compile_fail,E0277
+/// use mpsync::ds::hash::FastReadHashMap;
+/// use mpsync::reclaim::HazardPointers;
+/// let m: FastReadHashMap<u64, u64, HazardPointers> = FastReadHashMap::new();
+/// ```
+///
+/// # Safety
+/// An implementation promises: a node unlinked (and retired) after a guard was
+/// entered (EBR) or after the thread's last quiescent state (QSBR) is not freed
+/// while that guard lives, or before the thread's next quiescent state. Chains of
+/// unlinked nodes reached from such a node are then safe to follow, because a
+/// node is unlinked only after its predecessor's link to it is frozen.
+pub unsafe trait ProtectsReachable: Reclaimer {}
+
+// SAFETY: a node retired during a thread's grace period is freed only after that
+// thread announces a quiescent state (qsbr.rs), which it never does inside an
+// operation.
+unsafe impl ProtectsReachable for Qsbr {}
+// SAFETY: a node retired while a guard pins the epoch is freed only two epoch
+// advances later, and the epoch cannot advance twice past a pinned thread (ebr.rs).
+unsafe impl ProtectsReachable for Ebr {}
+// SAFETY: the leaking baseline frees nothing before the domain drops.
+unsafe impl ProtectsReachable for Leak {}
+
 /// A thread's registration in a domain. `!Sync`: one thread uses it at a time.
 /// Dropping it leaves the domain and hands its unreclaimed nodes to the domain.
 pub trait Local {

@@ -142,6 +142,19 @@ points! {
     /// advances the global epoch not yet done.
     EPOCH_ADVANCE_SCANNED = "epoch.advance.scanned",
         "reclaim epoch advance: records scanned, global epoch not yet advanced", boost 4;
+    // ds hash tables (issue 14):
+    /// Harris–Michael list, remove: the node is marked (logically deleted), not
+    /// yet unlinked from its predecessor.
+    HM_MARKED = "hm_list.remove.marked",
+        "Harris-Michael remove: node marked, not yet unlinked", boost 4;
+    /// Harris–Michael list, search: stepped onto a node (now protected as the
+    /// predecessor), its successor not yet loaded and protected.
+    HM_FIND_STEPPED = "hm_list.find.stepped",
+        "Harris-Michael search: predecessor protected, successor not yet protected";
+    /// Concurrently-readable hash table, reader: stepped onto a node (now
+    /// protected as the predecessor), its successor not yet loaded and protected.
+    CR_READ_STEPPED = "cr_hash.read.stepped",
+        "CR table reader: node protected, successor not yet protected";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

@@ -1,0 +1,665 @@
+//! Hart's lock-free chaining hash table and its fast-read variant.
+//!
+//! Michael, SPAA 2002; Hart, papers/002_… §3.2 (Figure 3.8: a fixed array of
+//! buckets, each a [Harris–Michael list](super::hm_list)) and §5.3.5 (Figure 5.16:
+//! searches that ignore marks). Generic over the reclamation scheme `R` (hazard
+//! pointers need 2 slots per thread: a list traversal's predecessor and current
+//! node, hand over hand), the node allocator `A` and the hasher `S`.
+//!
+//! - [`LfHashMap`]: every operation searches with Michael's `Find`, which unlinks
+//!   the deleted nodes it meets and restarts when its window breaks.
+//! - [`FastReadHashMap`]: the same table whose `get` walks past marked nodes
+//!   without helping or restarting. Only with schemes that protect every node
+//!   reachable from a protected one ([`ProtectsReachable`]: QSBR, EBR, Leak);
+//!   with hazard pointers it does not compile.
+//!
+//! The bucket count is fixed at construction (no resize): choose about the number
+//! of keys expected. Both tables are insert-if-absent maps (see
+//! [`map`](super::map)). Progress: lock-free; a preempted thread never blocks
+//! another. Uses `sched`: only a named stall point.
+//!
+//! ```
+//! use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
+//! use mpsync::reclaim::{HazardPointers, Qsbr, Reclaimer};
+//!
+//! let m: LfHashMap<u32, &str, HazardPointers> = LfHashMap::with_buckets(32).unwrap();
+//! let mut local = HazardPointers::register(m.domain());
+//! assert!(m.insert(&mut local, 7, "seven"));
+//! assert_eq!(m.get(&mut local, &7), Some("seven"));
+//! assert_eq!(m.len(&mut local), 1);
+//! assert_eq!(m.remove(&mut local, &7), Some("seven"));
+//! assert!(!m.contains_key(&mut local, &7));
+//!
+//! // Fast reads, over QSBR, through a handle (it announces quiescent states):
+//! use mpsync::ds::map::{ConcurrentMap, MapHandle};
+//! let f: FastReadHashMap<u32, u32, Qsbr> = FastReadHashMap::new();
+//! let mut h = f.handle();
+//! h.insert(1, 10);
+//! assert_eq!(h.get(&1), Some(10));
+//! ```
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
+use std::ptr;
+
+use super::alloc::{NodeAlloc, SystemAlloc};
+use super::hm_list::{self, Head, Node};
+use super::lf::check_local;
+use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
+use crate::reclaim::{Ebr, Local, ProtectsReachable, Reclaimer};
+use crate::sync::{Arc, AtomicPtr};
+
+/// Buckets of [`LfHashMap::new`].
+pub const DEFAULT_BUCKETS: usize = 1024;
+
+/// Hart's lock-free chaining hash table over reclaimer `R` (see the
+/// [module documentation](self)).
+pub struct LfHashMap<K, V, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc, S = RandomState> {
+    /// Not padded: a table sized for its keys has many buckets, and a cache line
+    /// per bucket would multiply its footprint by 16 (reads would miss in cache
+    /// far more than updates of neighbouring buckets would contend).
+    buckets: Box<[Head<K, V>]>,
+    hasher: S,
+    domain: Arc<R>,
+    /// Owns `K`s and `V`s (drop check); `A` only names the allocator.
+    _owns: PhantomData<(K, V, A)>,
+}
+
+// SAFETY: the table owns its keys and values; nodes are reached only through
+// atomics and freed through the reclaimer (possibly on another thread), so
+// sending the table moves `K`s and `V`s between threads: `Send` suffices.
+unsafe impl<K: Send, V: Send, R: Reclaimer, A: NodeAlloc, S: Send> Send
+    for LfHashMap<K, V, R, A, S>
+{
+}
+// SAFETY: `&LfHashMap` lets any thread read keys and clone values concurrently
+// (`Sync`) and drop them when it frees a node (`Send`).
+unsafe impl<K: Send + Sync, V: Send + Sync, R: Reclaimer, A: NodeAlloc, S: Sync> Sync
+    for LfHashMap<K, V, R, A, S>
+{
+}
+
+impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
+    LfHashMap<K, V, R, A, S>
+{
+    /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
+    pub fn new() -> Self {
+        Self::with_buckets(DEFAULT_BUCKETS).expect("the default is >= 1")
+    }
+
+    /// An empty table of `buckets` buckets (fixed) with a domain of its own.
+    /// Errors if `buckets` is 0.
+    pub fn with_buckets(buckets: usize) -> Result<Self, MapError> {
+        Self::with_domain(buckets, Arc::new(R::default()), S::default())
+    }
+}
+
+impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Default
+    for LfHashMap<K, V, R, A, S>
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, V, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> {
+    /// An empty table of `buckets` buckets whose retired nodes go to `domain`
+    /// (with hazard pointers: at least 2 slots per thread). Errors if `buckets`
+    /// is 0.
+    pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
+        if buckets == 0 {
+            return Err(MapError::ZeroBuckets);
+        }
+        Ok(Self {
+            buckets: (0..buckets)
+                .map(|_| AtomicPtr::new(ptr::null_mut()))
+                .collect(),
+            hasher,
+            domain,
+            _owns: PhantomData,
+        })
+    }
+
+    /// The reclamation domain (register threads with `R::register(m.domain())`).
+    pub fn domain(&self) -> &Arc<R> {
+        &self.domain
+    }
+
+    /// The number of buckets (fixed).
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+impl<K, V, R, A, S> LfHashMap<K, V, R, A, S>
+where
+    K: Hash + Ord + Send,
+    V: Send,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher,
+{
+    fn bucket(&self, key: &K) -> &AtomicPtr<Node<K, V>> {
+        let h = self.hasher.hash_one(key);
+        // Multiply-shift: the high bits of `h · n` are uniform in `0..n`.
+        let i = ((u128::from(h) * self.buckets.len() as u128) >> 64) as usize;
+        &self.buckets[i]
+    }
+
+    /// Inserts `key → value` if `key` is absent; `false` (and the pair dropped)
+    /// if it was present. `local` is the calling thread's registration in
+    /// [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        check_local(&*self.domain, local, "LfHashMap::insert");
+        let b = self.bucket(&key);
+        let mut g = local.enter();
+        hm_list::insert::<K, V, R, A>(b, key, value, &mut g).is_ok()
+    }
+
+    /// Removes `key`, returning a clone of its value if it was present.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn remove(&self, local: &mut R::Local, key: &K) -> Option<V>
+    where
+        V: Clone,
+    {
+        check_local(&*self.domain, local, "LfHashMap::remove");
+        let mut g = local.enter();
+        hm_list::remove::<K, V, R, A>(self.bucket(key), key, &mut g)
+    }
+
+    /// A clone of `key`'s value, if present.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get(&self, local: &mut R::Local, key: &K) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.get_with(local, key, V::clone)
+    }
+
+    /// `f` applied to `key`'s value, if present: the reference is valid during
+    /// the call (the node stays protected), so `V` need not be `Clone`.
+    ///
+    /// ```
+    /// use mpsync::ds::hash::LfHashMap;
+    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    ///
+    /// let m: LfHashMap<u32, Vec<u8>> = LfHashMap::new();
+    /// let mut l = Ebr::register(m.domain());
+    /// m.insert(&mut l, 1, vec![1, 2, 3]);
+    /// assert_eq!(m.get_with(&mut l, &1, |v| v.len()), Some(3));
+    /// ```
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+        check_local(&*self.domain, local, "LfHashMap::get");
+        let mut g = local.enter();
+        hm_list::get_with::<K, V, R, A, T>(self.bucket(key), key, &mut g, f)
+    }
+
+    /// Whether `key` is present.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
+        check_local(&*self.domain, local, "LfHashMap::contains_key");
+        let mut g = local.enter();
+        hm_list::contains::<K, V, R, A>(self.bucket(key), key, &mut g)
+    }
+
+    /// The number of entries: exact when no thread changes the table meanwhile,
+    /// otherwise approximate (buckets are counted one after another, each under
+    /// its own traversal). Walks the whole table.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn len(&self, local: &mut R::Local) -> usize
+    where
+        K: Clone,
+    {
+        let mut n = 0;
+        self.for_each(local, |_, _| n += 1);
+        n
+    }
+
+    /// Whether [`len`](Self::len) is 0 (as approximate).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn is_empty(&self, local: &mut R::Local) -> bool
+    where
+        K: Clone,
+    {
+        self.len(local) == 0
+    }
+
+    /// Calls `f` on every entry, bucket after bucket (in each, in key order), each
+    /// key at most once; entries inserted or removed during the walk may or may not
+    /// be seen. The references are valid only during the call of `f`.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn for_each(&self, local: &mut R::Local, mut f: impl FnMut(&K, &V))
+    where
+        K: Clone,
+    {
+        check_local(&*self.domain, local, "LfHashMap::for_each");
+        for b in self.buckets.iter() {
+            // One guard per bucket: under EBR a walk of the whole table would
+            // otherwise hold the epoch back for its whole length.
+            let mut g = local.enter();
+            hm_list::for_each::<K, V, R>(b, &mut g, &mut f);
+        }
+    }
+
+    /// The calling thread's handle: it registers with the domain and announces a
+    /// quiescent state every 100 operations.
+    pub fn handle(&self) -> LfHashMapHandle<'_, K, V, R, A, S>
+    where
+        K: Sync,
+        V: Sync + Clone,
+        S: Sync,
+    {
+        RegisteredHandle::new(self)
+    }
+}
+
+impl<K, V, R: Reclaimer, A: NodeAlloc, S> Drop for LfHashMap<K, V, R, A, S> {
+    fn drop(&mut self) {
+        for b in self.buckets.iter() {
+            // SAFETY: `&mut self`: no thread uses the table any more; retired nodes
+            // belong to the domain, which frees them.
+            unsafe { hm_list::free_all::<K, V, A>(b) };
+        }
+    }
+}
+
+impl<K, V, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for LfHashMap<K, V, R, A, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LfHashMap")
+            .field("buckets", &self.buckets.len())
+            .field("reclaimer", &R::NAME)
+            .field("alloc", &A::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One thread's access to an [`LfHashMap`] (see [`RegisteredHandle`]).
+pub type LfHashMapHandle<'a, K, V, R = Ebr, A = SystemAlloc, S = RandomState> =
+    RegisteredHandle<'a, LfHashMap<K, V, R, A, S>, K, V>;
+
+impl<K, V, R, A, S> RegisteredMap<K, V> for LfHashMap<K, V, R, A, S>
+where
+    K: Hash + Ord + Send + Sync,
+    V: Send + Sync + Clone,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher + Sync,
+{
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
+    }
+    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        self.insert(local, key, value)
+    }
+    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.get(local, key)
+    }
+    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.remove(local, key)
+    }
+    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+        self.contains_key(local, key)
+    }
+}
+
+impl<K, V, R, A, S> ConcurrentMap<K, V> for LfHashMap<K, V, R, A, S>
+where
+    K: Hash + Ord + Send + Sync,
+    V: Send + Sync + Clone,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher + Send + Sync,
+{
+    type Handle<'a>
+        = LfHashMapHandle<'a, K, V, R, A, S>
+    where
+        Self: 'a;
+
+    fn handle(&self) -> Self::Handle<'_> {
+        LfHashMap::handle(self)
+    }
+}
+
+/// Hart's fast-read table (Figure 5.16): an [`LfHashMap`] whose `get` and
+/// `contains_key` walk past deleted nodes without helping or restarting. Only
+/// over schemes that protect everything reachable (`R: ProtectsReachable`).
+pub struct FastReadHashMap<
+    K,
+    V,
+    R: ProtectsReachable = Ebr,
+    A: NodeAlloc = SystemAlloc,
+    S = RandomState,
+> {
+    inner: LfHashMap<K, V, R, A, S>,
+}
+
+impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Default>
+    FastReadHashMap<K, V, R, A, S>
+{
+    /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
+    pub fn new() -> Self {
+        Self {
+            inner: LfHashMap::new(),
+        }
+    }
+
+    /// An empty table of `buckets` buckets (fixed). Errors if `buckets` is 0.
+    pub fn with_buckets(buckets: usize) -> Result<Self, MapError> {
+        Ok(Self {
+            inner: LfHashMap::with_buckets(buckets)?,
+        })
+    }
+}
+
+impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Default> Default
+    for FastReadHashMap<K, V, R, A, S>
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, V, R, A, S> FastReadHashMap<K, V, R, A, S>
+where
+    K: Hash + Ord + Send,
+    V: Send,
+    R: ProtectsReachable,
+    A: NodeAlloc,
+    S: BuildHasher,
+{
+    /// An empty table of `buckets` buckets over `domain`. Errors if `buckets` is 0.
+    pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
+        Ok(Self {
+            inner: LfHashMap::with_domain(buckets, domain, hasher)?,
+        })
+    }
+
+    /// The table underneath: its updates are the fast-read table's updates.
+    pub fn as_lf(&self) -> &LfHashMap<K, V, R, A, S> {
+        &self.inner
+    }
+
+    /// The reclamation domain.
+    pub fn domain(&self) -> &Arc<R> {
+        self.inner.domain()
+    }
+
+    /// As [`LfHashMap::insert`].
+    pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        self.inner.insert(local, key, value)
+    }
+
+    /// As [`LfHashMap::remove`].
+    pub fn remove(&self, local: &mut R::Local, key: &K) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.inner.remove(local, key)
+    }
+
+    /// A clone of `key`'s value, if present: a fast read (no helping, no restarts).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get(&self, local: &mut R::Local, key: &K) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.get_with(local, key, V::clone)
+    }
+
+    /// `f` applied to `key`'s value, if present, by a fast read (as
+    /// [`LfHashMap::get_with`]).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+        check_local(&*self.inner.domain, local, "FastReadHashMap::get");
+        let g = local.enter();
+        hm_list::get_fast_with::<K, V, R, T>(self.inner.bucket(key), key, &g, f)
+    }
+
+    /// Whether `key` is present: a fast read.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
+        check_local(&*self.inner.domain, local, "FastReadHashMap::contains_key");
+        let g = local.enter();
+        hm_list::contains_fast::<K, V, R>(self.inner.bucket(key), key, &g)
+    }
+
+    /// The calling thread's handle.
+    pub fn handle(&self) -> FastReadHashMapHandle<'_, K, V, R, A, S>
+    where
+        K: Sync,
+        V: Sync + Clone,
+        S: Sync,
+    {
+        RegisteredHandle::new(self)
+    }
+}
+
+impl<K, V, R: ProtectsReachable, A: NodeAlloc, S> fmt::Debug for FastReadHashMap<K, V, R, A, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FastReadHashMap")
+            .field("buckets", &self.inner.buckets.len())
+            .field("reclaimer", &R::NAME)
+            .field("alloc", &A::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One thread's access to a [`FastReadHashMap`] (see [`RegisteredHandle`]).
+pub type FastReadHashMapHandle<'a, K, V, R = Ebr, A = SystemAlloc, S = RandomState> =
+    RegisteredHandle<'a, FastReadHashMap<K, V, R, A, S>, K, V>;
+
+impl<K, V, R, A, S> RegisteredMap<K, V> for FastReadHashMap<K, V, R, A, S>
+where
+    K: Hash + Ord + Send + Sync,
+    V: Send + Sync + Clone,
+    R: ProtectsReachable,
+    A: NodeAlloc,
+    S: BuildHasher + Sync,
+{
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        self.inner.domain()
+    }
+    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+        self.insert(local, key, value)
+    }
+    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.get(local, key)
+    }
+    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+        self.remove(local, key)
+    }
+    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+        self.contains_key(local, key)
+    }
+}
+
+impl<K, V, R, A, S> ConcurrentMap<K, V> for FastReadHashMap<K, V, R, A, S>
+where
+    K: Hash + Ord + Send + Sync,
+    V: Send + Sync + Clone,
+    R: ProtectsReachable,
+    A: NodeAlloc,
+    S: BuildHasher + Send + Sync,
+{
+    type Handle<'a>
+        = FastReadHashMapHandle<'a, K, V, R, A, S>
+    where
+        Self: 'a;
+
+    fn handle(&self) -> Self::Handle<'_> {
+        FastReadHashMap::handle(self)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::ds::map::MapHandle;
+    use crate::reclaim::{HazardPointers, Leak, Qsbr};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn sequential<M: ConcurrentMap<u32, u32>>(m: &M) {
+        let mut h = m.handle();
+        for k in [5, 1, 9, 3, 7] {
+            assert!(h.insert(k, k * 10));
+        }
+        assert!(!h.insert(3, 0), "present: not replaced");
+        assert_eq!(h.get(&3), Some(30));
+        for k in [0, 2, 4, 6, 8, 10] {
+            assert_eq!(h.get(&k), None);
+            assert!(!h.contains_key(&k));
+        }
+        assert_eq!(h.remove(&5), Some(50));
+        assert_eq!(h.remove(&5), None);
+        assert!(h.insert(5, 51));
+        assert_eq!(h.get(&5), Some(51));
+        h.quiescent();
+        for k in [1, 3, 5, 7, 9] {
+            assert!(h.contains_key(&k));
+            assert!(h.remove(&k).is_some());
+        }
+        assert_eq!(h.get(&1), None);
+    }
+
+    #[test]
+    fn sequential_with_every_scheme_and_bucket_count() {
+        for b in [1, 3, 32] {
+            sequential(&LfHashMap::<u32, u32, Ebr>::with_buckets(b).unwrap());
+            sequential(&LfHashMap::<u32, u32, Qsbr>::with_buckets(b).unwrap());
+            sequential(&LfHashMap::<u32, u32, Leak>::with_buckets(b).unwrap());
+            let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
+            sequential(&LfHashMap::<u32, u32, _>::with_domain(b, hp, RandomState::new()).unwrap());
+            sequential(&FastReadHashMap::<u32, u32, Ebr>::with_buckets(b).unwrap());
+            sequential(&FastReadHashMap::<u32, u32, Qsbr>::with_buckets(b).unwrap());
+        }
+    }
+
+    #[test]
+    fn len_and_for_each_see_every_entry_once() {
+        let m: LfHashMap<u32, u32, HazardPointers> = LfHashMap::with_buckets(4).unwrap();
+        let mut l = HazardPointers::register(m.domain());
+        assert!(m.is_empty(&mut l));
+        for k in 0..20 {
+            m.insert(&mut l, k, k);
+        }
+        m.remove(&mut l, &7);
+        assert_eq!(m.len(&mut l), 19);
+        assert_eq!(m.get_with(&mut l, &3, |v| v + 1), Some(4));
+        assert_eq!(m.get_with(&mut l, &7, |v| v + 1), None);
+        let mut seen = Vec::new();
+        m.for_each(&mut l, |k, v| {
+            assert_eq!(k, v);
+            seen.push(*k)
+        });
+        seen.sort_unstable();
+        assert_eq!(seen, (0..20).filter(|&k| k != 7).collect::<Vec<_>>());
+    }
+
+    /// Counts its drops in a shared counter.
+    #[derive(Clone)]
+    struct Counted<'a>(&'a AtomicUsize);
+    impl Drop for Counted<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn keys_and_values_are_dropped_exactly_once() {
+        let drops = AtomicUsize::new(0);
+        {
+            let m: LfHashMap<u32, Counted<'_>, Qsbr> = LfHashMap::with_buckets(2).unwrap();
+            let mut h = m.handle();
+            for k in 0..6 {
+                assert!(h.insert(k, Counted(&drops)));
+            }
+            assert!(
+                !h.insert(0, Counted(&drops)),
+                "the refused value is dropped"
+            );
+            assert_eq!(drops.load(Ordering::Relaxed), 1);
+            drop(h.get(&1)); // a clone, dropped
+            drop(h.remove(&2)); // a clone; the node's own value goes with the node
+            assert_eq!(drops.load(Ordering::Relaxed), 3);
+        }
+        // 6 in nodes (one removed, freed by the domain) + 3 before.
+        assert_eq!(drops.load(Ordering::Relaxed), 9);
+    }
+
+    #[test]
+    fn removed_nodes_are_retired_once() {
+        let m: LfHashMap<u32, u32, Leak> = LfHashMap::with_buckets(1).unwrap();
+        let mut l = Leak::register(m.domain());
+        for k in 0..10 {
+            m.insert(&mut l, k, k);
+        }
+        for k in 0..10 {
+            assert_eq!(m.remove(&mut l, &k), Some(k));
+        }
+        assert_eq!(m.domain().stats().retired, 10);
+    }
+
+    #[test]
+    fn zero_buckets_is_an_error() {
+        assert_eq!(
+            LfHashMap::<u32, u32>::with_buckets(0).unwrap_err(),
+            MapError::ZeroBuckets
+        );
+        assert!(FastReadHashMap::<u32, u32>::with_buckets(0).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "another reclamation domain")]
+    fn a_foreign_registration_is_refused() {
+        let m: LfHashMap<u32, u32, Ebr> = LfHashMap::with_buckets(1).unwrap();
+        let other = Arc::new(Ebr::new());
+        let mut l = Ebr::register(&other);
+        m.insert(&mut l, 1, 1);
+    }
+
+    #[test]
+    fn debug_names_the_scheme() {
+        let m: LfHashMap<u8, u8, Leak> = LfHashMap::with_buckets(2).unwrap();
+        assert_eq!(
+            format!("{m:?}"),
+            "LfHashMap { buckets: 2, reclaimer: \"Leak\", alloc: \"system\", .. }"
+        );
+        assert!(format!("{:?}", m.handle()).starts_with("RegisteredHandle { map: LfHashMap"));
+        let f: FastReadHashMap<u8, u8, Qsbr> = FastReadHashMap::with_buckets(2).unwrap();
+        assert!(format!("{f:?}").starts_with("FastReadHashMap { buckets: 2, reclaimer: \"QSBR\""));
+        assert!(format!("{:?}", f.handle()).starts_with("RegisteredHandle { map: FastReadHashMap"));
+        assert_eq!(f.as_lf().buckets(), 2);
+        let mut l = Qsbr::register(f.domain());
+        assert!(f.insert(&mut l, 5, 6));
+        assert_eq!(f.get_with(&mut l, &5, |v| v * 2), Some(12));
+        assert_eq!(f.get_with(&mut l, &4, |v| v * 2), None);
+    }
+}

@@ -1,0 +1,221 @@
+//! The per-bucket-lock hash table: Hart's lock-based baseline (papers/002_…
+//! §5.3, "spinlock"), generic over any mpsync lock.
+//!
+//! A fixed array of buckets, each a `Vec` of pairs behind its own
+//! [`lock_api::RawMutex`]. Every operation locks one
+//! bucket. With a preemption-safe lock (`TasBNp`, `NativeNp`, …) a preempted
+//! holder is rare; with a plain spin lock a holder preempted inside a bucket stalls
+//! every thread that needs that bucket — the contrast Hart's experiments draw
+//! with the lock-free table. Insert-if-absent, as the other tables (see
+//! [`map`](super::map)). Needs nothing from `sched` beyond what the lock uses.
+//!
+//! ```
+//! use mpsync::ds::locked_hash::LockedHashMap;
+//! use mpsync::lock::TasBNp;
+//!
+//! let m: LockedHashMap<u32, u32, TasBNp> = LockedHashMap::with_buckets(32).unwrap();
+//! assert!(m.insert(1, 10));
+//! assert!(!m.insert(1, 11));
+//! assert_eq!(m.get(&1), Some(10));
+//! assert_eq!(m.len(), 1);
+//! assert_eq!(m.remove(&1), Some(10));
+//! assert!(LockedHashMap::<u32, u32, TasBNp>::with_buckets(0).is_err());
+//! ```
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+
+use lock_api::{Mutex, RawMutex};
+
+use super::hash::DEFAULT_BUCKETS;
+use super::map::{ConcurrentMap, MapError, MapHandle};
+
+/// One bucket: its pairs behind its lock.
+type Bucket<K, V, L> = Mutex<L, Vec<(K, V)>>;
+
+/// A hash table of `Vec` buckets, each behind its own lock `L`.
+pub struct LockedHashMap<K, V, L: RawMutex, S = RandomState> {
+    /// Not padded (as `LfHashMap`'s buckets): the footprint of a large table
+    /// matters more than neighbouring buckets' contention.
+    buckets: Box<[Bucket<K, V, L>]>,
+    hasher: S,
+}
+
+impl<K, V, L: RawMutex, S: BuildHasher + Default> LockedHashMap<K, V, L, S> {
+    /// An empty table of [`DEFAULT_BUCKETS`] buckets.
+    pub fn new() -> Self {
+        Self::with_buckets(DEFAULT_BUCKETS).expect("the default is >= 1")
+    }
+
+    /// An empty table of `buckets` buckets (fixed). Errors if `buckets` is 0.
+    pub fn with_buckets(buckets: usize) -> Result<Self, MapError> {
+        Self::with_hasher(buckets, S::default())
+    }
+}
+
+impl<K, V, L: RawMutex, S: BuildHasher + Default> Default for LockedHashMap<K, V, L, S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
+    /// An empty table of `buckets` buckets hashing with `hasher`. Errors if
+    /// `buckets` is 0.
+    pub fn with_hasher(buckets: usize, hasher: S) -> Result<Self, MapError> {
+        if buckets == 0 {
+            return Err(MapError::ZeroBuckets);
+        }
+        Ok(Self {
+            buckets: (0..buckets).map(|_| Mutex::new(Vec::new())).collect(),
+            hasher,
+        })
+    }
+
+    /// The number of buckets (fixed).
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
+    fn bucket(&self, key: &K) -> &Mutex<L, Vec<(K, V)>> {
+        let h = self.hasher.hash_one(key);
+        // Multiply-shift, as `LfHashMap`.
+        &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
+    }
+
+    /// Inserts `key → value` if `key` is absent; `false` if it was present.
+    pub fn insert(&self, key: K, value: V) -> bool {
+        let mut b = self.bucket(&key).lock();
+        if b.iter().any(|(k, _)| *k == key) {
+            return false;
+        }
+        b.push((key, value));
+        true
+    }
+
+    /// Removes `key` and returns its value.
+    pub fn remove(&self, key: &K) -> Option<V> {
+        let mut b = self.bucket(key).lock();
+        let i = b.iter().position(|(k, _)| k == key)?;
+        Some(b.swap_remove(i).1)
+    }
+
+    /// A clone of `key`'s value.
+    pub fn get(&self, key: &K) -> Option<V>
+    where
+        V: Clone,
+    {
+        let b = self.bucket(key).lock();
+        b.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &K) -> bool {
+        self.bucket(key).lock().iter().any(|(k, _)| k == key)
+    }
+
+    /// The number of entries: buckets are locked one after another, so under
+    /// concurrent updates the sum is approximate.
+    pub fn len(&self) -> usize {
+        self.buckets.iter().map(|b| b.lock().len()).sum()
+    }
+
+    /// Whether [`len`](Self::len) is 0 (as approximate).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` on every entry, one bucket (locked) at a time.
+    pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        for b in self.buckets.iter() {
+            for (k, v) in b.lock().iter() {
+                f(k, v);
+            }
+        }
+    }
+}
+
+impl<K, V, L: RawMutex, S> fmt::Debug for LockedHashMap<K, V, L, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockedHashMap")
+            .field("buckets", &self.buckets.len())
+            .field("lock", &std::any::type_name::<L>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, V, L, S> MapHandle<K, V> for &LockedHashMap<K, V, L, S>
+where
+    K: Hash + Eq,
+    V: Clone,
+    L: RawMutex,
+    S: BuildHasher,
+{
+    fn insert(&mut self, key: K, value: V) -> bool {
+        LockedHashMap::insert(self, key, value)
+    }
+
+    fn get(&mut self, key: &K) -> Option<V> {
+        LockedHashMap::get(self, key)
+    }
+
+    fn remove(&mut self, key: &K) -> Option<V> {
+        LockedHashMap::remove(self, key)
+    }
+
+    fn contains_key(&mut self, key: &K) -> bool {
+        LockedHashMap::contains_key(self, key)
+    }
+}
+
+impl<K, V, L, S> ConcurrentMap<K, V> for LockedHashMap<K, V, L, S>
+where
+    K: Hash + Eq + Send + Sync,
+    V: Clone + Send + Sync,
+    L: RawMutex + Send + Sync,
+    S: BuildHasher + Send + Sync,
+{
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::lock::{Native, TasB};
+
+    #[test]
+    fn map_operations() {
+        let m: LockedHashMap<u32, String, TasB> = LockedHashMap::with_buckets(3).unwrap();
+        for k in 0..10 {
+            assert!(m.insert(k, k.to_string()));
+        }
+        assert!(!m.insert(4, "x".into()));
+        assert_eq!(m.get(&4).as_deref(), Some("4"));
+        assert_eq!(m.remove(&4).as_deref(), Some("4"));
+        assert!(!m.contains_key(&4));
+        assert_eq!(m.len(), 9);
+        let mut n = 0;
+        m.for_each(|k, v| {
+            assert_eq!(k.to_string(), *v);
+            n += 1
+        });
+        assert_eq!(n, 9);
+        assert!(!m.is_empty());
+        assert_eq!(m.buckets(), 3);
+        assert!(format!("{m:?}").starts_with("LockedHashMap { buckets: 3, lock: "));
+        let mut h = ConcurrentMap::handle(&m);
+        assert!(MapHandle::insert(&mut h, 4, "four".into()));
+        assert_eq!(MapHandle::get(&mut h, &4).as_deref(), Some("four"));
+        assert!(LockedHashMap::<u8, u8, Native>::with_buckets(0).is_err());
+    }
+}

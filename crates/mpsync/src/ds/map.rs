@@ -1,0 +1,182 @@
+//! The map interface shared by the hash tables of Hart's thesis (papers/002_… §3.2,
+//! §5.3): [`ConcurrentMap`] hands each thread a [`MapHandle`], so one test or
+//! benchmark drives every table, whatever its synchronization and reclamation.
+//!
+//! The tables are **insert-if-absent** maps, as Hart's are (a key is in a table
+//! at most once and an insert of a present key fails): [`MapHandle::insert`]
+//! does not replace a value; remove the key first. Values are handed out as
+//! clones, because a lock-free table cannot move a value out of a node that
+//! concurrent readers may still be reading.
+//!
+//! ```
+//! use mpsync::ds::map::{ConcurrentMap, MapHandle};
+//! use mpsync::ds::hash::LfHashMap;
+//! use mpsync::ds::locked_hash::LockedHashMap;
+//! use mpsync::lock::TasB;
+//! use mpsync::reclaim::HazardPointers;
+//!
+//! fn exercise<M: ConcurrentMap<u64, String>>(m: &M) {
+//!     let mut h = m.handle();
+//!     assert!(h.insert(1, "one".into()));
+//!     assert!(!h.insert(1, "uno".into()), "insert does not replace");
+//!     assert_eq!(h.get(&1).as_deref(), Some("one"));
+//!     assert!(h.contains_key(&1));
+//!     assert_eq!(h.remove(&1).as_deref(), Some("one"));
+//!     assert_eq!(h.get(&1), None);
+//! }
+//! exercise(&LfHashMap::<u64, String>::new());
+//! exercise(&LfHashMap::<u64, String, HazardPointers>::new());
+//! exercise(&LockedHashMap::<u64, String, TasB>::new());
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use super::lf::AutoQuiescent;
+use crate::reclaim::Reclaimer;
+use crate::sync::Arc;
+
+/// A map shared by threads, each working through its own handle.
+pub trait ConcurrentMap<K, V>: Send + Sync {
+    /// One thread's access.
+    type Handle<'a>: MapHandle<K, V>
+    where
+        Self: 'a;
+    /// The calling thread's access (the lock-free tables register the thread
+    /// with their reclamation scheme here; dropping the handle leaves it).
+    fn handle(&self) -> Self::Handle<'_>;
+}
+
+/// One thread's operations on a [`ConcurrentMap`].
+pub trait MapHandle<K, V> {
+    /// Inserts `key → value` if `key` is absent; `false` (and `value` dropped) if
+    /// it was present.
+    fn insert(&mut self, key: K, value: V) -> bool;
+    /// A clone of `key`'s value, or `None`.
+    fn get(&mut self, key: &K) -> Option<V>;
+    /// Removes `key`; its value (a clone, for the lock-free tables) or `None`.
+    fn remove(&mut self, key: &K) -> Option<V>;
+    /// Whether `key` is present.
+    fn contains_key(&mut self, key: &K) -> bool;
+    /// As [`QueueHandle::quiescent`](super::QueueHandle::quiescent): a no-op
+    /// unless the table reclaims with QSBR.
+    fn quiescent(&mut self) {}
+}
+
+/// A map whose operations take the calling thread's registration with its
+/// reclamation domain explicitly (the lock-free and concurrently-readable
+/// tables). [`RegisteredHandle`] turns any of them into a [`MapHandle`]: the one
+/// handle type that registers the thread and announces its quiescent states.
+pub trait RegisteredMap<K, V>: Sync {
+    /// The reclamation scheme.
+    type R: Reclaimer;
+    /// The domain threads register with.
+    fn domain(&self) -> &Arc<Self::R>;
+    /// As [`MapHandle::insert`].
+    fn insert_in(&self, local: &mut LocalOf<Self::R>, key: K, value: V) -> bool;
+    /// As [`MapHandle::get`].
+    fn get_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> Option<V>;
+    /// As [`MapHandle::remove`].
+    fn remove_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> Option<V>;
+    /// As [`MapHandle::contains_key`].
+    fn contains_key_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> bool;
+}
+
+/// The registration type of scheme `R`.
+pub type LocalOf<R> = <R as Reclaimer>::Local;
+
+/// One thread's access to a [`RegisteredMap`]: its registration with the map's
+/// domain, and a quiescent state every 100 operations (Hart's test loop; needed
+/// by QSBR, harmless for the other schemes).
+pub struct RegisteredHandle<'a, M: RegisteredMap<K, V>, K, V> {
+    map: &'a M,
+    local: LocalOf<M::R>,
+    auto: AutoQuiescent,
+    _kv: PhantomData<fn(K) -> V>,
+}
+
+impl<'a, M: RegisteredMap<K, V>, K, V> RegisteredHandle<'a, M, K, V> {
+    /// Registers the calling thread with `map`'s domain.
+    pub fn new(map: &'a M) -> Self {
+        Self {
+            map,
+            local: <M::R as Reclaimer>::register(map.domain()),
+            auto: AutoQuiescent::new(),
+            _kv: PhantomData,
+        }
+    }
+
+    /// The thread's registration (for the map's explicit-`local` methods).
+    pub fn local(&mut self) -> &mut LocalOf<M::R> {
+        &mut self.local
+    }
+}
+
+impl<M: RegisteredMap<K, V> + fmt::Debug, K, V> fmt::Debug for RegisteredHandle<'_, M, K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisteredHandle")
+            .field("map", self.map)
+            .field("auto", &self.auto)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RegisteredMap<K, V>, K, V> MapHandle<K, V> for RegisteredHandle<'_, M, K, V> {
+    fn insert(&mut self, key: K, value: V) -> bool {
+        let r = self.map.insert_in(&mut self.local, key, value);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn get(&mut self, key: &K) -> Option<V> {
+        let r = self.map.get_in(&mut self.local, key);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn remove(&mut self, key: &K) -> Option<V> {
+        let r = self.map.remove_in(&mut self.local, key);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn contains_key(&mut self, key: &K) -> bool {
+        let r = self.map.contains_key_in(&mut self.local, key);
+        self.auto.tick(&mut self.local);
+        r
+    }
+
+    fn quiescent(&mut self) {
+        self.auto.now(&mut self.local);
+    }
+}
+
+/// Invalid table parameters supplied by the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MapError {
+    /// A table needs at least one bucket.
+    ZeroBuckets,
+}
+
+impl std::fmt::Display for MapError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ZeroBuckets => f.write_str(
+                "hash table with 0 buckets: must be >= 1 (about the number of keys expected; Hart uses 32)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MapError {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_says_what_would_be_right() {
+        assert!(MapError::ZeroBuckets.to_string().contains(">= 1"));
+    }
+}

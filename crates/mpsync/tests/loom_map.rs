@@ -1,0 +1,205 @@
+//! Loom models of the Harris–Michael list under the hash tables, over hazard
+//! pointers and EBR with reclamation as eager as each scheme allows (HP: scan at
+//! every retire; EBR: try to advance at every critical section), one bucket so
+//! every operation meets every node:
+//!
+//! - a remove racing a search that walks past the removed node (mark, then
+//!   unlink; under HP the search's hand-over-hand window);
+//! - a remove racing an insert linked right after the removed node (the insert
+//!   must not be lost: why a node is marked before it is unlinked);
+//! - two removers of one key, one of which then inserts it again (threads act
+//!   twice: a reused key and a helped unlink);
+//! - the fast read (EBR) walking past two removed nodes.
+//!
+//! Nodes come from a test allocator whose "free" marks the node dead
+//! (`ds::lf::Liveness`, checked at every node access) and keeps the memory: a
+//! node read after its free fails the model.
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_map -- --test-threads=1`
+#![cfg(loom)]
+
+use std::collections::hash_map::RandomState;
+use std::ptr::NonNull;
+
+use loom::thread;
+use mpsync::ds::alloc::NodeAlloc;
+use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
+use mpsync::ds::lf::Liveness;
+use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
+use mpsync::sync::Arc;
+
+/// Nodes are boxed and never given back; `free` marks them dead.
+#[derive(Debug)]
+struct Poisoning;
+
+impl NodeAlloc for Poisoning {
+    const NAME: &'static str = "poisoning";
+
+    fn alloc<T>(value: T) -> NonNull<T> {
+        NonNull::from(Box::leak(Box::new(value)))
+    }
+
+    unsafe fn free<T>(p: *mut u8) {
+        // SAFETY: only mpsync nodes are allocated here, and each starts with its
+        // `Liveness`; the memory is never deallocated.
+        unsafe { Liveness::kill(p) };
+    }
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_bound(2, f)
+}
+
+/// A model explored up to `default` preemptions (`LOOM_MAX_PREEMPTIONS` overrides).
+fn model_bound(default: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(
+        std::env::var("LOOM_MAX_PREEMPTIONS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default),
+    );
+    b.check(f);
+}
+
+trait Eager: Reclaimer + Sized {
+    fn eager() -> Arc<Self>;
+}
+impl Eager for Ebr {
+    fn eager() -> Arc<Self> {
+        Arc::new(Ebr::with_advance_every(1).unwrap())
+    }
+}
+impl Eager for HazardPointers {
+    fn eager() -> Arc<Self> {
+        Arc::new(HazardPointers::with_threshold(2, 1).unwrap())
+    }
+}
+
+type Map<R> = LfHashMap<u32, u32, R, Poisoning, RandomState>;
+
+fn make<R: Eager>(keys: &[u32]) -> Arc<Map<R>> {
+    let m: Map<R> = LfHashMap::with_domain(1, R::eager(), RandomState::new()).unwrap();
+    let mut l = R::register(m.domain());
+    for &k in keys {
+        assert!(m.insert(&mut l, k, k * 10));
+    }
+    Arc::new(m)
+}
+
+/// {1, 2, 3}: one thread removes 2 while another searches for 3 (walking past 2)
+/// and then for 2. Three preemptions: a search that loses its predecessor's
+/// hazard (no hand-over-hand) is only caught with the remover run in the window
+/// between the new hazard's publish and the link's re-read.
+fn remove_vs_search<R: Eager>() {
+    model_bound(3, || {
+        let m = make::<R>(&[1, 2, 3]);
+        let m1 = m.clone();
+        let r = thread::spawn(move || {
+            let mut l = R::register(m1.domain());
+            m1.remove(&mut l, &2)
+        });
+        let mut l = R::register(m.domain());
+        assert_eq!(m.get(&mut l, &3), Some(30));
+        let saw2 = m.get(&mut l, &2);
+        assert!(saw2 == Some(20) || saw2.is_none());
+        assert_eq!(r.join().unwrap(), Some(20));
+        assert_eq!(m.get(&mut l, &2), None);
+        assert_eq!(m.len(&mut l), 2);
+    });
+}
+
+/// {1, 2}: one thread removes 2 while another inserts 3 (right after 2).
+fn remove_vs_adjacent_insert<R: Eager>() {
+    model(|| {
+        let m = make::<R>(&[1, 2]);
+        let m1 = m.clone();
+        let r = thread::spawn(move || {
+            let mut l = R::register(m1.domain());
+            m1.remove(&mut l, &2)
+        });
+        let mut l = R::register(m.domain());
+        assert!(m.insert(&mut l, 3, 30));
+        assert_eq!(r.join().unwrap(), Some(20));
+        assert_eq!(m.get(&mut l, &3), Some(30), "the insert after 2 was lost");
+        assert_eq!(m.get(&mut l, &2), None);
+        assert_eq!(m.get(&mut l, &1), Some(10));
+    });
+}
+
+/// {2}: two removers of 2; the first then inserts 2 again.
+fn two_removers_then_reinsert<R: Eager>() {
+    model(|| {
+        let m = make::<R>(&[2]);
+        let m1 = m.clone();
+        let a = thread::spawn(move || {
+            let mut l = R::register(m1.domain());
+            let r = m1.remove(&mut l, &2);
+            let i = m1.insert(&mut l, 2, 21);
+            (r, i)
+        });
+        let mut l = R::register(m.domain());
+        let b = m.remove(&mut l, &2);
+        let (ra, ia) = a.join().unwrap();
+        // Exactly one remover took the original 20; the other took nothing or
+        // the reinserted 21 (if it ran after the reinsert).
+        let took: Vec<u32> = [ra, b].into_iter().flatten().collect();
+        assert_eq!(took.iter().filter(|&&v| v == 20).count(), 1, "{took:?}");
+        assert!(ia, "2 was absent when A reinserted it");
+        let left = m.get(&mut l, &2);
+        assert_eq!(left.is_some(), !took.contains(&21), "{took:?} {left:?}");
+    });
+}
+
+#[test]
+fn loom_map_remove_vs_search_hp() {
+    remove_vs_search::<HazardPointers>();
+}
+
+#[test]
+fn loom_map_remove_vs_search_ebr() {
+    remove_vs_search::<Ebr>();
+}
+
+#[test]
+fn loom_map_remove_vs_adjacent_insert_hp() {
+    remove_vs_adjacent_insert::<HazardPointers>();
+}
+
+#[test]
+fn loom_map_remove_vs_adjacent_insert_ebr() {
+    remove_vs_adjacent_insert::<Ebr>();
+}
+
+#[test]
+fn loom_map_two_removers_then_reinsert_hp() {
+    two_removers_then_reinsert::<HazardPointers>();
+}
+
+/// {1, 2, 3, 4} over EBR: one thread removes 2 and 3 while a fast read looks
+/// for 4 (walking past both) and then for 3.
+#[test]
+fn loom_map_fast_read_past_removed_nodes_ebr() {
+    model(|| {
+        let m: FastReadHashMap<u32, u32, Ebr, Poisoning, RandomState> =
+            FastReadHashMap::with_domain(1, Ebr::eager(), RandomState::new()).unwrap();
+        let m = Arc::new(m);
+        {
+            let mut l = Ebr::register(m.domain());
+            for k in 1..=4 {
+                assert!(m.insert(&mut l, k, k * 10));
+            }
+        }
+        let m1 = m.clone();
+        let r = thread::spawn(move || {
+            let mut l = Ebr::register(m1.domain());
+            (m1.remove(&mut l, &2), m1.remove(&mut l, &3))
+        });
+        let mut l = Ebr::register(m.domain());
+        assert_eq!(m.get(&mut l, &4), Some(40));
+        let saw3 = m.get(&mut l, &3);
+        assert_eq!(r.join().unwrap(), (Some(20), Some(30)));
+        assert!(saw3.is_none() || saw3 == Some(30));
+        assert_eq!(m.get(&mut l, &3), None);
+    });
+}

@@ -1,0 +1,586 @@
+//! Torture for the hash tables (`LfHashMap` over every scheme, `FastReadHashMap`
+//! over QSBR and EBR, `LockedHashMap`):
+//!
+//! - **conservation** under real oversubscription (8 threads on the machine's
+//!   cores) and under the emulated pseudo-scheduler at MP 3: every value inserted
+//!   is removed at most once, a value read or removed was inserted under that key,
+//!   and at the end the table holds exactly the values inserted and not removed;
+//! - **linearizability** of thousands of short recorded histories of
+//!   insert/remove/get, checked per key (linearizability is local: a map history
+//!   is linearizable iff each key's sub-history is);
+//! - deterministic **stall-point** tests of the window hazard pointers depend on
+//!   (LF and CR tables): a search stopped on a node that is then deleted, with its
+//!   successor deleted and freed, must not step onto the freed successor; and a
+//!   node marked but not yet unlinked is absent to every search.
+//!
+//! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test map`.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use common::sized;
+use mpsync::ds::alloc::NodeAlloc;
+use mpsync::ds::cr_hash::CrHashMap;
+use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
+use mpsync::ds::locked_hash::LockedHashMap;
+use mpsync::ds::map::{ConcurrentMap, MapHandle};
+use mpsync::lock::TasB;
+use mpsync::reclaim::{Ebr, HazardPointers, Leak, Qsbr, Reclaimer};
+use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sched::stall::{self, Trap};
+use mpsync::sync::Arc;
+use mpsync::util::rng::SplitMix64 as Rng;
+
+/// Serializes the tests that start a pseudo-scheduler (one signal handler per process).
+static EMU: Mutex<()> = Mutex::new(());
+
+fn scale() -> u64 {
+    std::env::var("MPSYNC_TORTURE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The key a value was inserted under: values carry it in their low byte.
+fn key_of(v: u64) -> u64 {
+    v & 0xff
+}
+
+/// Per-thread record of a torture run.
+#[derive(Default)]
+struct Log {
+    inserted: Vec<u64>,
+    removed: Vec<u64>,
+}
+
+/// `threads` threads run random insert/remove/get on keys `0..keys` until
+/// `stop(i)` (i = the thread's operation count); then conservation is checked.
+/// `wrap(t, body)` runs a thread's body (to attach it to a pseudo-scheduler).
+fn conservation<M: ConcurrentMap<u64, u64>>(
+    m: &M,
+    threads: usize,
+    keys: u64,
+    stop: impl Fn(u64) -> bool + Sync,
+    wrap: impl Fn(usize, &mut dyn FnMut()) + Sync,
+) -> u64 {
+    let logs: Mutex<Vec<Log>> = Mutex::new(Vec::new());
+    let ops = AtomicU64::new(0);
+    let start = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (logs, ops, start, stop, wrap) = (&logs, &ops, &start, &stop, &wrap);
+            s.spawn(move || {
+                wrap(t, &mut || {
+                    let mut h = m.handle();
+                    let mut rng = Rng::new(0x5eed + t as u64);
+                    let mut log = Log::default();
+                    start.wait();
+                    let mut i = 0u64;
+                    while !stop(i) {
+                        let k = rng.next_u64() % keys;
+                        match rng.next_u64() % 4 {
+                            0 | 1 => {
+                                let v = (i << 16) | ((t as u64) << 8) | k;
+                                if h.insert(k, v) {
+                                    log.inserted.push(v);
+                                }
+                            }
+                            2 => {
+                                if let Some(v) = h.remove(&k) {
+                                    assert_eq!(key_of(v), k, "removed a value of another key");
+                                    log.removed.push(v);
+                                }
+                            }
+                            _ => {
+                                if let Some(v) = h.get(&k) {
+                                    assert_eq!(key_of(v), k, "read a value of another key");
+                                }
+                            }
+                        }
+                        i += 1;
+                    }
+                    ops.fetch_add(i, Ordering::Relaxed);
+                    logs.lock().unwrap().push(log);
+                })
+            });
+        }
+    });
+    let logs = logs.into_inner().unwrap();
+    let inserted: HashSet<u64> = logs
+        .iter()
+        .flat_map(|l| l.inserted.iter().copied())
+        .collect();
+    let mut removed = HashSet::new();
+    for v in logs.iter().flat_map(|l| l.removed.iter().copied()) {
+        assert!(removed.insert(v), "value {v:#x} removed twice");
+        assert!(
+            inserted.contains(&v),
+            "value {v:#x} removed but never inserted"
+        );
+    }
+    let mut h = m.handle();
+    let mut left = HashSet::new();
+    for k in 0..keys {
+        if let Some(v) = h.get(&k) {
+            assert_eq!(key_of(v), k);
+            left.insert(v);
+        }
+    }
+    let expected: HashSet<u64> = inserted.difference(&removed).copied().collect();
+    assert_eq!(
+        left, expected,
+        "the table does not hold exactly the values inserted and not removed"
+    );
+    ops.load(Ordering::Relaxed)
+}
+
+fn oversubscribed<M: ConcurrentMap<u64, u64>>(m: M) {
+    let per = sized(20_000, 25) * scale();
+    let n = conservation(&m, 8, 24, |i| i >= per, |_, f| f());
+    assert_eq!(n, 8 * per);
+}
+
+fn emulated_mp3<M: ConcurrentMap<u64, u64>>(m: M) {
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let procs = cores().min(4) as u32;
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .expect("valid config")
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_micros(500))
+        .seed(14);
+    let emu = Emulated::start(cfg).expect("pseudo-scheduler starts");
+    let end = Instant::now() + Duration::from_millis(150 * scale());
+    let n = conservation(
+        &m,
+        procs as usize,
+        24,
+        |i| i % 64 == 0 && Instant::now() >= end,
+        |t, f| {
+            let _att = emu.attach(t as u32).expect("attach");
+            f();
+        },
+    );
+    assert!(n > 0);
+    let stats = emu.stop();
+    assert!(
+        stats.preemptions + stats.warnings > 5,
+        "the scheduler barely intervened: {stats:?}"
+    );
+}
+
+// ---- linearizability, per key ------------------------------------------------
+
+/// One operation on one key, with what it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum MapOp {
+    Insert(u64, bool),
+    Remove(Option<u64>),
+    Get(Option<u64>),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ev {
+    key: u64,
+    invoke: u64,
+    response: u64,
+    op: MapOp,
+}
+
+/// The sequential specification of one key: its value or absence.
+fn apply(state: Option<u64>, op: MapOp) -> Option<Option<u64>> {
+    match op {
+        MapOp::Insert(v, ok) => match (state, ok) {
+            (None, true) => Some(Some(v)),
+            (Some(_), false) => Some(state),
+            _ => None,
+        },
+        MapOp::Remove(r) => (r == state).then_some(None),
+        MapOp::Get(r) => (r == state).then_some(state),
+    }
+}
+
+fn search(h: &[Ev], done: u64, state: Option<u64>, seen: &mut HashSet<(u64, Option<u64>)>) -> bool {
+    if done.count_ones() as usize == h.len() {
+        return true;
+    }
+    if !seen.insert((done, state)) {
+        return false;
+    }
+    let pending = || (0..h.len()).filter(|&i| done & (1 << i) == 0);
+    let first_response = pending().map(|i| h[i].response).min().expect("pending");
+    pending().any(|i| {
+        h[i].invoke <= first_response
+            && apply(state, h[i].op).is_some_and(|s| search(h, done | (1 << i), s, seen))
+    })
+}
+
+/// `Ok` if every key's sub-history is linearizable from "absent".
+fn check_map(history: &[Ev]) -> Result<(), String> {
+    let mut by_key: HashMap<u64, Vec<Ev>> = HashMap::new();
+    for e in history {
+        by_key.entry(e.key).or_default().push(*e);
+    }
+    for (k, h) in by_key {
+        assert!(h.len() <= 64);
+        if !search(&h, 0, None, &mut HashSet::new()) {
+            let mut h = h;
+            h.sort_by_key(|e| e.invoke);
+            return Err(format!("key {k}: not linearizable: {h:#?}"));
+        }
+    }
+    Ok(())
+}
+
+static CLOCK: AtomicU64 = AtomicU64::new(0);
+
+fn tick() -> u64 {
+    // SeqCst: stamps totally ordered with the operations they bracket.
+    CLOCK.fetch_add(1, Ordering::SeqCst)
+}
+
+fn record<H: MapHandle<u64, u64>>(h: &mut H, key: u64, what: u64, v: u64, out: &mut Vec<Ev>) {
+    let invoke = tick();
+    let op = match what {
+        0 => MapOp::Insert(v, h.insert(key, v)),
+        1 => MapOp::Remove(h.remove(&key)),
+        _ => MapOp::Get(h.get(&key)),
+    };
+    let response = tick();
+    out.push(Ev {
+        key,
+        invoke,
+        response,
+        op,
+    });
+}
+
+/// `rounds` histories: 3 threads released together on a fresh table, each doing
+/// 4 random operations on keys 0..3; every history is checked.
+fn linearizable<M: ConcurrentMap<u64, u64>>(make: impl Fn() -> M) {
+    let rounds = (sized(5_000, 10) * scale()) as usize;
+    let threads = 3;
+    let slot: RwLock<Option<std::sync::Arc<M>>> = RwLock::new(None);
+    let start = Barrier::new(threads + 1);
+    let end = Barrier::new(threads + 1);
+    let events: Mutex<Vec<Ev>> = Mutex::new(Vec::new());
+    let quit = AtomicBool::new(false);
+    let r: Result<(), String> = std::thread::scope(|s| {
+        for t in 0..threads {
+            let (slot, start, end, events, quit) = (&slot, &start, &end, &events, &quit);
+            s.spawn(move || {
+                let mut rng = Rng::new(77 + t as u64);
+                for round in 0u64.. {
+                    start.wait();
+                    // Relaxed: the barrier orders it.
+                    if quit.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let m = slot.read().unwrap().clone().expect("set");
+                    let mut out = Vec::with_capacity(4);
+                    {
+                        let mut h = m.handle();
+                        for i in 0..4 {
+                            let v = (round << 16) | ((t as u64) << 8) | i;
+                            record(&mut h, rng.next_u64() % 3, rng.next_u64() % 3, v, &mut out);
+                        }
+                    }
+                    drop(m);
+                    events.lock().unwrap().extend(out);
+                    end.wait();
+                }
+            });
+        }
+        let mut result = Ok(());
+        for _ in 0..rounds {
+            *slot.write().unwrap() = Some(std::sync::Arc::new(make()));
+            start.wait();
+            end.wait();
+            slot.write().unwrap().take();
+            let h = std::mem::take(&mut *events.lock().unwrap());
+            if let Err(e) = check_map(&h) {
+                result = Err(e);
+                break;
+            }
+        }
+        // Relaxed: the barrier orders it.
+        quit.store(true, Ordering::Relaxed);
+        start.wait();
+        result
+    });
+    r.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn the_map_checker_catches_a_lost_insert() {
+    let ev = |invoke, response, op| Ev {
+        key: 1,
+        invoke,
+        response,
+        op,
+    };
+    // Insert succeeded, then a later get saw nothing: not linearizable.
+    let bad = [ev(0, 1, MapOp::Insert(5, true)), ev(2, 3, MapOp::Get(None))];
+    assert!(check_map(&bad).is_err());
+    // Overlapping: either order.
+    let ok = [ev(0, 3, MapOp::Insert(5, true)), ev(1, 2, MapOp::Get(None))];
+    assert!(check_map(&ok).is_ok());
+    // Two successful inserts with no remove between: impossible.
+    let dup = [
+        ev(0, 1, MapOp::Insert(5, true)),
+        ev(2, 3, MapOp::Insert(6, true)),
+    ];
+    assert!(check_map(&dup).is_err());
+}
+
+fn hp() -> Arc<HazardPointers> {
+    // Scan often, so a node freed too early is freed during the run.
+    Arc::new(HazardPointers::with_threshold(2, 4).unwrap())
+}
+
+fn lf<R: Reclaimer>(d: Arc<R>, buckets: usize) -> LfHashMap<u64, u64, R> {
+    LfHashMap::with_domain(buckets, d, RandomState::new()).unwrap()
+}
+
+fn fast<R: mpsync::reclaim::ProtectsReachable>(
+    d: Arc<R>,
+    b: usize,
+) -> FastReadHashMap<u64, u64, R> {
+    FastReadHashMap::with_domain(b, d, RandomState::new()).unwrap()
+}
+
+macro_rules! map_tests {
+    ($($name:ident: $make:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn oversubscribed_8_threads() { oversubscribed($make) }
+            #[test]
+            fn emulated_mp_3() { emulated_mp3($make) }
+            #[test]
+            fn linearizable() { super::linearizable(|| $make) }
+        }
+    )*};
+}
+
+map_tests! {
+    lf_ebr: lf(Arc::new(Ebr::with_advance_every(1).unwrap()), 1);
+    lf_qsbr: lf(Arc::new(Qsbr::new()), 1);
+    lf_hp: lf(hp(), 1);
+    lf_hp_buckets: lf(hp(), 4);
+    lf_leak: lf(Arc::new(Leak::new()), 1);
+    fast_ebr: fast(Arc::new(Ebr::with_advance_every(1).unwrap()), 1);
+    fast_qsbr: fast(Arc::new(Qsbr::new()), 1);
+    locked_tasb: LockedHashMap::<u64, u64, TasB>::with_buckets(2).unwrap();
+    cr_hp: CrHashMap::<u64, u64, TasB, _>::with_domain(1, hp(), RandomState::new()).unwrap();
+    cr_ebr: CrHashMap::<u64, u64, TasB, _>::with_domain(2, Arc::new(Ebr::with_advance_every(1).unwrap()), RandomState::new()).unwrap();
+    cr_qsbr: CrHashMap::<u64, u64, TasB, _>::with_domain(1, Arc::new(Qsbr::new()), RandomState::new()).unwrap();
+}
+
+// ---- the hazard-pointer window ------------------------------------------------
+
+/// A key that knows when it was dropped: comparing a dropped key fails the test
+/// (a search read a node after it was freed).
+#[derive(Debug)]
+struct Key {
+    k: u64,
+    alive: AtomicBool,
+}
+
+impl Key {
+    fn new(k: u64) -> Self {
+        Key {
+            k,
+            alive: AtomicBool::new(true),
+        }
+    }
+    fn check(&self) {
+        assert!(
+            self.alive.load(Ordering::SeqCst),
+            "a search compared the key of a freed node ({})",
+            self.k
+        );
+    }
+}
+impl Drop for Key {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
+    }
+}
+impl PartialEq for Key {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o).is_eq()
+    }
+}
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.check();
+        o.check();
+        self.k.cmp(&o.k)
+    }
+}
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.k.hash(h)
+    }
+}
+
+/// Nodes whose memory is never given back but zeroed when "freed": a freed node
+/// reads as an unmarked node with no successor and a dropped key, so a search
+/// that steps onto it compares that key and `Key::check` fails (instead of
+/// undefined behaviour).
+struct Poisoning;
+impl NodeAlloc for Poisoning {
+    const NAME: &'static str = "poisoning";
+    fn alloc<T>(value: T) -> NonNull<T> {
+        NonNull::from(Box::leak(Box::new(value)))
+    }
+    unsafe fn free<T>(p: *mut u8) {
+        // SAFETY: `p` is a node of `size_of::<T>()` bytes whose contents were
+        // dropped; its memory stays allocated (leaked) for the rest of the process.
+        unsafe { std::ptr::write_bytes(p, 0, std::mem::size_of::<T>()) };
+    }
+}
+
+/// Thread A searches for key 4 in the list 1, 2, 3, 4 and stops right after
+/// stepping onto node 2 (protected as its predecessor). B removes 2 (retired, but
+/// A protects it) and then 3 (retired and freed at once: nobody protects it).
+/// A's next step reads node 2's frozen link to 3: it must restart from the head,
+/// not step onto the freed node 3 ("a read past a marked node under HP").
+#[test]
+fn hp_search_never_steps_past_a_deleted_predecessor() {
+    let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
+    let m: LfHashMap<Key, u64, HazardPointers, Poisoning> =
+        LfHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in 1..=4 {
+            assert!(m.insert(&mut l, Key::new(k), k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.get(&mut l, &Key::new(4))
+        });
+        let id = rx.recv().unwrap();
+        // Skip the step onto node 1; stop on node 2.
+        let trap = Trap::at(stall::HM_FIND_STEPPED).thread(id).skip(1).arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("A stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        // B's own guard protected node 3 while it retired it; scan again now.
+        l.scan();
+        assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
+        trap.release();
+        assert_eq!(a.join().expect("A read no freed node"), Some(4));
+    });
+}
+
+/// A remover stopped between marking a node and unlinking it: the node is
+/// removed (the remove's linearization point has passed), so every later read
+/// must miss it — Michael's search (which helps unlink it) and the fast read
+/// (which walks past it and must look at its mark).
+fn a_marked_node_is_absent<M: ConcurrentMap<u64, u64>>(m: M) {
+    {
+        let mut h = m.handle();
+        for k in 1..=3 {
+            assert!(h.insert(k, k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let m = &m;
+        let b = s.spawn(move || {
+            let mut h = m.handle();
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            h.remove(&2)
+        });
+        let trap = Trap::at(stall::HM_MARKED).thread(rx.recv().unwrap()).arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("B stops after marking");
+        let mut h = m.handle();
+        assert_eq!(h.get(&2), None, "a marked node was read as present");
+        assert!(!h.contains_key(&2));
+        assert_eq!(h.get(&3), Some(3));
+        trap.release();
+        assert_eq!(b.join().unwrap(), Some(2));
+    });
+}
+
+#[test]
+fn a_marked_node_is_absent_to_every_search() {
+    a_marked_node_is_absent(lf(hp(), 1));
+    a_marked_node_is_absent(lf(Arc::new(Ebr::new()), 1));
+    a_marked_node_is_absent(fast(Arc::new(Ebr::new()), 1));
+    a_marked_node_is_absent(fast(Arc::new(Qsbr::new()), 1));
+}
+
+/// The CR table's reader, as `hp_search_never_steps_past_a_deleted_predecessor`:
+/// chain 1, 2, 3, 4 (inserted at the head in reverse); the reader stops on node 2;
+/// the writer removes 2 and then 3 (freed); the reader must restart, not step
+/// onto node 3.
+#[test]
+fn cr_reader_never_steps_past_a_removed_node() {
+    let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
+    let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
+        CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in (1..=4).rev() {
+            assert!(m.insert(&mut l, Key::new(k), k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.get(&mut l, &Key::new(4))
+        });
+        let trap = Trap::at(stall::CR_READ_STEPPED)
+            .thread(rx.recv().unwrap())
+            .skip(1)
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("the reader stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        l.scan();
+        assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
+        trap.release();
+        assert_eq!(a.join().expect("the reader read no freed node"), Some(4));
+    });
+}
