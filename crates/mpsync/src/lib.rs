@@ -15,6 +15,7 @@
 //!   Linux backend;
 //! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`;
 //! - [`rwlock`]: reader-writer locks, all `lock_api::RawRwLock`;
+//! - [`barrier`]: barriers behind one [`barrier::Barrier`] trait;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
 //!   hazard pointers and a leaking baseline behind one `Reclaimer` trait.
 //!
@@ -28,6 +29,7 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod barrier;
 pub mod ds;
 pub mod lock;
 pub mod reclaim;
