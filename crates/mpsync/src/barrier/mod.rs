@@ -217,6 +217,17 @@ impl Release {
                 }
             }
         }
+        #[cfg(not(loom))]
+        if sched::emulated::is_attached(sched::current()) {
+            // On an emulated virtual processor, blocking is giving the processor
+            // to the next thread on it: the pseudo-scheduler does not see a
+            // futex sleep, and would leave the processor idle for the slot.
+            // Acquire: pairs with `release`.
+            while self.episode.load(Ordering::Acquire) == seen {
+                sched::yield_now();
+            }
+            return;
+        }
         loop {
             // SeqCst: see `release`.
             self.sleepers.fetch_add(1, Ordering::SeqCst);
