@@ -212,7 +212,12 @@ impl Release {
                     }
                     spin_loop();
                 }
-                if block_now() || (budget != u64::MAX && now_ns().saturating_sub(start) >= budget) {
+                // (Under loom, no clock: one round of checks, so that every
+                // execution of a model is a function of its schedule alone.)
+                if cfg!(loom)
+                    || block_now()
+                    || (budget != u64::MAX && now_ns().saturating_sub(start) >= budget)
+                {
                     break 'spin;
                 }
             }
@@ -258,7 +263,7 @@ pub(crate) fn spin_then_yield(mut done: impl FnMut() -> bool) {
             }
             spin_loop();
         }
-        if now_ns().saturating_sub(start) >= SPIN_NS {
+        if cfg!(loom) || now_ns().saturating_sub(start) >= SPIN_NS {
             break;
         }
     }

@@ -186,7 +186,8 @@ impl ScalableSc {
         let now = now_ns();
         // Relaxed (both): leader-only bookkeeping; the next leader is ordered
         // after us by the episode release.
-        if now.saturating_sub(self.last_poll_ns.load(Ordering::Relaxed)) >= POLL_NS {
+        // (Never under loom: the clock would make a model's executions differ.)
+        if !cfg!(loom) && now.saturating_sub(self.last_poll_ns.load(Ordering::Relaxed)) >= POLL_NS {
             self.last_poll_ns.store(now, Ordering::Relaxed);
             let _ = sched::partition(); // natively: re-reads the mask, bumps the generation
         }
