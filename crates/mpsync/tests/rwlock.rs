@@ -133,7 +133,7 @@ fn oversubscribed<L: RawRwLock + Sync>(iters: u64) {
                         break;
                     }
                     if (i + t).is_multiple_of(4) {
-                        s.write(1 + i % 30);
+                        s.write(50 + i % 300);
                         writes.fetch_add(1, Ordering::Relaxed);
                     } else {
                         s.read(1 + i % 50);
@@ -334,8 +334,8 @@ macro_rules! rw_suite {
 }
 
 rw_suite! {
-    rw_tas_b: RwTasB, 3000;
-    rw_tas_b_np: RwTasBNp, 3000;
+    rw_tas_b: RwTasB, 20000;
+    rw_tas_b_np: RwTasBNp, 20000;
     rw_queued: RwQueued, 300;
     rw_smart_q: RwSmartQ, 1000;
     rw_native: RwNative, 2000;

@@ -1,12 +1,14 @@
 //! The experiment catalog (shared/EXPERIMENTS.md ids) and what every experiment
 //! gets to run with.
 
+pub mod barrier_oversub;
 pub mod ds_oversub;
 pub mod hart;
 pub mod latency;
 pub mod locks;
 pub mod ms97;
 pub mod oversub;
+pub mod rwlock_oversub;
 pub mod sched_overhead;
 pub mod structures;
 pub mod wks94;
@@ -196,6 +198,24 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: oversub::run,
+        },
+        Experiment {
+            id: "rwlock-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 15's targets for the reader-writer locks)",
+            title: "throughput of every reader-writer lock and peer at 95% and 50% reads with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: rwlock_oversub::run,
+        },
+        Experiment {
+            id: "barrier-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 15's targets for the barriers)",
+            title: "episode time of every barrier and peer (std::sync::Barrier, hurdles) with one unpinned thread per participant at 1, 2 and 4 per core (--threads sets the counts; --preempt does not apply)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: barrier_oversub::run,
         },
         Experiment {
             id: "ds-oversub",
