@@ -151,6 +151,20 @@ pub fn run_episodes(
     work_ns: (u64, u64),
     seed: u64,
 ) -> anyhow::Result<EpisodeRun> {
+    run_episodes_with(b, n, episodes, cap, work_ns, seed, &|_| ())
+}
+
+/// As [`run_episodes`]; each thread first calls `setup(id)` and keeps what it
+/// returns (a pinning, an attachment to the pseudo-scheduler) while it runs.
+pub fn run_episodes_with<G>(
+    b: &dyn BenchBarrier,
+    n: usize,
+    episodes: u64,
+    cap: Duration,
+    work_ns: (u64, u64),
+    seed: u64,
+    setup: &(dyn Fn(usize) -> G + Sync),
+) -> anyhow::Result<EpisodeRun> {
     let busy = BusyWork::global();
     let arrivals = AtomicU64::new(0);
     let early = AtomicU64::new(0);
@@ -165,6 +179,7 @@ pub fn run_episodes(
                 (&arrivals, &early, &done, &stop, &go, &t0, &end);
             s.spawn(move || {
                 let mut rng = SplitMix64::stream(seed, id as u64);
+                let _kept = setup(id);
                 go.wait();
                 let start = *t0.get_or_init(Instant::now);
                 let mut waits = 0u64;

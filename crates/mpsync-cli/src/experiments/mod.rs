@@ -13,6 +13,7 @@ pub mod sched_overhead;
 pub mod structures;
 pub mod wks94;
 pub mod wks95;
+pub mod wks95_barrier;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -117,6 +118,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             run: wks95::run,
+        },
+        Experiment {
+            id: "wks95-barrier",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.3, §4 Fig. 7 (papers/001)",
+            title: "barrier program (work 240-290 µs between episodes, 4000 episodes, MP 2 from the application's own threads, emulated repartitioning once a second): Arrival-tree, Heuristic-tree, Central-block, Scalable-SC and peers, varying processors",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks95_barrier::run,
         },
         Experiment {
             id: "ms97-queue",
