@@ -14,6 +14,7 @@ pub mod structures;
 pub mod wks94;
 pub mod wks95;
 pub mod wks95_barrier;
+pub mod wks95_rwlock;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -118,6 +119,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             run: wks95::run,
+        },
+        Experiment {
+            id: "wks95-rwlock",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5-6 (papers/001)",
+            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks95_rwlock::run,
         },
         Experiment {
             id: "wks95-barrier",
