@@ -14,6 +14,8 @@
 //!   `yield_now`/`park`/`unpark`, with an emulated (pseudo-scheduler) and a native
 //!   Linux backend;
 //! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`;
+//! - [`rwlock`]: reader-writer locks, all `lock_api::RawRwLock`;
+//! - [`barrier`]: barriers behind one [`barrier::Barrier`] trait;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
 //!   hazard pointers and a leaking baseline behind one `Reclaimer` trait.
 //!
@@ -27,9 +29,11 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod barrier;
 pub mod ds;
 pub mod lock;
 pub mod reclaim;
+pub mod rwlock;
 pub mod sched;
 pub mod sync;
 pub mod util;
@@ -41,3 +45,9 @@ pub use lock_api;
 pub type Mutex<R, T> = lock_api::Mutex<R, T>;
 /// The guard of a [`Mutex`].
 pub type MutexGuard<'a, R, T> = lock_api::MutexGuard<'a, R, T>;
+/// A reader-writer lock over any mpsync raw RW lock: `RwLock<RwSmartQ, T>`, ….
+pub type RwLock<R, T> = lock_api::RwLock<R, T>;
+/// A read guard of an [`RwLock`].
+pub type RwLockReadGuard<'a, R, T> = lock_api::RwLockReadGuard<'a, R, T>;
+/// A write guard of an [`RwLock`].
+pub type RwLockWriteGuard<'a, R, T> = lock_api::RwLockWriteGuard<'a, R, T>;

@@ -1,6 +1,7 @@
 //! The experiment catalog (shared/EXPERIMENTS.md ids) and what every experiment
 //! gets to run with.
 
+pub mod barrier_oversub;
 pub mod ds_oversub;
 pub mod hart;
 pub mod hart_hash;
@@ -8,10 +9,13 @@ pub mod latency;
 pub mod locks;
 pub mod ms97;
 pub mod oversub;
+pub mod rwlock_oversub;
 pub mod sched_overhead;
 pub mod structures;
 pub mod wks94;
 pub mod wks95;
+pub mod wks95_barrier;
+pub mod wks95_rwlock;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,6 +120,24 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             run: wks95::run,
+        },
+        Experiment {
+            id: "wks95-rwlock",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5-6 (papers/001)",
+            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks95_rwlock::run,
+        },
+        Experiment {
+            id: "wks95-barrier",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.3, §4 Fig. 7 (papers/001)",
+            title: "barrier program (work 240-290 µs between episodes, 4000 episodes, MP 2 from the application's own threads, emulated repartitioning once a second): Arrival-tree, Heuristic-tree, Central-block, Scalable-SC and peers, varying processors",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks95_barrier::run,
         },
         Experiment {
             id: "ms97-queue",
@@ -278,6 +300,24 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: oversub::run,
+        },
+        Experiment {
+            id: "rwlock-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 15's targets for the reader-writer locks)",
+            title: "throughput of every reader-writer lock and peer at 95% and 50% reads with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: rwlock_oversub::run,
+        },
+        Experiment {
+            id: "barrier-oversub",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 15's targets for the barriers)",
+            title: "episode time of every barrier and peer (std::sync::Barrier, hurdles) with one unpinned thread per participant at 1, 2 and 4 per core (--threads sets the counts; --preempt does not apply)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: barrier_oversub::run,
         },
         Experiment {
             id: "ds-oversub",

@@ -155,6 +155,15 @@ points! {
     /// protected as the predecessor), its successor not yet loaded and protected.
     CR_READ_STEPPED = "cr_hash.read.stepped",
         "CR table reader: node protected, successor not yet protected";
+    // rwlock and barrier (issue 15):
+    /// A queued reader-writer lock's reader has counted itself in but still
+    /// holds the admission queue (the writer behind it is still blocked).
+    RW_READER_ADMITTED = "rwlock.reader.admitted",
+        "queued RW lock: reader counted in, admission not yet released", boost 4;
+    /// A barrier's last arriver, before it releases the others (everyone else
+    /// has arrived and waits here).
+    BARRIER_LAST_ARRIVED = "barrier.last_arrived",
+        "barrier: the last thread arrived, the episode not yet released", boost 4;
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

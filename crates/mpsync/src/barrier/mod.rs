@@ -1,0 +1,363 @@
+//! Barriers. All share one trait, [`Barrier`]: `wait(id)` blocks participant `id`
+//! until all `n` participants of this episode have arrived, and says whether this
+//! thread is the episode's leader (exactly one per episode, as
+//! `std::sync::BarrierWaitResult::is_leader`).
+//!
+//! | type                | paper name                | arrival / departure                               | waits by                 | source |
+//! |---------------------|---------------------------|---------------------------------------------------|--------------------------|--------|
+//! | [`Central`]         | Central (-block)          | one counter / one episode word                    | spin, block, spin-then-block | 001 §4, K&W 1993 |
+//! | [`CombiningTree`]   | Arrival-tree, Heuristic-tree | fan-in-4 tree of counters / one episode word   | spin; spin-then-block    | 001 §4, Fig. 7 |
+//! | [`Dissemination`]   | dissemination             | ⌈log₂ n⌉ rounds of pairwise flags                 | spin, then yield         | Hensgen et al.; MCS 1991 |
+//! | [`McsTree`]         | MCS tree                  | 4-ary arrival tree / binary wake-up tree          | spin, then yield         | MCS 1991 §3.3 |
+//! | [`ScalableSc`]      | Scalable-SC               | per-processor counter, tree across processors; reorganized when the partition changes | block inside a processor, scheduler-conscious spin across | 001 §3.3 |
+//!
+//! Participants are numbered `0..n`; each id must be used by one thread at a
+//! time (a thread keeps its id across episodes). An id out of range panics with
+//! a message naming the range (a programming error, like an index).
+//!
+//! ```
+//! use mpsync::barrier::{Barrier, Central, WaitMode, ScalableSc};
+//! let b = ScalableSc::new(4).unwrap();
+//! let leaders = std::sync::atomic::AtomicU32::new(0);
+//! std::thread::scope(|s| {
+//!     for id in 0..4 {
+//!         let (b, leaders) = (&b, &leaders);
+//!         s.spawn(move || {
+//!             for _ in 0..10 {
+//!                 if b.wait(id).is_leader() {
+//!                     leaders.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+//!                 }
+//!             }
+//!         });
+//!     }
+//! });
+//! assert_eq!(leaders.into_inner(), 10);
+//! assert!(Central::new(0, WaitMode::Block).is_err());
+//! ```
+//!
+//! The waiting loops of this module live in two helpers here (`Release::wait`
+//! for the episode word, `spin_then_yield` for per-thread flags); they move to
+//! the shared waiting policy when there is one.
+
+mod central;
+mod dissemination;
+mod mcs;
+mod scalable;
+mod tree;
+
+use std::time::Duration;
+
+pub use central::Central;
+pub use dissemination::Dissemination;
+pub use mcs::McsTree;
+pub use scalable::ScalableSc;
+pub use tree::CombiningTree;
+
+use crate::sched;
+use crate::sync::{AtomicU32, Ordering, spin_loop};
+use crate::util::CachePadded;
+use crate::util::clock::now_ns;
+
+/// Whether this thread was the leader of its barrier episode (exactly one
+/// participant per episode is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarrierWaitResult(bool);
+
+impl BarrierWaitResult {
+    /// Whether this thread is the episode's leader.
+    pub fn is_leader(&self) -> bool {
+        self.0
+    }
+}
+
+/// Invalid barrier parameters supplied by the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BarrierError {
+    /// What was wrong and what would be right.
+    InvalidParameter(String),
+}
+
+impl std::fmt::Display for BarrierError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidParameter(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for BarrierError {}
+
+/// Most participants a barrier takes (counters and ids are 32-bit).
+pub const MAX_PARTICIPANTS: usize = 1 << 20;
+
+pub(crate) fn check_participants(name: &str, n: usize) -> Result<u32, BarrierError> {
+    if n == 0 || n > MAX_PARTICIPANTS {
+        return Err(BarrierError::InvalidParameter(format!(
+            "{name}: {n} participants: must be between 1 and {MAX_PARTICIPANTS} (e.g. one per thread)"
+        )));
+    }
+    Ok(n as u32)
+}
+
+#[track_caller]
+pub(crate) fn check_id(name: &str, id: usize, n: u32) {
+    assert!(
+        id < n as usize,
+        "{name}: participant id {id} out of range: ids are 0..{n}"
+    );
+}
+
+/// A barrier: `n` participants, numbered `0..n`.
+pub trait Barrier: Send + Sync + std::fmt::Debug {
+    /// The barrier's name in the papers.
+    fn name(&self) -> &'static str;
+
+    /// The number of participants.
+    fn participants(&self) -> usize;
+
+    /// Participant `id` arrives; returns once all participants of this episode
+    /// have arrived. Everything any participant did before arriving happens
+    /// before everything every participant does after returning.
+    ///
+    /// # Panics
+    /// If `id >= participants()`.
+    fn wait(&self, id: usize) -> BarrierWaitResult;
+}
+
+/// How a thread waits for an episode's release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Spin until released (until the OS preempts the thread).
+    Spin,
+    /// Park at once (`sched::park`), woken by the releaser.
+    Block,
+    /// Spin for the given time, then park.
+    SpinThenBlock(Duration),
+}
+
+impl WaitMode {
+    /// Spin-then-block with the default spin (20 µs: about two context
+    /// switches, the competitive choice of Karlin et al.).
+    pub const HEURISTIC: Self = Self::SpinThenBlock(Duration::from_micros(20));
+
+    fn spin_ns(self) -> u64 {
+        match self {
+            Self::Spin => u64::MAX,
+            Self::Block => 0,
+            Self::SpinThenBlock(d) => d.as_nanos().min(u64::MAX as u128) as u64,
+        }
+    }
+}
+
+/// Spins between clock reads in the waiting helpers.
+const SPINS_PER_CLOCK: u32 = if cfg!(loom) { 1 } else { 64 };
+
+/// The departure side shared by the centralized and combining barriers: an
+/// episode word that the leader advances and everyone else waits to see move,
+/// and a count of parked waiters so that the leader calls the kernel only when
+/// someone sleeps.
+#[derive(Debug)]
+pub(crate) struct Release {
+    episode: CachePadded<AtomicU32>,
+    sleepers: CachePadded<AtomicU32>,
+}
+
+impl Release {
+    pub(crate) fn new() -> Self {
+        Self {
+            episode: CachePadded::new(AtomicU32::new(0)),
+            sleepers: CachePadded::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// The current episode. Read before arriving: it cannot move until this
+    /// thread has arrived.
+    #[inline]
+    pub(crate) fn current(&self) -> u32 {
+        // Acquire: pairs with the releaser's SeqCst (release) increment, so what
+        // the previous episode's participants did is visible.
+        self.episode.load(Ordering::Acquire)
+    }
+
+    /// The leader ends episode `seen`.
+    #[inline]
+    pub(crate) fn release(&self) {
+        // SeqCst (both): a Dekker pair with a waiter's sleepers increment and
+        // its re-check of the episode — either we see it counted, or it sees the
+        // new episode. The increment is also the Release that publishes every
+        // arrival (chained to us through the AcqRel arrival counters).
+        self.episode.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            sched::unpark_all(&self.episode);
+        }
+    }
+
+    /// Waits until episode `seen` has been released, as `mode` says. The one
+    /// waiting loop for the episode word.
+    pub(crate) fn wait(&self, seen: u32, mode: WaitMode) {
+        self.wait_with(seen, mode, || false);
+    }
+
+    /// As [`wait`](Self::wait); `block_now` is asked between spins whether to
+    /// stop spinning and park at once (the scheduler-conscious decision).
+    pub(crate) fn wait_with(&self, seen: u32, mode: WaitMode, mut block_now: impl FnMut() -> bool) {
+        let budget = mode.spin_ns();
+        if budget > 0 {
+            let start = now_ns();
+            'spin: loop {
+                for _ in 0..SPINS_PER_CLOCK {
+                    // Acquire: pairs with `release`.
+                    if self.episode.load(Ordering::Acquire) != seen {
+                        return;
+                    }
+                    spin_loop();
+                }
+                // (Under loom, no clock: one round of checks, so that every
+                // execution of a model is a function of its schedule alone.)
+                if cfg!(loom)
+                    || block_now()
+                    || (budget != u64::MAX && now_ns().saturating_sub(start) >= budget)
+                {
+                    break 'spin;
+                }
+            }
+        }
+        #[cfg(not(loom))]
+        if sched::emulated::is_attached(sched::current()) {
+            // On an emulated virtual processor, blocking is giving the processor
+            // to the next thread on it: the pseudo-scheduler does not see a
+            // futex sleep, and would leave the processor idle for the slot.
+            // Acquire: pairs with `release`.
+            while self.episode.load(Ordering::Acquire) == seen {
+                sched::yield_now();
+            }
+            return;
+        }
+        loop {
+            // SeqCst: see `release`.
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            let moved = self.episode.load(Ordering::SeqCst) != seen;
+            if !moved {
+                sched::park(&self.episode, seen, None);
+            }
+            // Relaxed: only a hint for the releaser, who re-checks by futex.
+            self.sleepers.fetch_sub(1, Ordering::Relaxed);
+            // Acquire: pairs with `release`.
+            if moved || self.episode.load(Ordering::Acquire) != seen {
+                return;
+            }
+        }
+    }
+}
+
+/// Per-thread flag waiting (dissemination, MCS tree): spins until `done()`,
+/// then gives the processor away between checks (`sched::yield_now`) — a
+/// partner that is preempted can only arrive when it runs again.
+pub(crate) fn spin_then_yield(mut done: impl FnMut() -> bool) {
+    const SPIN_NS: u64 = 20_000;
+    let start = now_ns();
+    loop {
+        for _ in 0..SPINS_PER_CLOCK {
+            if done() {
+                return;
+            }
+            spin_loop();
+        }
+        if cfg!(loom) || now_ns().saturating_sub(start) >= SPIN_NS {
+            break;
+        }
+    }
+    while !done() {
+        sched::yield_now();
+    }
+}
+
+/// Whether counter `v` has reached `target` (wrapping 32-bit counters that
+/// never run more than 2^31 ahead).
+#[inline]
+pub(crate) fn reached(v: u32, target: u32) -> bool {
+    (v.wrapping_sub(target) as i32) >= 0
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Small enough for Miri: every barrier, a few threads, a few episodes.
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    pub(super) fn episodes<B: Barrier>(b: &B, episodes: u64) {
+        let n = b.participants();
+        let arrived = AtomicU64::new(0);
+        let leaders = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for id in 0..n {
+                let (b, arrived, leaders) = (b, &arrived, &leaders);
+                s.spawn(move || {
+                    for k in 0..episodes {
+                        arrived.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let r = b.wait(id);
+                        // Nobody leaves episode k before all n arrived.
+                        let a = arrived.load(std::sync::atomic::Ordering::Relaxed);
+                        assert!(
+                            a >= (k + 1) * n as u64,
+                            "left episode {k} with {a} arrivals"
+                        );
+                        if r.is_leader() {
+                            leaders.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        b.wait(id);
+                    }
+                });
+            }
+        });
+        assert_eq!(leaders.into_inner(), episodes);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "reads the affinity mask and cgroup files")]
+    fn scalable_sc_small() {
+        for n in [1, 2, 3, 5] {
+            episodes(&ScalableSc::new(n).unwrap(), 20);
+        }
+    }
+
+    #[test]
+    fn every_barrier_small() {
+        let e = if cfg!(miri) { 3 } else { 20 };
+        for n in [1, 2, 3] {
+            episodes(&Central::new(n, WaitMode::Spin).unwrap(), e);
+            episodes(&Central::new(n, WaitMode::Block).unwrap(), e);
+            episodes(&Central::new(n, WaitMode::HEURISTIC).unwrap(), e);
+            episodes(&CombiningTree::new(n, WaitMode::Spin).unwrap(), e);
+            episodes(&CombiningTree::new(n, WaitMode::HEURISTIC).unwrap(), e);
+            episodes(&Dissemination::new(n).unwrap(), e);
+            episodes(&McsTree::new(n).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        let e = Central::new(0, WaitMode::Spin).unwrap_err();
+        assert!(e.to_string().contains("must be between 1 and"), "{e}");
+        assert!(CombiningTree::new(MAX_PARTICIPANTS + 1, WaitMode::Spin).is_err());
+        assert!(Dissemination::new(0).is_err());
+        assert!(McsTree::new(0).is_err());
+        assert!(ScalableSc::new(0).is_err());
+        assert!(Central::new(1, WaitMode::Spin).unwrap().wait(0).is_leader());
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn id_out_of_range_panics() {
+        Central::new(2, WaitMode::Spin).unwrap().wait(2);
+    }
+
+    #[test]
+    fn reached_wraps() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        assert!(reached(1, u32::MAX));
+        assert!(!reached(u32::MAX, 1));
+    }
+}

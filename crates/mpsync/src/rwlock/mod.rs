@@ -1,0 +1,127 @@
+//! Reader-writer locks. Every one implements `lock_api::RawRwLock`, so
+//! `mpsync::RwLock<L, T>` works with read and write guards:
+//!
+//! | type            | paper name    | readers wait by / writers wait by                 | fair? | source            |
+//! |-----------------|---------------|---------------------------------------------------|-------|-------------------|
+//! | [`RwTasB`]      | RW-TAS-B      | CAS on one word, backoff / same                   | no    | 001 §4            |
+//! | [`RwTasBNp`]    | RW-TAS-B-np   | as RW-TAS-B, sections no-preempt                  | no    | 001 §4            |
+//! | [`RwQueued`]    | RW-Queued     | MCS admission queue / queue, then reader drain    | FIFO  | 001 §3.2, KSU 1993|
+//! | [`RwSmartQ`]    | RW-Smart-Q    | Smart-Q admission (skips preempted) / same        | yes   | 001 §3.2          |
+//! | [`RwNative`]    | RW-Native     | futex admission / futex, then parked drain        | no    | 001 §4            |
+//! | [`RwNativeNp`]  | RW-Native-np  | as RW-Native, sections no-preempt                 | no    | 001 §4            |
+//! | [`RwNp<L>`]     | L-np          | as `L`, sections no-preempt                       | as L  | 001 §3            |
+//!
+//! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
+//! that readers pass through and writers hold, and a reader count that a writer
+//! drains. Readers that arrive together read together; a writer waits for the
+//! readers ahead of it and blocks everyone behind it.
+//!
+//! ```
+//! use mpsync::{RwLock, rwlock::{RwSmartQ, RwTasBNp}};
+//! let cfg: RwLock<RwSmartQ, String> = RwLock::new("a".into());
+//! cfg.write().push('b');
+//! assert_eq!(&*cfg.read(), "ab");
+//! let n: RwLock<RwTasBNp, u64> = RwLock::new(0);
+//! *n.write() += 1;
+//! assert_eq!(*n.read(), 1);
+//! ```
+
+mod np;
+mod queue;
+mod tas_b;
+
+pub use np::{RwNp, RwNpGuard};
+pub use queue::{
+    PARKED, RwNative, RwNativeNp, RwQueue, RwQueueReadGuard, RwQueueWriteGuard, RwQueued, RwSmartQ,
+};
+pub use tas_b::{RwTasB, WRITER};
+
+/// RW-TAS-B with both kinds of section no-preempt (paper 001 §4).
+pub type RwTasBNp = RwNp<RwTasB>;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Small enough for Miri: single-thread protocol and a two-thread counter.
+    use super::*;
+    use crate::RwLock;
+    use lock_api::RawRwLock;
+
+    fn protocol<L: RawRwLock>() {
+        let l = L::INIT;
+        assert!(!l.is_locked());
+        let r1 = l.lock_shared();
+        let r2 = l.try_lock_shared().expect("readers share");
+        assert!(l.is_locked());
+        assert!(!l.is_locked_exclusive());
+        assert!(l.try_lock_exclusive().is_none(), "writer while readers");
+        // SAFETY: both came from this lock on this thread.
+        unsafe {
+            l.unlock_shared(r1);
+            l.unlock_shared(r2);
+        }
+        assert!(!l.is_locked());
+        let w = l.lock_exclusive();
+        assert!(l.is_locked_exclusive());
+        assert!(l.try_lock_shared().is_none(), "reader while writer");
+        assert!(l.try_lock_exclusive().is_none(), "two writers");
+        // SAFETY: as above.
+        unsafe { l.unlock_exclusive(w) };
+        let w = l.try_lock_exclusive().expect("free lock");
+        // SAFETY: as above.
+        unsafe { l.unlock_exclusive(w) };
+        assert!(!l.is_locked());
+        assert_eq!(crate::sched::current().depth(), 0);
+    }
+
+    fn two_threads<L: RawRwLock + Sync>() {
+        let m: RwLock<L, (u64, u64)> = RwLock::new((0, 0));
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for i in 0..40 {
+                        if i % 3 == 0 {
+                            let mut g = m.write();
+                            g.0 += 1;
+                            g.1 += 1;
+                        } else {
+                            let g = m.read();
+                            assert_eq!(g.0, g.1);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(m.into_inner(), (28, 28));
+    }
+
+    macro_rules! rw_tests {
+        ($($name:ident: $l:ty),*) => {$(
+            mod $name {
+                use super::*;
+                #[test]
+                fn single_thread_protocol() { protocol::<$l>() }
+                #[test]
+                fn two_thread_counter() { two_threads::<$l>() }
+            }
+        )*};
+    }
+
+    rw_tests!(
+        rw_tas_b: RwTasB,
+        rw_tas_b_np: RwTasBNp,
+        rw_queued: RwQueued,
+        rw_smart_q: RwSmartQ,
+        rw_native: RwNative,
+        rw_native_np: RwNativeNp
+    );
+
+    #[test]
+    fn debug_shows_state() {
+        let l = RwQueued::new();
+        let g = l.lock_shared();
+        let s = format!("{l:?}");
+        assert!(s.contains("readers: 1"), "{s}");
+        // SAFETY: from this lock on this thread.
+        unsafe { l.unlock_shared(g) };
+    }
+}

@@ -1,0 +1,123 @@
+//! `RwNp<L>`: any reader-writer lock with its critical sections (both kinds)
+//! marked no-preempt — the paper's "-np" forms (RW-TAS-B-np).
+//!
+//! Paper 001 §3 (extensions 1 and 2) as [`Np`](crate::lock::Np) does for mutexes:
+//! the thread asks not to be preempted before it tries to acquire and clears the
+//! request after it releases, yielding then if the scheduler warned it. A failed
+//! `try_lock_*` cancels the request without yielding. Requests nest. Guards are
+//! not `Send`: the request belongs to its thread.
+//!
+//! ```
+//! use mpsync::{RwLock, rwlock::RwTasBNp, sched::{self, ThreadState}};
+//! let l: RwLock<RwTasBNp, u32> = RwLock::new(0);
+//! {
+//!     let r = l.read();
+//!     assert_eq!(sched::current().state(), ThreadState::SelfUnpreemptable);
+//!     assert_eq!(*r, 0);
+//! }
+//! assert_eq!(sched::current().state(), ThreadState::Preemptable);
+//! ```
+
+use std::marker::PhantomData;
+
+use crate::sched;
+
+/// `L` with its read and write sections marked no-preempt.
+#[derive(Debug, Default)]
+pub struct RwNp<L> {
+    inner: L,
+}
+
+impl<L> RwNp<L> {
+    /// Wraps an unlocked lock.
+    pub const fn new(inner: L) -> Self {
+        Self { inner }
+    }
+
+    /// The wrapped lock.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+}
+
+/// Guard state of [`RwNp`]: the inner guard, tied to the requesting thread.
+#[derive(Debug)]
+pub struct RwNpGuard<G> {
+    inner: G,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl<G> RwNpGuard<G> {
+    fn new(inner: G) -> Self {
+        Self {
+            inner,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+// SAFETY: exclusion is `L`'s; the request changes only the calling thread's own
+// context block, and the `!Send` guards make the release run on that thread.
+unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for RwNp<L> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self { inner: L::INIT };
+
+    type SharedGuard = RwNpGuard<L::SharedGuard>;
+    type ExclusiveGuard = RwNpGuard<L::ExclusiveGuard>;
+
+    #[inline]
+    fn lock_shared(&self) -> Self::SharedGuard {
+        sched::request_no_preempt();
+        RwNpGuard::new(self.inner.lock_shared())
+    }
+
+    #[inline]
+    fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
+        sched::request_no_preempt();
+        let g = self.inner.try_lock_shared();
+        if g.is_none() {
+            sched::cancel_no_preempt();
+        }
+        g.map(RwNpGuard::new)
+    }
+
+    #[inline]
+    unsafe fn unlock_shared(&self, guard: Self::SharedGuard) {
+        // SAFETY: the caller's contract: `guard.inner` came from `self.inner`.
+        unsafe { self.inner.unlock_shared(guard.inner) };
+        sched::release_no_preempt();
+    }
+
+    #[inline]
+    fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+        sched::request_no_preempt();
+        RwNpGuard::new(self.inner.lock_exclusive())
+    }
+
+    #[inline]
+    fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
+        sched::request_no_preempt();
+        let g = self.inner.try_lock_exclusive();
+        if g.is_none() {
+            sched::cancel_no_preempt();
+        }
+        g.map(RwNpGuard::new)
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive(&self, guard: Self::ExclusiveGuard) {
+        // SAFETY: as in `unlock_shared`.
+        unsafe { self.inner.unlock_exclusive(guard.inner) };
+        sched::release_no_preempt();
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        self.inner.is_locked()
+    }
+
+    #[inline]
+    fn is_locked_exclusive(&self) -> bool {
+        self.inner.is_locked_exclusive()
+    }
+}

@@ -1,0 +1,346 @@
+//! RW-Queued, RW-Smart-Q, RW-Native(-np): fair reader-writer locks built from a
+//! FIFO admission lock and a reader count.
+//!
+//! Paper 001 §3.2 (papers/001_…) after Krieger, Stumm & Unrau (ICPP 1993) and
+//! Mellor-Crummey & Scott's fair queue-based reader-writer lock (PPoPP 1991):
+//! every thread, reader or writer, enters through one queue, in arrival order.
+//! The queue here is an mpsync mutex `M` — the *admission* lock:
+//!
+//! - a **reader** takes the admission lock, adds itself to the reader count and
+//!   lets the admission lock go at once; so readers that arrive together pass
+//!   through the queue one after another, each a few instructions behind the
+//!   last, and **read together**;
+//! - a **writer** takes the admission lock and keeps it until it unlocks: it
+//!   **waits for the readers ahead of it** (the count to drain) and **blocks
+//!   everyone behind it** (they queue on the admission lock).
+//!
+//! Fairness to both sides is the admission lock's: FIFO for [`RwQueued`]
+//! (MCS) — no reader or writer is overtaken; for [`RwSmartQ`] (Smart-Q, paper
+//! 003 Figure 1) FIFO except that the admission is never handed to a preempted
+//! waiter: it is skipped (linked out, retried when it runs again) — 001 §3.2's
+//! "a process that finds its successor preempted links it out of the queue and
+//! sets a flag ... that it needs to retry". RW-Smart-Q's read and write sections
+//! are no-preempt (001 §3, extension 1). [`RwNative`]/[`RwNativeNp`] use the
+//! futex mutex ([`Native`]): the paper's RW-Native is built on its native mutex
+//! in the same way; it is not FIFO.
+//!
+//! Differences from KSU's doubly-linked queue: the reader count replaces the
+//! per-node reader chain, and the admission lock's own queue nodes replace the
+//! node locks; the writer, the only thread that can wait for the count, spins on
+//! it briefly and then parks on it (`sched::park`), woken by the last reader out.
+//!
+//! The reader count word:
+//!
+//! | bits        | who writes                           | meaning                           |
+//! |-------------|--------------------------------------|-----------------------------------|
+//! | 0..31       | readers (+1 under admission, −1 out) | readers inside                    |
+//! | [`PARKED`]  | the writer, by CAS; cleared by it    | the writer is (about to be) parked|
+//!
+//! Uses `sched`: through the admission lock (Smart-Q's state-word hand-off),
+//! `request/release_no_preempt` when `NP`, `park`/`unpark_one`,
+//! `pause/resume_no_preempt` around a writer's park.
+//!
+//! ```
+//! use mpsync::{RwLock, rwlock::{RwQueued, RwSmartQ, RwNative}};
+//! let a: RwLock<RwQueued, Vec<u32>> = RwLock::new(vec![1]);
+//! let b: RwLock<RwSmartQ, u32> = RwLock::new(2);
+//! let c: RwLock<RwNative, u32> = RwLock::new(3);
+//! a.write().push(2);
+//! assert_eq!(a.read().len() as u32 + *b.read() + *c.read(), 7);
+//! ```
+
+use std::marker::PhantomData;
+
+use crate::lock::{Native, Queued, SmartQ};
+use crate::sched;
+use crate::sync::{AtomicBool, AtomicU32, Ordering};
+use crate::util::CachePadded;
+use lock_api::RawMutex;
+
+/// The writer-parked bit of the reader count word.
+pub const PARKED: u32 = 1 << 31;
+
+/// Checks of the reader count a writer makes before parking (≈ 1–10 µs: a
+/// typical read section's end; a reader preempted inside is not worth more).
+const DRAIN_SPINS: u32 = if cfg!(loom) { 1 } else { 256 };
+
+/// A fair reader-writer lock: admission lock `M` plus a reader count; `NP`
+/// marks both kinds of section no-preempt. Use the aliases [`RwQueued`],
+/// [`RwSmartQ`], [`RwNative`], [`RwNativeNp`].
+pub struct RwQueue<M, const NP: bool> {
+    admission: M,
+    /// Readers inside, and [`PARKED`] (see the module's table).
+    readers: CachePadded<AtomicU32>,
+    /// A writer is inside (after the drain), for `is_locked_exclusive` only.
+    writing: AtomicBool,
+}
+
+/// RW-Queued: MCS admission, scheduler-oblivious (paper 001 §4).
+pub type RwQueued = RwQueue<Queued, false>;
+/// RW-Smart-Q: Smart-Q admission (never handed to a preempted waiter), sections
+/// no-preempt (paper 001 §3.2).
+pub type RwSmartQ = RwQueue<SmartQ, true>;
+/// RW-Native: the futex mutex as admission (paper 001 §4).
+pub type RwNative = RwQueue<Native, false>;
+/// RW-Native-np: RW-Native with no-preempt sections (paper 001 §4).
+pub type RwNativeNp = RwQueue<Native, true>;
+
+impl<M: RawMutex, const NP: bool> std::fmt::Debug for RwQueue<M, NP> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Relaxed: diagnostic snapshots.
+        let r = self.readers.load(Ordering::Relaxed);
+        f.debug_struct("RwQueue")
+            .field("admission", &std::any::type_name::<M>())
+            .field("no_preempt", &NP)
+            .field("readers", &(r & !PARKED))
+            .field("writer_parked", &(r & PARKED != 0))
+            .field("writing", &self.writing.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl<M: RawMutex, const NP: bool> RwQueue<M, NP> {
+    /// An unlocked lock.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Self::with_admission(M::INIT)
+    }
+
+    /// An unlocked lock over the given unlocked admission lock (e.g. one built
+    /// with parameters, or under loom where `INIT` is unavailable).
+    #[cfg(not(loom))]
+    pub const fn with_admission(admission: M) -> Self {
+        Self {
+            admission,
+            readers: CachePadded::new(AtomicU32::new(0)),
+            writing: AtomicBool::new(false),
+        }
+    }
+
+    /// An unlocked lock over the given unlocked admission lock.
+    #[cfg(loom)]
+    pub fn with_admission(admission: M) -> Self {
+        Self {
+            admission,
+            readers: CachePadded::new(AtomicU32::new(0)),
+            writing: AtomicBool::new(false),
+        }
+    }
+
+    /// The admission lock (for its statistics, e.g. Smart-Q's skips).
+    pub fn admission(&self) -> &M {
+        &self.admission
+    }
+
+    /// Readers inside now (a snapshot).
+    pub fn readers(&self) -> u32 {
+        // Relaxed: a snapshot.
+        self.readers.load(Ordering::Relaxed) & !PARKED
+    }
+
+    /// The writer, holding the admission lock, waits for the readers ahead of it
+    /// to leave: spins [`DRAIN_SPINS`] checks, then parks on the count, woken by
+    /// the last reader out. The one waiting loop of this module (it moves to the
+    /// shared waiting policy when there is one). Readers cannot enter meanwhile
+    /// (they need the admission lock), so the count only falls and only this
+    /// thread sets or clears [`PARKED`].
+    fn wait_readers_drained(&self) {
+        for _ in 0..DRAIN_SPINS {
+            // Acquire: pairs with the readers' Release decrement, so their read
+            // sections happen before our write section.
+            if self.readers.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            crate::sync::spin_loop();
+        }
+        let cb = sched::current();
+        // Parked, we hold no processor: let the scheduler preempt us meanwhile
+        // (only a `SelfUnpreemptable` outermost request pauses).
+        let paused = cb.depth() > 0 && cb.pause_no_preempt();
+        loop {
+            // Acquire: as above.
+            let v = self.readers.load(Ordering::Acquire);
+            if v & !PARKED == 0 {
+                if v != 0 {
+                    // Relaxed: only we write the bit, and no reader can enter.
+                    self.readers.store(0, Ordering::Relaxed);
+                }
+                break;
+            }
+            if v & PARKED == 0
+                // Acquire: as above (the CAS may read the last reader's decrement).
+                && self
+                    .readers
+                    .compare_exchange(v, v | PARKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            sched::park(&self.readers, v | PARKED, None);
+        }
+        if paused {
+            cb.resume_no_preempt();
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<M: RawMutex, const NP: bool> Default for RwQueue<M, NP> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Guard state of a read section of [`RwQueue`]: the no-preempt request when
+/// `NP`. Not `Send`.
+#[derive(Debug)]
+pub struct RwQueueReadGuard {
+    np: bool,
+    _not_send: PhantomData<*mut ()>,
+}
+
+/// Guard state of a write section of [`RwQueue`]: the admission lock's guard
+/// (held until unlock). Not `Send`.
+#[derive(Debug)]
+pub struct RwQueueWriteGuard<G> {
+    admission: G,
+    np: bool,
+    _not_send: PhantomData<*mut ()>,
+}
+
+fn np_request(np: bool) -> bool {
+    if np {
+        sched::request_no_preempt();
+    }
+    np
+}
+
+// SAFETY: [1] a reader increments the count only while holding the admission
+// lock; [2] a writer holds the admission lock from before its drain wait until it
+// unlocks, so no reader enters after the writer saw the count at 0, and no other
+// writer runs (mutual exclusion of `M`); [3] the count reaching 0 is observed with
+// Acquire, pairing with each reader's Release decrement; a later reader's
+// admission (Acquire) follows the writer's admission release (Release).
+unsafe impl<M: RawMutex, const NP: bool> lock_api::RawRwLock for RwQueue<M, NP> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(loom)]
+    const INIT: Self = panic!("under loom, use RwQueue::with_admission()");
+
+    type SharedGuard = RwQueueReadGuard;
+    type ExclusiveGuard = RwQueueWriteGuard<M::Guard>;
+
+    fn lock_shared(&self) -> Self::SharedGuard {
+        let np = np_request(NP);
+        let g = self.admission.lock();
+        // Relaxed: ordered for the next writer by the admission lock's release
+        // (it reads the count only after acquiring it) — see [1]/[3].
+        self.readers.fetch_add(1, Ordering::Relaxed);
+        // The window in which a reader has counted itself but still holds the
+        // queue (a writer behind it is still blocked on admission).
+        sched::stall::point(sched::stall::RW_READER_ADMITTED);
+        // SAFETY: `g` came from `self.admission.lock()` on this thread.
+        unsafe { self.admission.unlock(g) };
+        RwQueueReadGuard {
+            np,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
+        let np = np_request(NP);
+        match self.admission.try_lock() {
+            Some(g) => {
+                // Relaxed: as in `lock_shared`.
+                self.readers.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: as in `lock_shared`.
+                unsafe { self.admission.unlock(g) };
+                Some(RwQueueReadGuard {
+                    np,
+                    _not_send: PhantomData,
+                })
+            }
+            None => {
+                if np {
+                    sched::cancel_no_preempt();
+                }
+                None
+            }
+        }
+    }
+
+    unsafe fn unlock_shared(&self, guard: Self::SharedGuard) {
+        // Release: our read section happens before the writer's Acquire of the
+        // count [3].
+        let prev = self.readers.fetch_sub(1, Ordering::Release);
+        if prev == PARKED | 1 {
+            // The last reader out, and the writer parked (or about to): wake it.
+            sched::unpark_one(&self.readers);
+        }
+        if guard.np {
+            sched::release_no_preempt();
+        }
+    }
+
+    fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+        let np = np_request(NP);
+        let g = self.admission.lock();
+        self.wait_readers_drained();
+        // Relaxed: diagnostic (`is_locked_exclusive`).
+        self.writing.store(true, Ordering::Relaxed);
+        RwQueueWriteGuard {
+            admission: g,
+            np,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
+        let np = np_request(NP);
+        let g = self.admission.try_lock();
+        match g {
+            // Acquire: as in `wait_readers_drained`.
+            Some(g) if self.readers.load(Ordering::Acquire) == 0 => {
+                // Relaxed: diagnostic.
+                self.writing.store(true, Ordering::Relaxed);
+                Some(RwQueueWriteGuard {
+                    admission: g,
+                    np,
+                    _not_send: PhantomData,
+                })
+            }
+            g => {
+                if let Some(g) = g {
+                    // SAFETY: `g` came from `self.admission.try_lock()` here.
+                    unsafe { self.admission.unlock(g) };
+                }
+                if np {
+                    sched::cancel_no_preempt();
+                }
+                None
+            }
+        }
+    }
+
+    unsafe fn unlock_exclusive(&self, guard: Self::ExclusiveGuard) {
+        // Relaxed: diagnostic.
+        self.writing.store(false, Ordering::Relaxed);
+        // SAFETY: the caller's contract: the guard came from `lock_exclusive` or
+        // `try_lock_exclusive` on this lock, so it holds our admission lock.
+        unsafe { self.admission.unlock(guard.admission) };
+        if guard.np {
+            sched::release_no_preempt();
+        }
+    }
+
+    fn is_locked(&self) -> bool {
+        self.admission.is_locked() || self.readers() != 0
+    }
+
+    fn is_locked_exclusive(&self) -> bool {
+        // Relaxed: a snapshot.
+        self.writing.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,236 @@
+//! Loom models of the reader-writer locks' hand-offs and of every barrier.
+//!
+//! RW locks: the queued lock's reader chain admission (two readers and a writer
+//! in every order), a writer behind readers, every thread acting twice (a reader
+//! that comes back as a writer, a writer that comes back as a reader), RW-Smart-Q
+//! with a "kernel" preempting a waiter so that the admission hand-off races the
+//! preemption, and RW-TAS-B. Loom's `UnsafeCell` flags any access not ordered
+//! by the lock, so a missing Acquire/Release shows up as well as a double grant.
+//!
+//! Barriers: two participants, two episodes each; in every episode each writes
+//! its own cell before the wait and reads the other's after it (then waits once
+//! more, so the next write cannot race the read). Loom flags a read not ordered
+//! after the write — a wait that returned early, or a release without Release.
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_rwlock_barrier -- --test-threads=1`
+#![cfg(loom)]
+
+use lock_api::RawRwLock;
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::thread;
+use mpsync::barrier::{
+    Barrier, Central, CombiningTree, Dissemination, McsTree, ScalableSc, WaitMode,
+};
+use mpsync::lock::{Native, Queued, SmartQ};
+use mpsync::rwlock::{RwQueue, RwQueued, RwSmartQ, RwTasB};
+use mpsync::sched::{self, Actor, ThreadState};
+
+fn queued() -> RwQueued {
+    RwQueue::with_admission(Queued::new())
+}
+
+fn smart_q() -> RwSmartQ {
+    RwQueue::with_admission(SmartQ::new())
+}
+
+/// What a model thread does, in order: `true` = write, `false` = read.
+fn rw_model<L: RawRwLock + Send + Sync + 'static>(
+    make: fn() -> L,
+    plans: &'static [&'static [bool]],
+    preemptions: usize,
+) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    // Three threads spinning in a queue lock (each spin is a model yield) take
+    // more than loom's default 1,000 branches in one execution.
+    b.max_branches = 20_000;
+    b.check(move || {
+        let shared = Arc::new((make(), UnsafeCell::new(0u32)));
+        let writes: u32 = plans
+            .iter()
+            .map(|p| p.iter().filter(|w| **w).count() as u32)
+            .sum();
+        let ts: Vec<_> = plans
+            .iter()
+            .map(|plan| {
+                let s = shared.clone();
+                thread::spawn(move || {
+                    for &write in *plan {
+                        if write {
+                            let g = s.0.lock_exclusive();
+                            // SAFETY: the write lock is held.
+                            s.1.with_mut(|p| unsafe { *p += 1 });
+                            // SAFETY: from this lock on this thread.
+                            unsafe { s.0.unlock_exclusive(g) };
+                        } else {
+                            let g = s.0.lock_shared();
+                            // SAFETY: the read lock is held.
+                            let _ = s.1.with(|p| unsafe { *p });
+                            // SAFETY: from this lock on this thread.
+                            unsafe { s.0.unlock_shared(g) };
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), writes);
+    });
+}
+
+/// Two readers and a writer, each once: readers admitted one after another
+/// share; the writer drains whichever got in before it. (Preemption bound 1:
+/// at 2, three threads spinning in the MCS queue exceed 20,000 branches in one
+/// execution.)
+#[test]
+fn rw_queued_reader_chain_admission() {
+    rw_model(queued, &[&[false], &[false], &[true]], 1);
+}
+
+/// A reader that comes back as a writer, and a writer that comes back as a
+/// reader (the writer behind a reader, then a reader behind a writer).
+#[test]
+fn rw_queued_twice() {
+    rw_model(queued, &[&[false, true], &[true, false]], 3);
+}
+
+/// RW-Native (futex admission; the writer parks on the reader count).
+#[test]
+fn rw_native_twice() {
+    rw_model(
+        || RwQueue::<Native, false>::with_admission(Native::new()),
+        &[&[false, true], &[true, false]],
+        3,
+    );
+}
+
+#[test]
+fn rw_tas_b_twice() {
+    rw_model(RwTasB::new, &[&[false, true], &[true, false]], 3);
+}
+
+/// RW-Smart-Q with a "kernel" that preempts thread 1 (and resumes it) at any
+/// point: the Smart-Q admission hand-off's CAS to OtherUnpreemptable races the
+/// kernel's CAS to Preempted; a skipped waiter retries, and every section is
+/// still exclusive where it must be and counted once.
+#[test]
+fn rw_smart_q_handoff_vs_preemption() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let shared = Arc::new((smart_q(), UnsafeCell::new(0u32)));
+        let (tx, rx) = loom::sync::mpsc::channel();
+        let ts: Vec<_> = (0..2)
+            .map(|i| {
+                let s = shared.clone();
+                let tx = tx.clone();
+                thread::spawn(move || {
+                    if i == 1 {
+                        tx.send(sched::current() as *const _ as usize).unwrap();
+                        let g = s.0.lock_shared();
+                        // SAFETY: the read lock is held.
+                        let _ = s.1.with(|p| unsafe { *p });
+                        // SAFETY: from this lock on this thread.
+                        unsafe { s.0.unlock_shared(g) };
+                    }
+                    let g = s.0.lock_exclusive();
+                    // SAFETY: the write lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    // SAFETY: from this lock on this thread.
+                    unsafe { s.0.unlock_exclusive(g) };
+                })
+            })
+            .collect();
+        // SAFETY: context blocks are never freed (registry contract).
+        let cb: &'static sched::ContextBlock =
+            unsafe { &*(rx.recv().unwrap() as *const sched::ContextBlock) };
+        if cb
+            .transition(
+                ThreadState::Preemptable,
+                ThreadState::Preempted,
+                Actor::Kernel,
+            )
+            .is_ok()
+        {
+            cb.transition(
+                ThreadState::Preempted,
+                ThreadState::Preemptable,
+                Actor::Kernel,
+            )
+            .unwrap();
+        }
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 2);
+    });
+}
+
+/// Two participants, two episodes each (see the module doc).
+fn barrier_model<B: Barrier + 'static>(make: fn() -> B, preemptions: usize) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
+        let shared = Arc::new((make(), [UnsafeCell::new(0u32), UnsafeCell::new(0u32)]));
+        let leaders = Arc::new(loom::sync::atomic::AtomicU32::new(0));
+        let ts: Vec<_> = (0..2)
+            .map(|id| {
+                let s = shared.clone();
+                let leaders = leaders.clone();
+                thread::spawn(move || {
+                    for k in 1..=2u32 {
+                        // SAFETY: only participant `id` writes its cell, and the
+                        // other reads it only between our two waits.
+                        s.1[id].with_mut(|p| unsafe { *p = k });
+                        if s.0.wait(id).is_leader() {
+                            leaders.fetch_add(1, loom::sync::atomic::Ordering::Relaxed);
+                        }
+                        // SAFETY: as above: the barrier orders the write before us.
+                        let seen = s.1[1 - id].with(|p| unsafe { *p });
+                        assert_eq!(seen, k, "left episode {k} before the other arrived");
+                        s.0.wait(id);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert!(leaders.load(loom::sync::atomic::Ordering::Relaxed) == 2);
+    });
+}
+
+#[test]
+fn central_spin_two_episodes() {
+    barrier_model(|| Central::new(2, WaitMode::Spin).unwrap(), 2);
+}
+
+#[test]
+fn central_block_two_episodes() {
+    barrier_model(|| Central::new(2, WaitMode::Block).unwrap(), 2);
+}
+
+#[test]
+fn combining_tree_two_episodes() {
+    barrier_model(|| CombiningTree::new(2, WaitMode::HEURISTIC).unwrap(), 2);
+}
+
+#[test]
+fn dissemination_two_episodes() {
+    barrier_model(|| Dissemination::new(2).unwrap(), 2);
+}
+
+#[test]
+fn mcs_tree_two_episodes() {
+    barrier_model(|| McsTree::new(2).unwrap(), 2);
+}
+
+#[test]
+fn scalable_sc_two_episodes() {
+    barrier_model(|| ScalableSc::new(2).unwrap(), 2);
+}

@@ -1,0 +1,366 @@
+//! Reader-writer lock torture and properties, for every lock of `mpsync::rwlock`:
+//!
+//! - **exclusion**: no writer ever overlaps a reader or another writer (a
+//!   non-atomic pair written by writers and read by readers, flags checked
+//!   inside every section; violations counted, not panicked on inside a lock),
+//!   8 threads on the machine's cores and under the emulated pseudo-scheduler;
+//! - **readers really overlap**: four readers must all be inside at once (fails
+//!   if reads are serialized);
+//! - **no starvation** (the fair locks): a writer among continuous readers, and a
+//!   reader among continuous writers, each finish a fixed number of sections
+//!   before a deadline;
+//! - **FIFO across kinds** (the queued locks): a writer waits for the reader
+//!   ahead of it and blocks the reader behind it.
+//!
+//! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test rwlock`.
+
+mod common;
+
+use std::cell::UnsafeCell;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_api::{RawMutex, RawRwLock};
+use mpsync::rwlock::{RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
+use mpsync::sched::emulated::{Emulated, EmulatedConfig};
+use mpsync::sched::{self};
+use mpsync::util::busy::BusyWork;
+
+/// Serializes the tests that start a pseudo-scheduler (one signal handler per process).
+static EMU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn scale() -> u64 {
+    std::env::var("MPSYNC_TORTURE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The protected state: deliberately not atomic.
+struct Shared<L> {
+    lock: L,
+    pair: UnsafeCell<(u64, u64)>,
+    readers_in: AtomicU32,
+    writer_in: AtomicBool,
+    /// Sections that saw a forbidden overlap or a torn pair.
+    violations: AtomicU64,
+    reads: AtomicU64,
+}
+
+// SAFETY: `pair` is written only under the write lock, read under the read lock
+// (the property under test).
+unsafe impl<L: Sync> Sync for Shared<L> {}
+
+impl<L: RawRwLock> Shared<L> {
+    fn new() -> Self {
+        Self {
+            lock: L::INIT,
+            pair: UnsafeCell::new((0, 0)),
+            readers_in: AtomicU32::new(0),
+            writer_in: AtomicBool::new(false),
+            violations: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+        }
+    }
+
+    fn read(&self, work_iters: u64) {
+        let g = self.lock.lock_shared();
+        self.readers_in.fetch_add(1, Ordering::SeqCst);
+        let mut bad = self.writer_in.load(Ordering::SeqCst);
+        // SAFETY: we hold the read lock.
+        let (a, b) = unsafe { *self.pair.get() };
+        BusyWork::global().run_iters(work_iters);
+        bad |= a != b || self.writer_in.load(Ordering::SeqCst);
+        if bad {
+            self.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.readers_in.fetch_sub(1, Ordering::SeqCst);
+        // SAFETY: `g` came from `lock_shared` on this thread.
+        unsafe { self.lock.unlock_shared(g) };
+    }
+
+    fn write(&self, work_iters: u64) {
+        let g = self.lock.lock_exclusive();
+        let mut bad = self.writer_in.swap(true, Ordering::SeqCst);
+        bad |= self.readers_in.load(Ordering::SeqCst) != 0;
+        // SAFETY: we hold the write lock.
+        let p = unsafe { &mut *self.pair.get() };
+        p.0 += 1;
+        BusyWork::global().run_iters(work_iters);
+        p.1 += 1;
+        bad |= self.readers_in.load(Ordering::SeqCst) != 0;
+        if bad {
+            self.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        self.writer_in.store(false, Ordering::SeqCst);
+        // SAFETY: `g` came from `lock_exclusive` on this thread.
+        unsafe { self.lock.unlock_exclusive(g) };
+    }
+
+    fn violated(&self) -> bool {
+        self.violations.load(Ordering::Relaxed) != 0
+    }
+
+    fn check(&self, writes: u64) {
+        let v = self.violations.load(Ordering::Relaxed);
+        assert_eq!(v, 0, "{v} sections overlapped a writer");
+        // SAFETY: all threads joined.
+        let p = unsafe { *self.pair.get() };
+        assert_eq!(p, (writes, writes), "lost or torn writes");
+    }
+}
+
+/// 8 threads on the machine's cores, one section in four a write.
+fn oversubscribed<L: RawRwLock + Sync>(iters: u64) {
+    let iters = common::sized(iters * scale(), 8);
+    let threads = 8u64;
+    let s = Shared::<L>::new();
+    let go = Barrier::new(threads as usize);
+    let writes = AtomicU64::new(0);
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let (s, go, writes) = (&s, &go, &writes);
+            sc.spawn(move || {
+                go.wait();
+                for i in 0..iters {
+                    if s.violated() {
+                        break;
+                    }
+                    if (i + t).is_multiple_of(4) {
+                        s.write(50 + i % 300);
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        s.read(1 + i % 50);
+                    }
+                }
+                assert_eq!(sched::current().depth(), 0);
+            });
+        }
+    });
+    s.check(writes.load(Ordering::Relaxed));
+}
+
+/// Under the emulated pseudo-scheduler at MP 3 with a short quantum: workers are
+/// preempted (or warned) inside and outside their sections.
+fn emulated_mp3<L: RawRwLock + Sync>() {
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let procs = cores().min(4) as u32;
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .expect("valid config")
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_micros(500))
+        .seed(11);
+    let emu = Emulated::start(cfg).expect("pseudo-scheduler starts");
+    let run = Duration::from_millis(300 * scale());
+    let s = Shared::<L>::new();
+    let writes = AtomicU64::new(0);
+    let go = Barrier::new(procs as usize);
+    std::thread::scope(|sc| {
+        for v in 0..procs {
+            let (s, go, emu, writes) = (&s, &go, &emu, &writes);
+            sc.spawn(move || {
+                let _att = emu.attach(v).expect("attach");
+                go.wait();
+                let end = Instant::now() + run;
+                let mut i = 0u64;
+                while Instant::now() < end && !s.violated() {
+                    if (i + v as u64).is_multiple_of(3) {
+                        s.write(BusyWork::global().iters_for_ns(2_000));
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        s.read(BusyWork::global().iters_for_ns(3_000));
+                    }
+                    BusyWork::global().run_ns(4_000);
+                    i += 1;
+                }
+            });
+        }
+    });
+    let stats = emu.stop();
+    s.check(writes.load(Ordering::Relaxed));
+    assert!(
+        stats.preemptions + stats.warnings > 10,
+        "the scheduler barely intervened: {stats:?}"
+    );
+}
+
+/// Four readers must all be inside at once: each waits inside its read section
+/// (yielding) until all four are there, or 20 s pass. A lock that serializes
+/// readers never gets there.
+fn readers_overlap<L: RawRwLock + Sync>() {
+    const N: u32 = 4;
+    let lock = L::INIT;
+    let inside = AtomicU32::new(0);
+    let most = AtomicU32::new(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    std::thread::scope(|sc| {
+        for _ in 0..N {
+            let (lock, inside, most) = (&lock, &inside, &most);
+            sc.spawn(move || {
+                let g = lock.lock_shared();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                while inside.load(Ordering::SeqCst) < N && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+                most.fetch_max(inside.load(Ordering::SeqCst), Ordering::SeqCst);
+                // Stay until everyone has seen the others (or time is up).
+                while most.load(Ordering::SeqCst) < N && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+                // SAFETY: from `lock_shared` on this thread.
+                unsafe { lock.unlock_shared(g) };
+            });
+        }
+    });
+    assert_eq!(
+        most.into_inner(),
+        N,
+        "readers were serialized: at most that many inside at once"
+    );
+}
+
+/// `writers` threads write continuously and `readers` threads read
+/// continuously (sections of ~20 µs, back to back); the first thread of the
+/// `victim` kind must finish `target` sections before a 20 s deadline.
+fn not_starved<L: RawRwLock + Sync>(victim_is_writer: bool) {
+    let target = common::sized(30, 3);
+    let s = Shared::<L>::new();
+    let stop = AtomicBool::new(false);
+    let victim_done = AtomicU64::new(0);
+    let writes = AtomicU64::new(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let work = BusyWork::global().iters_for_ns(20_000);
+    std::thread::scope(|sc| {
+        // The crowd: three threads of the other kind, overlapping their sections.
+        for _ in 0..3 {
+            let (s, stop, writes) = (&s, &stop, &writes);
+            sc.spawn(move || {
+                while !stop.load(Ordering::Relaxed) && !s.violated() {
+                    if victim_is_writer {
+                        s.read(work);
+                    } else {
+                        s.write(work);
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        let (s, stop, victim_done, writes) = (&s, &stop, &victim_done, &writes);
+        sc.spawn(move || {
+            while victim_done.load(Ordering::Relaxed) < target && Instant::now() < deadline {
+                if victim_is_writer {
+                    s.write(work / 4);
+                    writes.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    s.read(work / 4);
+                }
+                victim_done.fetch_add(1, Ordering::Relaxed);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    s.check(writes.load(Ordering::Relaxed));
+    let done = victim_done.into_inner();
+    assert!(
+        done >= target,
+        "the {} starved: {done} of {target} sections in 20 s",
+        if victim_is_writer { "writer" } else { "reader" }
+    );
+}
+
+/// A reader R1 holds the lock; a writer W queues; a reader R2 arrives after W.
+/// W must wait for R1 (the reader ahead) and R2 must wait for W (behind it):
+/// the order of entry is W, then R2, and neither enters while R1 reads.
+fn fifo_writer_between_readers<L: RawRwLock + Sync>(writer_queued: impl Fn(&L) -> bool + Sync) {
+    let lock = L::INIT;
+    let order = std::sync::Mutex::new(Vec::new());
+    let w_started = AtomicBool::new(false);
+    let r1 = lock.lock_shared();
+    std::thread::scope(|sc| {
+        let (lock, order, w_started) = (&lock, &order, &w_started);
+        sc.spawn(move || {
+            w_started.store(true, Ordering::SeqCst);
+            let g = lock.lock_exclusive();
+            order.lock().unwrap().push("W");
+            // SAFETY: from `lock_exclusive` on this thread.
+            unsafe { lock.unlock_exclusive(g) };
+        });
+        // Wait (deadline 20 s) until W is in the queue.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(w_started.load(Ordering::SeqCst) && writer_queued(lock)) {
+            assert!(Instant::now() < deadline, "the writer never queued");
+            std::thread::yield_now();
+        }
+        sc.spawn(move || {
+            let g = lock.lock_shared();
+            order.lock().unwrap().push("R2");
+            // SAFETY: from `lock_shared` on this thread.
+            unsafe { lock.unlock_shared(g) };
+        });
+        // Give both a chance to (wrongly) enter while R1 still reads.
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "entered while the first reader still read: {:?}",
+            order.lock().unwrap()
+        );
+        // SAFETY: from `lock_shared` on this thread.
+        unsafe { lock.unlock_shared(r1) };
+    });
+    assert_eq!(*order.lock().unwrap(), ["W", "R2"], "not FIFO across kinds");
+}
+
+macro_rules! rw_suite {
+    ($($name:ident: $l:ty, $iters:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn oversubscribed_exclusion() { oversubscribed::<$l>($iters) }
+            #[test]
+            fn emulated_exclusion() { emulated_mp3::<$l>() }
+            #[test]
+            fn readers_really_overlap() { readers_overlap::<$l>() }
+        }
+    )*};
+}
+
+rw_suite! {
+    rw_tas_b: RwTasB, 20000;
+    rw_tas_b_np: RwTasBNp, 20000;
+    rw_queued: RwQueued, 300;
+    rw_smart_q: RwSmartQ, 1000;
+    rw_native: RwNative, 2000;
+    rw_native_np: RwNativeNp, 2000;
+}
+
+macro_rules! fair_suite {
+    ($($name:ident: $l:ty;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn writer_not_starved_by_readers() { not_starved::<$l>(true) }
+            #[test]
+            fn reader_not_starved_by_writers() { not_starved::<$l>(false) }
+            #[test]
+            fn writer_waits_for_reader_ahead_and_blocks_reader_behind() {
+                fifo_writer_between_readers::<$l>(|l| l.admission().is_locked())
+            }
+        }
+    )*};
+}
+
+fair_suite! {
+    fair_queued: RwQueued;
+    fair_smart_q: RwSmartQ;
+    fair_native: RwNative;
+    fair_native_np: RwNativeNp;
+}
