@@ -39,8 +39,12 @@ use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
 use crate::stats::median;
 use crate::svg::{Series, line_chart};
 
-/// Round length at `--scale 1` (quick: × 0.3 = 90 ms; never under 20 ms).
+/// Round length at `--scale 1` (never under 20 ms).
 pub const BASE_DURATION_MS: f64 = 300.0;
+/// Round length under `--quick` unless `--scale` is given: 23 locks × 17
+/// points × 3 rounds × 25 ms ≈ 30 s in all, so `repro all --quick` keeps its
+/// 10 minutes (90 ms rounds, `--scale 0.3`, took 164 s on a loaded 2-core machine).
+pub const QUICK_DURATION_MS: f64 = 25.0;
 /// The burst adversary runs this long ...
 pub const BURST_MS: f64 = 2.0;
 /// ... of every this long.
@@ -183,7 +187,12 @@ fn series_name(lock: &str, config: &str) -> String {
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
-    let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
+    let ms = if p.quick && p.scale == 0.3 {
+        QUICK_DURATION_MS
+    } else {
+        BASE_DURATION_MS * p.scale
+    };
+    let duration = Duration::from_secs_f64(ms.max(20.0) / 1e3);
     let rounds = p.trials.max(3);
     let busy = BusyWork::global();
     let cpus = mpsync::sched::native::available_cpus()?;

@@ -35,7 +35,7 @@ pub mod partition;
 mod registry;
 pub mod stall;
 pub mod state;
-mod waiter;
+pub mod waiter;
 
 use std::marker::PhantomData;
 use std::time::Duration;
