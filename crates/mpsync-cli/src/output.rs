@@ -125,6 +125,10 @@ pub struct Trial {
     /// acquisition counts (0 = every thread got the lock equally often).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fairness_spread: Option<f64>,
+    /// Fairness of a fixed-duration run as min / max of the per-thread
+    /// acquisition counts (1 = perfectly fair, 0 = some thread starved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness_min_max: Option<f64>,
     /// Set when the run hit its time cap: the fraction of the planned work it
     /// completed. `value` is then extrapolated (wall time / fraction) — an
     /// estimate, reported as censored.

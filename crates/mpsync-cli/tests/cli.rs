@@ -235,10 +235,12 @@ fn tiny_lock_oversub_and_wks95_runs() {
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     assert!(header.contains(&"fairness_spread"), "{header:?}");
     assert!(header.contains(&"censored_at"), "{header:?}");
+    let details = json["verdict"]["details"].to_string();
+    assert!(details.contains("cs1-ncs1 pinned 3 threads"), "{details}");
+    assert!(details.contains("target: bounded-steal"), "{details}");
     assert!(
-        json["verdict"]["details"]
-            .to_string()
-            .contains("fairness at 3 threads")
+        details.contains("cs1-ncs1 pinned+burst"),
+        "the burst line ran or says why not: {details}"
     );
     let (out, o) = tiny_run(
         "wks95-mutex",

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_api::RawMutex;
+use mpsync::lock::BoundedSteal;
 use mpsync::lock::{
     Anderson, Clh, ClhTp, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ,
     SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
@@ -279,6 +280,8 @@ torture! {
     clh_tp_np: Np<ClhTp> => 300,
     spin_then_park: SpinThenPark => 2_000,
     spin_then_park_np: Np<SpinThenPark> => 2_000,
+    bounded_steal: BoundedSteal => 2_000,
+    bounded_steal_np: Np<BoundedSteal> => 2_000,
 }
 
 /// Ticket-np with the shortest patience (100 ns), 4 threads for 2 s: releasers

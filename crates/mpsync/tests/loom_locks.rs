@@ -1,6 +1,8 @@
-//! Loom models of the lock protocols: TAS, TAS-B, the futex Native lock (whose park
-//! is a model yield under loom, so lost wake-ups show up as livelock/deadlock), and
-//! the no-preempt wrapper with a "kernel" thread racing to preempt the holder.
+//! Loom models of the lock protocols: TAS, TAS-B, the futex Native lock, the
+//! parking locks (spin-then-park, bounded-steal: under loom the futex is modelled
+//! strictly — a parked thread sleeps until a wake on its word picks it — so a
+//! lost wake-up is a deadlock loom reports), and the no-preempt wrapper with a
+//! "kernel" thread racing to preempt the holder.
 //!
 //! Every lock is modelled with its full `lock` (spinning waiters yield to the
 //! model through `sync::spin_loop`), with `try_lock` and a bounded number of
@@ -26,7 +28,7 @@ use lock_api::RawMutex;
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use mpsync::lock::{Native, Np, Queued, Tas, TasB};
+use mpsync::lock::{BoundedSteal, Native, Np, Queued, Tas, TasB};
 use mpsync::sched::{self, Actor, ThreadState};
 
 /// Two threads increment a loom-tracked cell under the lock: loom reports any
@@ -452,4 +454,58 @@ twice! {
     smart_q_twice: SmartQ::new, 3;
     mcs_tp_twice: McsTp::new, 3;
     clh_tp_twice: ClhTp::new, 3;
+}
+
+/// Bounded-steal, two threads: the steal, the head's park on the word
+/// (HEAD_PARKED) and the releaser's wake race in every order. The futex is
+/// modelled strictly under loom (a parked thread sleeps until a wake picks it),
+/// so a lost wake-up is a deadlock loom reports.
+#[test]
+fn bounded_steal_head_park_vs_unlock() {
+    two_threads_exclusive(BoundedSteal::new);
+}
+
+/// Bounded-steal, each of two threads acquiring twice: a node recycled from the
+/// first acquisition is queued again while its old successor may still be
+/// leaving.
+#[test]
+fn bounded_steal_twice() {
+    acquire_twice(BoundedSteal::new, 2, 2);
+}
+
+/// Bounded-steal, three threads: the main thread holds the lock while two
+/// others queue, so one of them waits *behind* the head — it announces that it
+/// sleeps (SLEEPING) and sleeps on its wake word while the head takes the lock
+/// and makes it head (the swap to HEAD, then `sched::wake`). Every order of
+/// the announcement, the swap and the wake: no lost wake-up (loom would report
+/// the sleeper deadlocked), exclusion, and every thread gets the lock once.
+#[test]
+fn bounded_steal_wake_one_step_ahead() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let shared = Arc::new((BoundedSteal::new(), UnsafeCell::new(0u32)));
+        let g = shared.0.lock();
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let s = shared.clone();
+                thread::spawn(move || {
+                    let g = s.0.lock();
+                    // SAFETY: the lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    // SAFETY: `g` came from this lock on this thread.
+                    unsafe { s.0.unlock(g) };
+                })
+            })
+            .collect();
+        // SAFETY: the lock is held.
+        shared.1.with_mut(|p| unsafe { *p += 1 });
+        // SAFETY: `g` came from this lock on this thread.
+        unsafe { shared.0.unlock(g) };
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 3);
+    });
 }

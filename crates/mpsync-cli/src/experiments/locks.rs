@@ -5,8 +5,8 @@
 use std::hint::black_box;
 
 use mpsync::lock::{
-    Anderson, Clh, ClhTp, McsTp, Native, NativeNp, Queued, QueuedHandshaking, QueuedNp, SmartQ,
-    SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
+    Anderson, BoundedSteal, Clh, ClhTp, McsTp, Native, NativeNp, Queued, QueuedHandshaking,
+    QueuedNp, SmartQ, SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::util::clock::now_ns;
 
@@ -102,8 +102,8 @@ pub struct LockImpl {
     pub throughput: fn(&ThroughputSpec) -> anyhow::Result<Vec<u64>>,
 }
 
-/// A fixed-duration run: `threads` unpinned threads loop {lock; CS; unlock; non-CS}.
-#[derive(Debug, Clone, Copy)]
+/// A fixed-duration run: `threads` threads loop {lock; CS; unlock; non-CS}.
+#[derive(Debug, Clone)]
 pub struct ThroughputSpec {
     /// Threads (more than the cores: real Linux preemption).
     pub threads: u32,
@@ -113,6 +113,8 @@ pub struct ThroughputSpec {
     pub cs_iters: u64,
     /// Non-critical work, busy-work iterations.
     pub ncs_iters: u64,
+    /// CPUs to pin thread `i` to (`pin[i % pin.len()]`); empty: unpinned.
+    pub pin: Vec<usize>,
 }
 
 fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
@@ -126,10 +128,15 @@ fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
     let w = mpsync::util::busy::BusyWork::global();
     let counts = std::thread::scope(|s| {
         let hs: Vec<_> = (0..spec.threads)
-            .map(|_| {
+            .map(|i| {
                 let (lock, guarded, stop, start) = (&lock, &guarded, &stop, &start);
+                let cpu = (!spec.pin.is_empty()).then(|| spec.pin[i as usize % spec.pin.len()]);
                 s.spawn(move || {
+                    let pinned = cpu.map(mpsync::sched::native::pin_current_thread);
                     start.wait();
+                    if let Some(Err(e)) = pinned {
+                        return Err(anyhow::anyhow!("pinning a worker: {e}"));
+                    }
                     let mut n = 0u64;
                     // Relaxed: a stop request; the join orders everything after.
                     while !stop.load(Ordering::Relaxed) {
@@ -142,7 +149,7 @@ fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
                         n += 1;
                         w.run_iters(spec.ncs_iters);
                     }
-                    n
+                    Ok(n)
                 })
             })
             .collect();
@@ -151,7 +158,11 @@ fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
         std::thread::sleep(spec.duration);
         stop.store(true, Ordering::Relaxed);
         hs.into_iter()
-            .map(|h| h.join().map_err(|_| anyhow::anyhow!("a worker panicked")))
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a worker panicked"))
+                    .and_then(|r| r)
+            })
             .collect::<anyhow::Result<Vec<u64>>>()
     })?;
     let total: u64 = counts.iter().sum();
@@ -308,6 +319,7 @@ pub fn mutex_table() -> Vec<LockImpl> {
         row!("MCS-TP", Origin::Mpsync, true, mpsync::Mutex<McsTp, ()>),
         row!("CLH-TP", Origin::Mpsync, true, mpsync::Mutex<ClhTp, ()>),
         row!("spin-then-park", Origin::Mpsync, false, mpsync::Mutex<SpinThenPark, ()>),
+        row!("bounded-steal", Origin::Mpsync, false, mpsync::Mutex<BoundedSteal, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
         row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),
         row!(

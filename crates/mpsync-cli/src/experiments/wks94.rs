@@ -35,6 +35,15 @@ pub const BASE_ITERS: f64 = 4000.0;
 pub const CAP_FACTOR: f64 = 25.0;
 /// The cap is never shorter than this (seconds).
 pub const CAP_MIN_S: f64 = 2.0;
+/// ... nor, under `--quick`, than this: a collapsing lock is as recognizable
+/// after 1 s as after 2, and the smoke run has many of them under `--preempt os`.
+pub const QUICK_CAP_MIN_S: f64 = 1.0;
+
+/// Extra factor on the iterations under `--quick`, on top of its `--scale 0.3`
+/// (as ms97's): wks94 then runs 600 iterations per worker, ≈ 0.14 s alone and
+/// still about seven 20 ms quanta; wks95 750, ≈ 0.19 s and four 50 ms quanta at
+/// MP 1 (more at higher levels). Keeps `repro all --quick` under its 10 minutes.
+pub const QUICK_FACTOR: f64 = 0.5;
 
 /// Judges a conclusion on (points, (processors, MP) per x, x is processors, preemption).
 pub type VerdictFn = fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict;
@@ -135,7 +144,9 @@ pub fn run_program(
         mps.into_iter().map(|m| (procs, m)).collect()
     };
     let busy = BusyWork::global();
-    let iters = ((prog.base_iters * p.scale).round() as u64).max(1);
+    let quick_factor = if p.quick { QUICK_FACTOR } else { 1.0 };
+    let iters = ((prog.base_iters * p.scale * quick_factor).round() as u64).max(1);
+    let cap_min_s = if p.quick { QUICK_CAP_MIN_S } else { CAP_MIN_S };
     let spec_at = |procs: u32| SyntheticSpec {
         iters,
         cs_iters: busy.iters_for_ns((prog.cs_us * 1e3) as u64),
@@ -146,7 +157,7 @@ pub fn run_program(
     // A run's time cap: CAP_FACTOR times what one worker's loop takes alone.
     let cap_at = |procs: u32| {
         let ideal_s = iters as f64 * (prog.cs_us + (prog.ncs_us)(procs)) * 1e-6;
-        Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(CAP_MIN_S))
+        Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(cap_min_s))
     };
     let mut censored: Vec<String> = Vec::new();
     let spec = spec_at(points.first().map_or(1, |p| p.0));
@@ -196,6 +207,7 @@ pub fn run_program(
                     procs: Some(procs),
                     finish_spread: Some(o.finish_spread),
                     fairness_spread: None,
+                    fairness_min_max: None,
                 });
                 pb.inc(1);
             }
@@ -227,7 +239,7 @@ pub fn run_program(
     let mut verdict = (prog.verdict)(&pts, &points, by_procs, preempt);
     if !censored.is_empty() {
         verdict.details.push(format!(
-            "censored: {} run(s) hit the time cap ({CAP_FACTOR}× one worker's solo time, at least {CAP_MIN_S} s); their times are extrapolated from the fraction done: {}",
+            "censored: {} run(s) hit the time cap ({CAP_FACTOR}× one worker's solo time, at least {cap_min_s} s); their times are extrapolated from the fraction done: {}",
             censored.len(),
             censored.join("; ")
         ));

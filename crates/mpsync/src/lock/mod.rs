@@ -17,6 +17,7 @@
 //! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred     | He, Scherer & Scott 2005|
 //! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
 //! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
+//! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | issue 13; pv-qspinlock, parking_lot |
 //! | [`Np<L>`]              | L-np               | as `L`, CS no-preempt                     | 003 §3, 001 §3 (Symunix)|
 //!
 //! Ticket-np, Smart-Q and Queued-Handshaking are no-preempt by construction; any
@@ -122,6 +123,7 @@ pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
 }
 
 mod anderson;
+mod bounded_steal;
 mod clh;
 mod clh_tp;
 mod native;
@@ -134,6 +136,7 @@ mod tas_b;
 mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
+pub use bounded_steal::{BoundedSteal, FAIR_AFTER, STEAL_PATIENCE};
 pub use clh::{Clh, ClhGuard};
 pub use clh_tp::{ClhTp, ClhTpGuard};
 pub use native::Native;
@@ -293,7 +296,8 @@ mod tests {
         mcs_tp: McsTp,
         clh: Clh,
         clh_tp: ClhTp,
-        spin_then_park: SpinThenPark
+        spin_then_park: SpinThenPark,
+        bounded_steal: BoundedSteal
     );
 
     #[test]

@@ -80,6 +80,10 @@ pub(crate) struct PeerLine {
     pub(crate) tid: AtomicU32,
     /// `pthread_t` of the owner, for `pthread_kill` (0 if none).
     pub(crate) pthread: AtomicU64,
+    /// The owner's wake-up word ([`super::waiter`]): peers bump it and wake the
+    /// owner parked on it. Lives here, in a block that is never freed, so a waker
+    /// never touches memory its wakee may have freed.
+    pub(crate) wake: AtomicU32,
 }
 
 /// [`ContextBlock`]'s line of what the owning thread writes.
@@ -142,6 +146,7 @@ impl ContextBlock {
                 in_use: AtomicBool::new(false),
                 tid: AtomicU32::new(0),
                 pthread: AtomicU64::new(0),
+                wake: AtomicU32::new(0),
             }),
             owner: CachePadded::new(OwnerLine {
                 depth: AtomicU32::new(0),

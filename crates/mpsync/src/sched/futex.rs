@@ -1,5 +1,5 @@
 //! `park`/`unpark` on a 32-bit word: the Linux futex, the only place in mpsync
-//! that calls it. Under loom, parking is a model yield (callers re-check anyway).
+//! that calls it. Under loom, a strict model of it (see `wait`'s loom version).
 
 use std::time::Duration;
 
@@ -62,17 +62,73 @@ pub(crate) fn wake(word: &AtomicU32, n: i32) -> usize {
     r.max(0) as usize
 }
 
+/// Under loom the futex is modelled strictly: a thread that waits without a
+/// timeout blocks (a loom `park`) until a `wake` on the same word picks it, so
+/// a lost wake-up is a deadlock loom reports. The check of the word and the
+/// queueing happen under one model lock, as the kernel does them under its
+/// hash-bucket lock. A wait with a timeout stays a model yield that times out
+/// (real time is not part of the model).
 #[cfg(loom)]
-pub(crate) fn wait(word: &AtomicU32, expected: u32, _timeout: Option<Duration>) -> ParkResult {
-    use crate::sync::Ordering;
-    if word.load(Ordering::Acquire) != expected {
-        return ParkResult::Mismatch;
+mod model {
+    use loom::sync::{Arc, Mutex};
+    use loom::thread::Thread;
+
+    /// (word address, thread, the waiter's identity). A waiter is woken when
+    /// its entry leaves the queue; it checks that under the model lock, which
+    /// (unlike a flag read after loom's `unpark`) orders the check after the wake.
+    pub(super) type Queue = Vec<(usize, Thread, Arc<()>)>;
+
+    loom::lazy_static! {
+        pub(super) static ref WAITERS: Mutex<Queue> = Mutex::new(Vec::new());
     }
-    loom::thread::yield_now();
-    ParkResult::Woken
 }
 
 #[cfg(loom)]
-pub(crate) fn wake(_word: &AtomicU32, _n: i32) -> usize {
-    0
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> ParkResult {
+    use crate::sync::Ordering;
+    use loom::sync::Arc;
+    if timeout.is_some() {
+        if word.load(Ordering::Acquire) != expected {
+            return ParkResult::Mismatch;
+        }
+        loom::thread::yield_now();
+        return ParkResult::TimedOut;
+    }
+    let me = Arc::new(());
+    {
+        let mut q = model::WAITERS.lock().unwrap();
+        if word.load(Ordering::Acquire) != expected {
+            return ParkResult::Mismatch;
+        }
+        q.push((
+            word as *const AtomicU32 as usize,
+            loom::thread::current(),
+            me.clone(),
+        ));
+    }
+    loop {
+        loom::thread::park();
+        let q = model::WAITERS.lock().unwrap();
+        if !q.iter().any(|e| Arc::ptr_eq(&e.2, &me)) {
+            return ParkResult::Woken;
+        }
+    }
+}
+
+#[cfg(loom)]
+pub(crate) fn wake(word: &AtomicU32, n: i32) -> usize {
+    let addr = word as *const AtomicU32 as usize;
+    let mut q = model::WAITERS.lock().unwrap();
+    let mut woken = 0usize;
+    let mut i = 0;
+    while i < q.len() && (woken as i64) < i64::from(n) {
+        if q[i].0 == addr {
+            let (_, t, _) = q.remove(i);
+            t.unpark();
+            woken += 1;
+        } else {
+            i += 1;
+        }
+    }
+    woken
 }

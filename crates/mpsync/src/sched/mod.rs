@@ -35,6 +35,7 @@ pub mod partition;
 mod registry;
 pub mod stall;
 pub mod state;
+pub mod waiter;
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -44,6 +45,7 @@ pub use futex::ParkResult;
 pub use partition::{Partition, generation};
 pub use registry::{current, current_if_registered};
 pub use state::{Actor, ThreadState, TransitionError};
+pub use waiter::{Wait, Waiter, WakeToken, wake};
 
 use crate::sync::AtomicU32;
 

@@ -164,6 +164,15 @@ points! {
     /// has arrived and waits here).
     BARRIER_LAST_ARRIVED = "barrier.last_arrived",
         "barrier: the last thread arrived, the episode not yet released", boost 4;
+    // waiting (issue 13):
+    /// A waiter announced that it sleeps (a queue node marked sleeping, a lock
+    /// word marked "head parked") and has not yet parked: its waker may run here.
+    WAITER_PARK = "waiter.park",
+        "waiter: sleep announced, not yet parked", boost 4;
+    /// A waker made its wakee able to proceed (a bounded-steal successor made
+    /// head) and has not yet woken it: the wakee may run, finish and recycle its node.
+    WAITER_WAKE = "waiter.wake",
+        "waker: condition made true, wakee not yet woken", boost 4;
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

@@ -1,0 +1,452 @@
+//! Bounded-steal: mpsync's own lock for oversubscribed machines. Ownership is one
+//! word that any *running* thread may take (so the lock never waits for a
+//! sleeping thread to wake up and take a hand-over), waiters queue only for
+//! order among themselves, and stealing is bounded so nobody starves.
+//!
+//! - **Ownership in one word.** `word` holds [`LOCKED`]; acquiring is one CAS
+//!   that sets it, releasing one `fetch_and` that clears it. The lock is never
+//!   *granted* to anyone: a waiter that stopped spinning — parked, preempted —
+//!   is never handed it, it takes it itself when it runs.
+//! - **A queue for order among waiters** (an MCS queue of per-acquisition
+//!   nodes). Only its head waits for the lock, spinning through a
+//!   [`Waiter`](crate::sched::Waiter) that watches the holder; the head parks
+//!   when the holder is preempted or holds the lock beyond the waiter's
+//!   patience ([`HEAD_PARKED`] tells the releaser to wake it). Later waiters park
+//!   at once and are woken *one step ahead*: when the waiter in front of them
+//!   takes the lock and leaves the queue, so they are awake and spinning by the
+//!   time the lock is free again.
+//! - **Bounded stealing.** A thread arriving while the lock is held spins for it
+//!   a little before queueing ([`STEAL_PATIENCE`]); a running thread takes a
+//!   free lock even when a queue waits (that is what keeps the lock busy while a
+//!   woken waiter is still getting its processor back). A head that has waited
+//!   longer than the lock's fairness bound (default [`FAIR_AFTER`], 0.5 ms, as
+//!   parking_lot's fair unlock) sets [`NO_STEAL`]: from then on only the head may
+//!   take the free lock, which it does as soon as it runs.
+//!
+//! Waiters' nodes come from a per-thread cache and are off the queue before the
+//! critical section starts. A waker never touches a node its wakee may already
+//! have recycled: it reads the wakee's context block (never freed) first and
+//! wakes the thread through it ([`sched::wake`]).
+//!
+//! Progress: deadlock-free; starvation-free for a waiter that runs (once at the
+//! head, it waits at most one fairness bound plus one critical section; the
+//! queue ahead of it is FIFO). Uses `sched`: [`Waiter`](sched::Waiter),
+//! [`is_preempted`](sched::is_preempted), [`wake`](sched::wake).
+//!
+//! | `word` bit    | set by                         | cleared by                 |
+//! |---------------|--------------------------------|----------------------------|
+//! | [`LOCKED`]    | the acquiring CAS              | `unlock`'s `fetch_and`     |
+//! | [`NO_STEAL`]  | the queue head, after waiting  | the head's acquiring CAS   |
+//! | [`HEAD_PARKED`]| the queue head, before parking| `unlock` (then wakes it), or the head's CAS |
+//!
+//! ```
+//! use mpsync::{Mutex, lock::BoundedSteal};
+//! let m: Mutex<BoundedSteal, Vec<u32>> = Mutex::new(Vec::new());
+//! std::thread::scope(|s| {
+//!     for i in 0..4 {
+//!         let m = &m;
+//!         s.spawn(move || m.lock().push(i));
+//!     }
+//! });
+//! assert_eq!(m.lock().len(), 4);
+//! let fairer = BoundedSteal::with_fair_after(std::time::Duration::from_micros(100)).unwrap();
+//! assert!(BoundedSteal::with_fair_after(std::time::Duration::ZERO).is_err());
+//! # drop(fairer);
+//! ```
+
+use std::ptr::{self, NonNull};
+use std::time::Duration;
+
+use super::LockError;
+use crate::sched::{self, ContextBlock, Wait, Waiter};
+use crate::sync::{AtomicPtr, AtomicU32, Ordering};
+use crate::util::clock::Patience;
+
+/// The lock is held.
+pub const LOCKED: u32 = 1;
+/// The queue head has waited past the fairness bound: only it may take the lock.
+pub const NO_STEAL: u32 = 2;
+/// The queue head sleeps on `word`: the releaser wakes it.
+pub const HEAD_PARKED: u32 = 4;
+
+/// Default fairness bound: a queue head waiting this long stops stealing.
+pub const FAIR_AFTER: Duration = Duration::from_micros(500);
+
+/// How long an arriving thread spins for a held lock before it queues: about
+/// two critical sections of a contended lock; beyond that, the time is better
+/// left to the holder and the head.
+pub const STEAL_PATIENCE: Duration = Duration::from_micros(2);
+
+/// A queued waiter, not yet at the head.
+const WAITING: u32 = 0;
+/// A queued waiter that announced it sleeps (its waker must wake it).
+const SLEEPING: u32 = 1;
+/// The queue head.
+const HEAD: u32 = 2;
+
+/// One acquisition's place in the waiters' queue.
+#[derive(Debug)]
+struct Node {
+    next: AtomicPtr<Node>,
+    status: AtomicU32,
+    /// The waiter's context block (never freed): how its waker wakes it.
+    cb: AtomicPtr<ContextBlock>,
+}
+
+impl Node {
+    fn new() -> Self {
+        Self {
+            next: AtomicPtr::new(ptr::null_mut()),
+            status: AtomicU32::new(WAITING),
+            cb: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+}
+
+super::node_cache!(Node, Node::new());
+
+/// The bounded-steal lock (module doc).
+#[derive(Debug)]
+pub struct BoundedSteal {
+    word: AtomicU32,
+    /// The holder's context block, a hint for the head's "is it preempted?"
+    /// (null: unknown). Written after each acquisition, so it may name the
+    /// previous holder for a moment; only advice depends on it.
+    holder: AtomicPtr<ContextBlock>,
+    /// Last node of the waiters' queue (null: nobody queued).
+    tail: AtomicPtr<Node>,
+    fair_after_ns: u64,
+}
+
+// SAFETY: all shared state is atomics; raw pointers in it name nodes owned by
+// queued threads (see the queue protocol) and context blocks, which are never freed.
+unsafe impl Send for BoundedSteal {}
+// SAFETY: as above.
+unsafe impl Sync for BoundedSteal {}
+
+impl Default for BoundedSteal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BoundedSteal {
+    /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Self {
+            word: AtomicU32::new(0),
+            holder: AtomicPtr::new(ptr::null_mut()),
+            tail: AtomicPtr::new(ptr::null_mut()),
+            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
+        }
+    }
+
+    /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Self {
+            word: AtomicU32::new(0),
+            holder: AtomicPtr::new(ptr::null_mut()),
+            tail: AtomicPtr::new(ptr::null_mut()),
+            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
+        }
+    }
+
+    /// A lock whose queue head stops others' stealing after waiting
+    /// `fair_after`. Errors unless 1 µs ≤ `fair_after` ≤ 1 s.
+    pub fn with_fair_after(fair_after: Duration) -> Result<Self, LockError> {
+        let ns = fair_after.as_nanos();
+        if !(1_000..=1_000_000_000).contains(&ns) {
+            return Err(LockError::InvalidParameter(format!(
+                "bounded-steal fairness bound {fair_after:?} is out of range: use 1 µs ..= 1 s (default 500 µs)"
+            )));
+        }
+        let mut l = Self::new();
+        l.fair_after_ns = ns as u64;
+        Ok(l)
+    }
+
+    /// Takes the lock if it is free and stealing is allowed.
+    #[inline]
+    fn try_steal(&self) -> bool {
+        // Relaxed: a guess re-validated by the CAS.
+        let w = self.word.load(Ordering::Relaxed);
+        // Acquire: pairs with the Release RMW of `unlock`.
+        w & (LOCKED | NO_STEAL) == 0
+            && self
+                .word
+                .compare_exchange(w, w | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Records the holder (advice for the head's Waiter).
+    #[inline]
+    fn set_holder(&self) {
+        // Release: pairs with the Acquire load of `holder()`, so a reader of
+        // the pointer sees the block initialized (free on x86: a plain store).
+        self.holder.store(
+            ptr::from_ref(sched::current()).cast_mut(),
+            Ordering::Release,
+        );
+    }
+
+    /// The holder as last recorded.
+    #[inline]
+    fn holder(&self) -> Option<&ContextBlock> {
+        // Acquire: pairs with the Release store of `set_holder`.
+        let p = self.holder.load(Ordering::Acquire);
+        // SAFETY: context blocks are never freed (sched::context), so a stale
+        // pointer still names a valid block.
+        unsafe { p.as_ref() }
+    }
+
+    #[cold]
+    fn lock_slow(&self) {
+        // Phase 1: a running arrival spins briefly for the lock.
+        let mut steal = Patience::start(STEAL_PATIENCE.as_nanos() as u64);
+        let mut waiter = Waiter::new();
+        loop {
+            if self.try_steal() {
+                return;
+            }
+            if waiter.spin(self.holder()) == Wait::Park || steal.exhausted() {
+                break;
+            }
+        }
+        // Phase 2: queue.
+        let node = take_node();
+        // SAFETY: the node is ours until it is on the queue.
+        let n = unsafe { node.as_ref() };
+        let me = sched::current();
+        // Relaxed: published by the AcqRel swap into `tail` below.
+        n.next.store(ptr::null_mut(), Ordering::Relaxed);
+        n.status.store(WAITING, Ordering::Relaxed);
+        n.cb.store(ptr::from_ref(me).cast_mut(), Ordering::Relaxed);
+        // AcqRel: Release publishes the node's fields to the successor that
+        // links behind it; Acquire pairs with the predecessor's, so its node is
+        // valid to link into.
+        let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
+        if let Some(pred) = NonNull::new(pred) {
+            // SAFETY: a predecessor leaves the queue only after it has seen our
+            // link (it waits for it in `leave_queue`), so its node is alive.
+            let p = unsafe { pred.as_ref() };
+            sched::stall::point(sched::stall::QUEUE_LOCK_LINK);
+            // Release: publishes our node's fields to the predecessor.
+            p.next.store(node.as_ptr(), Ordering::Release);
+            self.wait_to_be_head(n);
+        }
+        // Phase 3: the head waits for the lock.
+        self.head_acquire();
+        self.leave_queue(node);
+    }
+
+    /// Queued behind someone: sleep until made head (woken one step ahead).
+    fn wait_to_be_head(&self, n: &Node) {
+        let mut waiter = Waiter::new();
+        loop {
+            // Acquire: pairs with the predecessor's AcqRel swap to HEAD.
+            if n.status.load(Ordering::Acquire) == HEAD {
+                return;
+            }
+            // Not the head: spin only while the holder runs and a short while,
+            // then sleep.
+            if waiter.spin(self.holder()) == Wait::Spin {
+                continue;
+            }
+            let t = Waiter::token();
+            // AcqRel: Release orders the token load before the announcement
+            // (the waker's swap reads it, then bumps the wake word); Acquire
+            // pairs with the predecessor's swap when it fails.
+            match n
+                .status
+                .compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    sched::stall::point(sched::stall::WAITER_PARK);
+                    Waiter::sleep(t, None);
+                    // A spurious wake-up, or the swap to HEAD and its wake: the
+                    // predecessor may have run since; back to spinning.
+                    // Relaxed: our own word; re-checked with Acquire above.
+                    let _ = n.status.compare_exchange(
+                        SLEEPING,
+                        WAITING,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    waiter.restart();
+                }
+                Err(_) => return, // HEAD already
+            }
+        }
+    }
+
+    /// The queue head takes the lock: spin while the holder runs, park on the
+    /// word when it does not, stop stealing after the fairness bound.
+    fn head_acquire(&self) {
+        let mut fair = Patience::start(self.fair_after_ns);
+        let mut waiter = Waiter::new();
+        // Relaxed: every decision is re-validated by a CAS.
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if w & LOCKED == 0 {
+                // Acquire: pairs with the Release RMW of `unlock`. Clears
+                // NO_STEAL (ours) and HEAD_PARKED (ours, stale).
+                match self
+                    .word
+                    .compare_exchange(w, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                {
+                    Ok(_) => {
+                        self.set_holder();
+                        return;
+                    }
+                    Err(now) => {
+                        w = now;
+                        continue;
+                    }
+                }
+            }
+            if w & NO_STEAL == 0 && fair.exhausted() {
+                // Relaxed: a flag re-validated by CASes; nothing is published.
+                match self.word.compare_exchange(
+                    w,
+                    w | NO_STEAL,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => w |= NO_STEAL,
+                    Err(now) => w = now,
+                }
+                continue;
+            }
+            if waiter.spin(self.holder()) == Wait::Park {
+                // Announce, then sleep on the word while it still says so.
+                // Relaxed: the futex re-checks the word atomically.
+                match self.word.compare_exchange(
+                    w,
+                    w | HEAD_PARKED,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        sched::stall::point(sched::stall::WAITER_PARK);
+                        sched::park(&self.word, w | HEAD_PARKED, None);
+                        waiter.restart();
+                    }
+                    Err(now) => {
+                        w = now;
+                        continue;
+                    }
+                }
+            }
+            // Relaxed: as above.
+            w = self.word.load(Ordering::Relaxed);
+        }
+    }
+
+    /// The new holder leaves the queue, making its successor head (and waking
+    /// it if it sleeps); then recycles its node.
+    fn leave_queue(&self, node: NonNull<Node>) {
+        // SAFETY: our node, on the queue until we leave it here.
+        let n = unsafe { node.as_ref() };
+        // Acquire: pairs with the successor's Release link store.
+        let mut next = n.next.load(Ordering::Acquire);
+        if next.is_null() {
+            // AcqRel/Acquire: on success nobody refers to our node any more; on
+            // failure a successor swapped itself in and will link.
+            if self
+                .tail
+                .compare_exchange(
+                    node.as_ptr(),
+                    ptr::null_mut(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                // SAFETY: off the queue; nobody refers to it.
+                unsafe { return_node(node) };
+                return;
+            }
+            next = super::wait_for_link(|| {
+                // Acquire: as above.
+                let s = n.next.load(Ordering::Acquire);
+                (!s.is_null()).then_some(s)
+            });
+        }
+        // SAFETY: the successor's node stays alive until it has seen HEAD,
+        // which only the swap below tells it.
+        let s = unsafe { &*next };
+        // Relaxed: written before the successor's Release link store, which
+        // our Acquire load of `next` read.
+        let cb = s.cb.load(Ordering::Relaxed);
+        // AcqRel: Release tells the successor it is head; Acquire pairs with
+        // its announcement (SLEEPING), so its token came before our wake.
+        let old = s.status.swap(HEAD, Ordering::AcqRel);
+        sched::stall::point(sched::stall::WAITER_WAKE);
+        if old == SLEEPING {
+            // SAFETY: context blocks are never freed; `s` may be recycled by now,
+            // so only `cb` is used.
+            sched::wake(unsafe { &*cb });
+        }
+        // SAFETY: off the queue (the successor is head) and nobody refers to it.
+        unsafe { return_node(node) };
+    }
+}
+
+// SAFETY: LOCKED goes 0 → 1 only by a successful Acquire CAS (steal or head),
+// so one thread holds the lock at a time; `unlock` clears it with a Release RMW.
+unsafe impl lock_api::RawMutex for BoundedSteal {
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(loom)]
+    const INIT: Self = panic!("under loom, use BoundedSteal::new()");
+
+    type Guard = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        // Acquire: pairs with the Release RMW of `unlock`.
+        if self
+            .word
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.set_holder();
+        } else {
+            self.lock_slow();
+            self.set_holder();
+        }
+        lock_api::GuardSend::new()
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        if self.try_steal() {
+            self.set_holder();
+            Some(lock_api::GuardSend::new())
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, _guard: Self::Guard) {
+        // Release: publishes the critical section to the next Acquire CAS.
+        // Keeps NO_STEAL (the head's); clears HEAD_PARKED, and wakes the head.
+        let old = self
+            .word
+            .fetch_and(!(LOCKED | HEAD_PARKED), Ordering::Release);
+        if old & HEAD_PARKED != 0 {
+            sched::unpark_one(&self.word);
+        }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        // Relaxed: a momentary snapshot.
+        self.word.load(Ordering::Relaxed) & LOCKED != 0
+    }
+}

@@ -1,0 +1,238 @@
+//! One waiting policy for every lock that waits: spin with PAUSE while the
+//! thread being waited for runs, park through the scheduler when it does not.
+//!
+//! A [`Waiter`] is crossbeam's `Backoff` grown up for multiprogrammed machines.
+//! Each [`spin`](Waiter::spin) is one PAUSE; every [`CHECK_EVERY`] of them it
+//! asks `sched` about the *watched* thread (the lock holder, or the
+//! predecessor in a queue) and looks at the clock. It answers [`Wait::Park`]
+//! when the watched thread is preempted ([`super::is_preempted`]: the emulated
+//! scheduler's state word, natively the kernel's answer where `sched::native`
+//! has one and heartbeats otherwise) — spinning then only delays the thread
+//! everyone waits for — or when the episode has outlasted its patience (the
+//! watched thread is slow or preempted without anyone knowing).
+//!
+//! Parking goes through the scheduler too. A waiter whose flag lives in memory
+//! it frees once it has seen the flag (a queue node) must not be woken through
+//! that memory: its waker might still be about to call `unpark` on it. So each
+//! thread has a *wake word* in its context block, which is never freed:
+//!
+//! ```text
+//! waiter                                   waker
+//! t = Waiter::token()                      (makes the condition true, e.g. swap)
+//! announce "I will sleep" (CAS)            sees the announcement
+//! re-check the condition                   sched::wake(waiter's block)  // bump, unpark
+//! Waiter::sleep(t)  // returns at once if the word moved since t
+//! ```
+//!
+//! The token taken *before* the announcement makes the wake-up impossible to
+//! lose: a wake that comes after the token moves the word, so the sleep does
+//! not start, or the futex wakes it. (Loom models of the protocol:
+//! `tests/loom_locks.rs`, `bounded_steal_*`.)
+//!
+//! ```
+//! use mpsync::sched::{self, Wait, Waiter};
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//!
+//! let flag = AtomicBool::new(true);
+//! let mut w = Waiter::new();
+//! while !flag.load(Ordering::Acquire) {
+//!     if w.spin(None) == Wait::Park {
+//!         let t = Waiter::token();
+//!         // ... announce, re-check, then:
+//!         Waiter::sleep(t, None);
+//!         w.restart();
+//!     }
+//! }
+//! ```
+
+use std::time::Duration;
+
+use crate::sync::{Ordering, spin_loop};
+use crate::util::clock::Patience;
+
+use super::context::ContextBlock;
+use super::futex::{self, ParkResult};
+
+/// Spins between two looks at the watched thread and the clock: a look costs a
+/// clock read and a load of a line another thread writes, ≈ 20–40 ns; a PAUSE
+/// 10–140 ns. Under loom every spin looks (each spin is a model step there).
+pub const CHECK_EVERY: u32 = if cfg!(loom) { 1 } else { 16 };
+
+/// Default patience of a waiting episode: far above a critical section that
+/// runs (a few µs), far below a scheduler quantum (1–4 ms natively, 10–50 ms
+/// emulated).
+pub const DEFAULT_PATIENCE: Duration = Duration::from_micros(50);
+
+/// What a waiter should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Keep spinning: the watched thread runs and the patience is not spent.
+    Spin,
+    /// Park: the watched thread is preempted, or the patience is spent.
+    Park,
+}
+
+/// A thread's wake word at one moment; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeToken(u32);
+
+/// A waiting episode (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    spins: u32,
+    patience_ns: u64,
+    patience: Patience,
+}
+
+impl Default for Waiter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Waiter {
+    /// An episode with the [`DEFAULT_PATIENCE`].
+    #[inline]
+    pub fn new() -> Self {
+        Self::with_patience_ns(DEFAULT_PATIENCE.as_nanos() as u64)
+    }
+
+    /// An episode that advises parking after `ns` nanoseconds without progress.
+    #[inline]
+    pub fn with_patience_ns(ns: u64) -> Self {
+        Self {
+            spins: 0,
+            patience_ns: ns,
+            patience: Patience::start(ns),
+        }
+    }
+
+    /// Progress was seen (the holder changed, the thread woke up): the
+    /// patience starts over.
+    #[inline]
+    pub fn restart(&mut self) {
+        self.spins = 0;
+        self.patience = Patience::start(self.patience_ns);
+    }
+
+    /// One PAUSE; every [`CHECK_EVERY`] spins, whether to park: `watched`
+    /// (the thread that will end the wait) is preempted, or the patience is spent.
+    ///
+    /// Under loom it advises parking at once: loom runs every other runnable
+    /// thread at a spin (a model yield), so a spinner would always find the
+    /// wait over and the models would never explore the sleeping protocols.
+    #[inline]
+    pub fn spin(&mut self, watched: Option<&ContextBlock>) -> Wait {
+        if cfg!(loom) {
+            let _ = watched;
+            spin_loop();
+            return Wait::Park;
+        }
+        spin_loop();
+        self.spins = self.spins.wrapping_add(1);
+        if !self.spins.is_multiple_of(CHECK_EVERY) {
+            return Wait::Spin;
+        }
+        if watched.is_some_and(super::is_preempted) || self.patience.exhausted() {
+            Wait::Park
+        } else {
+            Wait::Spin
+        }
+    }
+
+    /// The calling thread's wake word now; take it *before* announcing that
+    /// the thread is about to sleep.
+    #[inline]
+    pub fn token() -> WakeToken {
+        // Acquire: pairs with the Release bump of `wake`, so what the waker
+        // wrote before waking is visible once the token shows the bump.
+        WakeToken(super::current().peer.wake.load(Ordering::Acquire))
+    }
+
+    /// Sleeps until some [`wake`] of this thread after `token` was taken (at
+    /// once if one already happened), or `timeout`. May return spuriously:
+    /// callers re-check their condition.
+    #[inline]
+    pub fn sleep(token: WakeToken, timeout: Option<Duration>) -> ParkResult {
+        futex::wait(&super::current().peer.wake, token.0, timeout)
+    }
+}
+
+/// Wakes `cb`'s thread if it sleeps in [`Waiter::sleep`], and makes its next
+/// sleep with an older token return at once.
+#[inline]
+pub fn wake(cb: &ContextBlock) {
+    // Release: pairs with the Acquire load of `Waiter::token`.
+    cb.peer.wake.fetch_add(1, Ordering::Release);
+    futex::wake(&cb.peer.wake, 1);
+}
+
+/// The word `wake` bumps (tests).
+#[cfg(test)]
+pub(crate) fn wake_word(cb: &ContextBlock) -> &crate::sync::AtomicU32 {
+    &cb.peer.wake
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wake_before_the_sleep_is_not_lost() {
+        let t = Waiter::token();
+        wake(super::super::current());
+        // A lost wake would sleep the whole second and time out.
+        assert_eq!(
+            Waiter::sleep(t, Some(Duration::from_secs(1))),
+            ParkResult::Mismatch
+        );
+        assert_ne!(
+            wake_word(super::super::current()).load(Ordering::Relaxed),
+            t.0
+        );
+    }
+
+    #[test]
+    fn sleep_without_wake_times_out() {
+        let t = Waiter::token();
+        assert_eq!(
+            Waiter::sleep(t, Some(Duration::from_millis(1))),
+            ParkResult::TimedOut
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: the patience runs on the monotonic clock")]
+    fn patience_runs_out_then_restarts() {
+        let mut w = Waiter::with_patience_ns(1_000);
+        let start = std::time::Instant::now();
+        while w.spin(None) == Wait::Spin {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "never advised parking"
+            );
+        }
+        w.restart();
+        // Right after a restart, the first look does not advise parking.
+        let mut w = Waiter::with_patience_ns(10_000_000_000);
+        for _ in 0..CHECK_EVERY {
+            assert_eq!(w.spin(None), Wait::Spin);
+        }
+    }
+
+    #[test]
+    fn a_preempted_watched_thread_means_park() {
+        use crate::sched::{Actor, ThreadState};
+        let cb = ContextBlock::new();
+        cb.transition(
+            ThreadState::Preemptable,
+            ThreadState::Preempted,
+            Actor::Kernel,
+        )
+        .unwrap();
+        let mut w = Waiter::with_patience_ns(10_000_000_000);
+        let advice: Vec<Wait> = (0..CHECK_EVERY).map(|_| w.spin(Some(&cb))).collect();
+        assert_eq!(advice.last(), Some(&Wait::Park), "{advice:?}");
+        assert!(advice[..advice.len() - 1].iter().all(|a| *a == Wait::Spin));
+    }
+}
