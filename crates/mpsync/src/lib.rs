@@ -15,7 +15,8 @@
 //!   Linux backend;
 //! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
-//!   hazard pointers and a leaking baseline behind one `Reclaimer` trait.
+//!   hazard pointers and a leaking baseline behind one `Reclaimer` trait;
+//! - [`msgq`]: shared-memory active messages between processes (paper 004).
 //!
 //! ```
 //! use mpsync::{Mutex, lock::TasB};
@@ -29,6 +30,7 @@
 
 pub mod ds;
 pub mod lock;
+pub mod msgq;
 pub mod reclaim;
 pub mod sched;
 pub mod sync;

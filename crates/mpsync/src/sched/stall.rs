@@ -138,6 +138,23 @@ points! {
     /// advances the global epoch not yet done.
     EPOCH_ADVANCE_SCANNED = "epoch.advance.scanned",
         "reclaim epoch advance: records scanned, global epoch not yet advanced", boost 4;
+    // msgq (issue 16):
+    /// Shared-memory message queue, lock-free claim: the tail ticket is taken,
+    /// the packet's type word not yet claimed (a claimant killed here leaves a
+    /// ticket the receiver must revoke).
+    MSGQ_TICKET = "msgq.ticket",
+        "msgq claim: tail ticket taken, packet type not yet claimed", boost 4;
+    /// Shared-memory message queue: the packet is claimed, its payload not yet
+    /// written (a claimant killed here leaves a CLAIMED packet to recover).
+    MSGQ_FILL = "msgq.fill",
+        "msgq send: packet claimed, payload not yet written", boost 4;
+    /// Shared-memory message queue: payload written, type word not yet READY.
+    MSGQ_PUBLISH = "msgq.publish",
+        "msgq send: payload written, packet not yet published", boost 4;
+    /// Shared-memory message queue, receiver: message copied out, packet not
+    /// yet released for its next lap.
+    MSGQ_RELEASE = "msgq.release",
+        "msgq poll: message copied out, packet not yet released";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
