@@ -71,8 +71,10 @@ impl Reply {
 pub struct Stats {
     /// Messages whose handler ran (requests and one-way), and replies taken.
     pub delivered: u64,
-    /// Slots freed from dead claimants or revoked unclaimed tickets.
+    /// Slots freed because their claimant process died before publishing.
     pub recovered: u64,
+    /// Tickets revoked because they stayed unclaimed for a lease.
+    pub revoked: u64,
     /// Packets rejected by validation.
     pub rejected: u64,
     /// Messages naming no registered handler.
@@ -214,6 +216,7 @@ impl Core {
 
     fn count_other(&mut self, ev: Event) {
         match ev {
+            Event::Recovered { pid: 0, .. } => self.stats.revoked += 1,
             Event::Recovered { .. } => self.stats.recovered += 1,
             Event::Rejected(why) => {
                 self.stats.rejected += 1;
@@ -559,6 +562,13 @@ impl Endpoint {
                 idle = 0;
             }
         }
+    }
+
+    /// Request-queue tickets handed out to senders and not yet delivered,
+    /// recovered or revoked (0 when nothing is in flight).
+    pub fn backlog(&self) -> u64 {
+        let tail = self.core.seg.queue(REQUESTS).tail();
+        super::word::seq_diff(tail, self.core.heads[REQUESTS].next()).max(0) as u64
     }
 
     /// Counters so far.

@@ -333,6 +333,12 @@ impl<'a> QueueRef<'a> {
         })
     }
 
+    /// The packet tail as senders left it (a hint: peers may write anything).
+    pub fn tail(&self) -> u64 {
+        // Relaxed: a diagnostic snapshot.
+        self.ctl.tail.0.load(Ordering::Relaxed)
+    }
+
     /// Packets in the ring.
     pub fn packets(&self) -> usize {
         self.packets.len()
