@@ -428,9 +428,11 @@ impl<'a> QueueRef<'a> {
         }
         // Relaxed (all payload stores): published by the Release CAS to READY.
         p.meta.store(meta, Ordering::Relaxed);
-        p.token.store(msg.token, Ordering::Relaxed);
-        p.from[0].store(msg.from[0], Ordering::Relaxed);
-        p.from[1].store(msg.from[1], Ordering::Relaxed);
+        if msg.kind != Kind::OneWay {
+            p.token.store(msg.token, Ordering::Relaxed);
+            p.from[0].store(msg.from[0], Ordering::Relaxed);
+            p.from[1].store(msg.from[1], Ordering::Relaxed);
+        }
         for (slot, a) in p.args.iter().zip(msg.args) {
             slot.store(*a, Ordering::Relaxed);
         }
@@ -454,6 +456,12 @@ impl<'a> QueueRef<'a> {
                 )));
             }
         }
+        self.publish(p, pid, t)?;
+        Ok(t)
+    }
+
+    /// Marks packet `t` READY: the last step of a send.
+    fn publish(&self, p: &Packet, pid: u32, t: u64) -> Result<(), Error> {
         crate::sched::stall::point(crate::sched::stall::MSGQ_PUBLISH);
         // Release: publishes the payload and block data to the receiver's
         // Acquire load of the type word.
@@ -468,7 +476,7 @@ impl<'a> QueueRef<'a> {
                 "packet of ticket {t} was taken from this live sender (pid {pid}): found {now:#x}"
             ))
         })?;
-        Ok(t)
+        Ok(())
     }
 
     /// Figure 3's lock-free claim: CAS the tail forward, then CAS the packet's
@@ -833,18 +841,24 @@ impl<'a> QueueRef<'a> {
     fn take(&self, p: &Packet, w: u64, t: u64, bulk: &mut Vec<u8>) -> Event {
         // Relaxed (all payload loads): ordered after the Acquire load of READY.
         let meta = p.meta.load(Ordering::Relaxed);
-        let token = p.token.load(Ordering::Relaxed);
-        let from = [
-            p.from[0].load(Ordering::Relaxed),
-            p.from[1].load(Ordering::Relaxed),
-        ];
-        let mut args = [0u64; MAX_ARGS];
-        for (a, s) in args.iter_mut().zip(&p.args) {
-            *a = s.load(Ordering::Relaxed);
-        }
         let handler = (meta & 0xffff) as u16;
         let nargs = ((meta >> 16) & 0xf) as usize;
         let kind = Kind::from_bits((meta >> 20) & 3);
+        let (token, from) = if kind.is_some_and(|k| k != Kind::OneWay) {
+            (
+                p.token.load(Ordering::Relaxed),
+                [
+                    p.from[0].load(Ordering::Relaxed),
+                    p.from[1].load(Ordering::Relaxed),
+                ],
+            )
+        } else {
+            (0, [0, 0])
+        };
+        let mut args = [0u64; MAX_ARGS];
+        for (a, s) in args.iter_mut().zip(&p.args).take(nargs.min(MAX_ARGS)) {
+            *a = s.load(Ordering::Relaxed);
+        }
         let has_bulk = meta & (1 << 22) != 0;
         let len = ((meta >> 32) & 0x3fff) as usize;
         let pid = word::pid(w);
@@ -945,6 +959,17 @@ impl HeapQueue {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
         })
+    }
+
+    /// The packet tail word (for models and tests that play a sender dying
+    /// halfway through a claim).
+    pub fn queue_ctl_tail(&self) -> &AtomicU64 {
+        self.ctl.tail_word()
+    }
+
+    /// The type word of the packet ticket `t` maps to (as above).
+    pub fn packet_type_word(&self, t: u64) -> &AtomicU64 {
+        &self.packets[(t % self.packets.len() as u64) as usize].ty
     }
 
     /// The queue.
