@@ -881,12 +881,11 @@ impl<'a> QueueRef<'a> {
                 ));
             } else {
                 let words = self.block_data(b);
-                bulk.reserve(len);
-                for (i, word) in words.iter().take(len.div_ceil(8)).enumerate() {
+                bulk.resize(len, 0);
+                for (chunk, word) in bulk.chunks_mut(8).zip(words) {
                     // Relaxed: ordered after the Acquire load of READY.
                     let v = word.load(Ordering::Relaxed).to_le_bytes();
-                    let n = (len - i * 8).min(8);
-                    bulk.extend_from_slice(&v[..n]);
+                    chunk.copy_from_slice(&v[..chunk.len()]);
                 }
                 let next = word::pack(FREE, 0, b.wrapping_add(self.blocks.len() as u64));
                 // Release: our reads of the block happen before the next
