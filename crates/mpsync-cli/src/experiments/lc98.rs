@@ -877,7 +877,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         || vec![1, 3, 7],
         |t| t.iter().map(|&x| u64::from(x)).collect(),
     );
-    let cap = Duration::from_secs(if p.quick { 10 } else { 120 });
+    let cap = Duration::from_secs(if p.quick { 5 } else { 120 });
     let pb = crate::progress(u64::from(p.trials) * writer_counts.len() as u64 * 6, exp.id);
     let mut trials = Vec::new();
     for t in 0..p.trials {
