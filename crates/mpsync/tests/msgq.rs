@@ -574,3 +574,86 @@ fn sigkill_mid_claim_lock_free() {
 fn sigkill_mid_claim_posix_robust() {
     sigkill(Claim::PosixRobust, "kpx", 40);
 }
+
+/// While the receiver is held between seeing a packet READY and copying it
+/// out (`msgq.take`), that packet is not free: a sender wanting its next lap
+/// waits (here: gives up after a bounded wait) instead of overwriting the
+/// message being read. Deterministic (a stall-point trap), in one process.
+#[test]
+fn packet_stays_claimed_until_copied_out() {
+    use mpsync::msgq::ring::{Env, Event, Head, HeapQueue, Kind, Outgoing, SendStats};
+    struct E;
+    impl Env for E {
+        fn now_ns(&self) -> u64 {
+            mpsync::util::clock::now_ns()
+        }
+        fn alive(&self, _: u32) -> bool {
+            true
+        }
+        fn lease_ns(&self) -> u64 {
+            1_000_000
+        }
+    }
+    let q = HeapQueue::new(2, 1, 64).unwrap();
+    let out = |v: &'static [u64]| Outgoing {
+        handler: 1,
+        kind: Kind::OneWay,
+        token: 0,
+        from: [0, 0],
+        args: v,
+        bulk: None,
+    };
+    let mut st = SendStats::default();
+    let mut give_up = || Err(Error::Timeout("full".into()));
+    q.queue()
+        .send(7, None, &out(&[10]), &E, &mut give_up, &mut st)
+        .unwrap();
+    q.queue()
+        .send(7, None, &out(&[11]), &E, &mut give_up, &mut st)
+        .unwrap();
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let q = &q;
+        let receiver = s.spawn(move || {
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            let mut head = Head::default();
+            let mut buf = Vec::new();
+            match q.queue().poll_one(&mut head, &E, &mut buf) {
+                Event::Message(m) => m.args[0],
+                e => panic!("{e:?}"),
+            }
+        });
+        let trap = Trap::at(stall::MSGQ_TAKE).thread(rx.recv().unwrap()).arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10)).unwrap();
+        // The receiver is between seeing READY and copying: the ring is full.
+        let mut tries = 0;
+        let r = q.queue().send(
+            7,
+            None,
+            &out(&[12]),
+            &E,
+            &mut || {
+                tries += 1;
+                if tries > 1000 {
+                    Err(Error::Timeout("full".into()))
+                } else {
+                    Ok(())
+                }
+            },
+            &mut st,
+        );
+        assert!(
+            matches!(r, Err(Error::Timeout(_))),
+            "a sender claimed the packet the receiver is still reading: {r:?}"
+        );
+        trap.release();
+        assert_eq!(
+            receiver.join().unwrap(),
+            10,
+            "the message read is the one sent"
+        );
+    });
+}

@@ -839,6 +839,7 @@ impl<'a> QueueRef<'a> {
     /// Copies out the READY packet `t` (word `w`) and its bulk block, validates
     /// them, and releases both.
     fn take(&self, p: &Packet, w: u64, t: u64, bulk: &mut Vec<u8>) -> Event {
+        crate::sched::stall::point(crate::sched::stall::MSGQ_TAKE);
         // Relaxed (all payload loads): ordered after the Acquire load of READY.
         let meta = p.meta.load(Ordering::Relaxed);
         let handler = (meta & 0xffff) as u16;

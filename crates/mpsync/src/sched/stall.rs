@@ -155,6 +155,10 @@ points! {
     /// yet released for its next lap.
     MSGQ_RELEASE = "msgq.release",
         "msgq poll: message copied out, packet not yet released";
+    /// Shared-memory message queue, receiver: the head packet was seen READY,
+    /// its payload not yet copied out (it must not be released before).
+    MSGQ_TAKE = "msgq.take",
+        "msgq poll: head packet READY, payload not yet copied";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
