@@ -78,10 +78,6 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
         ),
         (vec!["repro", "nope"], "unknown paper 'nope'"),
         (
-            vec!["repro", "lc98"],
-            "no experiment of paper 'lc98' is implemented yet",
-        ),
-        (
             vec!["run", "wks94-mplevel", "--bogus"],
             "unexpected argument '--bogus'",
         ),
@@ -264,4 +260,25 @@ fn tiny_lock_oversub_and_wks95_runs() {
     );
     let e = stderr(&mpsync(&["run", "lock-oversub", "--threads", "0"]));
     assert!(e.contains("--threads 0"), "{e}");
+}
+
+/// The paper-004 experiments run with separate processes and leave their
+/// files and a verdict.
+#[test]
+fn tiny_lc98_runs() {
+    for (id, args) in [
+        ("lc98-logp", vec!["--scale", "0.01"]),
+        ("lc98-bandwidth", vec!["--scale", "0.01"]),
+        ("lc98-stress", vec!["--scale", "0.002", "--threads", "1,3"]),
+    ] {
+        let (out, o) = tiny_run(id, id, &args);
+        assert!(o.status.success(), "{id}: {}", stderr(&o));
+        let j = check_run(&out, &format!("{id}@none"));
+        assert!(
+            ["holds", "does_not_hold"].contains(&j["verdict"]["status"].as_str().unwrap()),
+            "{id}: {}",
+            j["verdict"]
+        );
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -17,7 +17,8 @@
 //! - [`rwlock`]: reader-writer locks, all `lock_api::RawRwLock`;
 //! - [`barrier`]: barriers behind one [`barrier::Barrier`] trait;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
-//!   hazard pointers and a leaking baseline behind one `Reclaimer` trait.
+//!   hazard pointers and a leaking baseline behind one `Reclaimer` trait;
+//! - [`msgq`]: shared-memory active messages between processes (paper 004).
 //!
 //! ```
 //! use mpsync::{Mutex, lock::TasB};
@@ -32,6 +33,7 @@
 pub mod barrier;
 pub mod ds;
 pub mod lock;
+pub mod msgq;
 pub mod reclaim;
 pub mod rwlock;
 pub mod sched;

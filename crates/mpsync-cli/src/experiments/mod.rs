@@ -6,6 +6,7 @@ pub mod ds_oversub;
 pub mod hart;
 pub mod hart_hash;
 pub mod latency;
+pub mod lc98;
 pub mod locks;
 pub mod ms97;
 pub mod oversub;
@@ -345,6 +346,33 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: false,
             run: sched_overhead::run,
+        },
+        Experiment {
+            id: "lc98-logp",
+            paper: "lc98",
+            reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.1 Table 1 (papers/004)",
+            title: "one client and one server process: L, o_s, o_r, g and the 64-byte round trip per claim algorithm, beside a Unix-domain socket and a pipe, same-core and cross-core",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: lc98::run,
+        },
+        Experiment {
+            id: "lc98-bandwidth",
+            paper: "lc98",
+            reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.1 (papers/004)",
+            title: "8 KB bulk transfers between two processes, MB/s per claim algorithm, beside an in-process memcpy rate",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: lc98::run,
+        },
+        Experiment {
+            id: "lc98-stress",
+            paper: "lc98",
+            reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.2 Table 2 (papers/004)",
+            title: "1, 3 and 7 writer processes send 1,000,000 one-word messages in all (x --scale; --quick a tenth) to one receiver, per claim algorithm (--threads sets the writer counts)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: lc98::run,
         },
     ]
 }

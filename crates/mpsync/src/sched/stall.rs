@@ -173,6 +173,27 @@ points! {
     /// head) and has not yet woken it: the wakee may run, finish and recycle its node.
     WAITER_WAKE = "waiter.wake",
         "waker: condition made true, wakee not yet woken", boost 4;
+    // msgq (issue 16):
+    /// Shared-memory message queue, lock-free claim: the tail ticket is taken,
+    /// the packet's type word not yet claimed (a claimant killed here leaves a
+    /// ticket the receiver must revoke).
+    MSGQ_TICKET = "msgq.ticket",
+        "msgq claim: tail ticket taken, packet type not yet claimed", boost 4;
+    /// Shared-memory message queue: the packet is claimed, its payload not yet
+    /// written (a claimant killed here leaves a CLAIMED packet to recover).
+    MSGQ_FILL = "msgq.fill",
+        "msgq send: packet claimed, payload not yet written", boost 4;
+    /// Shared-memory message queue: payload written, type word not yet READY.
+    MSGQ_PUBLISH = "msgq.publish",
+        "msgq send: payload written, packet not yet published", boost 4;
+    /// Shared-memory message queue, receiver: message copied out, packet not
+    /// yet released for its next lap.
+    MSGQ_RELEASE = "msgq.release",
+        "msgq poll: message copied out, packet not yet released";
+    /// Shared-memory message queue, receiver: the head packet was seen READY,
+    /// its payload not yet copied out (it must not be released before).
+    MSGQ_TAKE = "msgq.take",
+        "msgq poll: head packet READY, payload not yet copied";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

@@ -1,0 +1,254 @@
+//! Shared-memory active messages between processes (Lumetta & Culler, IPPS/SPDP
+//! 1998; `papers/004_…`).
+//!
+//! An [`Endpoint`] owns a named shared-memory segment holding two destination
+//! queues — requests and replies — each a ring of packets (a handler index and
+//! up to eight words, one packet per cache-line pair) and a ring of bulk blocks
+//! (up to 8 KB each). Other processes [`connect`](Endpoint::connect) to it by
+//! name and send it messages; the owner [`poll`](Endpoint::poll)s, which runs
+//! the registered handler of every arrived message. A handler may reply once;
+//! [`Endpoint::request`] sends a request and polls until its reply arrives.
+//!
+//! How senders claim a slot in the receiver's queue is chosen per endpoint
+//! ([`Claim`]): under one of mpsync's process-shared spin locks (TAS, TATAS,
+//! Ticket, Anderson), under a POSIX process-shared *robust* mutex, or with the
+//! paper's lock-free claim (CAS on the tail, then CAS on the packet's type word;
+//! bulk block first).
+//!
+//! Beyond the paper, peers are untrusted: everything read from the segment is
+//! validated (the header's magic, version, geometry and checksum when opening;
+//! every packet's lap, state, argument count, kind, bulk ticket and length when
+//! delivering), so a peer that scribbles on the segment can make its messages
+//! fail, never crash or hang the receiver. A sender killed between claiming a
+//! slot and publishing it does not wedge the queue: the receiver frees a slot
+//! whose claimant process no longer exists, and revokes a ticket left unclaimed
+//! for a lease ([`Options::lease`]) — see [`ring`] and [`word`] for the protocol.
+//! What a dead process cannot be recovered from: being killed *inside* a spin
+//! lock's critical section (a few instructions) leaves that lock held forever —
+//! only [`Claim::PosixRobust`] and [`Claim::LockFree`] survive that.
+//!
+//! ```no_run
+//! use mpsync::msgq::{Endpoint, Options};
+//!
+//! // Process A (the server):
+//! let mut server = Endpoint::create("calc", Options::default())?;
+//! server.register(1, |cx, msg| cx.reply(&[msg.args()[0] * 2]))?;
+//! loop {
+//!     server.poll();
+//! #   break;
+//! }
+//! // Process B (a client):
+//! let mut client = Endpoint::create("client-1", Options::default())?;
+//! let calc = client.connect("calc")?;
+//! let reply = client.request(&calc, 1, &[21], None)?;
+//! assert_eq!(reply.args(), [42]);
+//! # Ok::<(), mpsync::msgq::Error>(())
+//! ```
+//!
+//! Everything lives in a `shm_open` object `/dev/shm/mpsync.<name>` created
+//! with mode 0600 (so only the same user can connect) and unlinked when the
+//! owning [`Endpoint`] is dropped. All processes must share a pid namespace
+//! (liveness of a claimant is checked by pid).
+
+pub mod ring;
+pub mod word;
+
+#[cfg(not(loom))]
+mod endpoint;
+#[cfg(not(loom))]
+mod segment;
+
+#[cfg(not(loom))]
+pub use endpoint::{Ctx, Endpoint, Message, Peer, Reply, Stats};
+#[cfg(not(loom))]
+pub use segment::{pid_alive, validate_name};
+
+use std::time::Duration;
+
+/// How senders claim a slot in a receiver's queue (paper 004 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Claim {
+    /// §3.2: CAS on the tail, then CAS on the packet's type word.
+    LockFree,
+    /// Test-and-set spin lock ([`crate::lock::Tas`]).
+    Tas,
+    /// Test-and-test-and-set with backoff ([`crate::lock::TasB`]).
+    Tatas,
+    /// Ticket lock, both counters on one line ([`crate::lock::Ticket`]).
+    Ticket,
+    /// Anderson's array lock with 16 slots ([`crate::lock::AndersonN`]): at
+    /// most 16 senders may wait for one queue at once.
+    Anderson,
+    /// A POSIX process-shared robust mutex (`pthread_mutex_t`): a holder's
+    /// death is reported to the next locker, which repairs the tail.
+    PosixRobust,
+}
+
+impl Claim {
+    /// All six, in the paper's table order.
+    pub const ALL: [Claim; 6] = [
+        Claim::Tas,
+        Claim::Tatas,
+        Claim::Ticket,
+        Claim::Anderson,
+        Claim::PosixRobust,
+        Claim::LockFree,
+    ];
+
+    /// The short name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Claim::LockFree => "lock-free",
+            Claim::Tas => "tas",
+            Claim::Tatas => "tatas",
+            Claim::Ticket => "ticket",
+            Claim::Anderson => "anderson",
+            Claim::PosixRobust => "posix-mutex",
+        }
+    }
+
+    /// Parses [`name`](Self::name).
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "unknown claim algorithm {s:?}; expected one of {}",
+                    Self::ALL.map(|c| c.name()).join(", ")
+                ))
+            })
+    }
+
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Claim::LockFree => 0,
+            Claim::Tas => 1,
+            Claim::Tatas => 2,
+            Claim::Ticket => 3,
+            Claim::Anderson => 4,
+            Claim::PosixRobust => 5,
+        }
+    }
+
+    pub(crate) fn from_code(c: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.code() == c)
+    }
+}
+
+/// An endpoint's geometry and behaviour.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Claim algorithm for both queues.
+    pub claim: Claim,
+    /// Packets per queue (a power of two, 2..=65536; default 256).
+    pub packets: u32,
+    /// Bulk blocks per queue (a power of two, 1..=1024; default 16).
+    pub blocks: u32,
+    /// Bytes per bulk block (a multiple of 128, 128..=8192; default 8192).
+    pub block_bytes: u32,
+    /// How long a ticket may stay handed out but unclaimed before it is
+    /// revoked; a claimed slot's owner is checked for liveness every quarter
+    /// of it (default 1 ms).
+    pub lease: Duration,
+    /// How long `send` waits for space and `request` for its reply (default 10 s).
+    pub timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            claim: Claim::LockFree,
+            packets: 256,
+            blocks: 16,
+            block_bytes: 8192,
+            lease: Duration::from_millis(1),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Options {
+    /// These options with claim algorithm `c`.
+    pub fn claim(mut self, c: Claim) -> Self {
+        self.claim = c;
+        self
+    }
+
+    /// Checks the geometry; says what was wrong and what would be right.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !self.packets.is_power_of_two() || !(2..=65536).contains(&self.packets) {
+            return Err(Error::InvalidArgument(format!(
+                "packets = {}: must be a power of two in 2..=65536 (e.g. 256)",
+                self.packets
+            )));
+        }
+        if !self.blocks.is_power_of_two() || !(1..=1024).contains(&self.blocks) {
+            return Err(Error::InvalidArgument(format!(
+                "blocks = {}: must be a power of two in 1..=1024 (e.g. 16)",
+                self.blocks
+            )));
+        }
+        if !self.block_bytes.is_multiple_of(128) || !(128..=8192).contains(&self.block_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "block_bytes = {}: must be a multiple of 128 in 128..=8192 (e.g. 8192)",
+                self.block_bytes
+            )));
+        }
+        if self.lease < Duration::from_micros(4) || self.lease > Duration::from_secs(60) {
+            return Err(Error::InvalidArgument(format!(
+                "lease = {:?}: must be between 4 µs and 60 s (e.g. 1 ms)",
+                self.lease
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What went wrong, as a value.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A parameter supplied by the caller: what was wrong and what would be right.
+    InvalidArgument(String),
+    /// An endpoint of that name exists and its owner is alive.
+    Exists(String),
+    /// No endpoint of that name.
+    NotFound(String),
+    /// A system call failed.
+    Os(String, std::io::Error),
+    /// The segment failed validation (bad magic, version, geometry or checksum),
+    /// or a peer overwrote a slot this process owned.
+    Corrupt(String),
+    /// Waited longer than [`Options::timeout`].
+    Timeout(String),
+    /// The message names no registered handler, or a handler broke a rule.
+    Handler(String),
+    /// The claim lock refused (Anderson's slots exhausted, a robust mutex
+    /// not recoverable).
+    Lock(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::InvalidArgument(m)
+            | Error::Exists(m)
+            | Error::NotFound(m)
+            | Error::Corrupt(m)
+            | Error::Timeout(m)
+            | Error::Handler(m)
+            | Error::Lock(m) => f.write_str(m),
+            Error::Os(what, e) => write!(f, "{what}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Os(_, e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,1293 @@
+//! One destination queue of an endpoint (paper 004 §2, Figure 1): a packet ring
+//! and a bulk-data ring, the claim algorithms of §3 and the receiver's poll, on
+//! plain memory — no pointers, so the same `#[repr(C)]` structures work in a
+//! segment that several processes map at different addresses, and on the heap
+//! ([`HeapQueue`]) for threads, unit tests and loom models.
+//!
+//! Protocol words are described in [`super::word`]. In short, per message:
+//!
+//! 1. bulk (if any) first (§3.2's second deadlock): a ticket `b` from
+//!    `bulk_tail`, then the block word `FREE(b) → CLAIMED(pid, b)`, then the data;
+//! 2. the packet: a ticket `t` from `tail`, then the type word
+//!    `FREE(t) → CLAIMED(pid, t)` (lock-free: two CASes, Figure 3; locked: the
+//!    same steps inside a process-shared lock, Figure 2);
+//! 3. the payload, the block word `CLAIMED → SENT`, and the type word
+//!    `CLAIMED → READY` (Release: publishes everything before it);
+//! 4. the receiver, at `head = t`, loads `READY(t)` (Acquire), copies the packet
+//!    and block out of shared memory, frees the block (`FREE(b + B)`) and the
+//!    packet (`FREE(t + Q)`, both Release) and only then runs the handler.
+//!
+//! Recovery (nothing in the paper; needed because peers are processes that can
+//! die): a ticket handed out and never claimed for a lease is revoked by whoever
+//! waits behind it; a slot `CLAIMED` by a process that no longer exists is
+//! freed. Both are CASes from the exact word observed, so a slow but live
+//! claimant that races them either wins (and the slot is its own) or sees a
+//! later sequence and starts over with a new ticket — never a duplicate.
+
+use super::Error;
+use super::word::{self, CLAIMED, FREE, READY, SENT};
+use crate::sync::{AtomicU64, Ordering};
+
+/// Most argument words a packet carries (§2: "short messages of up to eight words").
+pub const MAX_ARGS: usize = 8;
+
+/// What a message is, as carried in the packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A request that expects no reply.
+    OneWay = 1,
+    /// A request; the handler may reply once, to the endpoint named in `from`.
+    Request = 2,
+    /// A reply to a request with the same token.
+    Reply = 3,
+}
+
+impl Kind {
+    fn from_bits(b: u64) -> Option<Self> {
+        match b {
+            1 => Some(Self::OneWay),
+            2 => Some(Self::Request),
+            3 => Some(Self::Reply),
+            _ => None,
+        }
+    }
+}
+
+/// One packet: its type word and payload, on its own 128-byte line pair (no
+/// false sharing between neighbouring packets).
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Packet {
+    ty: AtomicU64,
+    /// handler (16 bits) | nargs (4) << 16 | kind (2) << 20 | has bulk (1) << 22 | bulk len (14) << 32
+    meta: AtomicU64,
+    /// The bulk ticket, when the message has bulk data.
+    bulk: AtomicU64,
+    /// Request/reply matching token.
+    token: AtomicU64,
+    /// The requester's endpoint name (for replies).
+    from: [AtomicU64; 2],
+    args: [AtomicU64; MAX_ARGS],
+}
+
+impl Packet {
+    /// A free packet for ticket `index` (the creator's initial lap).
+    pub fn new(index: u64) -> Self {
+        Self {
+            ty: AtomicU64::new(word::pack(FREE, 0, index)),
+            meta: AtomicU64::new(0),
+            bulk: AtomicU64::new(0),
+            token: AtomicU64::new(0),
+            from: [AtomicU64::new(0), AtomicU64::new(0)],
+            args: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The type word (for tests and fault injection).
+    pub fn type_word(&self) -> &AtomicU64 {
+        &self.ty
+    }
+}
+
+/// The claimed flag of one bulk block, on its own line.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct BlockHdr {
+    word: AtomicU64,
+}
+
+impl BlockHdr {
+    /// A free block for ticket `index`.
+    pub fn new(index: u64) -> Self {
+        Self {
+            word: AtomicU64::new(word::pack(FREE, 0, index)),
+        }
+    }
+
+    /// The block word (for tests and fault injection).
+    pub fn block_word(&self) -> &AtomicU64 {
+        &self.word
+    }
+}
+
+/// A counter on its own line.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Line(AtomicU64);
+
+/// The senders' side of a queue: packet and bulk tails (§2: "queue tail
+/// information, accessed only by senders").
+#[repr(C)]
+#[derive(Debug)]
+pub struct QueueCtl {
+    tail: Line,
+    bulk_tail: Line,
+}
+
+impl QueueCtl {
+    /// Both tails at ticket 0.
+    pub fn new() -> Self {
+        Self {
+            tail: Line(AtomicU64::new(0)),
+            bulk_tail: Line(AtomicU64::new(0)),
+        }
+    }
+
+    /// The packet tail (for tests and fault injection).
+    pub fn tail_word(&self) -> &AtomicU64 {
+        &self.tail.0
+    }
+}
+
+impl Default for QueueCtl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the protocol needs from its surroundings: a clock, a liveness check of
+/// a claimant process, and the lease after which an unclaimed ticket is
+/// revoked. Real endpoints use `CLOCK_MONOTONIC` and `/proc`; models inject
+/// their own.
+pub trait Env {
+    /// Monotonic nanoseconds.
+    fn now_ns(&self) -> u64;
+    /// Whether process `pid` may still write to the segment.
+    fn alive(&self, pid: u32) -> bool;
+    /// How long a handed-out ticket may stay unclaimed, and how long a claimed
+    /// slot waits before its claimant's liveness is checked (a quarter of it).
+    fn lease_ns(&self) -> u64;
+}
+
+/// The lock of a locked claim (Figure 2): runs `f` under a lock every sender of
+/// the queue shares.
+pub trait ClaimLock {
+    /// Runs `f` holding the lock.
+    fn with_lock(&self, f: &mut dyn FnMut()) -> Result<(), Error>;
+}
+
+/// A message to send.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// The handler index the receiver runs.
+    pub handler: u16,
+    /// Request, one-way or reply.
+    pub kind: Kind,
+    /// Request/reply matching token.
+    pub token: u64,
+    /// The sender's endpoint name, packed (for replies).
+    pub from: [u64; 2],
+    /// Up to [`MAX_ARGS`] words.
+    pub args: &'a [u64],
+    /// Bulk data, up to the queue's block size.
+    pub bulk: Option<&'a [u8]>,
+}
+
+/// A message copied out of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incoming {
+    /// The packet's ticket.
+    pub ticket: u64,
+    /// The process that claimed the packet.
+    pub sender_pid: u32,
+    /// The handler index (not yet checked against the receiver's table).
+    pub handler: u16,
+    /// Request, one-way or reply.
+    pub kind: Kind,
+    /// Request/reply token.
+    pub token: u64,
+    /// The sender's endpoint name, packed.
+    pub from: [u64; 2],
+    /// Number of valid words in `args`.
+    pub nargs: usize,
+    /// Argument words.
+    pub args: [u64; MAX_ARGS],
+    /// Whether bulk data was copied into the caller's buffer.
+    pub has_bulk: bool,
+}
+
+/// What one step of the receiver found at the head of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Nothing handed out at the head.
+    Empty,
+    /// A message is on its way (claimed, or ticket handed out); not yet ready.
+    Pending,
+    /// A message, copied out and released; bulk data (if any) in the buffer.
+    Message(Incoming),
+    /// The head slot was claimed by a dead process (or its ticket never
+    /// claimed within the lease) and was freed without delivery.
+    Recovered {
+        /// The ticket skipped.
+        ticket: u64,
+        /// The dead claimant (0: the ticket was never claimed).
+        pid: u32,
+    },
+    /// The head held something no correct sender writes; it was released
+    /// without delivery (after the lease, so a racing writer is not disturbed).
+    Rejected(String),
+}
+
+/// The receiver's private state for one queue (§2: "queue head information,
+/// accessed only by the recipient") — kept in the receiver's own memory, where
+/// no peer can corrupt it.
+#[derive(Debug, Default, Clone)]
+pub struct Head {
+    next: u64,
+    stuck_word: u64,
+    stuck_since: Option<u64>,
+    last_check: u64,
+}
+
+impl Head {
+    /// The ticket the receiver expects next.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+}
+
+/// Counters of recovery work, for tests and reports.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SendStats {
+    /// Tickets given up because the slot moved on (revoked while we were slow).
+    pub retries: u64,
+    /// Bulk blocks this sender freed from dead claimants or revoked.
+    pub recovered_blocks: u64,
+}
+
+/// A queue: references into wherever its memory lives.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueRef<'a> {
+    ctl: &'a QueueCtl,
+    packets: &'a [Packet],
+    blocks: &'a [BlockHdr],
+    data: &'a [AtomicU64],
+}
+
+/// Tracks how long a waiter has seen one word unchanged, and when it last
+/// asked whether the word's claimant is alive.
+#[derive(Default)]
+struct Stuck {
+    word: u64,
+    since: Option<u64>,
+    last_check: u64,
+}
+
+impl Stuck {
+    /// Nanoseconds `w` has been seen unchanged (0 the first time).
+    fn age(&mut self, w: u64, env: &dyn Env) -> u64 {
+        let now = env.now_ns();
+        match self.since {
+            Some(s) if self.word == w => now.saturating_sub(s),
+            _ => {
+                self.word = w;
+                self.since = Some(now);
+                self.last_check = now;
+                0
+            }
+        }
+    }
+
+    /// Whether it is time for another liveness check (every lease/4).
+    fn check_due(&mut self, env: &dyn Env) -> bool {
+        let now = env.now_ns();
+        let every = env.lease_ns() / 4;
+        if now.saturating_sub(self.last_check) >= every {
+            self.last_check = now;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl<'a> QueueRef<'a> {
+    /// A queue over the given parts. `packets.len()` and `blocks.len()` must be
+    /// powers of two (so ticket mod length survives the 2⁴⁰ sequence wrap) and
+    /// `data.len()` a multiple of `blocks.len()`.
+    pub fn new(
+        ctl: &'a QueueCtl,
+        packets: &'a [Packet],
+        blocks: &'a [BlockHdr],
+        data: &'a [AtomicU64],
+    ) -> Result<Self, Error> {
+        if !packets.len().is_power_of_two() || !blocks.len().is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "queue geometry: {} packets and {} blocks; both must be powers of two",
+                packets.len(),
+                blocks.len()
+            )));
+        }
+        if !data.len().is_multiple_of(blocks.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "queue geometry: {} data words do not divide into {} blocks",
+                data.len(),
+                blocks.len()
+            )));
+        }
+        Ok(Self {
+            ctl,
+            packets,
+            blocks,
+            data,
+        })
+    }
+
+    /// The packet tail as senders left it (a hint: peers may write anything).
+    pub fn tail(&self) -> u64 {
+        // Relaxed: a diagnostic snapshot.
+        self.ctl.tail.0.load(Ordering::Relaxed)
+    }
+
+    /// Packets in the ring.
+    pub fn packets(&self) -> usize {
+        self.packets.len()
+    }
+
+    /// Bytes per bulk block.
+    pub fn block_bytes(&self) -> usize {
+        self.data.len() / self.blocks.len() * 8
+    }
+
+    fn packet(&self, t: u64) -> &'a Packet {
+        &self.packets[(t % self.packets.len() as u64) as usize]
+    }
+
+    fn block(&self, b: u64) -> &'a BlockHdr {
+        &self.blocks[(b % self.blocks.len() as u64) as usize]
+    }
+
+    fn block_data(&self, b: u64) -> &'a [AtomicU64] {
+        let w = self.data.len() / self.blocks.len();
+        let i = (b % self.blocks.len() as u64) as usize;
+        &self.data[i * w..(i + 1) * w]
+    }
+
+    /// Sends one message: bulk block first, then the packet (§3.2). `wait` is
+    /// called whenever the sender must wait (queue full, slot busy); it polls
+    /// the sender's own endpoint (§3.1's deadlock avoidance) and backs off, and
+    /// returns an error to give up (a timeout).
+    pub fn send(
+        &self,
+        pid: u32,
+        lock: Option<&dyn ClaimLock>,
+        msg: &Outgoing<'_>,
+        env: &dyn Env,
+        wait: &mut dyn FnMut() -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<u64, Error> {
+        if !word::pid_fits(pid) {
+            return Err(Error::InvalidArgument(format!(
+                "sender pid {pid} does not fit the 22-bit claimant field"
+            )));
+        }
+        if msg.args.len() > MAX_ARGS {
+            return Err(Error::InvalidArgument(format!(
+                "{} argument words; a packet carries at most {MAX_ARGS} (send more as bulk data)",
+                msg.args.len()
+            )));
+        }
+        if let Some(d) = msg.bulk
+            && d.len() > self.block_bytes()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of bulk data; this queue's blocks hold at most {}",
+                d.len(),
+                self.block_bytes()
+            )));
+        }
+        let bulk = match msg.bulk {
+            Some(d) => {
+                let b = match lock {
+                    None => self.claim_block_lockfree(pid, env, wait, stats)?,
+                    Some(l) => self.claim_block_locked(pid, l, env, wait, stats)?,
+                };
+                let words = self.block_data(b);
+                for (i, chunk) in d.chunks(8).enumerate() {
+                    let mut w = [0u8; 8];
+                    w[..chunk.len()].copy_from_slice(chunk);
+                    // Relaxed: published by the packet's Release CAS to READY.
+                    words[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+                }
+                Some((b, d.len()))
+            }
+            None => None,
+        };
+        let t = match lock {
+            None => self.claim_packet_lockfree(pid, wait, stats)?,
+            Some(l) => self.claim_packet_locked(pid, l, wait)?,
+        };
+        crate::sched::stall::point(crate::sched::stall::MSGQ_FILL);
+        let p = self.packet(t);
+        let mut meta =
+            msg.handler as u64 | ((msg.args.len() as u64) << 16) | ((msg.kind as u64) << 20);
+        if let Some((b, len)) = bulk {
+            meta |= (1 << 22) | ((len as u64) << 32);
+            // Relaxed: published by the Release CAS to READY below.
+            p.bulk.store(b, Ordering::Relaxed);
+        }
+        // Relaxed (all payload stores): published by the Release CAS to READY.
+        p.meta.store(meta, Ordering::Relaxed);
+        if msg.kind != Kind::OneWay {
+            p.token.store(msg.token, Ordering::Relaxed);
+            p.from[0].store(msg.from[0], Ordering::Relaxed);
+            p.from[1].store(msg.from[1], Ordering::Relaxed);
+        }
+        for (slot, a) in p.args.iter().zip(msg.args) {
+            slot.store(*a, Ordering::Relaxed);
+        }
+        if let Some((b, _)) = bulk {
+            // Release: pairs with a recovering receiver's Acquire load of the
+            // block word, which then sees `p.bulk` (written above) too.
+            let blk = self.block(b);
+            if blk
+                .word
+                .compare_exchange(
+                    word::pack(CLAIMED, pid, b),
+                    word::pack(SENT, pid, b),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                return Err(Error::Corrupt(format!(
+                    "bulk block of ticket {b} was taken from this live sender (pid {pid}); \
+                     another process wrote the segment"
+                )));
+            }
+        }
+        self.publish(p, pid, t)?;
+        Ok(t)
+    }
+
+    /// Marks packet `t` READY: the last step of a send.
+    fn publish(&self, p: &Packet, pid: u32, t: u64) -> Result<(), Error> {
+        crate::sched::stall::point(crate::sched::stall::MSGQ_PUBLISH);
+        // Release: publishes the payload and block data to the receiver's
+        // Acquire load of the type word.
+        p.ty.compare_exchange(
+            word::pack(CLAIMED, pid, t),
+            word::pack(READY, pid, t),
+            Ordering::Release,
+            Ordering::Relaxed,
+        )
+        .map_err(|now| {
+            Error::Corrupt(format!(
+                "packet of ticket {t} was taken from this live sender (pid {pid}): found {now:#x}"
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Figure 3's lock-free claim: CAS the tail forward, then CAS the packet's
+    /// type from `FREE(t)` to `CLAIMED(pid, t)`, polling while it is busy.
+    fn claim_packet_lockfree(
+        &self,
+        pid: u32,
+        wait: &mut dyn FnMut() -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<u64, Error> {
+        'ticket: loop {
+            // Relaxed: the tail only hands out tickets; the type-word CAS below
+            // is what synchronizes with the receiver.
+            let mut t = self.ctl.tail.0.load(Ordering::Relaxed);
+            loop {
+                match self.ctl.tail.0.compare_exchange_weak(
+                    t,
+                    t.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => t = now,
+                }
+            }
+            crate::sched::stall::point(crate::sched::stall::MSGQ_TICKET);
+            let p = self.packet(t);
+            let free = word::pack(FREE, 0, t);
+            loop {
+                // Acquire: pairs with the receiver's Release of `FREE(t)`, so its
+                // reads of the previous lap are done before our writes.
+                let w = p.ty.load(Ordering::Acquire);
+                if w == free {
+                    if p.ty
+                        .compare_exchange(
+                            free,
+                            word::pack(CLAIMED, pid, t),
+                            Ordering::Acquire,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        return Ok(t);
+                    }
+                    continue;
+                }
+                if word::seq_diff(word::seq(w), t) >= 0 {
+                    // The slot moved past our ticket (revoked while we were
+                    // slow, or garbage): start over with a new ticket.
+                    stats.retries += 1;
+                    continue 'ticket;
+                }
+                wait()?; // the previous lap is still in use: the queue is full
+            }
+        }
+    }
+
+    /// Figure 2's locked claim: under the lock, claim the packet at the tail if
+    /// it is free for this lap, else release the lock, poll and retry.
+    fn claim_packet_locked(
+        &self,
+        pid: u32,
+        lock: &dyn ClaimLock,
+        wait: &mut dyn FnMut() -> Result<(), Error>,
+    ) -> Result<u64, Error> {
+        loop {
+            let mut got = None;
+            lock.with_lock(&mut || {
+                loop {
+                    // Relaxed: the lock orders the tail between senders.
+                    let t = self.ctl.tail.0.load(Ordering::Relaxed);
+                    let p = self.packet(t);
+                    let free = word::pack(FREE, 0, t);
+                    // Acquire: as in the lock-free claim.
+                    let w = p.ty.load(Ordering::Acquire);
+                    if w == free
+                        && p.ty
+                            .compare_exchange(
+                                free,
+                                word::pack(CLAIMED, pid, t),
+                                Ordering::Acquire,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                    {
+                        // Relaxed: the lock orders the tail between senders.
+                        self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
+                        got = Some(t);
+                        return;
+                    }
+                    let w = p.ty.load(Ordering::Acquire);
+                    if word::seq_diff(word::seq(w), t) >= 0 && w != free {
+                        // A holder died between claiming and advancing the tail
+                        // (a robust mutex gave us its lock), or the receiver
+                        // revoked the ticket: move the tail past it.
+                        // Relaxed: the lock orders the tail between senders.
+                        self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
+                        continue;
+                    }
+                    return; // full: the previous lap is still in use
+                }
+            })?;
+            if let Some(t) = got {
+                return Ok(t);
+            }
+            wait()?;
+        }
+    }
+
+    /// Frees (or revokes) the block word `w` of an earlier lap if its claimant
+    /// is dead or its ticket was never claimed within the lease. Returns
+    /// whether it did.
+    fn try_recover_block(&self, blk: &BlockHdr, w: u64, stuck: &mut Stuck, env: &dyn Env) -> bool {
+        let age = stuck.age(w, env);
+        let lease = env.lease_ns();
+        let recover = match word::state(w) {
+            FREE => age >= lease,
+            CLAIMED => age >= lease / 4 && stuck.check_due(env) && !env.alive(word::pid(w)),
+            // SENT: its packet is published or being recovered by the receiver,
+            // which frees the block.
+            _ => false,
+        };
+        if !recover {
+            return false;
+        }
+        let next = word::pack(FREE, 0, word::seq(w).wrapping_add(self.blocks.len() as u64));
+        // AcqRel: as the receiver's release of a block (pairs with the next
+        // claimant's Acquire).
+        blk.word
+            .compare_exchange(w, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    fn claim_block_lockfree(
+        &self,
+        pid: u32,
+        env: &dyn Env,
+        wait: &mut dyn FnMut() -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<u64, Error> {
+        'ticket: loop {
+            // Relaxed: hands out tickets only; the block CAS synchronizes.
+            let mut b = self.ctl.bulk_tail.0.load(Ordering::Relaxed);
+            loop {
+                match self.ctl.bulk_tail.0.compare_exchange_weak(
+                    b,
+                    b.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => b = now,
+                }
+            }
+            let blk = self.block(b);
+            let free = word::pack(FREE, 0, b);
+            let mut stuck = Stuck::default();
+            loop {
+                // Acquire: pairs with the receiver's Release of `FREE(b)`.
+                let w = blk.word.load(Ordering::Acquire);
+                if w == free {
+                    if blk
+                        .word
+                        .compare_exchange(
+                            free,
+                            word::pack(CLAIMED, pid, b),
+                            Ordering::Acquire,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        return Ok(b);
+                    }
+                    continue;
+                }
+                if word::seq_diff(word::seq(w), b) >= 0 {
+                    stats.retries += 1;
+                    continue 'ticket;
+                }
+                if self.try_recover_block(blk, w, &mut stuck, env) {
+                    stats.recovered_blocks += 1;
+                    continue;
+                }
+                wait()?;
+            }
+        }
+    }
+
+    fn claim_block_locked(
+        &self,
+        pid: u32,
+        lock: &dyn ClaimLock,
+        env: &dyn Env,
+        wait: &mut dyn FnMut() -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<u64, Error> {
+        let mut stuck = Stuck::default();
+        loop {
+            let mut got = Err(0u64);
+            lock.with_lock(&mut || {
+                loop {
+                    // Relaxed: the lock orders the bulk tail between senders.
+                    let b = self.ctl.bulk_tail.0.load(Ordering::Relaxed);
+                    let blk = self.block(b);
+                    let free = word::pack(FREE, 0, b);
+                    // Acquire: pairs with the receiver's Release of `FREE(b)`.
+                    let w = blk.word.load(Ordering::Acquire);
+                    if w == free
+                        && blk
+                            .word
+                            .compare_exchange(
+                                free,
+                                word::pack(CLAIMED, pid, b),
+                                Ordering::Acquire,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                    {
+                        // Relaxed: the lock orders the bulk tail.
+                        self.ctl
+                            .bulk_tail
+                            .0
+                            .store(b.wrapping_add(1), Ordering::Relaxed);
+                        got = Ok(b);
+                        return;
+                    }
+                    let w = blk.word.load(Ordering::Acquire);
+                    if word::seq_diff(word::seq(w), b) >= 0 && w != free {
+                        // Relaxed: the lock orders the bulk tail.
+                        self.ctl
+                            .bulk_tail
+                            .0
+                            .store(b.wrapping_add(1), Ordering::Relaxed);
+                        continue;
+                    }
+                    got = Err(w);
+                    return;
+                }
+            })?;
+            match got {
+                Ok(b) => return Ok(b),
+                Err(w) => {
+                    let ticket = word::seq(w).wrapping_add(self.blocks.len() as u64);
+                    if self.try_recover_block(self.block(ticket), w, &mut stuck, env) {
+                        stats.recovered_blocks += 1;
+                        continue;
+                    }
+                }
+            }
+            wait()?;
+        }
+    }
+
+    /// Frees the block a recovered packet refers to, if its dead claimant `pid`
+    /// still holds it (claimed or sent, same ticket).
+    fn release_orphan_block(&self, p: &Packet, pid: u32) {
+        // Acquire on the block word below; the bulk ticket itself is validated
+        // against it, so a stale value from an earlier lap matches nothing.
+        let b = p.bulk.load(Ordering::Relaxed);
+        let blk = self.block(b);
+        for state in [SENT, CLAIMED] {
+            let w = word::pack(state, pid, b);
+            let next = word::pack(FREE, 0, b.wrapping_add(self.blocks.len() as u64));
+            // AcqRel: pairs with the next claimant's Acquire.
+            if blk
+                .word
+                .compare_exchange(w, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    fn advance(&self, head: &mut Head) {
+        head.next = head.next.wrapping_add(1);
+        head.stuck_since = None;
+    }
+
+    /// Frees packet `t` for its next lap, from the exact word `w`.
+    fn free_packet(&self, p: &Packet, w: u64, t: u64) -> bool {
+        let next = word::pack(FREE, 0, t.wrapping_add(self.packets.len() as u64));
+        // Release: our reads of the packet happen before the next claimant's
+        // writes (its Acquire CAS).
+        p.ty.compare_exchange(w, next, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// One step of the receiver's poll (§3): deliver the message at the head if
+    /// it is ready, copying its bulk data into `bulk`; recover the head slot
+    /// from a dead claimant; reject garbage. Never waits.
+    pub fn poll_one(&self, head: &mut Head, env: &dyn Env, bulk: &mut Vec<u8>) -> Event {
+        let t = head.next;
+        let p = self.packet(t);
+        // Acquire: pairs with the sender's Release CAS to READY (payload) and
+        // with every other writer of the word.
+        let w = p.ty.load(Ordering::Acquire);
+        let seq_ok = word::seq(w) == word::seq(t);
+        if seq_ok && word::state(w) == READY {
+            let ev = self.take(p, w, t, bulk);
+            self.advance(head);
+            return ev;
+        }
+        if seq_ok && word::state(w) == FREE {
+            // Relaxed: a hint; revocation is a CAS from the exact word.
+            let tail = self.ctl.tail.0.load(Ordering::Relaxed);
+            if word::seq_diff(word::seq(tail), word::seq(t)) <= 0 {
+                head.stuck_since = None;
+                return Event::Empty;
+            }
+        }
+        // Pending, orphaned or garbage: how long has it looked like this?
+        let now = env.now_ns();
+        let age = match head.stuck_since {
+            Some(s) if head.stuck_word == w => now.saturating_sub(s),
+            _ => {
+                head.stuck_word = w;
+                head.stuck_since = Some(now);
+                head.last_check = now;
+                0
+            }
+        };
+        let lease = env.lease_ns();
+        if seq_ok && word::state(w) == CLAIMED {
+            let due = age >= lease / 4 && now.saturating_sub(head.last_check) >= lease / 4;
+            if due {
+                head.last_check = now;
+                let pid = word::pid(w);
+                if !env.alive(pid) {
+                    self.release_orphan_block(p, pid);
+                    if self.free_packet(p, w, t) {
+                        self.advance(head);
+                        return Event::Recovered { ticket: t, pid };
+                    }
+                }
+            }
+            return Event::Pending;
+        }
+        if age < lease {
+            return Event::Pending;
+        }
+        if seq_ok && word::state(w) == FREE {
+            // A ticket handed out and never claimed within the lease: revoke it.
+            if self.free_packet(p, w, t) {
+                self.advance(head);
+                return Event::Recovered { ticket: t, pid: 0 };
+            }
+            return Event::Pending;
+        }
+        // No correct sender writes this word at our head (wrong lap or state).
+        if self.free_packet(p, w, t) {
+            self.advance(head);
+            return Event::Rejected(format!(
+                "packet {t}: type word {w:#x} is not a valid state for this lap; skipped"
+            ));
+        }
+        Event::Pending
+    }
+
+    /// Copies out the READY packet `t` (word `w`) and its bulk block, validates
+    /// them, and releases both.
+    fn take(&self, p: &Packet, w: u64, t: u64, bulk: &mut Vec<u8>) -> Event {
+        crate::sched::stall::point(crate::sched::stall::MSGQ_TAKE);
+        // Relaxed (all payload loads): ordered after the Acquire load of READY.
+        let meta = p.meta.load(Ordering::Relaxed);
+        let handler = (meta & 0xffff) as u16;
+        let nargs = ((meta >> 16) & 0xf) as usize;
+        let kind = Kind::from_bits((meta >> 20) & 3);
+        let (token, from) = if kind.is_some_and(|k| k != Kind::OneWay) {
+            (
+                p.token.load(Ordering::Relaxed),
+                [
+                    p.from[0].load(Ordering::Relaxed),
+                    p.from[1].load(Ordering::Relaxed),
+                ],
+            )
+        } else {
+            (0, [0, 0])
+        };
+        let mut args = [0u64; MAX_ARGS];
+        for (a, s) in args.iter_mut().zip(&p.args).take(nargs.min(MAX_ARGS)) {
+            *a = s.load(Ordering::Relaxed);
+        }
+        let has_bulk = meta & (1 << 22) != 0;
+        let len = ((meta >> 32) & 0x3fff) as usize;
+        let pid = word::pid(w);
+        let mut problem = None;
+        bulk.clear();
+        if has_bulk {
+            let b = p.bulk.load(Ordering::Relaxed);
+            let blk = self.block(b);
+            let sent = word::pack(SENT, pid, b);
+            // Acquire: pairs with the sender's Release store of SENT.
+            let bw = blk.word.load(Ordering::Acquire);
+            if bw != sent {
+                problem = Some(format!(
+                    "packet {t}: bulk block of ticket {b} is in state {bw:#x}, not sent by pid {pid}"
+                ));
+            } else if len > self.block_bytes() {
+                problem = Some(format!(
+                    "packet {t}: bulk length {len} exceeds the block size {}",
+                    self.block_bytes()
+                ));
+            } else {
+                let words = self.block_data(b);
+                bulk.resize(len, 0);
+                for (chunk, word) in bulk.chunks_mut(8).zip(words) {
+                    // Relaxed: ordered after the Acquire load of READY.
+                    let v = word.load(Ordering::Relaxed).to_le_bytes();
+                    chunk.copy_from_slice(&v[..chunk.len()]);
+                }
+                let next = word::pack(FREE, 0, b.wrapping_add(self.blocks.len() as u64));
+                // Release: our reads of the block happen before the next
+                // claimant's writes (its Acquire CAS).
+                let _ = blk
+                    .word
+                    .compare_exchange(sent, next, Ordering::Release, Ordering::Relaxed);
+            }
+        }
+        if nargs > MAX_ARGS {
+            problem = Some(format!(
+                "packet {t}: {nargs} argument words (at most {MAX_ARGS})"
+            ));
+        }
+        let kind = match kind {
+            Some(k) => k,
+            None => {
+                problem.get_or_insert_with(|| format!("packet {t}: invalid message kind"));
+                Kind::OneWay
+            }
+        };
+        crate::sched::stall::point(crate::sched::stall::MSGQ_RELEASE);
+        self.free_packet(p, w, t);
+        if let Some(why) = problem {
+            bulk.clear();
+            return Event::Rejected(why);
+        }
+        Event::Message(Incoming {
+            ticket: t,
+            sender_pid: pid,
+            handler,
+            kind,
+            token,
+            from,
+            nargs,
+            args,
+            has_bulk,
+        })
+    }
+}
+
+/// A queue on the heap, for threads of one process, unit tests and loom models.
+#[derive(Debug)]
+pub struct HeapQueue {
+    ctl: QueueCtl,
+    packets: Vec<Packet>,
+    blocks: Vec<BlockHdr>,
+    data: Vec<AtomicU64>,
+}
+
+impl HeapQueue {
+    /// `packets` packets and `blocks` blocks of `block_bytes` bytes (a multiple
+    /// of 8); counts must be powers of two.
+    pub fn new(packets: usize, blocks: usize, block_bytes: usize) -> Result<Self, Error> {
+        if !packets.is_power_of_two()
+            || !blocks.is_power_of_two()
+            || !block_bytes.is_multiple_of(8)
+            || block_bytes == 0
+        {
+            return Err(Error::InvalidArgument(format!(
+                "heap queue: {packets} packets, {blocks} blocks of {block_bytes} bytes; counts must \
+                 be powers of two and the block size a non-zero multiple of 8"
+            )));
+        }
+        Ok(Self {
+            ctl: QueueCtl::new(),
+            packets: (0..packets as u64).map(Packet::new).collect(),
+            blocks: (0..blocks as u64).map(BlockHdr::new).collect(),
+            data: (0..blocks * block_bytes / 8)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        })
+    }
+
+    /// The packet tail word (for models and tests that play a sender dying
+    /// halfway through a claim).
+    pub fn queue_ctl_tail(&self) -> &AtomicU64 {
+        self.ctl.tail_word()
+    }
+
+    /// The type word of the packet ticket `t` maps to (as above).
+    pub fn packet_type_word(&self, t: u64) -> &AtomicU64 {
+        &self.packets[(t % self.packets.len() as u64) as usize].ty
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> QueueRef<'_> {
+        QueueRef {
+            ctl: &self.ctl,
+            packets: &self.packets,
+            blocks: &self.blocks,
+            data: &self.data,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! Single-process protocol tests on heap queues (Miri-friendly: no
+    //! segment, no system calls; the clock and liveness are injected).
+    use super::*;
+    use std::cell::Cell;
+    use std::collections::HashSet;
+
+    struct FakeEnv {
+        now: Cell<u64>,
+        dead: HashSet<u32>,
+    }
+
+    impl FakeEnv {
+        fn new() -> Self {
+            Self {
+                now: Cell::new(0),
+                dead: HashSet::new(),
+            }
+        }
+        fn advance(&self, ns: u64) {
+            self.now.set(self.now.get() + ns);
+        }
+    }
+
+    impl Env for FakeEnv {
+        fn now_ns(&self) -> u64 {
+            self.now.get()
+        }
+        fn alive(&self, pid: u32) -> bool {
+            !self.dead.contains(&pid)
+        }
+        fn lease_ns(&self) -> u64 {
+            1000
+        }
+    }
+
+    fn msg<'a>(args: &'a [u64], bulk: Option<&'a [u8]>) -> Outgoing<'a> {
+        Outgoing {
+            handler: 7,
+            kind: Kind::OneWay,
+            token: 0,
+            from: [0, 0],
+            args,
+            bulk,
+        }
+    }
+
+    fn no_wait() -> Result<(), Error> {
+        Err(Error::Timeout("full".into()))
+    }
+
+    struct TasLock(crate::lock::Tas);
+    impl ClaimLock for TasLock {
+        fn with_lock(&self, f: &mut dyn FnMut()) -> Result<(), Error> {
+            use lock_api::RawMutex;
+            let g = self.0.lock();
+            f();
+            // SAFETY: acquired above on this thread.
+            unsafe { self.0.unlock(g) };
+            Ok(())
+        }
+    }
+
+    fn round_trip(lock: Option<&dyn ClaimLock>) {
+        let hq = HeapQueue::new(4, 2, 64).unwrap();
+        let q = hq.queue();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let mut st = SendStats::default();
+        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Empty);
+        // Three laps of the ring, with bulk data every other message.
+        for i in 0..12u64 {
+            let data: Vec<u8> = (0..(i as u8 * 5 % 64)).collect();
+            let bulk = (i % 2 == 0).then_some(&data[..]);
+            q.send(
+                42,
+                lock,
+                &msg(&[i, i * 3], bulk),
+                &env,
+                &mut no_wait,
+                &mut st,
+            )
+            .unwrap();
+            match q.poll_one(&mut head, &env, &mut buf) {
+                Event::Message(m) => {
+                    assert_eq!((m.handler, m.nargs, m.sender_pid), (7, 2, 42));
+                    assert_eq!(&m.args[..2], &[i, i * 3]);
+                    assert_eq!(m.has_bulk, bulk.is_some());
+                    if bulk.is_some() {
+                        assert_eq!(buf, data);
+                    }
+                }
+                e => panic!("expected a message, got {e:?}"),
+            }
+        }
+        assert_eq!(st, SendStats::default());
+        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Empty);
+    }
+
+    #[test]
+    fn round_trip_lock_free() {
+        round_trip(None);
+    }
+
+    #[test]
+    fn round_trip_locked() {
+        let l = TasLock(<crate::lock::Tas as lock_api::RawMutex>::INIT);
+        round_trip(Some(&l));
+    }
+
+    #[test]
+    fn full_queue_waits_and_keeps_order() {
+        let hq = HeapQueue::new(2, 1, 64).unwrap();
+        let q = hq.queue();
+        let env = FakeEnv::new();
+        let mut st = SendStats::default();
+        for i in 0..2 {
+            q.send(5, None, &msg(&[i], None), &env, &mut no_wait, &mut st)
+                .unwrap();
+        }
+        // The third send finds the ring full; its wait hook drains one.
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        q.send(
+            5,
+            None,
+            &msg(&[2], None),
+            &env,
+            &mut || {
+                if let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+                    got.push(m.args[0]);
+                }
+                Ok(())
+            },
+            &mut st,
+        )
+        .unwrap();
+        while let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+            got.push(m.args[0]);
+        }
+        assert_eq!(got, [0, 1, 2]);
+    }
+
+    #[test]
+    fn too_many_args_and_bulk_are_errors() {
+        let hq = HeapQueue::new(2, 1, 64).unwrap();
+        let q = hq.queue();
+        let env = FakeEnv::new();
+        let mut st = SendStats::default();
+        let nine = [0u64; 9];
+        assert!(matches!(
+            q.send(5, None, &msg(&nine, None), &env, &mut no_wait, &mut st),
+            Err(Error::InvalidArgument(_))
+        ));
+        let big = [0u8; 65];
+        assert!(matches!(
+            q.send(5, None, &msg(&[], Some(&big)), &env, &mut no_wait, &mut st),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(HeapQueue::new(3, 1, 64).is_err());
+    }
+
+    #[test]
+    fn unclaimed_ticket_is_revoked_after_the_lease() {
+        let hq = HeapQueue::new(4, 1, 64).unwrap();
+        let q = hq.queue();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        // A sender took ticket 0 and vanished before its type CAS.
+        hq.ctl.tail_word().fetch_add(1, Ordering::Relaxed);
+        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Pending);
+        env.advance(999);
+        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Pending);
+        env.advance(1);
+        assert_eq!(
+            q.poll_one(&mut head, &env, &mut buf),
+            Event::Recovered { ticket: 0, pid: 0 }
+        );
+        // A slow sender holding ticket 0 now sees a later lap and retries.
+        let p = &hq.packets[0];
+        assert_eq!(p.ty.load(Ordering::Relaxed), word::pack(FREE, 0, 4));
+        let mut st = SendStats::default();
+        q.send(9, None, &msg(&[1], None), &env, &mut no_wait, &mut st)
+            .unwrap();
+        assert!(
+            matches!(q.poll_one(&mut head, &env, &mut buf), Event::Message(m) if m.args[0] == 1)
+        );
+    }
+
+    #[test]
+    fn dead_claimant_is_recovered_live_one_is_not() {
+        let hq = HeapQueue::new(4, 2, 64).unwrap();
+        let q = hq.queue();
+        let mut env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        // pid 77 claimed ticket 0 and a bulk block, then stopped.
+        hq.ctl.tail_word().fetch_add(1, Ordering::Relaxed);
+        hq.ctl.bulk_tail.0.fetch_add(1, Ordering::Relaxed);
+        hq.blocks[0]
+            .word
+            .store(word::pack(CLAIMED, 77, 0), Ordering::Relaxed);
+        hq.packets[0].bulk.store(0, Ordering::Relaxed);
+        hq.packets[0]
+            .ty
+            .store(word::pack(CLAIMED, 77, 0), Ordering::Relaxed);
+        for _ in 0..10 {
+            env.advance(5000);
+            assert_eq!(
+                q.poll_one(&mut head, &env, &mut buf),
+                Event::Pending,
+                "77 is alive"
+            );
+        }
+        env.dead.insert(77);
+        env.advance(500);
+        assert_eq!(
+            q.poll_one(&mut head, &env, &mut buf),
+            Event::Recovered { ticket: 0, pid: 77 }
+        );
+        assert_eq!(
+            hq.blocks[0].word.load(Ordering::Relaxed),
+            word::pack(FREE, 0, 2),
+            "its bulk block is freed with it"
+        );
+    }
+
+    #[test]
+    fn dead_block_claimant_is_recovered_by_the_next_sender() {
+        let hq = HeapQueue::new(4, 1, 64).unwrap();
+        let q = hq.queue();
+        let mut env = FakeEnv::new();
+        env.dead.insert(66);
+        // pid 66 claimed bulk ticket 0 and died before claiming a packet.
+        hq.ctl.bulk_tail.0.fetch_add(1, Ordering::Relaxed);
+        hq.blocks[0]
+            .word
+            .store(word::pack(CLAIMED, 66, 0), Ordering::Relaxed);
+        let mut st = SendStats::default();
+        let data = [1u8; 10];
+        q.send(
+            9,
+            None,
+            &msg(&[], Some(&data)),
+            &env,
+            &mut || {
+                env.advance(300);
+                Ok(())
+            },
+            &mut st,
+        )
+        .unwrap();
+        assert_eq!(st.recovered_blocks, 1);
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        assert!(matches!(
+            q.poll_one(&mut head, &env, &mut buf),
+            Event::Message(_)
+        ));
+        assert_eq!(buf, data);
+    }
+
+    #[test]
+    fn garbage_is_rejected_never_delivered_or_panicking() {
+        let hq = HeapQueue::new(4, 2, 64).unwrap();
+        let q = hq.queue();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let mut rng = crate::util::rng::SplitMix64::stream(7, 0);
+        let mut rejected = 0;
+        let iters = if cfg!(miri) { 30 } else { 3000 };
+        for _ in 0..iters {
+            // A hostile peer scribbles on the head packet, its payload and a block.
+            let h = head.next();
+            let p = &hq.packets[(h % 4) as usize];
+            let ty = match rng.next_u64() % 4 {
+                0 => rng.next_u64(),
+                1 => word::pack(READY, (rng.next_u64() % 100) as u32, h),
+                2 => word::pack(rng.next_u64() % 4, 3, h.wrapping_add(rng.next_u64() % 8)),
+                _ => word::pack(READY, 3, h),
+            };
+            p.ty.store(ty, Ordering::Relaxed);
+            p.meta.store(rng.next_u64(), Ordering::Relaxed);
+            p.bulk.store(rng.next_u64() % 4, Ordering::Relaxed);
+            hq.blocks[(rng.next_u64() % 2) as usize]
+                .word
+                .store(rng.next_u64(), Ordering::Relaxed);
+            hq.ctl.tail_word().store(rng.next_u64(), Ordering::Relaxed);
+            for _ in 0..4 {
+                env.advance(600);
+                match q.poll_one(&mut head, &env, &mut buf) {
+                    Event::Message(m) => {
+                        assert!(m.nargs <= MAX_ARGS);
+                        assert!(buf.len() <= q.block_bytes());
+                    }
+                    Event::Rejected(_) => rejected += 1,
+                    _ => {}
+                }
+            }
+        }
+        assert!(rejected > 0, "no garbage was ever rejected");
+    }
+}
