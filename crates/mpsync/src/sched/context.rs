@@ -80,6 +80,15 @@ pub(crate) struct PeerLine {
     pub(crate) tid: AtomicU32,
     /// `pthread_t` of the owner, for `pthread_kill` (0 if none).
     pub(crate) pthread: AtomicU64,
+    /// The owner's slot in the eBPF program's mapped array (`super::ebpf`), null
+    /// when the kernel does not answer for it. A `std` atomic, not the `sync`
+    /// shim's: it points into memory the kernel writes, outside any loom model
+    /// (the eBPF half is compiled out under loom and Miri).
+    #[cfg_attr(any(loom, miri, not(target_os = "linux")), allow(dead_code))]
+    pub(crate) kslot: std::sync::atomic::AtomicPtr<()>,
+    /// The owner's tid as the kernel sees it (for the eBPF program's map).
+    #[cfg_attr(any(loom, miri, not(target_os = "linux")), allow(dead_code))]
+    pub(crate) ktid: std::sync::atomic::AtomicU32,
 }
 
 /// [`ContextBlock`]'s line of what the owning thread writes.
@@ -142,6 +151,8 @@ impl ContextBlock {
                 in_use: AtomicBool::new(false),
                 tid: AtomicU32::new(0),
                 pthread: AtomicU64::new(0),
+                kslot: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+                ktid: std::sync::atomic::AtomicU32::new(0),
             }),
             owner: CachePadded::new(OwnerLine {
                 depth: AtomicU32::new(0),
