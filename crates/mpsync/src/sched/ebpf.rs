@@ -153,8 +153,18 @@ fn load() -> Result<Kernel, String> {
             ));
         }
     }
-    let denied = |what: &str, e: &dyn std::fmt::Display| {
-        let s = e.to_string();
+    let denied = |what: &str, e: &dyn std::error::Error| {
+        // The whole chain: aya's outer errors name the step, the innermost the
+        // errno ("Operation not permitted" when not root).
+        let mut s = e.to_string();
+        let mut src = e.source();
+        while let Some(inner) = src {
+            let t = inner.to_string();
+            if !s.contains(&t) {
+                s = format!("{s}: {t}");
+            }
+            src = inner.source();
+        }
         let hint = if s.contains("Operation not permitted") || s.contains("Permission denied") {
             " (loading eBPF needs root, or CAP_BPF and CAP_PERFMON)"
         } else {
