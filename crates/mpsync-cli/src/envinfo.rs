@@ -134,7 +134,8 @@ pub fn measure_is_preempted(rounds: usize, calls: u64) -> (Option<f64>, f64) {
 
 /// Detection latency: a victim and a CPU-bound competitor pinned to one CPU, an
 /// observer on another polling the victim's kernel state; each sample is the time
-/// from the victim's last "I am running" store to the observer seeing
+/// from the victim last seen on its CPU (its last "I am running" store, or the
+/// kernel's switch-in if later) to the observer seeing
 /// `Preempted`, kept only when the observer itself was neither switched out nor
 /// stalled (> 20 µs between polls). Returns the samples (ns) — (victim's last
 /// run → seen, the kernel's switch-out time → seen) — or why none.
@@ -183,9 +184,15 @@ pub fn measure_detection(duration: Duration) -> Result<Vec<(u64, u64)>, String> 
                         && m == mine
                         && t - prev_poll < 20_000
                     {
-                        let last = last_run.load(Ordering::Relaxed);
-                        let off_ns = native::kernel_view(victim).map_or(0, |v| v.off_ns);
-                        samples.push((t.saturating_sub(last), t.saturating_sub(off_ns)));
+                        // Last seen on its CPU: its own last store, or the
+                        // kernel's switch-in if later (switched in and out again
+                        // before it ran user code).
+                        let v = native::kernel_view(victim);
+                        let on = last_run
+                            .load(Ordering::Relaxed)
+                            .max(v.map_or(0, |v| v.on_ns));
+                        let off_ns = v.map_or(0, |v| v.off_ns);
+                        samples.push((t.saturating_sub(on), t.saturating_sub(off_ns)));
                     }
                     prev = st;
                     mine = m;
@@ -237,7 +244,7 @@ fn measurements_json() -> serde_json::Value {
             let q = |v: &[u64], p: f64| v[((v.len() - 1) as f64 * p).round() as usize] as f64 / 1e3;
             let within = v.iter().filter(|&&x| x <= 100_000).count();
             summary += &format!(
-                "\ndetection latency (victim's last run -> observer sees Preempted, {} undisturbed samples in 5 s): p50 {:.1} µs, p90 {:.1} µs, p99 {:.1} µs, max {:.1} µs; {within}/{} within 100 µs\n  of which the kernel's switch-out (off_ns, in the program) -> seen: p50 {:.2} µs, p90 {:.2} µs, max {:.2} µs",
+                "\ndetection latency (victim last seen on its CPU -> observer sees Preempted, {} undisturbed samples in 5 s): p50 {:.1} µs, p90 {:.1} µs, p99 {:.1} µs, max {:.1} µs; {within}/{} within 100 µs\n  of which the kernel's switch-out (off_ns, in the program) -> seen: p50 {:.2} µs, p90 {:.2} µs, max {:.2} µs",
                 v.len(),
                 q(&v, 0.5),
                 q(&v, 0.9),

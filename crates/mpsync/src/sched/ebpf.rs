@@ -303,7 +303,7 @@ impl Kernel {
     }
 
     /// Checks that the program sees this thread switch: sleeps 200 µs in a futex
-    /// (a voluntary switch out and back in). Catches a kernel tid that is not the
+    /// (a switch out and back in) and looks for the switch-in in its probe slot. Catches a kernel tid that is not the
     /// one the program sees (an unusual PID namespace) before anyone relies on it.
     fn self_test(&self) -> Result<(), String> {
         let tid = kernel_tid();
@@ -315,10 +315,9 @@ impl Kernel {
         for _ in 0..5 {
             let _ = super::futex::wait(&word, 0, Some(Duration::from_micros(200)));
             // Relaxed: see the module doc.
-            if field!(s, blocks, u64).load(Ordering::Relaxed) > 0
-                && field!(s, switches_in, u64).load(Ordering::Relaxed) > 0
-                && field!(s, state, u32).load(Ordering::Relaxed) == STATE_RUNNING
-            {
+            // Only that the program found the thread: what it makes of each
+            // switch is for the tests (tests/ebpf.rs) to judge.
+            if field!(s, switches_in, u64).load(Ordering::Relaxed) > 0 {
                 ok = true;
                 break;
             }

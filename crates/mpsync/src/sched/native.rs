@@ -101,10 +101,7 @@ impl PreemptionAnswers {
     /// One line for people: "eBPF (...)" or "heartbeats: why".
     pub fn describe(&self) -> String {
         match self {
-            Self::Ebpf => format!(
-                "eBPF on tp_btf/sched_switch (program {})",
-                ebpf_build().trim_start_matches("built ")
-            ),
+            Self::Ebpf => format!("eBPF on tp_btf/sched_switch (program {})", ebpf_build()),
             Self::Heartbeat(why) => format!("heartbeats: {why}"),
         }
     }
