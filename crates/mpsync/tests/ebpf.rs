@@ -41,6 +41,16 @@ fn kernel_answers(test: &str) -> bool {
     }
 }
 
+/// Runs `f` when dropped — also while a failed assertion unwinds, so that the
+/// threads of a scope are released and the failure is reported, not a hang.
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 fn pin(cpu: usize) {
     native::pin_current_thread(cpu).expect("pin");
 }
@@ -88,6 +98,7 @@ fn ebpf_preempted_thread_is_reported_within_100us_and_running_after() {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         });
+        let _release = OnDrop(|| stop.store(true, Ordering::Relaxed));
         let victim = rx.recv().unwrap();
         pin(observer_cpu);
         let me = sched::current();
@@ -203,6 +214,10 @@ fn ebpf_futex_sleeper_is_blocked_not_preempted() {
                 let _ = sched::park(&word, 0, Some(Duration::from_secs(5)));
             }
             woke.store(1, Ordering::Release);
+        });
+        let _release = OnDrop(|| {
+            word.store(1, mpsync::sync::Ordering::Release);
+            sched::unpark_all(&word);
         });
         let sleeper = rx.recv().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
