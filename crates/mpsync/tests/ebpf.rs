@@ -300,3 +300,31 @@ fn the_answer_source_is_reported() {
         }
     }
 }
+
+#[test]
+fn ebpf_a_forked_child_does_not_read_the_parents_map() {
+    if !kernel_answers("ebpf_a_forked_child_does_not_read_the_parents_map") {
+        return;
+    }
+    let me = sched::current();
+    assert_eq!(native::kernel_state(me), Some(native::KernelState::Running));
+    // SAFETY: the child only reads its context block (registered, no allocation)
+    // and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // The child: its thread is not the thread the parent's slot is for.
+        let ok = native::kernel_state(me).is_none() && !sched::is_preempted(me);
+        // SAFETY: _exit ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child still read the parent's slot (status {status:#x})"
+    );
+    // The parent still has its answer.
+    assert_eq!(native::kernel_state(me), Some(native::KernelState::Running));
+}

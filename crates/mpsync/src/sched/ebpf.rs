@@ -26,7 +26,8 @@
 //! threads beyond [`MAX_SLOTS`] keep the heartbeat answer. At registration the
 //! thread writes its kernel tid into its slot, marks itself running (it is: it is
 //! registering) and inserts `tid -> slot` into the program's hash map; at exit it
-//! removes the entry and clears the slot.
+//! removes the entry and clears the slot. A child of `fork` inherits the map but
+//! not the threads behind it: there the kernel answers for nobody (heartbeats).
 //!
 //! # Memory ordering
 //!
@@ -40,7 +41,7 @@
 //! loom and Miri) or the chaos build should perturb.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -128,6 +129,17 @@ struct Kernel {
 unsafe impl Send for Kernel {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Kernel {}
+
+/// Set in a child of `fork`: the map (inherited, shared with the parent) is the
+/// parent's, indexed by the parent's registry and tids; the child does not use it.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// `pthread_atfork` child handler. Only an atomic store: async-signal-safe.
+extern "C" fn forked_child() {
+    // Relaxed: the child has one thread now; threads it starts later are
+    // ordered after this by their spawn.
+    FORKED.store(true, Ordering::Relaxed);
+}
 
 /// The loaded program, or why there is none (decided once, at first use).
 fn kernel() -> &'static Result<Kernel, String> {
@@ -224,6 +236,10 @@ fn load() -> Result<Kernel, String> {
         base: base.cast(),
     };
     k.self_test()?;
+    // SAFETY: registers a handler that only stores to a static atomic.
+    if unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } != 0 {
+        return Err("eBPF not used: pthread_atfork failed (cannot keep a forked child off the parent's map)".into());
+    }
     Ok(k)
 }
 
@@ -337,7 +353,8 @@ impl Kernel {
 /// thread. Loads the program at the first call.
 pub(crate) fn on_register(cb: &ContextBlock, index: usize) {
     let Ok(k) = kernel() else { return };
-    if index >= PROBE_SLOT {
+    // Relaxed: see `forked_child`.
+    if index >= PROBE_SLOT || FORKED.load(Ordering::Relaxed) {
         return; // beyond the map: this thread keeps the heartbeat answer
     }
     let tid = kernel_tid();
@@ -352,7 +369,8 @@ pub(crate) fn on_register(cb: &ContextBlock, index: usize) {
 /// Release hook: the owner of `cb` is exiting (called on that thread).
 pub(crate) fn on_release(cb: &ContextBlock) {
     let p = cb.peer.kslot.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    if p.is_null() {
+    // Relaxed: see `forked_child`.
+    if p.is_null() || FORKED.load(Ordering::Relaxed) {
         return;
     }
     if let Ok(k) = kernel() {
@@ -366,7 +384,8 @@ pub(crate) fn on_release(cb: &ContextBlock) {
 fn slot_of(cb: &ContextBlock) -> Option<*mut Slot> {
     // Acquire: pairs with the Release store in `on_register`.
     let p = cb.peer.kslot.load(Ordering::Acquire);
-    (!p.is_null()).then_some(p.cast())
+    // Relaxed: see `forked_child`.
+    (!p.is_null() && !FORKED.load(Ordering::Relaxed)).then_some(p.cast())
 }
 
 /// The kernel's answer for `cb`'s thread: one load.
