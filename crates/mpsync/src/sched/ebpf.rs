@@ -374,7 +374,7 @@ pub(crate) fn on_release(cb: &ContextBlock) {
         return;
     }
     if let Ok(k) = kernel() {
-        // SAFETY (offset_from): `p` was made by `k.slot(i)`, inside the mapping.
+        // SAFETY: `p` was made by `k.slot(i)`: inside the same mapping as `k.base`.
         let i = unsafe { p.cast::<Slot>().offset_from(k.base) } as usize;
         k.unclaim(i, cb.peer.ktid.load(Ordering::Relaxed));
     }
