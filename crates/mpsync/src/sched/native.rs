@@ -129,8 +129,8 @@ pub fn preemption_answers() -> &'static PreemptionAnswers {
     })
 }
 
-/// How this build of mpsync got its eBPF program: "built with <clang version>"
-/// or "not built: <why>" (build.rs; no clang at build time, not Linux, ...).
+/// How this build of mpsync got its eBPF program: "built with CLANG VERSION"
+/// or "not built: WHY" (build.rs; no clang at build time, not Linux, ...).
 pub fn ebpf_build() -> &'static str {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
