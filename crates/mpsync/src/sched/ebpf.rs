@@ -5,8 +5,10 @@
 //! `BPF_F_MMAPABLE` that this module maps into the process: reading a thread's
 //! state is one load.
 //!
-//! Loaded at the first registration of a thread with `sched` where the process
-//! may (root, or `CAP_BPF` + `CAP_PERFMON`); otherwise, or when
+//! Loaded from the first registration of a thread with `sched` where the process
+//! may (root, or `CAP_BPF` + `CAP_PERFMON`), on a thread of its own, so that no
+//! registering thread waits for it: threads that register meanwhile get their
+//! slots when it is done (see [`start_loading`]); otherwise, or when
 //! `MPSYNC_EBPF=off`, `sched` keeps its heartbeats and
 //! [`super::native::preemption_answers`] says why.
 //!
@@ -42,7 +44,7 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, Once, OnceLock};
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
@@ -147,8 +149,76 @@ fn kernel() -> &'static Result<Kernel, String> {
     K.get_or_init(load)
 }
 
-/// Why the heartbeats stay in use, or `None` when the kernel answers.
+/// Threads that registered while the program was loading, and whether loading
+/// is over (their slots then claimed, or the load failed).
+struct Pending {
+    ready: bool,
+    /// (block, its registry index, its owner's kernel tid).
+    list: Vec<(&'static ContextBlock, usize, u32)>,
+}
+
+static PENDING: Mutex<Pending> = Mutex::new(Pending {
+    ready: false,
+    list: Vec::new(),
+});
+static READY: Condvar = Condvar::new();
+
+/// Starts loading the program, once, on a thread of its own: loading takes
+/// ~50 ms of CPU (parsing the kernel's BTF) and, on a busy machine, seconds of
+/// wall time, which no registering thread should wait for. Threads that register
+/// meanwhile get their slots when it is done.
+fn start_loading() {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("mpsync-ebpf-load".into())
+            .spawn(|| {
+                let _ = kernel();
+                finish_loading();
+            });
+        if spawned.is_err() {
+            // No thread to be had: load here.
+            let _ = kernel();
+            finish_loading();
+        }
+    });
+}
+
+/// Claims the slots of the threads that registered while loading (their state
+/// is unknown until their next switch: the program sets it), then says ready.
+fn finish_loading() {
+    let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let list = std::mem::take(&mut p.list);
+    if let Ok(k) = kernel() {
+        for (cb, index, tid) in list {
+            k.attach(cb, index, tid, STATE_UNKNOWN);
+        }
+    }
+    p.ready = true;
+    READY.notify_all();
+}
+
+/// Why the heartbeats stay in use, or `None` when the kernel answers. Waits
+/// for the load (started here if nobody has).
 pub(crate) fn status() -> Option<&'static str> {
+    start_loading();
+    let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    while !p.ready {
+        p = READY.wait(p).unwrap_or_else(|e| e.into_inner());
+    }
+    drop(p);
+    // The caller is running: if it registered while loading, say so rather than
+    // wait for its next switch.
+    if let Some(s) = super::current_if_registered().and_then(slot_of) {
+        // Relaxed: see the module doc. Only the owner stores here, and only while
+        // it runs, so the program's next write (at its switch-out) comes after.
+        let _ = field!(s, state, u32).compare_exchange(
+            STATE_UNKNOWN,
+            STATE_RUNNING,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
     kernel().as_ref().err().map(String::as_str)
 }
 
@@ -287,7 +357,7 @@ impl Kernel {
     }
 
     /// Gives slot `i` to the calling thread: resets it, then tells the program.
-    fn claim(&self, i: usize, tid: u32) -> Result<(), String> {
+    fn claim(&self, i: usize, tid: u32, initial: u32) -> Result<(), String> {
         let s = self.slot(i);
         // Relaxed (all): see the module doc; the program starts writing the slot
         // only after the insert below (a syscall, which orders these stores).
@@ -296,7 +366,7 @@ impl Kernel {
         field!(s, blocks, u64).store(0, Ordering::Relaxed);
         field!(s, off_ns, u64).store(0, Ordering::Relaxed);
         field!(s, on_ns, u64).store(0, Ordering::Relaxed);
-        field!(s, state, u32).store(STATE_RUNNING, Ordering::Relaxed);
+        field!(s, state, u32).store(initial, Ordering::Relaxed);
         field!(s, tid, u32).store(tid, Ordering::Relaxed);
         let mut tids = self.tids.lock().unwrap_or_else(|e| e.into_inner());
         tids.insert(tid, i as u32, 0).map_err(|e| {
@@ -323,7 +393,7 @@ impl Kernel {
     /// one the program sees (an unusual PID namespace) before anyone relies on it.
     fn self_test(&self) -> Result<(), String> {
         let tid = kernel_tid();
-        self.claim(PROBE_SLOT, tid)
+        self.claim(PROBE_SLOT, tid, STATE_RUNNING)
             .map_err(|e| format!("eBPF not used: self-test: {e}"))?;
         let s = self.slot(PROBE_SLOT);
         let word = crate::sync::AtomicU32::new(0);
@@ -350,24 +420,50 @@ impl Kernel {
 }
 
 /// Registration hook: `cb` (registry slot `index`) now belongs to the calling
-/// thread. Loads the program at the first call.
-pub(crate) fn on_register(cb: &ContextBlock, index: usize) {
-    let Ok(k) = kernel() else { return };
+/// thread. Starts loading the program at the first call.
+pub(crate) fn on_register(cb: &'static ContextBlock, index: usize) {
     // Relaxed: see `forked_child`.
     if index >= PROBE_SLOT || FORKED.load(Ordering::Relaxed) {
         return; // beyond the map: this thread keeps the heartbeat answer
     }
+    start_loading();
     let tid = kernel_tid();
-    if k.claim(index, tid).is_ok() {
-        cb.peer.ktid.store(tid, Ordering::Relaxed);
-        // Release: pairs with the Acquire load in `slot_of`; a reader that sees
-        // the pointer sees the reset slot.
-        cb.peer.kslot.store(k.slot(index).cast(), Ordering::Release);
+    let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    if !p.ready {
+        p.list.push((cb, index, tid));
+        return;
+    }
+    drop(p);
+    if let Ok(k) = kernel() {
+        k.attach(cb, index, tid, STATE_RUNNING);
+    }
+}
+
+impl Kernel {
+    /// Gives slot `index` to `cb`'s owner (kernel tid `tid`).
+    fn attach(&self, cb: &ContextBlock, index: usize, tid: u32, initial: u32) {
+        if self.claim(index, tid, initial).is_ok() {
+            cb.peer.ktid.store(tid, Ordering::Relaxed);
+            // Release: pairs with the Acquire load in `slot_of`; a reader that
+            // sees the pointer sees the reset slot.
+            cb.peer
+                .kslot
+                .store(self.slot(index).cast(), Ordering::Release);
+        }
     }
 }
 
 /// Release hook: the owner of `cb` is exiting (called on that thread).
 pub(crate) fn on_release(cb: &ContextBlock) {
+    {
+        // Still loading: the block leaves the list (after `ready`, the loader has
+        // attached it, and `kslot` says so).
+        let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        if !p.ready {
+            p.list.retain(|(b, _, _)| !std::ptr::eq(*b, cb));
+            return;
+        }
+    }
     let p = cb.peer.kslot.swap(std::ptr::null_mut(), Ordering::AcqRel);
     // Relaxed: see `forked_child`.
     if p.is_null() || FORKED.load(Ordering::Relaxed) {
