@@ -2,6 +2,7 @@
 //! beside the crates people use today, and reports whether each conclusion holds.
 
 mod env;
+mod envinfo;
 mod experiments;
 mod osmp;
 mod output;
@@ -49,6 +50,21 @@ enum Cmd {
         paper: String,
         #[command(flatten)]
         common: Common,
+    },
+    /// Print what this machine's `sched` can use: where "is that thread
+    /// preempted?" is answered from (the kernel through eBPF, or heartbeats and
+    /// why), the rseq time-slice extension, the cgroup CPU quota, cores and
+    /// affinity. The same is recorded in every run.json (`machine.sched`).
+    /// Set MPSYNC_EBPF=off to see (and run with) the heartbeat fallback.
+    Env {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also measure the cost of `sched::is_preempted` (eBPF vs heartbeat,
+        /// interleaved rounds) and the eBPF detection latency (a victim and a
+        /// CPU-bound competitor pinned to one CPU, observed from another; ~8 s).
+        #[arg(long)]
+        measure: bool,
     },
     /// Regenerate OUT/report.html from every result under OUT.
     Report {
@@ -217,6 +233,13 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Result<()> {
+    static ANSWERS: std::sync::Once = std::sync::Once::new();
+    ANSWERS.call_once(|| {
+        eprintln!(
+            "sched: preemption answers from {} (see 'mpsync env')",
+            envinfo::SchedEnv::detect().answers_line()
+        );
+    });
     eprintln!("running {} (--preempt {}) ...", exp.id, preempt.name());
     // Calibrate busy work before anything is timed: the locks' and lock-free
     // structures' backoff use the nominal rate until something has measured it.
@@ -308,6 +331,7 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
             println!("report: {}", report::write_report(&out)?.display());
             Ok(())
         }
+        Cmd::Env { json, measure } => envinfo::main(json, measure),
         Cmd::Compete { cpu } => osmp::competitor_main(cpu),
     }
 }

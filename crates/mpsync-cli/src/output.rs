@@ -29,6 +29,10 @@ pub struct Machine {
     pub cpu_quota: Option<f64>,
     /// rseq time-slice extension availability.
     pub slice_extension: String,
+    /// What `sched` used: preemption answers (eBPF or heartbeats and why),
+    /// affinity, ... (`mpsync env`). Absent in runs recorded before it existed.
+    #[serde(default)]
+    pub sched: crate::envinfo::SchedEnv,
 }
 
 impl Machine {
@@ -54,6 +58,7 @@ impl Machine {
             mpsync_version: env!("CARGO_PKG_VERSION").into(),
             cpu_quota: mpsync::sched::native::cgroup_cpu_quota(),
             slice_extension: format!("{:?}", mpsync::sched::native::slice_extension()),
+            sched: crate::envinfo::SchedEnv::detect(),
         }
     }
 }

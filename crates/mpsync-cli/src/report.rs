@@ -30,7 +30,7 @@ pub fn write_report(out: &Path) -> anyhow::Result<PathBuf> {
         let m = &r.machine;
         let _ = write!(
             h,
-            "<p>{} · {} · {} processors · Linux {} · {} · mpsync {} ({}) · rseq slice extension: {}</p>",
+            "<p>{} · {} · {} processors · Linux {} · {} · mpsync {} ({}) · rseq slice extension: {} · preemption answers: {}</p>",
             esc(&m.hostname),
             esc(&m.cpu_model),
             m.cores,
@@ -38,7 +38,12 @@ pub fn write_report(out: &Path) -> anyhow::Result<PathBuf> {
             esc(&m.rustc),
             esc(&m.mpsync_version),
             esc(&m.git_rev),
-            esc(&m.slice_extension)
+            esc(&m.slice_extension),
+            esc(if m.sched.preemption_answers.is_empty() {
+                "not recorded"
+            } else {
+                &m.sched.preemption_answers
+            })
         );
     }
     if runs.is_empty() {

@@ -84,6 +84,15 @@ pub(crate) struct PeerLine {
     /// owner parked on it. Lives here, in a block that is never freed, so a waker
     /// never touches memory its wakee may have freed.
     pub(crate) wake: AtomicU32,
+    /// The owner's slot in the eBPF program's mapped array (`super::ebpf`), null
+    /// when the kernel does not answer for it. A `std` atomic, not the `sync`
+    /// shim's: it points into memory the kernel writes, outside any loom model
+    /// (the eBPF half is compiled out under loom and Miri).
+    #[cfg_attr(any(loom, miri, not(target_os = "linux")), allow(dead_code))]
+    pub(crate) kslot: std::sync::atomic::AtomicPtr<()>,
+    /// The owner's tid as the kernel sees it (for the eBPF program's map).
+    #[cfg_attr(any(loom, miri, not(target_os = "linux")), allow(dead_code))]
+    pub(crate) ktid: std::sync::atomic::AtomicU32,
 }
 
 /// [`ContextBlock`]'s line of what the owning thread writes.
@@ -147,6 +156,8 @@ impl ContextBlock {
                 tid: AtomicU32::new(0),
                 pthread: AtomicU64::new(0),
                 wake: AtomicU32::new(0),
+                kslot: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+                ktid: std::sync::atomic::AtomicU32::new(0),
             }),
             owner: CachePadded::new(OwnerLine {
                 depth: AtomicU32::new(0),

@@ -28,6 +28,8 @@
 //! ```
 
 pub mod context;
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+mod ebpf;
 pub mod emulated;
 mod futex;
 pub mod native;
@@ -131,11 +133,18 @@ pub fn yield_now() {
     }
 }
 
-/// Whether `cb`'s thread is (believed) not running: the scheduler says so
-/// (`Preempted`), or — natively — its heartbeat is stale.
+/// Whether `cb`'s thread is (believed) off its processor while it still wants
+/// to run: the scheduler says so (`Preempted`), or — natively — the kernel does
+/// (the eBPF program on `sched_switch`, see [`native::preemption_answers`]), or,
+/// where the kernel does not answer, its heartbeat is stale. A thread blocked
+/// in the kernel (a futex, I/O) is not preempted.
 #[inline]
 pub fn is_preempted(cb: &ContextBlock) -> bool {
-    cb.state() == ThreadState::Preempted || native::presumed_preempted(cb)
+    cb.state() == ThreadState::Preempted
+        || match native::kernel_preempted(cb) {
+            Some(p) => p,
+            None => native::presumed_preempted(cb),
+        }
 }
 
 /// Whether `cb`'s thread published a heartbeat that is now stale (older than

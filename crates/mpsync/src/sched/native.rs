@@ -1,9 +1,16 @@
 //! The native backend: the real Linux machine.
 //!
-//! - **Is that thread preempted?** Time-published heartbeats (He, Scherer & Scott,
-//!   "Preemption Adaptivity in Time-Published Queue-Based Spin Locks", HiPC 2005):
-//!   a waiting thread publishes `now` in its context block as it spins; a heartbeat
-//!   older than [`heartbeat_threshold`] means "presumed preempted".
+//! - **Is that thread preempted?** The kernel's answer where the process may load
+//!   eBPF (root, or `CAP_BPF` + `CAP_PERFMON`): a program on `tp_btf/sched_switch`
+//!   keeps each registered thread's state — running, preempted (off the CPU, still
+//!   runnable) or blocked — in a memory-mapped array, so the answer is one load,
+//!   current within microseconds of the switch ([`preemption_answers`] says
+//!   whether it is in use and why not; [`kernel_state`], [`kernel_view`]).
+//!   Otherwise, and for threads the kernel does not answer for, time-published
+//!   heartbeats (He, Scherer & Scott, "Preemption Adaptivity in Time-Published
+//!   Queue-Based Spin Locks", HiPC 2005): a waiting thread publishes `now` in its
+//!   context block as it spins; a heartbeat older than [`heartbeat_threshold`]
+//!   means "presumed preempted". `MPSYNC_EBPF=off` forces the heartbeats.
 //! - **Partition**: the affinity mask (`sched_getaffinity`) and the cgroup CPU quota
 //!   (`cpu.max`), polled at most every 10 ms, with mpsync's own generation counter
 //!   bumped whenever either changes.
@@ -20,6 +27,15 @@
 //! let cpus = native::available_cpus().unwrap();
 //! assert!(!cpus.is_empty());
 //! println!("quota: {:?}, slice extension: {:?}", native::cgroup_cpu_quota(), native::slice_extension());
+//! // Where "is that thread preempted?" is answered from on this machine:
+//! match native::preemption_answers() {
+//!     native::PreemptionAnswers::Ebpf => {
+//!         // The kernel knows the calling thread is on a CPU right now.
+//!         let me = mpsync::sched::current();
+//!         assert_eq!(native::kernel_state(me), Some(native::KernelState::Running));
+//!     }
+//!     native::PreemptionAnswers::Heartbeat(why) => println!("heartbeats: {why}"),
+//! }
 //! ```
 
 use std::sync::{Mutex, OnceLock};
@@ -68,6 +84,144 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Where [`super::is_preempted`]'s native answers come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreemptionAnswers {
+    /// The kernel: the eBPF program on `tp_btf/sched_switch` is loaded and
+    /// attached, and every registered thread (up to 4095 alive at once) has a slot.
+    Ebpf,
+    /// Heartbeats; why the kernel does not answer (not built, not permitted,
+    /// disabled by `MPSYNC_EBPF=off`, not Linux, ...).
+    Heartbeat(String),
+}
+
+impl PreemptionAnswers {
+    /// One line for people: "eBPF (...)" or "heartbeats: why".
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Ebpf => format!("eBPF on tp_btf/sched_switch (program {})", ebpf_build()),
+            Self::Heartbeat(why) => format!("heartbeats: {why}"),
+        }
+    }
+}
+
+/// Where preemption answers come from in this process. The first call (or the
+/// first thread to register with `sched`) loads the eBPF program where the
+/// process is permitted to; the outcome is decided once.
+pub fn preemption_answers() -> &'static PreemptionAnswers {
+    static A: OnceLock<PreemptionAnswers> = OnceLock::new();
+    A.get_or_init(|| {
+        #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+        {
+            // Registering loads the program (or records why not).
+            let _ = super::current();
+            match super::ebpf::status() {
+                None => PreemptionAnswers::Ebpf,
+                Some(why) => PreemptionAnswers::Heartbeat(why.to_string()),
+            }
+        }
+        #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+        {
+            PreemptionAnswers::Heartbeat(ebpf_build().trim_start_matches("not built: ").into())
+        }
+    })
+}
+
+/// How this build of mpsync got its eBPF program: "built with CLANG VERSION"
+/// or "not built: WHY" (build.rs; no clang at build time, not Linux, ...).
+pub fn ebpf_build() -> &'static str {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::BUILD
+    }
+    #[cfg(all(not(target_os = "linux"), not(loom), not(miri)))]
+    {
+        "not built: eBPF is Linux-only"
+    }
+    #[cfg(loom)]
+    {
+        "not built: not under loom (the kernel is not part of a model)"
+    }
+    #[cfg(all(miri, not(loom)))]
+    {
+        "not built: not under Miri (no bpf syscall)"
+    }
+}
+
+/// What the kernel says a thread is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelState {
+    /// On a CPU.
+    Running,
+    /// Off the CPU but runnable: preempted (a tick, a wake-up of another thread),
+    /// or it yielded.
+    Preempted,
+    /// Off the CPU waiting: a futex, a sleep, I/O.
+    Blocked,
+}
+
+/// Everything the eBPF program keeps about one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelView {
+    /// Its state now.
+    pub state: KernelState,
+    /// The CPU it last ran on.
+    pub cpu: u32,
+    /// Times it got a CPU since it registered.
+    pub switches_in: u64,
+    /// Times it lost the CPU while still runnable.
+    pub preemptions: u64,
+    /// Times it left the CPU to wait.
+    pub blocks: u64,
+    /// When it last left a CPU (`CLOCK_MONOTONIC` ns, as [`now_ns`]); 0 if never.
+    pub off_ns: u64,
+    /// When it last got one; 0 if never.
+    pub on_ns: u64,
+}
+
+/// The kernel's state of `cb`'s thread (one load), or `None` when the kernel does
+/// not answer for it (eBPF not in use, a free block, beyond the map's slots).
+#[inline]
+pub fn kernel_state(cb: &ContextBlock) -> Option<KernelState> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::state(cb)
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = cb;
+        None
+    }
+}
+
+/// Whether the kernel says `cb`'s thread is preempted; `None` when it does not
+/// answer for it (then [`presumed_preempted`] is the fallback).
+#[inline]
+pub fn kernel_preempted(cb: &ContextBlock) -> Option<bool> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::preempted(cb)
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = cb;
+        None
+    }
+}
+
+/// The kernel's counters and times for `cb`'s thread (see [`kernel_state`]).
+pub fn kernel_view(cb: &ContextBlock) -> Option<KernelView> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::view(cb)
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = cb;
+        None
+    }
 }
 
 /// Native hook of `request_no_preempt` (outermost level): the kernel extension is

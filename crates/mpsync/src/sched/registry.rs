@@ -78,6 +78,9 @@ mod imp {
         // While `CURRENT` still names the block: detaching may take a no-preempt
         // section on it.
         super::super::emulated::detach_exiting(cb);
+        // The kernel stops answering for this thread (on the thread itself).
+        #[cfg(all(target_os = "linux", not(miri)))]
+        super::super::ebpf::on_release(cb);
         CURRENT.with(|c| c.set(std::ptr::null()));
         cb.reset_for_new_owner();
         // Relaxed (these four): informational for peers; the next owner gets them
@@ -114,9 +117,9 @@ mod imp {
     #[cold]
     fn register() -> &'static ContextBlock {
         let key = exit_key();
-        let cb = {
+        let (index, cb) = {
             let mut blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
-            let free = blocks.iter().copied().find(|b| {
+            let free = blocks.iter().copied().enumerate().find(|(_, b)| {
                 // Relaxed load first: a failing CAS would still take every busy
                 // block's cache line away from its owner.
                 // Acquire: pairs with the Release store in `release`.
@@ -130,7 +133,7 @@ mod imp {
                 let b: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
                 b.peer.in_use.store(true, Ordering::Relaxed);
                 blocks.push(b);
-                b
+                (blocks.len() - 1, b)
             })
         };
         // A stale peer (a lock releaser still holding the previous owner's block)
@@ -145,6 +148,13 @@ mod imp {
         #[allow(clippy::unnecessary_cast)] // pthread_t is u64 only on 64-bit Linux
         cb.peer.pthread.store(pt as u64, Ordering::Relaxed);
         CURRENT.with(|c| c.set(cb));
+        // The kernel's answers for this thread (loads the eBPF program at the
+        // process's first registration, where permitted). The block's index is
+        // its slot: stable, since blocks are recycled and never freed.
+        #[cfg(all(target_os = "linux", not(miri)))]
+        super::super::ebpf::on_register(cb, index);
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        let _ = index;
         match key {
             // SAFETY: `key` is a live key; the value is the block, which
             // `on_thread_exit` expects. Fails only for lack of memory (ENOMEM):
