@@ -54,7 +54,7 @@ pub use scalable::ScalableSc;
 pub use tree::CombiningTree;
 
 use crate::sched;
-use crate::sync::{AtomicU32, Ordering, spin_loop};
+use crate::sync::{AtomicU32, Ordering, fence, spin_loop};
 use crate::util::CachePadded;
 use crate::util::clock::now_ns;
 
@@ -182,11 +182,15 @@ impl Release {
     /// The leader ends episode `seen`.
     #[inline]
     pub(crate) fn release(&self) {
-        // SeqCst (both): a Dekker pair with a waiter's sleepers increment and
-        // its re-check of the episode — either we see it counted, or it sees the
-        // new episode. The increment is also the Release that publishes every
-        // arrival (chained to us through the AcqRel arrival counters).
+        // A Dekker pair with a waiter's sleepers increment and its re-check of
+        // the episode, through a SeqCst fence on each side: either we see it
+        // counted, or it sees the new episode. (SeqCst accesses alone would do in
+        // C++'s model, but loom models them as AcqRel and then finds a lost
+        // wake-up; SeqCst fences it models exactly.) The increment is also the
+        // Release that publishes every arrival (chained to us through the AcqRel
+        // arrival counters).
         self.episode.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) != 0 {
             sched::unpark_all(&self.episode);
         }
@@ -234,8 +238,9 @@ impl Release {
             return;
         }
         loop {
-            // SeqCst: see `release`.
+            // SeqCst, and the fence: see `release`.
             self.sleepers.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
             let moved = self.episode.load(Ordering::SeqCst) != seen;
             if !moved {
                 sched::park(&self.episode, seen, None);
