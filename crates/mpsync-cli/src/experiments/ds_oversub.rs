@@ -18,6 +18,10 @@ use crate::svg::{Series, line_chart};
 
 /// Trial length at `--scale 1`.
 pub const BASE_DURATION_MS: f64 = 300.0;
+/// Trial length under `--quick` (at its `--scale 0.3`): 60 ms, fifteen 4 ms
+/// scheduler ticks — enough to see preemption inside operations, and it keeps
+/// the 270 trials of the smoke run near 16 s.
+pub const QUICK_DURATION_FACTOR: f64 = 2.0 / 3.0;
 
 /// The peer every row of a kind is compared with.
 pub fn reference(kind: Kind) -> &'static str {
@@ -46,7 +50,9 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             vec![1, 2, 4, 3 * cores, 4 * cores]
         }
     });
-    let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
+    let quick_factor = if p.quick { QUICK_DURATION_FACTOR } else { 1.0 };
+    let duration =
+        Duration::from_secs_f64((BASE_DURATION_MS * p.scale * quick_factor).max(20.0) / 1e3);
     let table = ds_table();
     let pb = crate::progress(
         (threads.len() * p.trials as usize * table.len()) as u64,

@@ -11,15 +11,16 @@
 //! The paper's horizontal axis is processors (1..11) with one graph per MP level;
 //! mpsync plots time against the MP level at one processor count (all available
 //! cores unless `--procs` names one), which on a 2-core machine is the informative
-//! axis. `--quick` runs a twentieth of the pairs on top of its usual `--scale 0.3`
-//! (7,500 pairs per worker on 2 cores, ≈ 90 ms of work alone: nine 10 ms quanta).
+//! axis. `--quick` runs 3.5% of the pairs on top of its usual `--scale 0.3`
+//! (5,250 pairs per worker on 2 cores, ≈ 63 ms of work alone: six 10 ms quanta,
+//! twelve at MP 2) and only MP levels 1 and 2 (as `wks94`'s quick runs).
 
 use std::time::Instant;
 
 use mpsync::util::busy::BusyWork;
 
 use super::structures::{DsImpl, Kind, Ms97Spec, of_kind};
-use super::wks94::{AMONG_THE_BEST, COLLAPSE};
+use super::wks94::{AMONG_THE_BEST, COLLAPSE, QUICK_MP_LEVELS};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
@@ -28,9 +29,9 @@ use crate::svg::{Series, line_chart};
 
 /// Operation pairs at `--scale 1`, over all workers.
 pub const BASE_PAIRS: f64 = 1_000_000.0;
-/// Extra factor on the pairs under `--quick` (0.1 until issue 13: halved to keep
-/// `repro all --quick` under its 10 minutes on 2 cores).
-pub const QUICK_FACTOR: f64 = 0.05;
+/// Extra factor on the pairs under `--quick` (0.1, then 0.05, now 0.035: cut
+/// with the MP levels to keep `repro all --quick` under its 10 minutes on 2 cores).
+pub const QUICK_FACTOR: f64 = 0.035;
 /// Busy work after each operation.
 pub const WORK_US: f64 = 6.0;
 /// The paper's quantum.
@@ -72,7 +73,13 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     let mps: Vec<f64> = if preempt == Preempt::None {
         vec![1.0]
     } else {
-        p.mp.clone().unwrap_or_else(|| vec![1.0, 2.0, 3.0])
+        p.mp.clone().unwrap_or_else(|| {
+            if p.quick {
+                QUICK_MP_LEVELS.to_vec()
+            } else {
+                vec![1.0, 2.0, 3.0]
+            }
+        })
     };
     let quantum = p.quantum(QUANTUM_MS);
     let pairs = BASE_PAIRS * p.scale * if p.quick { QUICK_FACTOR } else { 1.0 };

@@ -40,10 +40,16 @@ pub const CAP_MIN_S: f64 = 2.0;
 pub const QUICK_CAP_MIN_S: f64 = 1.0;
 
 /// Extra factor on the iterations under `--quick`, on top of its `--scale 0.3`
-/// (as ms97's): wks94 then runs 600 iterations per worker, ≈ 0.14 s alone and
-/// still about seven 20 ms quanta; wks95 750, ≈ 0.19 s and four 50 ms quanta at
-/// MP 1 (more at higher levels). Keeps `repro all --quick` under its 10 minutes.
-pub const QUICK_FACTOR: f64 = 0.5;
+/// (as ms97's): wks94 then runs 420 iterations per worker, ≈ 95 ms alone, and
+/// at MP 2 about ten 20 ms quanta per processor; wks95 525, ≈ 134 ms alone and
+/// five 50 ms quanta at MP 2. Keeps `repro all --quick` under its 10 minutes.
+pub const QUICK_FACTOR: f64 = 0.35;
+
+/// MP levels of the MP-level experiments under `--quick` (full runs: 1, 1.5, 2,
+/// 2.5, 3). MP 2 is the most multiprogrammed point, where every clause is
+/// judged; MP 1 is the dedicated reference. MP 3 only deepens a collapse that
+/// MP 2 already shows, at half the run's time.
+pub const QUICK_MP_LEVELS: [f64; 2] = [1.0, 2.0];
 
 /// Judges a conclusion on (points, (processors, MP) per x, x is processors, preemption).
 pub type VerdictFn = fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict;
@@ -70,6 +76,10 @@ pub struct Program {
     pub verdict: VerdictFn,
     /// Locks whose ratio to `baseline` is printed as an observation.
     pub observe: &'static [&'static str],
+    /// The mpsync locks a `--quick` run measures (every peer is measured too, as
+    /// the verdicts compare against the fastest): those the verdict and the
+    /// observations name. A full run measures all of `names`.
+    pub quick_names: &'static [&'static str],
 }
 
 /// Paper 003's program (§4.1-4.3).
@@ -105,6 +115,15 @@ pub const WKS94: Program = Program {
         "Native",
         "parking_lot::Mutex",
     ],
+    quick_names: &[
+        "TAS-B",
+        "TAS-B-np",
+        "Queued",
+        "Queued-np",
+        "Queued-Handshaking",
+        "Smart-Q",
+        "Native",
+    ],
 };
 
 /// Runs either experiment.
@@ -136,7 +155,7 @@ pub fn run_program(
             .unwrap_or(p.cores);
         let mps = p.mp.clone().unwrap_or_else(|| {
             if p.quick {
-                vec![1.0, 2.0, 3.0]
+                QUICK_MP_LEVELS.to_vec()
             } else {
                 vec![1.0, 1.5, 2.0, 2.5, 3.0]
             }
@@ -161,7 +180,11 @@ pub fn run_program(
     };
     let mut censored: Vec<String> = Vec::new();
     let spec = spec_at(points.first().map_or(1, |p| p.0));
-    let table = select(prog.names);
+    let table = if p.quick {
+        select(prog.quick_names)
+    } else {
+        select(prog.names)
+    };
     let pb = crate::progress(
         (points.len() * p.trials as usize * table.len()) as u64,
         exp.id,

@@ -40,6 +40,14 @@ pub const WKS95: Program = Program {
     by_procs: |_, p| p.procs.as_ref().is_some_and(|v| v.len() > 1),
     verdict,
     observe: &["Ticket-np", "Ticket", "Smart-Q", "TAS-B-np", "TAS-B"],
+    quick_names: &[
+        "Ticket-np",
+        "Ticket",
+        "Smart-Q",
+        "TAS-B-np",
+        "TAS-B",
+        "Native",
+    ],
 };
 
 /// Runs the experiment.

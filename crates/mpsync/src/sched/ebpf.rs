@@ -492,9 +492,33 @@ pub(crate) fn state(cb: &ContextBlock) -> Option<KernelState> {
     decode(field!(s, state, u32).load(Ordering::Relaxed))
 }
 
-/// Whether the kernel says `cb`'s thread is preempted; `None` if it does not know.
+/// Whether [`preempted`] gives the kernel's answers (see
+/// [`super::native::set_kernel_answers`]). A `core` atomic like the map's words:
+/// a process-wide configuration switch read on the hot path, not a protocol
+/// word, so neither loom (which compiles this module out) nor the chaos build
+/// has anything to model in it.
+static ANSWERING: AtomicBool = AtomicBool::new(true);
+
+/// Turns the lock-facing answers on or off (the map keeps being maintained).
+pub(crate) fn set_answering(on: bool) {
+    // Relaxed: a configuration switch; nothing is published with it, and a
+    // waiter that reads the old value for a while gets a hint that is still true.
+    ANSWERING.store(on, Ordering::Relaxed);
+}
+
+/// Whether the lock-facing answers are on.
+pub(crate) fn answering() -> bool {
+    // Relaxed: see `set_answering`.
+    ANSWERING.load(Ordering::Relaxed)
+}
+
+/// Whether the kernel says `cb`'s thread is preempted; `None` if it does not
+/// know, or when the answers are switched off ([`set_answering`]).
 #[inline]
 pub(crate) fn preempted(cb: &ContextBlock) -> Option<bool> {
+    if !answering() {
+        return None;
+    }
     let s = slot_of(cb)?;
     // Relaxed: a hint (see the module doc).
     match field!(s, state, u32).load(Ordering::Relaxed) {

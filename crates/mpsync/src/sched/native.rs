@@ -196,8 +196,38 @@ pub fn kernel_state(cb: &ContextBlock) -> Option<KernelState> {
     }
 }
 
+/// Switches the kernel's preemption answers to the locks on (the default) or
+/// off, process-wide, at run time; returns the previous setting. Off,
+/// [`kernel_preempted`] answers `None` and every lock falls back to heartbeats,
+/// exactly as on a machine where the eBPF program could not load — while the
+/// program keeps running, so the two can be compared in one process (the
+/// `lock-oversub` experiment's "eBPF off" lines). [`kernel_state`] and
+/// [`kernel_view`] keep answering (they are diagnostics, not lock inputs).
+/// A no-op returning `false` where the module is compiled out (loom, Miri,
+/// non-Linux). `MPSYNC_EBPF=off` instead keeps the program from loading at all.
+///
+/// ```
+/// let was = mpsync::sched::native::set_kernel_answers(false);
+/// // ... measure with heartbeats only ...
+/// mpsync::sched::native::set_kernel_answers(was);
+/// ```
+pub fn set_kernel_answers(on: bool) -> bool {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        let was = super::ebpf::answering();
+        super::ebpf::set_answering(on);
+        was
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = on;
+        false
+    }
+}
+
 /// Whether the kernel says `cb`'s thread is preempted; `None` when it does not
-/// answer for it (then [`presumed_preempted`] is the fallback).
+/// answer for it, or when [`set_kernel_answers`] switched the answers off (then
+/// [`presumed_preempted`] is the fallback).
 #[inline]
 pub fn kernel_preempted(cb: &ContextBlock) -> Option<bool> {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
