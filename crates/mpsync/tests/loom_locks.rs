@@ -473,6 +473,16 @@ fn bounded_steal_twice() {
     acquire_twice(BoundedSteal::new, 2, 2);
 }
 
+/// Bounded-steal with a steal budget of one, each of two threads acquiring
+/// twice: a thread's second acquisition finds its budget spent and, when the
+/// other is queued, joins the queue while the lock may be free — the turn that
+/// keeps the lock fair — in every order with the other's steal, queueing, park
+/// and wake.
+#[test]
+fn bounded_steal_budget_one_twice() {
+    acquire_twice(|| BoundedSteal::new().with_steal_budget(1).unwrap(), 2, 2);
+}
+
 /// Bounded-steal, three threads: the main thread holds the lock while two
 /// others queue, so one of them waits *behind* the head — it announces that it
 /// sleeps (SLEEPING) and sleeps on its wake word while the head takes the lock

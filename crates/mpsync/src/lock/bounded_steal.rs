@@ -22,6 +22,20 @@
 //!   longer than the lock's fairness bound (default [`FAIR_AFTER`], 0.5 ms, as
 //!   parking_lot's fair unlock) sets [`NO_STEAL`]: from then on only the head may
 //!   take the free lock, which it does as soon as it runs.
+//! - **A steal budget per thread** (long-term fairness). Stealing keeps the lock
+//!   busy, but left alone the threads that happen to be running take almost
+//!   every acquisition while the queued ones get one per fairness bound: over a
+//!   second, some threads of an oversubscribed machine get a hundred times the
+//!   acquisitions of others. So a thread may take the lock outside the queue at
+//!   most [`STEAL_BUDGET`] times in a row (per thread, counted in a
+//!   thread-local); with the budget spent and someone queued, its next
+//!   acquisition joins the queue's tail, and coming out of the queue refills the
+//!   budget. Every thread thus cycles through the same turn — queue, head,
+//!   holder, a budget of steals — in FIFO order, and the running set rotates
+//!   every few hundred microseconds instead of once per fairness bound (the
+//!   idea of Dice's Malthusian locks: a small circulating set, rotated for
+//!   long-term fairness). The wake-ups this costs are one per turn, not one per
+//!   acquisition, and happen one step ahead.
 //!
 //! Waiters' nodes come from a per-thread cache and are off the queue before the
 //! critical section starts. A waker never touches a node its wakee may already
@@ -77,6 +91,38 @@ pub const FAIR_AFTER: Duration = Duration::from_micros(500);
 /// left to the holder and the head.
 pub const STEAL_PATIENCE: Duration = Duration::from_micros(2);
 
+/// Default steal budget: acquisitions a thread may make outside the queue in a
+/// row while others are queued (a turn of ≈ 0.1–0.3 ms for microsecond
+/// critical sections).
+pub const STEAL_BUDGET: u32 = 128;
+
+#[cfg(not(loom))]
+thread_local! {
+    /// This thread's steals left (module doc: "a steal budget per thread").
+    static STEALS_LEFT: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    /// This thread's steals left (module doc: "a steal budget per thread").
+    static STEALS_LEFT: std::cell::Cell<u32> = std::cell::Cell::new(u32::MAX);
+}
+
+/// This thread's steals left, at most `budget` (a fresh thread, or one coming
+/// from a lock with a larger budget, starts a full turn of this lock's); 1
+/// while its thread-locals are torn down (an exiting thread is not made to queue).
+#[inline]
+fn steals_left(budget: u32) -> u32 {
+    STEALS_LEFT
+        .try_with(std::cell::Cell::get)
+        .unwrap_or(1)
+        .min(budget)
+}
+
+#[inline]
+fn set_steals_left(n: u32) {
+    let _ = STEALS_LEFT.try_with(|c| c.set(n));
+}
+
 /// A queued waiter, not yet at the head.
 const WAITING: u32 = 0;
 /// A queued waiter that announced it sleeps (its waker must wake it).
@@ -116,6 +162,8 @@ pub struct BoundedSteal {
     /// Last node of the waiters' queue (null: nobody queued).
     tail: AtomicPtr<Node>,
     fair_after_ns: u64,
+    /// A thread's steals per turn ([`STEAL_BUDGET`] by default).
+    steal_budget: u32,
 }
 
 // SAFETY: all shared state is atomics; raw pointers in it name nodes owned by
@@ -139,6 +187,7 @@ impl BoundedSteal {
             holder: AtomicPtr::new(ptr::null_mut()),
             tail: AtomicPtr::new(ptr::null_mut()),
             fair_after_ns: FAIR_AFTER.as_nanos() as u64,
+            steal_budget: STEAL_BUDGET,
         }
     }
 
@@ -150,6 +199,7 @@ impl BoundedSteal {
             holder: AtomicPtr::new(ptr::null_mut()),
             tail: AtomicPtr::new(ptr::null_mut()),
             fair_after_ns: FAIR_AFTER.as_nanos() as u64,
+            steal_budget: STEAL_BUDGET,
         }
     }
 
@@ -165,6 +215,37 @@ impl BoundedSteal {
         let mut l = Self::new();
         l.fair_after_ns = ns as u64;
         Ok(l)
+    }
+
+    /// This lock with a thread's steals per turn set to `budget` (module doc:
+    /// fewer is fairer, more keeps more acquisitions on the running threads).
+    /// Errors unless 1 ≤ `budget` ≤ 1,000,000.
+    ///
+    /// ```
+    /// use mpsync::lock::BoundedSteal;
+    /// let l = BoundedSteal::new().with_steal_budget(16).unwrap();
+    /// assert_eq!(l.steal_budget(), 16);
+    /// assert!(BoundedSteal::new().with_steal_budget(0).is_err());
+    /// ```
+    pub fn with_steal_budget(mut self, budget: u32) -> Result<Self, LockError> {
+        if !(1..=1_000_000).contains(&budget) {
+            return Err(LockError::InvalidParameter(format!(
+                "bounded-steal steal budget {budget} is out of range: use 1 ..= 1000000 (default {STEAL_BUDGET})"
+            )));
+        }
+        self.steal_budget = budget;
+        Ok(self)
+    }
+
+    /// A thread's steals per turn.
+    pub fn steal_budget(&self) -> u32 {
+        self.steal_budget
+    }
+
+    /// Counts one acquisition outside the queue against this thread's budget.
+    #[inline]
+    fn spend_steal(left: u32) {
+        set_steals_left(left.saturating_sub(1));
     }
 
     /// Takes the lock if it is free and stealing is allowed.
@@ -203,15 +284,28 @@ impl BoundedSteal {
 
     #[cold]
     fn lock_slow(&self) {
-        // Phase 1: a running arrival spins briefly for the lock.
-        let mut steal = Patience::start(STEAL_PATIENCE.as_nanos() as u64);
-        let mut waiter = Waiter::new();
-        loop {
-            if self.try_steal() {
-                return;
+        let mut left = steals_left(self.steal_budget);
+        if left == 0 {
+            // Relaxed: advice; a queue that forms or empties a moment later
+            // only moves one acquisition between the fast and the fair way.
+            if self.tail.load(Ordering::Relaxed).is_null() {
+                // Nobody to be fair to: a new turn.
+                left = self.steal_budget;
+                set_steals_left(left);
             }
-            if waiter.spin(self.holder()) == Wait::Park || steal.exhausted() {
-                break;
+        }
+        // Phase 1: a running arrival with steals left spins briefly for the lock.
+        if left > 0 {
+            let mut steal = Patience::start(STEAL_PATIENCE.as_nanos() as u64);
+            let mut waiter = Waiter::new();
+            loop {
+                if self.try_steal() {
+                    Self::spend_steal(left);
+                    return;
+                }
+                if waiter.spin(self.holder()) == Wait::Park || steal.exhausted() {
+                    break;
+                }
             }
         }
         // Phase 2: queue.
@@ -239,6 +333,8 @@ impl BoundedSteal {
         // Phase 3: the head waits for the lock.
         self.head_acquire();
         self.leave_queue(node);
+        // Out of the queue: a new turn.
+        set_steals_left(self.steal_budget);
     }
 
     /// Queued behind someone: sleep until made head (woken one step ahead).
@@ -408,12 +504,15 @@ unsafe impl lock_api::RawMutex for BoundedSteal {
 
     #[inline]
     fn lock(&self) -> Self::Guard {
+        let left = steals_left(self.steal_budget);
         // Acquire: pairs with the Release RMW of `unlock`.
-        if self
-            .word
-            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        if left > 0
+            && self
+                .word
+                .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
         {
+            Self::spend_steal(left);
             self.set_holder();
         } else {
             self.lock_slow();
@@ -425,6 +524,7 @@ unsafe impl lock_api::RawMutex for BoundedSteal {
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
         if self.try_steal() {
+            Self::spend_steal(steals_left(self.steal_budget));
             self.set_holder();
             Some(lock_api::GuardSend::new())
         } else {
@@ -448,5 +548,72 @@ unsafe impl lock_api::RawMutex for BoundedSteal {
     fn is_locked(&self) -> bool {
         // Relaxed: a momentary snapshot.
         self.word.load(Ordering::Relaxed) & LOCKED != 0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use lock_api::RawMutex;
+    use std::sync::atomic::{AtomicU32 as StdU32, Ordering as StdOrdering};
+    use std::time::Instant;
+
+    /// A thread that spent its steal budget while someone is queued joins the
+    /// queue's tail: the queued waiter gets the lock before the spender's next
+    /// acquisition, even though the lock is free when the spender asks and the
+    /// fairness bound (1 s here) has not stopped stealing. Without the budget
+    /// the spender takes the free lock at once.
+    #[test]
+    #[cfg_attr(miri, ignore = "waits on real time for a queued thread")]
+    fn a_thread_out_of_steals_queues_behind_a_waiter() {
+        let l = BoundedSteal::with_fair_after(Duration::from_secs(1))
+            .unwrap()
+            .with_steal_budget(1)
+            .unwrap();
+        let order = StdU32::new(0);
+        let (b_at, a_again_at) = std::thread::scope(|s| {
+            l.lock(); // A's one steal of this turn
+            let b = s.spawn(|| {
+                l.lock();
+                let at = order.fetch_add(1, StdOrdering::SeqCst);
+                // SAFETY: locked just above, by this thread.
+                unsafe { l.unlock(lock_api::GuardSend::new()) };
+                at
+            });
+            // Wait until B is queued.
+            let t0 = Instant::now();
+            while l.tail.load(Ordering::Relaxed).is_null() {
+                assert!(t0.elapsed() < Duration::from_secs(20), "B never queued");
+                std::thread::yield_now();
+            }
+            // SAFETY: A holds the lock (locked above).
+            unsafe { l.unlock(lock_api::GuardSend::new()) };
+            l.lock(); // budget spent, B queued: A must queue behind B
+            let a_again = order.fetch_add(1, StdOrdering::SeqCst);
+            // SAFETY: locked just above.
+            unsafe { l.unlock(lock_api::GuardSend::new()) };
+            (b.join().unwrap(), a_again)
+        });
+        assert!(
+            b_at < a_again_at,
+            "A took the lock again ({a_again_at}) before the queued B ({b_at}) with its steal budget spent"
+        );
+    }
+
+    #[test]
+    fn the_steal_budget_is_validated_and_clamps_a_threads_turn() {
+        assert!(BoundedSteal::new().with_steal_budget(0).is_err());
+        assert!(BoundedSteal::new().with_steal_budget(1_000_001).is_err());
+        let l = BoundedSteal::new().with_steal_budget(3).unwrap();
+        assert_eq!(l.steal_budget(), 3);
+        // Uncontended, the budget refills whenever it runs out: no queueing,
+        // no waiting.
+        for _ in 0..10 {
+            l.lock();
+            // SAFETY: locked just above.
+            unsafe { l.unlock(lock_api::GuardSend::new()) };
+        }
+        assert!(steals_left(3) <= 3);
+        assert!(!l.is_locked());
     }
 }
