@@ -28,6 +28,11 @@
 //! have recycled: it reads the wakee's context block (never freed) first and
 //! wakes the thread through it ([`sched::wake`]).
 //!
+//! Also [`RawMutexFair`](lock_api::RawMutexFair) (a fair unlock sets
+//! [`NO_STEAL`] for the queue head) and [`RawMutexTimed`](lock_api::RawMutexTimed)
+//! (a timed acquirer never queues, so there is nothing to withdraw): see
+//! `lock/fair_timed.rs`.
+//!
 //! Progress: deadlock-free; starvation-free for a waiter that runs (once at the
 //! head, it waits at most one fairness bound plus one critical section; the
 //! queue ahead of it is FIFO). Uses `sched`: [`Waiter`](sched::Waiter),
@@ -86,7 +91,7 @@ const HEAD: u32 = 2;
 
 /// One acquisition's place in the waiters' queue.
 #[derive(Debug)]
-struct Node {
+pub(super) struct Node {
     next: AtomicPtr<Node>,
     status: AtomicU32,
     /// The waiter's context block (never freed): how its waker wakes it.
@@ -108,13 +113,13 @@ super::node_cache!(Node, Node::new());
 /// The bounded-steal lock (module doc).
 #[derive(Debug)]
 pub struct BoundedSteal {
-    word: AtomicU32,
+    pub(super) word: AtomicU32,
     /// The holder's context block, a hint for the head's "is it preempted?"
     /// (null: unknown). Written after each acquisition, so it may name the
     /// previous holder for a moment; only advice depends on it.
     holder: AtomicPtr<ContextBlock>,
     /// Last node of the waiters' queue (null: nobody queued).
-    tail: AtomicPtr<Node>,
+    pub(super) tail: AtomicPtr<Node>,
     fair_after_ns: u64,
 }
 
@@ -169,7 +174,7 @@ impl BoundedSteal {
 
     /// Takes the lock if it is free and stealing is allowed.
     #[inline]
-    fn try_steal(&self) -> bool {
+    pub(super) fn try_steal(&self) -> bool {
         // Relaxed: a guess re-validated by the CAS.
         let w = self.word.load(Ordering::Relaxed);
         // Acquire: pairs with the Release RMW of `unlock`.
@@ -182,7 +187,7 @@ impl BoundedSteal {
 
     /// Records the holder (advice for the head's Waiter).
     #[inline]
-    fn set_holder(&self) {
+    pub(super) fn set_holder(&self) {
         // Release: pairs with the Acquire load of `holder()`, so a reader of
         // the pointer sees the block initialized (free on x86: a plain store).
         self.holder.store(
@@ -193,7 +198,7 @@ impl BoundedSteal {
 
     /// The holder as last recorded.
     #[inline]
-    fn holder(&self) -> Option<&ContextBlock> {
+    pub(super) fn holder(&self) -> Option<&ContextBlock> {
         // Acquire: pairs with the Release store of `set_holder`.
         let p = self.holder.load(Ordering::Acquire);
         // SAFETY: context blocks are never freed (sched::context), so a stale

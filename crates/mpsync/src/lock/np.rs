@@ -58,6 +58,23 @@ pub struct NpGuard<G> {
     _not_send: PhantomData<*mut ()>,
 }
 
+impl<G> NpGuard<G> {
+    /// Wraps the inner lock's guard (the request was made by this thread).
+    #[inline]
+    pub(super) fn new(inner: G) -> Self {
+        Self {
+            inner,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The inner lock's guard.
+    #[inline]
+    pub(super) fn into_inner(self) -> G {
+        self.inner
+    }
+}
+
 // SAFETY: mutual exclusion is `L`'s; the no-preempt request changes only the
 // calling thread's own context block, and the `!Send` guard makes `unlock` run on
 // the thread that made the request.
