@@ -249,7 +249,7 @@ where
     // The holder goes on and releases; others use the lock meanwhile.
     holder_go.wait();
     holder.join().unwrap();
-    let others = within_deadline(name, {
+    within_deadline(name, {
         let m = m.clone();
         move || {
             let ts: Vec<_> = (0..4)
@@ -267,7 +267,6 @@ where
             }
         }
     });
-    let () = others;
     trap.release();
     let got = res_rx.recv_timeout(STUCK).unwrap();
     assert!(
