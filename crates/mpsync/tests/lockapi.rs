@@ -288,6 +288,50 @@ fn timed_waiter_that_gave_up_never_gets_the_lock() {
     timed_waiter_gives_up::<NativeNp>("Native-np");
 }
 
+/// A timed waiter whose lock is released long before its deadline gets it:
+/// the holder keeps the lock 20 ms (the waiter is parked by then), the waiter
+/// allows 60 s. A waiter that drops the lock it took when woken (and sleeps
+/// on, or gives up holding it) fails here.
+fn timed_waiter_gets_a_released_lock<L>(name: &str)
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let m = Arc::new(Mutex::<L, u32>::new(0));
+    let m2 = m.clone();
+    let got = within_deadline(name, move || {
+        let g = m2.lock();
+        let (m3, start) = (m2.clone(), Arc::new(Barrier::new(2)));
+        let s2 = start.clone();
+        let waiter = thread::spawn(move || {
+            s2.wait();
+            let t = Instant::now();
+            let got = m3
+                .try_lock_for(Duration::from_secs(60))
+                .map(|mut g| *g += 1);
+            (got.is_some(), t.elapsed())
+        });
+        start.wait();
+        thread::sleep(Duration::from_millis(20));
+        drop(g);
+        waiter.join().unwrap()
+    });
+    assert!(
+        got.0,
+        "{name}: a timed waiter did not get a lock released 20 ms into its 60 s (gave up after {:?})",
+        got.1
+    );
+    assert!(!m.is_locked(), "{name}: lock left held");
+    assert_eq!(*m.lock(), 1);
+}
+
+#[test]
+fn timed_waiter_gets_a_lock_released_before_its_deadline() {
+    timed_waiter_gets_a_released_lock::<Native>("Native");
+    timed_waiter_gets_a_released_lock::<SpinThenPark>("SpinThenPark");
+    timed_waiter_gets_a_released_lock::<BoundedSteal>("BoundedSteal");
+    timed_waiter_gets_a_released_lock::<NativeNp>("Native-np");
+}
+
 /// 8 threads on the machine's cores: half acquire with `lock`, half with short
 /// timeouts. Every critical section is exclusive (an in-section flag), every
 /// success is counted, and the counter equals the successes; at the end the

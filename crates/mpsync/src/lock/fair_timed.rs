@@ -161,9 +161,10 @@ unsafe impl RawMutexFair for BoundedSteal {
 unsafe impl<L: RawMutexFair> RawMutexFair for Np<L> {
     #[inline]
     unsafe fn unlock_fair(&self, guard: Self::Guard) {
-        // SAFETY: `guard.inner` came from `self.inner()` (the caller's contract).
-        unsafe { self.inner().unlock_fair(guard.into_inner()) };
-        sched::release_no_preempt();
+        let (inner, cb) = guard.into_parts();
+        // SAFETY: `inner` came from `self.inner()` (the caller's contract).
+        unsafe { self.inner().unlock_fair(inner) };
+        sched::release_no_preempt_on(cb);
     }
 }
 
@@ -275,12 +276,13 @@ unsafe impl<L: RawMutexTimed> RawMutexTimed for Np<L> {
 
     #[inline]
     fn try_lock_for(&self, timeout: L::Duration) -> Option<Self::Guard> {
-        sched::request_no_preempt();
+        let cb = sched::current();
+        sched::request_no_preempt_on(cb);
         match self.inner().try_lock_for(timeout) {
-            Some(g) => Some(NpGuard::new(g)),
+            Some(g) => Some(NpGuard::new(g, cb)),
             None => {
                 // Nothing was held: no yield, even if warned meanwhile.
-                sched::cancel_no_preempt();
+                sched::cancel_no_preempt_on(cb);
                 None
             }
         }
@@ -288,11 +290,12 @@ unsafe impl<L: RawMutexTimed> RawMutexTimed for Np<L> {
 
     #[inline]
     fn try_lock_until(&self, deadline: L::Instant) -> Option<Self::Guard> {
-        sched::request_no_preempt();
+        let cb = sched::current();
+        sched::request_no_preempt_on(cb);
         match self.inner().try_lock_until(deadline) {
-            Some(g) => Some(NpGuard::new(g)),
+            Some(g) => Some(NpGuard::new(g, cb)),
             None => {
-                sched::cancel_no_preempt();
+                sched::cancel_no_preempt_on(cb);
                 None
             }
         }
