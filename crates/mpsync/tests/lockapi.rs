@@ -493,3 +493,48 @@ fn bump_lets_waiters_in_every_fair_lock() {
     bump_lets_waiters_in::<SmartQ>("Smart-Q");
     bump_lets_waiters_in::<QueuedNp>("Queued-np");
 }
+
+/// Timed acquirers steal only where stealing is allowed: a queue head that has
+/// waited past the fairness bound (1 µs here) has turned stealing off and is
+/// stopped right after announcing that it parks; the holder releases; a timed
+/// acquirer must then time out rather than take the lock past the head, and
+/// the head gets it once it goes on.
+#[test]
+fn bounded_steal_timed_acquirer_respects_a_starved_head() {
+    let raw = BoundedSteal::with_fair_after(Duration::from_micros(1)).unwrap();
+    let m = Arc::new(Mutex::<BoundedSteal, Vec<&'static str>>::from_raw(
+        raw,
+        Vec::new(),
+    ));
+    let g = m.lock();
+    let (id_tx, id_rx) = channel();
+    let (done_tx, done_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    let head = m.clone();
+    thread::spawn(move || {
+        id_tx.send(sched::current().id()).unwrap();
+        go_rx.recv().unwrap(); // the trap is armed
+        head.lock().push("head");
+        done_tx.send(()).unwrap();
+    });
+    let trap = Trap::at(stall::WAITER_PARK)
+        .thread(id_rx.recv().unwrap())
+        .arm();
+    go_tx.send(()).unwrap();
+    trap.wait_hit(STUCK)
+        .unwrap_or_else(|e| panic!("the head never announced parking: {e:?}"));
+    drop(g);
+    let other = m.clone();
+    let stole = thread::spawn(move || other.try_lock_for(Duration::from_millis(5)).is_some())
+        .join()
+        .unwrap();
+    assert!(
+        !stole,
+        "a timed acquirer took the lock past a queue head that had turned stealing off"
+    );
+    trap.release();
+    done_rx
+        .recv_timeout(STUCK)
+        .expect("the starved head never got the lock");
+    assert_eq!(*m.lock(), ["head"]);
+}
