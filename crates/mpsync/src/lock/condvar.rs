@@ -1,68 +1,4 @@
-//! A condition variable for `mpsync::Mutex<L, T>` with any lock `L`.
-//!
-//! The condvar is a *sequence word* that every notification bumps, and a count
-//! of waiters so that a notification nobody waits for costs no system call:
-//!
-//! ```text
-//! waiter (holds the mutex)                    notifier
-//! waiters += 1; fence(SeqCst)                 seq += 1; fence(SeqCst)
-//! s = seq                                     if waiters > 0:
-//! unlock the mutex                                sched::unpark_one/all(&seq)
-//! sched::park(&seq, s)  // not if seq != s
-//! lock the mutex; waiters -= 1
-//! ```
-//!
-//! **No lost wake-ups.** `s` is read while the waiter still holds the mutex, so
-//! any notification that comes after the waiter released the mutex (the only
-//! ones `wait` promises to see) bumps `seq` after that read: the futex's own
-//! compare, atomic with its queueing in the kernel, then either refuses to sleep
-//! or is woken by the notifier's `unpark`. The notifier skips the `unpark` only
-//! if it saw no waiter; by the two SeqCst fences the waiter's read of `seq` then
-//! saw the bump, so it does not sleep. A wait that began before a notification
-//! was made and had not yet released the mutex is not woken by it: notifications
-//! are not stored, exactly as for `std::sync::Condvar`.
-//!
-//! **Spurious wake-ups happen**, so wait in a loop on the condition (or use
-//! [`wait_while`](Condvar::wait_while)): a `notify_one` also ends the wait of
-//! every thread that has read `seq` but not yet parked, the scheduler's signals
-//! interrupt a park (the emulated scheduler preempts by signal), and after
-//! 2³² notifications `seq` wraps.
-//!
-//! **Waking.** `notify_all` wakes every waiter and they take the mutex one after
-//! another — there is no requeueing onto the mutex, which for an arbitrary `L`
-//! has no queue the condvar could use. Waiting releases the mutex through `L`'s
-//! own unlock, so with an -np lock the no-preempt request ends before the
-//! thread sleeps, and is made again when it re-locks.
-//!
-//! A condvar is not tied to one mutex: waiting on it with different mutexes is
-//! allowed (and a notification then wakes waiters of all of them). Uses
-//! `sched`: [`park`](crate::sched::park), [`unpark_one`](crate::sched::unpark_one),
-//! [`unpark_all`](crate::sched::unpark_all).
-//!
-//! ```
-//! use mpsync::{Mutex, lock::{Condvar, SpinThenPark}};
-//! use std::time::Duration;
-//!
-//! let queue: Mutex<SpinThenPark, Vec<u32>> = Mutex::new(Vec::new());
-//! let ready = Condvar::new();
-//! std::thread::scope(|s| {
-//!     s.spawn(|| {
-//!         for i in 0..3 {
-//!             queue.lock().push(i);
-//!             ready.notify_one();
-//!         }
-//!     });
-//!     let mut got = 0;
-//!     while got < 3 {
-//!         let mut q = queue.lock();
-//!         ready.wait_while(&mut q, |q| q.is_empty());
-//!         got += q.drain(..).count();
-//!     }
-//! });
-//! let mut q = queue.lock();
-//! let r = ready.wait_timeout(&mut q, Duration::from_millis(1));
-//! assert!(r.timed_out());
-//! ```
+//! The condition variable [`Condvar`] (its doc has the protocol).
 
 use std::time::{Duration, Instant};
 
@@ -84,7 +20,71 @@ impl WaitTimeoutResult {
     }
 }
 
-/// A condition variable usable with `mpsync::Mutex<L, T>` for every `L` (module doc).
+/// A condition variable for `mpsync::Mutex<L, T>` with any lock `L`.
+///
+/// The condvar is a *sequence word* that every notification bumps, and a count
+/// of waiters so that a notification nobody waits for costs no system call:
+///
+/// ```text
+/// waiter (holds the mutex)                    notifier
+/// waiters += 1; fence(SeqCst)                 seq += 1; fence(SeqCst)
+/// s = seq                                     if waiters > 0:
+/// unlock the mutex                                sched::unpark_one/all(&seq)
+/// sched::park(&seq, s)  // not if seq != s
+/// lock the mutex; waiters -= 1
+/// ```
+///
+/// **No lost wake-ups.** `s` is read while the waiter still holds the mutex, so
+/// any notification that comes after the waiter released the mutex (the only
+/// ones `wait` promises to see) bumps `seq` after that read: the futex's own
+/// compare, atomic with its queueing in the kernel, then either refuses to sleep
+/// or is woken by the notifier's `unpark`. The notifier skips the `unpark` only
+/// if it saw no waiter; by the two SeqCst fences the waiter's read of `seq` then
+/// saw the bump, so it does not sleep. A wait that began before a notification
+/// was made and had not yet released the mutex is not woken by it: notifications
+/// are not stored, exactly as for `std::sync::Condvar`.
+///
+/// **Spurious wake-ups happen**, so wait in a loop on the condition (or use
+/// [`wait_while`](Condvar::wait_while)): a `notify_one` also ends the wait of
+/// every thread that has read `seq` but not yet parked, the scheduler's signals
+/// interrupt a park (the emulated scheduler preempts by signal), and after
+/// 2³² notifications `seq` wraps.
+///
+/// **Waking.** `notify_all` wakes every waiter and they take the mutex one after
+/// another — there is no requeueing onto the mutex, which for an arbitrary `L`
+/// has no queue the condvar could use. Waiting releases the mutex through `L`'s
+/// own unlock, so with an -np lock the no-preempt request ends before the
+/// thread sleeps, and is made again when it re-locks.
+///
+/// A condvar is not tied to one mutex: waiting on it with different mutexes is
+/// allowed (and a notification then wakes waiters of all of them). Uses
+/// `sched`: [`park`](crate::sched::park), [`unpark_one`](crate::sched::unpark_one),
+/// [`unpark_all`](crate::sched::unpark_all).
+///
+/// ```
+/// use mpsync::{Mutex, lock::{Condvar, SpinThenPark}};
+/// use std::time::Duration;
+///
+/// let queue: Mutex<SpinThenPark, Vec<u32>> = Mutex::new(Vec::new());
+/// let ready = Condvar::new();
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         for i in 0..3 {
+///             queue.lock().push(i);
+///             ready.notify_one();
+///         }
+///     });
+///     let mut got = 0;
+///     while got < 3 {
+///         let mut q = queue.lock();
+///         ready.wait_while(&mut q, |q| q.is_empty());
+///         got += q.drain(..).count();
+///     }
+/// });
+/// let mut q = queue.lock();
+/// let r = ready.wait_timeout(&mut q, Duration::from_millis(1));
+/// assert!(r.timed_out());
+/// ```
 #[derive(Debug)]
 pub struct Condvar {
     /// Bumped by every notification; the futex waiters sleep on.
