@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
 use mpsync::Mutex;
 use mpsync::lock::{
-    BoundedSteal, Condvar, Native, NativeNp, Np, QueuedNp, SmartQ, SpinThenPark, TasBNp, Ticket,
+    BoundedSteal, Condvar, Native, NativeNp, Np, QueuedNp, SmartQ, SpinThenPark, TasB, TasBNp,
+    Ticket,
 };
 use mpsync::sched;
 use mpsync::sched::stall::{self, Trap};
@@ -286,6 +287,7 @@ fn timed_waiter_that_gave_up_never_gets_the_lock() {
     timed_waiter_gives_up::<SpinThenPark>("SpinThenPark");
     timed_waiter_gives_up::<BoundedSteal>("BoundedSteal");
     timed_waiter_gives_up::<NativeNp>("Native-np");
+    timed_waiter_gives_up::<TasB>("TAS-B");
 }
 
 /// A timed waiter whose lock is released long before its deadline gets it:
@@ -330,6 +332,7 @@ fn timed_waiter_gets_a_lock_released_before_its_deadline() {
     timed_waiter_gets_a_released_lock::<SpinThenPark>("SpinThenPark");
     timed_waiter_gets_a_released_lock::<BoundedSteal>("BoundedSteal");
     timed_waiter_gets_a_released_lock::<NativeNp>("Native-np");
+    timed_waiter_gets_a_released_lock::<TasBNp>("TAS-B-np");
 }
 
 /// 8 threads on the machine's cores: half acquire with `lock`, half with short
@@ -408,6 +411,11 @@ fn timed_torture_spin_then_park() {
 #[test]
 fn timed_torture_bounded_steal() {
     timed_torture::<BoundedSteal>("BoundedSteal");
+}
+
+#[test]
+fn timed_torture_tas_b() {
+    timed_torture::<TasB>("TAS-B");
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! | [`TicketNp`], [`SmartQ`], [`QueuedHandshaking`], [`McsTp`], [`ClhTp`] | yes: the plain unlock (queue order, skipping preempted waiters) | not yet (see below) |
 //! | [`BoundedSteal`]                          | yes: the queue head gets the lock, stealing is off | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`]              | no: the word names no waiter to hand to     | yes: a waiter that gives up just stops   |
-//! | [`Tas`], [`TasB`]                         | no: nobody is known to wait                 | no                                       |
+//! | [`TasB`]                                  | no: nobody is known to wait                 | yes: a waiter that gives up stops backing off |
+//! | [`Tas`]                                   | no: nobody is known to wait                 | no: the papers' bare baseline            |
 //! | [`Np<L>`](Np)                             | as `L`, the request ends after the unlock   | as `L`, the request cancelled on timeout |
 //!
 //! **Fair unlocks.** A fair unlock hands the lock to a thread that is already
@@ -81,10 +82,10 @@ use lock_api::{RawMutex, RawMutexFair, RawMutexTimed};
 use super::bounded_steal::{HEAD_PARKED, LOCKED, NO_STEAL};
 use super::{
     AndersonN, BoundedSteal, Clh, ClhTp, Native, Np, NpGuard, Queued, SkipPolicy, SkipQueue,
-    SpinThenPark, Ticket, TicketNp, TicketSplit,
+    SpinThenPark, TasB, Ticket, TicketNp, TicketSplit,
 };
 #[allow(unused_imports)] // named by the module doc's table
-use super::{McsTp, QueuedHandshaking, SmartQ, Tas, TasB};
+use super::{McsTp, QueuedHandshaking, SmartQ, Tas};
 use crate::sched::{self, Wait, Waiter};
 use crate::sync::Ordering;
 
@@ -171,6 +172,29 @@ unsafe impl<L: RawMutexFair> RawMutexFair for Np<L> {
 // SAFETY: `try_lock_until` takes the lock only where `lock` would (the same
 // CAS/swap in `Native::lock_slow`); giving up holds and leaves nothing.
 unsafe impl RawMutexTimed for Native {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    #[inline]
+    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
+        match deadline_after(timeout) {
+            Some(d) => self.try_lock_until(d),
+            None => Some(self.lock()),
+        }
+    }
+
+    #[inline]
+    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
+        if let Some(g) = self.try_lock() {
+            return Some(g);
+        }
+        self.lock_slow(Some(deadline))
+            .then(lock_api::GuardSend::new)
+    }
+}
+
+// SAFETY: the same swap as `lock` takes the lock; giving up holds nothing.
+unsafe impl RawMutexTimed for TasB {
     type Duration = Duration;
     type Instant = Instant;
 
@@ -375,6 +399,8 @@ mod tests {
     );
     timed!(
         timed_native: Native,
+        timed_tas_b: TasB,
+        timed_tas_b_np: super::super::TasBNp,
         timed_spin_then_park: SpinThenPark,
         timed_bounded_steal: BoundedSteal,
         timed_native_np: super::super::NativeNp,

@@ -28,7 +28,8 @@
 //! | [`TicketNp`], [`SmartQ`], [`QueuedHandshaking`], [`McsTp`], [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | not yet: their withdrawal protocols are being reworked (issue 13 §2) |
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
-//! | [`Tas`], [`TasB`] | no: nobody is known to wait | no |
+//! | [`TasB`] | no: nobody is known to wait | yes: a waiter that gives up stops backing off |
+//! | [`Tas`] | no: nobody is known to wait | no: the papers' bare baseline |
 //! | [`Np<L>`](Np) | as `L` | as `L`; the request is cancelled on a timeout |
 //!
 //! [`Condvar`] works with `Mutex<L, T>` for every `L` (wait, `wait_while`,
