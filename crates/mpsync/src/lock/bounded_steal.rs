@@ -174,7 +174,7 @@ impl BoundedSteal {
 
     /// Takes the lock if it is free and stealing is allowed.
     #[inline]
-    pub(super) fn try_steal(&self) -> bool {
+    fn try_steal(&self) -> bool {
         // Relaxed: a guess re-validated by the CAS.
         let w = self.word.load(Ordering::Relaxed);
         // Acquire: pairs with the Release RMW of `unlock`.
@@ -187,7 +187,7 @@ impl BoundedSteal {
 
     /// Records the holder (advice for the head's Waiter).
     #[inline]
-    pub(super) fn set_holder(&self) {
+    fn set_holder(&self) {
         // Release: pairs with the Acquire load of `holder()`, so a reader of
         // the pointer sees the block initialized (free on x86: a plain store).
         self.holder.store(

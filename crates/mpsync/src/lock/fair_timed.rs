@@ -247,8 +247,8 @@ const MAX_NAP: Duration = Duration::from_millis(1);
 /// First nap; doubled after each nap without getting the lock.
 const MIN_NAP: Duration = Duration::from_micros(20);
 
-// SAFETY: a timed acquirer takes the lock only by `try_steal`'s Acquire CAS
-// (what `try_lock` does); it never joins the queue, so nothing can hand it the
+// SAFETY: a timed acquirer takes the lock only by `try_lock` (a steal, an
+// Acquire CAS that respects NO_STEAL); it never joins the queue, so nothing can hand it the
 // lock after it gave up.
 unsafe impl RawMutexTimed for BoundedSteal {
     type Duration = Duration;
@@ -267,9 +267,9 @@ unsafe impl RawMutexTimed for BoundedSteal {
         let mut nap = MIN_NAP;
         let mut looks = 0u32;
         loop {
-            if self.try_steal() {
-                self.set_holder();
-                return Some(lock_api::GuardSend::new());
+            // `try_lock`: a steal, counted as `try_lock` counts it.
+            if let Some(g) = self.try_lock() {
+                return Some(g);
             }
             let advice = waiter.spin(self.holder());
             looks = looks.wrapping_add(1);
