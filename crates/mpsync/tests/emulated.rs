@@ -783,3 +783,40 @@ fn a_signal_storm_never_stops_a_thread_inside_a_section() {
     check_storm::<TicketNp>("TicketNp", true);
     check_storm::<SmartQ>("SmartQ", true);
 }
+
+/// Natively a no-preempt request is the depth count alone (issue 13 §3): the
+/// state word stays `Preemptable`. A thread that attaches to the
+/// pseudo-scheduler inside such a section tells the scheduler at once
+/// (`SelfUnpreemptable`), and is not preempted there — only warned, up to the
+/// extension bound; its outermost release makes it `Preemptable` again.
+#[test]
+fn attaching_inside_a_native_section_tells_the_scheduler() {
+    let _s = serial();
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_secs(1));
+    let emu = Emulated::start(cfg).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let cb = sched::current();
+            sched::request_no_preempt();
+            assert_eq!(cb.state(), ThreadState::Preemptable, "native: depth only");
+            assert_eq!(cb.depth(), 1);
+            let a = emu.attach(0).unwrap();
+            assert!(cb.state().is_unpreemptable(), "{:?}", cb.state());
+            // Several quanta: the scheduler must not stop us (the extension
+            // bound is far away); it may only warn.
+            let end = now_ns() + 20_000_000;
+            while now_ns() < end {
+                assert_ne!(cb.state(), ThreadState::Preempted);
+            }
+            sched::release_no_preempt(); // yields if warned
+            assert_eq!(cb.depth(), 0);
+            drop(a);
+            assert_eq!(cb.state(), ThreadState::Preemptable);
+        });
+    });
+    let st = emu.stop();
+    assert_eq!(st.forced_preemptions, 0, "{st:?}");
+}

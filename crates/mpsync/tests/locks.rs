@@ -419,13 +419,15 @@ fn nested_np_sections_keep_the_state() {
     let cb = sched::current();
     {
         let _ga = a.lock();
-        assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        // Natively the request is the depth count (the state word is the
+        // emulated scheduler's; tests/emulated.rs checks it there).
+        assert!(cb.no_preempt_requested());
         {
             let _gb = b.lock();
             assert_eq!(cb.depth(), 2);
         }
         // Releasing the inner lock must not make us preemptable.
-        assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        assert!(cb.no_preempt_requested());
         assert_eq!(cb.depth(), 1);
     }
     assert_eq!(cb.state(), ThreadState::Preemptable);
@@ -783,10 +785,12 @@ fn nested_scheduler_conscious_locks_keep_the_state() {
             let _c = inner.lock();
             let _d = tp.lock(); // MCS-TP adds no request of its own
             assert_eq!(cb.depth(), 3);
-            assert!(cb.state().is_unpreemptable());
+            assert!(cb.no_preempt_requested());
         }
         assert_eq!(cb.depth(), 1);
-        assert!(cb.state().is_unpreemptable());
+        // Natively the request is the depth count (issue 13 §3); the state
+        // word is checked under the emulated scheduler in tests/emulated.rs.
+        assert!(cb.no_preempt_requested());
     }
     assert_eq!(cb.depth(), 0);
     assert_eq!(cb.state(), ThreadState::Preemptable);

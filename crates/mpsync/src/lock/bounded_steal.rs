@@ -42,6 +42,11 @@
 //! have recycled: it reads the wakee's context block (never freed) first and
 //! wakes the thread through it ([`sched::wake`]).
 //!
+//! Also [`RawMutexFair`](lock_api::RawMutexFair) (a fair unlock sets
+//! [`NO_STEAL`] for the queue head) and [`RawMutexTimed`](lock_api::RawMutexTimed)
+//! (a timed acquirer never queues, so there is nothing to withdraw): see
+//! `lock/fair_timed.rs`.
+//!
 //! Progress: deadlock-free; starvation-free for a waiter that runs (once at the
 //! head, it waits at most one fairness bound plus one critical section; the
 //! queue ahead of it is FIFO). Uses `sched`: [`Waiter`](sched::Waiter),
@@ -132,7 +137,7 @@ const HEAD: u32 = 2;
 
 /// One acquisition's place in the waiters' queue.
 #[derive(Debug)]
-struct Node {
+pub(super) struct Node {
     next: AtomicPtr<Node>,
     status: AtomicU32,
     /// The waiter's context block (never freed): how its waker wakes it.
@@ -154,13 +159,13 @@ super::node_cache!(Node, Node::new());
 /// The bounded-steal lock (module doc).
 #[derive(Debug)]
 pub struct BoundedSteal {
-    word: AtomicU32,
+    pub(super) word: AtomicU32,
     /// The holder's context block, a hint for the head's "is it preempted?"
     /// (null: unknown). Written after each acquisition, so it may name the
     /// previous holder for a moment; only advice depends on it.
     holder: AtomicPtr<ContextBlock>,
     /// Last node of the waiters' queue (null: nobody queued).
-    tail: AtomicPtr<Node>,
+    pub(super) tail: AtomicPtr<Node>,
     fair_after_ns: u64,
     /// A thread's steals per turn ([`STEAL_BUDGET`] by default).
     steal_budget: u32,
@@ -274,7 +279,7 @@ impl BoundedSteal {
 
     /// The holder as last recorded.
     #[inline]
-    fn holder(&self) -> Option<&ContextBlock> {
+    pub(super) fn holder(&self) -> Option<&ContextBlock> {
         // Acquire: pairs with the Release store of `set_holder`.
         let p = self.holder.load(Ordering::Acquire);
         // SAFETY: context blocks are never freed (sched::context), so a stale

@@ -20,6 +20,21 @@
 //! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | issue 13; pv-qspinlock, parking_lot |
 //! | [`Np<L>`]              | L-np               | as `L`, CS no-preempt                     | 003 §3, 001 §3 (Symunix)|
 //!
+//! ## lock_api's optional traits, and a condition variable
+//!
+//! | lock | `RawMutexFair` | `RawMutexTimed` |
+//! |------|----------------|-----------------|
+//! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock already hands over in FIFO order | no: a taken ticket or queued node cannot be withdrawn |
+//! | [`TicketNp`], [`SmartQ`], [`QueuedHandshaking`], [`McsTp`], [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | not yet: their withdrawal protocols are being reworked (issue 13 §2) |
+//! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
+//! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
+//! | [`TasB`] | no: nobody is known to wait | yes: a waiter that gives up stops backing off |
+//! | [`Tas`] | no: nobody is known to wait | no: the papers' bare baseline |
+//! | [`Np<L>`](Np) | as `L` | as `L`; the request is cancelled on a timeout |
+//!
+//! [`Condvar`] works with `Mutex<L, T>` for every `L` (wait, `wait_while`,
+//! `wait_timeout`, `notify_one`, `notify_all`; spurious wake-ups possible).
+//!
 //! Ticket-np, Smart-Q and Queued-Handshaking are no-preempt by construction; any
 //! other lock gets its -np form as `Np<L>`. The pointer-free locks implement
 //! [`ProcessShared`] and work in memory shared between processes.
@@ -126,6 +141,8 @@ mod anderson;
 mod bounded_steal;
 mod clh;
 mod clh_tp;
+mod condvar;
+mod fair_timed;
 mod native;
 mod np;
 mod queued;
@@ -139,6 +156,7 @@ pub use anderson::{Anderson, AndersonGuard, AndersonN};
 pub use bounded_steal::{BoundedSteal, FAIR_AFTER, STEAL_BUDGET, STEAL_PATIENCE};
 pub use clh::{Clh, ClhGuard};
 pub use clh_tp::{ClhTp, ClhTpGuard};
+pub use condvar::{Condvar, WaitTimeoutResult};
 pub use native::Native;
 pub use np::{Np, NpGuard, NpToken};
 pub use queued::{Queued, QueuedGuard};

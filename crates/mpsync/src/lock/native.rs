@@ -11,6 +11,10 @@
 //! | 2    | locked, a thread may be parked on the word|
 //!
 //! Uses `sched`: `park`/`unpark_one`. Progress: deadlock-free; not FIFO.
+//! Implements [`RawMutexTimed`](lock_api::RawMutexTimed) (a waiter that gives up
+//! simply stops: the lock is never handed over, so nothing can be granted to
+//! it later); not `RawMutexFair`: the word names no waiter to hand the lock
+//! to — use [`BoundedSteal`](super::BoundedSteal) for fair unlocks.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::Native};
@@ -18,6 +22,8 @@
 //! m.lock().push_str("hi");
 //! assert_eq!(&*m.lock(), "hi");
 //! ```
+
+use std::time::Instant;
 
 use crate::sched;
 use crate::sync::{AtomicU32, Ordering, spin_loop};
@@ -52,8 +58,18 @@ impl Native {
         }
     }
 
+    /// The contended path; with a `deadline`, the timed one
+    /// ([`RawMutexTimed`](lock_api::RawMutexTimed), `lock/fair_timed.rs`).
+    /// Returns whether the lock was taken (always, without a deadline).
+    ///
+    /// A timed waiter that gives up leaves nothing behind but the word's
+    /// "contended" mark, which only costs the next unlock a spurious wake: the
+    /// lock is never handed to anyone, every holder takes it itself by CAS or
+    /// swap. It checks the lock *before* the clock, so a waiter woken by an
+    /// unlock takes the free lock even if its deadline has passed meanwhile —
+    /// a wake it consumed is never dropped while the lock is free.
     #[cold]
-    fn lock_slow(&self) {
+    pub(super) fn lock_slow(&self, deadline: Option<Instant>) -> bool {
         for _ in 0..SPINS {
             // Relaxed: a hint; the CAS below re-checks with Acquire.
             if self.word.load(Ordering::Relaxed) == UNLOCKED
@@ -63,15 +79,29 @@ impl Native {
                     .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return;
+                return true;
             }
             spin_loop();
         }
         // From here on we may sleep, so the word must say "contended" (2) whenever we
         // take the lock: we cannot know whether other sleepers remain.
         // Acquire: pairs with the Release swap in `unlock`.
-        while self.word.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
-            sched::park(&self.word, CONTENDED, None);
+        loop {
+            if self.word.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
+                return true;
+            }
+            let timeout = match deadline {
+                None => None,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        sched::stall::point(sched::stall::TIMED_GAVE_UP);
+                        return false;
+                    }
+                    Some(d - now)
+                }
+            };
+            sched::park(&self.word, CONTENDED, timeout);
         }
     }
 }
@@ -103,7 +133,7 @@ unsafe impl lock_api::RawMutex for Native {
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            self.lock_slow();
+            self.lock_slow(None);
         }
         lock_api::GuardSend::new()
     }

@@ -12,6 +12,10 @@
 //! acquiring and asking (a swap cannot be made atomic with a state change); the
 //! scheduler's extension bound limits what a long wait can cost it.
 //!
+//! The guard carries the thread's context block, so a section looks it up
+//! once; natively (no scheduler reads the state word) the request is the
+//! block's depth count alone: plain stores, no atomic read-modify-write.
+//!
 //! Uses `sched`: `request_no_preempt` / `release_no_preempt`. Progress and fairness:
 //! those of `L`. The guard is not `Send`: the request belongs to its thread.
 //!
@@ -22,8 +26,9 @@
 //! {
 //!     let mut g = m.lock();
 //!     *g += 1;
-//!     assert_eq!(sched::current().state(), ThreadState::SelfUnpreemptable);
+//!     assert!(sched::current().no_preempt_requested());
 //! }
+//! assert!(!sched::current().no_preempt_requested());
 //! assert_eq!(sched::current().state(), ThreadState::Preemptable);
 //! let n: Mutex<Np<Native>, u32> = Mutex::new(1);
 //! assert_eq!(*n.lock(), 1);
@@ -31,7 +36,7 @@
 
 use std::marker::PhantomData;
 
-use crate::sched;
+use crate::sched::{self, ContextBlock};
 
 /// `L` with its critical section marked no-preempt.
 #[derive(Debug, Default)]
@@ -51,11 +56,33 @@ impl<L> Np<L> {
     }
 }
 
-/// Guard state of [`Np`]: the inner lock's guard, tied to the requesting thread.
+/// Guard state of [`Np`]: the inner lock's guard and the requesting thread's
+/// context block (carried so that the release does not look it up again). Not
+/// `Send`: the request belongs to that thread.
 #[derive(Debug)]
 pub struct NpGuard<G> {
     inner: G,
+    cb: &'static ContextBlock,
     _not_send: PhantomData<*mut ()>,
+}
+
+impl<G> NpGuard<G> {
+    /// Wraps the inner lock's guard; `cb` is the calling thread's block, on
+    /// which the request was made.
+    #[inline]
+    pub(super) fn new(inner: G, cb: &'static ContextBlock) -> Self {
+        Self {
+            inner,
+            cb,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The inner lock's guard and the requesting thread's block.
+    #[inline]
+    pub(super) fn into_parts(self) -> (G, &'static ContextBlock) {
+        (self.inner, self.cb)
+    }
 }
 
 // SAFETY: mutual exclusion is `L`'s; the no-preempt request changes only the
@@ -69,24 +96,20 @@ unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for Np<L> {
 
     #[inline]
     fn lock(&self) -> Self::Guard {
-        sched::request_no_preempt();
-        NpGuard {
-            inner: self.inner.lock(),
-            _not_send: PhantomData,
-        }
+        let cb = sched::current();
+        sched::request_no_preempt_on(cb);
+        NpGuard::new(self.inner.lock(), cb)
     }
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        sched::request_no_preempt();
+        let cb = sched::current();
+        sched::request_no_preempt_on(cb);
         match self.inner.try_lock() {
-            Some(g) => Some(NpGuard {
-                inner: g,
-                _not_send: PhantomData,
-            }),
+            Some(g) => Some(NpGuard::new(g, cb)),
             None => {
                 // Nothing was held: no yield, even if warned meanwhile.
-                sched::cancel_no_preempt();
+                sched::cancel_no_preempt_on(cb);
                 None
             }
         }
@@ -94,9 +117,10 @@ unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for Np<L> {
 
     #[inline]
     unsafe fn unlock(&self, guard: Self::Guard) {
-        // SAFETY: `guard.inner` came from `self.inner` (the caller's contract).
-        unsafe { self.inner.unlock(guard.inner) };
-        sched::release_no_preempt();
+        let (inner, cb) = guard.into_parts();
+        // SAFETY: `inner` came from `self.inner` (the caller's contract).
+        unsafe { self.inner.unlock(inner) };
+        sched::release_no_preempt_on(cb);
     }
 
     #[inline]
@@ -106,30 +130,38 @@ unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for Np<L> {
 }
 
 /// Guard state of locks that are no-preempt by construction (Ticket-np, Smart-Q,
-/// Queued-Handshaking): proof that this thread requested no-preempt. Not `Send`.
+/// Queued-Handshaking): proof that this thread requested no-preempt, carrying
+/// its context block. Not `Send`.
 #[derive(Debug)]
 #[must_use = "release the request with NpToken::release"]
-pub struct NpToken(PhantomData<*mut ()>);
+pub struct NpToken {
+    cb: &'static ContextBlock,
+    _not_send: PhantomData<*mut ()>,
+}
 
 impl NpToken {
     /// Requests no-preempt for the calling thread (nests).
     #[inline]
     pub(crate) fn request() -> Self {
-        sched::request_no_preempt();
-        Self(PhantomData)
+        let cb = sched::current();
+        sched::request_no_preempt_on(cb);
+        Self {
+            cb,
+            _not_send: PhantomData,
+        }
     }
 
     /// Ends the request (on the requesting thread: the token is `!Send`); yields
     /// if the scheduler warned the thread. Call after releasing the lock.
     #[inline]
     pub(crate) fn release(self) {
-        sched::release_no_preempt();
+        sched::release_no_preempt_on(self.cb);
     }
 
     /// Ends the request after a failed `try_lock`: nothing was held, so a warned
     /// thread does not yield here ([`sched::cancel_no_preempt`]).
     #[inline]
     pub(crate) fn cancel(self) {
-        sched::cancel_no_preempt();
+        sched::cancel_no_preempt_on(self.cb);
     }
 }

@@ -18,6 +18,10 @@
 //! | 2        | locked, a waiter may be parked on the word |
 //!
 //! Uses `sched`: `park`, `unpark_one`. Progress: deadlock-free; not FIFO.
+//! Implements [`RawMutexTimed`](lock_api::RawMutexTimed) (a waiter that gives up
+//! simply stops; the lock is never handed over); not `RawMutexFair`: the word
+//! names no waiter to hand the lock to — use [`BoundedSteal`](super::BoundedSteal)
+//! for fair unlocks.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::SpinThenPark};
@@ -29,7 +33,7 @@
 //! assert!(SpinThenPark::with_patience(Duration::ZERO).is_err());
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::LockError;
 use crate::sched;
@@ -41,6 +45,9 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 const SEQ: u32 = 4;
+
+/// Spins between two looks at a timed waiter's deadline (a clock read).
+const DEADLINE_EVERY: u32 = if cfg!(loom) { 1 } else { 16 };
 
 /// Default time a holder may keep the lock before waiters presume it preempted.
 pub const SPIN_THEN_PARK_DEFAULT_PATIENCE: Duration = Duration::from_micros(50);
@@ -94,17 +101,27 @@ impl SpinThenPark {
             .compare_exchange(w, new, Ordering::Acquire, Ordering::Relaxed)
     }
 
+    /// The contended path; with a `deadline`, the timed one
+    /// ([`RawMutexTimed`](lock_api::RawMutexTimed), `lock/fair_timed.rs`).
+    /// Returns whether the lock was taken (always, without a deadline).
+    ///
+    /// A timed waiter gives up only after it has looked at the word and, in
+    /// the parking phase, marked it contended: a wake it consumed is then
+    /// either turned into taking the free lock or passed on by the next
+    /// unlock, which sees the mark. The lock is never handed over, so a waiter
+    /// that gave up cannot be granted it later.
     #[cold]
-    fn lock_slow(&self) {
+    pub(super) fn lock_slow(&self, deadline: Option<Instant>) -> bool {
         // Relaxed: every decision is re-validated by a CAS.
         let mut w = self.word.load(Ordering::Relaxed);
         let mut watched = w & !STATE;
         let mut patience = Patience::start(u64::from(self.patience_ns));
+        let mut looks = 0u32;
         // Phase 1: spin while the sequence moves (holders run and hand on).
         loop {
             if w & STATE == UNLOCKED {
                 match self.try_take(w, LOCKED) {
-                    Ok(_) => return,
+                    Ok(_) => return true,
                     Err(now) => {
                         w = now;
                         continue;
@@ -117,6 +134,12 @@ impl SpinThenPark {
             } else if patience.exhausted() {
                 break; // one holder for too long: presumed preempted
             }
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(DEADLINE_EVERY) && deadline.is_some_and(|d| Instant::now() >= d)
+            {
+                sched::stall::point(sched::stall::TIMED_GAVE_UP);
+                return false;
+            }
             spin_loop();
             w = self.word.load(Ordering::Relaxed);
         }
@@ -125,7 +148,7 @@ impl SpinThenPark {
         loop {
             if w & STATE == UNLOCKED {
                 match self.try_take(w, CONTENDED) {
-                    Ok(_) => return,
+                    Ok(_) => return true,
                     Err(now) => {
                         w = now;
                         continue;
@@ -145,7 +168,18 @@ impl SpinThenPark {
                 }
                 w = (w & !STATE) | CONTENDED;
             }
-            sched::park(&self.word, w, None);
+            let timeout = match deadline {
+                None => None,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        sched::stall::point(sched::stall::TIMED_GAVE_UP);
+                        return false;
+                    }
+                    Some(d - now)
+                }
+            };
+            sched::park(&self.word, w, timeout);
             w = self.word.load(Ordering::Relaxed);
         }
     }
@@ -174,7 +208,7 @@ unsafe impl lock_api::RawMutex for SpinThenPark {
         // Relaxed: a guess re-validated by the CAS.
         let w = self.word.load(Ordering::Relaxed);
         if w & STATE != UNLOCKED || self.try_take(w, LOCKED).is_err() {
-            self.lock_slow();
+            self.lock_slow(None);
         }
         lock_api::GuardSend::new()
     }

@@ -9,6 +9,8 @@
 //! ([`BusyWork::global`], as the harness does at start-up), it assumes
 //! [`BusyWork::NOMINAL`], so the intervals are then right within about 2x.
 //! Uses `sched`: nothing (wrap in [`Np`](super::Np) for TAS-B-np).
+//! Implements [`RawMutexTimed`](lock_api::RawMutexTimed) (a waiter that gives up
+//! simply stops backing off); not `RawMutexFair`: nobody is known to wait.
 //! Progress: deadlock-free, not starvation-free; unfair.
 //!
 //! ```
@@ -24,7 +26,7 @@
 //! assert!(TasB::with_backoff(Duration::from_micros(5), Duration::from_micros(1)).is_err());
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::sync::{AtomicBool, Ordering};
 use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
@@ -100,8 +102,13 @@ impl TasB {
         !self.locked.load(Ordering::Relaxed) && !self.locked.swap(true, Ordering::Acquire)
     }
 
+    /// The contended path; with a `deadline`, the timed one
+    /// ([`RawMutexTimed`](lock_api::RawMutexTimed), `lock/fair_timed.rs`):
+    /// between two attempts it looks at the clock and gives up once the
+    /// deadline has passed. A waiter holds nothing while it backs off, so
+    /// giving up leaves nothing behind. Returns whether the lock was taken.
     #[cold]
-    fn lock_slow(&self) {
+    pub(super) fn lock_slow(&self, deadline: Option<Instant>) -> bool {
         // Never calibrate here (~40 ms on the first contention): before the
         // process has calibrated busy work, a nominal rate.
         let w = BusyWork::global_or_nominal();
@@ -112,7 +119,11 @@ impl TasB {
         loop {
             backoff.spin();
             if self.try_acquire() {
-                return;
+                return true;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                crate::sched::stall::point(crate::sched::stall::TIMED_GAVE_UP);
+                return false;
             }
         }
     }
@@ -139,7 +150,7 @@ unsafe impl lock_api::RawMutex for TasB {
     #[inline]
     fn lock(&self) -> Self::Guard {
         if !self.try_acquire() {
-            self.lock_slow();
+            self.lock_slow(None);
         }
         lock_api::GuardSend::new()
     }

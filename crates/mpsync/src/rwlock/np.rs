@@ -12,9 +12,10 @@
 //! let l: RwLock<RwTasBNp, u32> = RwLock::new(0);
 //! {
 //!     let r = l.read();
-//!     assert_eq!(sched::current().state(), ThreadState::SelfUnpreemptable);
+//!     assert!(sched::current().no_preempt_requested());
 //!     assert_eq!(*r, 0);
 //! }
+//! assert!(!sched::current().no_preempt_requested());
 //! assert_eq!(sched::current().state(), ThreadState::Preemptable);
 //! ```
 

@@ -235,16 +235,40 @@ impl ContextBlock {
 
     /// Enters a no-preempt section (owner only). Nested sections only count depth.
     ///
-    /// Waits while the scheduler has the thread `Preempted` (the preemption signal
-    /// is on its way, or the thread is in sched's own yield).
+    /// On a thread attached to the emulated scheduler (and under loom, whose
+    /// models play the scheduler), the outermost request also moves the state
+    /// word to `SelfUnpreemptable`, the word the scheduler reads before it
+    /// preempts; it waits while the scheduler has the thread `Preempted` (the
+    /// preemption signal is on its way, or the thread is in sched's own yield).
+    /// Natively no scheduler reads the word (Linux has no such interface; the
+    /// rseq time-slice extension, where present, is asked by
+    /// [`super::request_no_preempt`]), so the request is the depth count alone:
+    /// two plain owner-only stores, no atomic read-modify-write (issue 13 §3).
+    /// Use [`no_preempt_requested`](Self::no_preempt_requested) to ask whether
+    /// a request is in force; `state()` says only what a scheduler was told.
     #[inline]
     pub fn request_no_preempt(&self) {
         let d = self.depth();
         // Relaxed: owner-only counter.
         self.owner.depth.store(d + 1, Ordering::Relaxed);
-        if d == 0 {
+        if d == 0 && self.state_is_read_by_a_scheduler() {
             self.become_self_unpreemptable();
         }
+    }
+
+    /// Whether the owning thread is in a no-preempt section.
+    #[inline]
+    pub fn no_preempt_requested(&self) -> bool {
+        self.depth() > 0
+    }
+
+    /// Whether a scheduler decides by this thread's state word: it is attached
+    /// to the emulated scheduler (always, under loom). Owner only (only the
+    /// owner attaches and detaches itself).
+    #[inline]
+    fn state_is_read_by_a_scheduler(&self) -> bool {
+        // Relaxed: only the owning thread changes its own attachment.
+        cfg!(loom) || !self.owner.emu.load(Ordering::Relaxed).is_null()
     }
 
     /// Leaves a no-preempt section (owner only). At the outermost level the state

@@ -22,8 +22,11 @@
 //!
 //! {
 //!     let _np = sched::NoPreempt::new(); // critical section: please don't preempt
-//!     assert_eq!(sched::current().state(), ThreadState::SelfUnpreemptable);
+//!     assert!(sched::current().no_preempt_requested());
+//!     // Natively the request is a depth count; a thread attached to the
+//!     // emulated scheduler also shows it in its state word (SelfUnpreemptable).
 //! }
+//! assert!(!sched::current().no_preempt_requested());
 //! assert_eq!(sched::current().state(), ThreadState::Preemptable);
 //! ```
 
@@ -59,10 +62,23 @@ pub fn live_threads() -> Vec<&'static ContextBlock> {
 /// Asks not to be preempted until the matching [`release_no_preempt`]. Nests.
 ///
 /// On the native backend this also requests the kernel's time-slice extension
-/// where the kernel has one (see [`native::slice_extension`]).
+/// where the kernel has one (see [`native::slice_extension`]); without one the
+/// request is the context block's depth count alone (see
+/// [`ContextBlock::request_no_preempt`]).
 #[inline]
 pub fn request_no_preempt() {
-    let cb = current();
+    request_no_preempt_on(current());
+}
+
+/// [`request_no_preempt`] for a caller that already holds its own context
+/// block (a lock guard carries it, so the section costs one lookup, not two).
+/// `cb` must be the calling thread's block ([`current`]).
+#[inline]
+pub(crate) fn request_no_preempt_on(cb: &ContextBlock) {
+    debug_assert!(
+        std::ptr::eq(cb, current()),
+        "another thread's context block"
+    );
     cb.request_no_preempt();
     native::on_request_no_preempt(cb);
 }
@@ -71,7 +87,16 @@ pub fn request_no_preempt() {
 /// warned the thread that it had wanted to preempt it.
 #[inline]
 pub fn release_no_preempt() {
-    let cb = current();
+    release_no_preempt_on(current());
+}
+
+/// [`release_no_preempt`] on the calling thread's own block `cb`.
+#[inline]
+pub(crate) fn release_no_preempt_on(cb: &ContextBlock) {
+    debug_assert!(
+        std::ptr::eq(cb, current()),
+        "another thread's context block"
+    );
     native::on_release_no_preempt(cb);
     if cb.release_no_preempt() {
         yield_now();
@@ -86,7 +111,16 @@ pub fn release_no_preempt() {
 /// every 200 µs; the kernel at its next tick). Nests as `release_no_preempt`.
 #[inline]
 pub fn cancel_no_preempt() {
-    let cb = current();
+    cancel_no_preempt_on(current());
+}
+
+/// [`cancel_no_preempt`] on the calling thread's own block `cb`.
+#[inline]
+pub(crate) fn cancel_no_preempt_on(cb: &ContextBlock) {
+    debug_assert!(
+        std::ptr::eq(cb, current()),
+        "another thread's context block"
+    );
     native::on_release_no_preempt(cb);
     // The warning is left to the scheduler, which clears it when it stops us.
     let _warned = cb.release_no_preempt();
@@ -198,8 +232,11 @@ mod tests {
         request_no_preempt();
         assert_eq!(cb.depth(), 2);
         release_no_preempt();
-        assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+        assert!(cb.no_preempt_requested());
+        // Natively a depth count: the state word is not touched.
+        assert_eq!(cb.state(), ThreadState::Preemptable);
         release_no_preempt();
+        assert!(!cb.no_preempt_requested());
         assert_eq!(cb.state(), ThreadState::Preemptable);
         assert_eq!(cb.depth(), 0);
     }

@@ -194,6 +194,16 @@ points! {
     /// its payload not yet copied out (it must not be released before).
     MSGQ_TAKE = "msgq.take",
         "msgq poll: head packet READY, payload not yet copied";
+    // lock_api completeness (issue 13 §4):
+    /// A timed lock acquisition (`try_lock_for`/`try_lock_until`) has seen its
+    /// deadline pass and is about to return `None`: nothing may be held or
+    /// handed to it from here on.
+    TIMED_GAVE_UP = "timed_lock.gave_up",
+        "timed lock: deadline passed, about to give up", boost 4;
+    /// A condition-variable waiter has released the mutex and not yet parked: a
+    /// notification that comes here must still end its wait.
+    CONDVAR_WAIT = "condvar.wait",
+        "condvar wait: mutex released, not yet parked", boost 4;
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

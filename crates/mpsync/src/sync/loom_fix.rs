@@ -130,6 +130,10 @@ impl AtomicU32 {
     pub fn fetch_and(&self, v: u32, o: Ordering) -> u32 {
         self.0.fetch_and(v, o)
     }
+    /// As std's `fetch_or`.
+    pub fn fetch_or(&self, v: u32, o: Ordering) -> u32 {
+        self.0.fetch_or(v, o)
+    }
 }
 
 /// Loom `AtomicPtr` with a correctly modelled `swap` (see the module doc): every

@@ -48,6 +48,17 @@ impl Emulated {
             cb.owner.vproc.store(vproc, Ordering::Relaxed);
             cb.peer.processor.store(eff, Ordering::Relaxed);
             cb.owner.yielded.store(false, Ordering::Relaxed);
+            if cb.depth() > 0 {
+                // Attached inside a no-preempt section, which (natively) was a
+                // depth count only: tell the scheduler now. Under its lock, so
+                // it cannot have preempted us meanwhile; Err: a peer already
+                // made us unpreemptable, the same for the scheduler.
+                let _ = cb.transition(
+                    ThreadState::Preemptable,
+                    ThreadState::SelfUnpreemptable,
+                    Actor::Thread,
+                );
+            }
             let strong = Arc::into_raw(self.shared.clone()) as *mut ();
             // Release: pairs with the Acquire loads of `emu` (is_attached, the handler).
             cb.owner.emu.store(strong, Ordering::Release);

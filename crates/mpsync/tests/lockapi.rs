@@ -1,0 +1,548 @@
+//! lock_api completeness (issue 13 §4): the condition variable, fair unlocks and
+//! timed acquisitions, under real oversubscription (8 threads on the machine's
+//! cores) and, through `.ci/run`, in the chaos build.
+//!
+//! Every test that could hang on a lost wake-up runs its threads detached and
+//! waits for them with a deadline, so a hang fails with a message instead of
+//! stalling the suite. Nothing here asserts speed.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, channel};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
+use mpsync::Mutex;
+use mpsync::lock::{
+    BoundedSteal, Condvar, Native, NativeNp, Np, QueuedNp, SmartQ, SpinThenPark, TasB, TasBNp,
+    Ticket,
+};
+use mpsync::sched;
+use mpsync::sched::stall::{self, Trap};
+
+/// How long a test waits for threads that should finish in well under a
+/// second before it calls them stuck (generous: the chaos build on a loaded
+/// 2-core machine runs many times slower).
+const STUCK: Duration = Duration::from_secs(120);
+
+/// Runs `f` on a detached thread and waits for it at most `STUCK`.
+fn within_deadline<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(STUCK) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: not finished after {STUCK:?} (a lost wake-up or a lock never released)")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: a thread panicked"),
+    }
+}
+
+// --- condition variable ----------------------------------------------------
+
+/// A bounded buffer guarded by `Mutex<L, _>`, with two condvars.
+struct Buffer<L: RawMutex> {
+    state: Mutex<L, (Vec<u64>, usize)>, // (items, producers still running)
+    not_empty: Condvar,
+    not_full: Condvar,
+}
+
+const CAP: usize = 4;
+
+/// 4 producers and 4 consumers move `per_producer` items each through a
+/// 4-slot buffer; every item must come out exactly once (sum and count), and
+/// everyone must finish (no lost wake-up). `notify_all` for one of the two
+/// condvars when `broadcast`.
+fn producer_consumer<L: RawMutex + Send + Sync + 'static>(name: &str, broadcast: bool) {
+    const PRODUCERS: u64 = 4;
+    const CONSUMERS: usize = 4;
+    let per_producer = common::sized(3_000, 20);
+    let b = Arc::new(Buffer::<L> {
+        state: Mutex::new((Vec::new(), PRODUCERS as usize)),
+        not_empty: Condvar::new(),
+        not_full: Condvar::new(),
+    });
+    let (count, sum) = within_deadline(name, move || {
+        let start = Arc::new(Barrier::new(PRODUCERS as usize + CONSUMERS));
+        let mut producers = Vec::new();
+        for p in 0..PRODUCERS {
+            let (b, start) = (b.clone(), start.clone());
+            producers.push(thread::spawn(move || {
+                start.wait();
+                for i in 0..per_producer {
+                    let mut g = b.state.lock();
+                    b.not_full.wait_while(&mut g, |s| s.0.len() >= CAP);
+                    g.0.push(p * per_producer + i + 1);
+                    drop(g);
+                    if broadcast {
+                        b.not_empty.notify_all();
+                    } else {
+                        b.not_empty.notify_one();
+                    }
+                }
+                let mut g = b.state.lock();
+                g.1 -= 1;
+                drop(g);
+                b.not_empty.notify_all(); // consumers re-check "done"
+            }));
+        }
+        let mut consumers = Vec::new();
+        for _ in 0..CONSUMERS {
+            let (b, start) = (b.clone(), start.clone());
+            consumers.push(thread::spawn(move || {
+                start.wait();
+                let (mut n, mut s) = (0u64, 0u64);
+                loop {
+                    let mut g = b.state.lock();
+                    b.not_empty
+                        .wait_while(&mut g, |s| s.0.is_empty() && s.1 > 0);
+                    let Some(v) = g.0.pop() else {
+                        break; // empty and every producer done
+                    };
+                    drop(g);
+                    b.not_full.notify_one();
+                    n += 1;
+                    s += v;
+                }
+                (n, s)
+            }));
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        consumers
+            .into_iter()
+            .map(|c| c.join().unwrap())
+            .fold((0, 0), |a, c| (a.0 + c.0, a.1 + c.1))
+    });
+    let total = PRODUCERS * per_producer;
+    assert_eq!(count, total, "{name}: items lost or duplicated");
+    assert_eq!(sum, total * (total + 1) / 2, "{name}: wrong items came out");
+}
+
+#[test]
+fn condvar_producer_consumer_native() {
+    producer_consumer::<Native>("Native", false);
+}
+
+#[test]
+fn condvar_producer_consumer_tas_b_np_broadcast() {
+    producer_consumer::<TasBNp>("TAS-B-np", true);
+}
+
+#[test]
+fn condvar_producer_consumer_bounded_steal() {
+    producer_consumer::<BoundedSteal>("BoundedSteal", false);
+}
+
+#[test]
+fn condvar_producer_consumer_smart_q() {
+    producer_consumer::<SmartQ>("Smart-Q", false);
+}
+
+#[test]
+fn condvar_producer_consumer_spin_then_park_broadcast() {
+    producer_consumer::<SpinThenPark>("SpinThenPark", true);
+}
+
+/// The lost-wake-up window, forced: the waiter is stopped after it released the
+/// mutex and before it parks; the notifier changes the condition and notifies
+/// right then. The waiter (a plain `wait`, no timeout) must still wake.
+fn notify_in_the_wait_window<L: RawMutex + Send + Sync + 'static>(name: &str, all: bool) {
+    let shared = Arc::new((Mutex::<L, bool>::new(false), Condvar::new()));
+    let (id_tx, id_rx) = channel();
+    let s = shared.clone();
+    let (done_tx, done_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    thread::spawn(move || {
+        id_tx.send(sched::current().id()).unwrap();
+        go_rx.recv().unwrap(); // the trap is armed
+        let mut g = s.0.lock();
+        while !*g {
+            s.1.wait(&mut g);
+        }
+        drop(g);
+        let _ = done_tx.send(());
+    });
+    let trap = Trap::at(stall::CONDVAR_WAIT)
+        .thread(id_rx.recv().unwrap())
+        .arm();
+    go_tx.send(()).unwrap();
+    trap.wait_hit(STUCK)
+        .unwrap_or_else(|e| panic!("{name}: waiter never reached condvar.wait: {e:?}"));
+    // The mutex is free now (the waiter released it): take it, set, notify.
+    *shared.0.lock() = true;
+    if all {
+        shared.1.notify_all();
+    } else {
+        shared.1.notify_one();
+    }
+    trap.release();
+    done_rx.recv_timeout(STUCK).unwrap_or_else(|_| {
+        panic!("{name}: a notification made between the waiter's unlock and its park was lost")
+    });
+}
+
+#[test]
+fn condvar_notify_before_park_is_not_lost() {
+    notify_in_the_wait_window::<Native>("Native", false);
+    notify_in_the_wait_window::<NativeNp>("Native-np", true);
+    notify_in_the_wait_window::<QueuedNp>("Queued-np", false);
+}
+
+/// A notification made before anyone waits is not stored: a later wait times out.
+#[test]
+fn condvar_notifications_are_not_stored() {
+    let m: Mutex<SpinThenPark, ()> = Mutex::new(());
+    let c = Condvar::new();
+    c.notify_all();
+    c.notify_one();
+    let mut g = m.lock();
+    assert!(c.wait_timeout(&mut g, Duration::from_millis(5)).timed_out());
+}
+
+// --- timed acquisitions ----------------------------------------------------
+
+/// A timed waiter that gives up while the holder is stalled never gets the
+/// lock afterwards: it is stopped right where it gives up (stall point
+/// `timed_lock.gave_up`), the holder releases, other threads take and release
+/// the lock many times; then it returns `None`, and the lock is free.
+fn timed_waiter_gives_up<L>(name: &str)
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let m = Arc::new(Mutex::<L, u64>::new(0));
+    let holder_go = Arc::new(Barrier::new(2));
+    let holding = m.clone();
+    let hg = holder_go.clone();
+    let (held_tx, held_rx) = channel();
+    // The holder: takes the lock and stalls until told to go on.
+    let holder = thread::spawn(move || {
+        let mut g = holding.lock();
+        held_tx.send(()).unwrap();
+        hg.wait();
+        *g += 1;
+    });
+    held_rx.recv().unwrap();
+    let (id_tx, id_rx) = channel();
+    let (res_tx, res_rx) = channel();
+    let w = m.clone();
+    let (go_tx, go_rx) = channel::<()>();
+    thread::spawn(move || {
+        id_tx.send(sched::current().id()).unwrap();
+        go_rx.recv().unwrap(); // the trap is armed
+        let got = w.try_lock_for(Duration::from_millis(2)).map(|mut g| {
+            *g += 100;
+        });
+        res_tx.send(got.is_some()).unwrap();
+    });
+    let trap = Trap::at(stall::TIMED_GAVE_UP)
+        .thread(id_rx.recv().unwrap())
+        .arm();
+    go_tx.send(()).unwrap();
+    trap.wait_hit(STUCK)
+        .unwrap_or_else(|e| panic!("{name}: the timed waiter never gave up: {e:?}"));
+    // The holder goes on and releases; others use the lock meanwhile.
+    holder_go.wait();
+    holder.join().unwrap();
+    within_deadline(name, {
+        let m = m.clone();
+        move || {
+            let ts: Vec<_> = (0..4)
+                .map(|_| {
+                    let m = m.clone();
+                    thread::spawn(move || {
+                        for _ in 0..200 {
+                            *m.lock() += 1;
+                        }
+                    })
+                })
+                .collect();
+            for t in ts {
+                t.join().unwrap();
+            }
+        }
+    });
+    trap.release();
+    let got = res_rx.recv_timeout(STUCK).unwrap();
+    assert!(
+        !got,
+        "{name}: the timed waiter stopped at gave_up still got the lock"
+    );
+    assert!(
+        !m.is_locked(),
+        "{name}: the lock stayed held after a timed waiter gave up"
+    );
+    assert_eq!(*m.lock(), 801, "{name}: lost or extra critical sections");
+}
+
+#[test]
+fn timed_waiter_that_gave_up_never_gets_the_lock() {
+    timed_waiter_gives_up::<Native>("Native");
+    timed_waiter_gives_up::<SpinThenPark>("SpinThenPark");
+    timed_waiter_gives_up::<BoundedSteal>("BoundedSteal");
+    timed_waiter_gives_up::<NativeNp>("Native-np");
+    timed_waiter_gives_up::<TasB>("TAS-B");
+}
+
+/// A timed waiter whose lock is released long before its deadline gets it:
+/// the holder keeps the lock 20 ms (the waiter is parked by then), the waiter
+/// allows 60 s. A waiter that drops the lock it took when woken (and sleeps
+/// on, or gives up holding it) fails here.
+fn timed_waiter_gets_a_released_lock<L>(name: &str)
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let m = Arc::new(Mutex::<L, u32>::new(0));
+    let m2 = m.clone();
+    let got = within_deadline(name, move || {
+        let g = m2.lock();
+        let (m3, start) = (m2.clone(), Arc::new(Barrier::new(2)));
+        let s2 = start.clone();
+        let waiter = thread::spawn(move || {
+            s2.wait();
+            let t = Instant::now();
+            let got = m3
+                .try_lock_for(Duration::from_secs(60))
+                .map(|mut g| *g += 1);
+            (got.is_some(), t.elapsed())
+        });
+        start.wait();
+        thread::sleep(Duration::from_millis(20));
+        drop(g);
+        waiter.join().unwrap()
+    });
+    assert!(
+        got.0,
+        "{name}: a timed waiter did not get a lock released 20 ms into its 60 s (gave up after {:?})",
+        got.1
+    );
+    assert!(!m.is_locked(), "{name}: lock left held");
+    assert_eq!(*m.lock(), 1);
+}
+
+#[test]
+fn timed_waiter_gets_a_lock_released_before_its_deadline() {
+    timed_waiter_gets_a_released_lock::<Native>("Native");
+    timed_waiter_gets_a_released_lock::<SpinThenPark>("SpinThenPark");
+    timed_waiter_gets_a_released_lock::<BoundedSteal>("BoundedSteal");
+    timed_waiter_gets_a_released_lock::<NativeNp>("Native-np");
+    timed_waiter_gets_a_released_lock::<TasBNp>("TAS-B-np");
+}
+
+/// 8 threads on the machine's cores: half acquire with `lock`, half with short
+/// timeouts. Every critical section is exclusive (an in-section flag), every
+/// success is counted, and the counter equals the successes; at the end the
+/// lock is free. A timed waiter that left the lock held would hang the others
+/// (caught by the deadline); one that returned `None` holding it, or `Some`
+/// without it, breaks the count or the flag.
+fn timed_torture<L>(name: &str)
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let iters = common::sized(4_000, 20);
+    let m = Arc::new(Mutex::<L, u64>::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let successes = Arc::new(AtomicU64::new(0));
+    let timeouts = Arc::new(AtomicU64::new(0));
+    let (m2, inside2, s2, t2) = (
+        m.clone(),
+        inside.clone(),
+        successes.clone(),
+        timeouts.clone(),
+    );
+    within_deadline(name, move || {
+        let ts: Vec<_> = (0..8)
+            .map(|i| {
+                let (m, inside, s, t) = (m2.clone(), inside2.clone(), s2.clone(), t2.clone());
+                thread::spawn(move || {
+                    for k in 0..iters {
+                        let g = if i % 2 == 0 {
+                            Some(m.lock())
+                        } else {
+                            // 1 µs .. 64 µs: many give up under contention.
+                            m.try_lock_for(Duration::from_micros(1 << (k % 7)))
+                        };
+                        let Some(mut g) = g else {
+                            t.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        };
+                        assert!(!inside.swap(true, Ordering::Acquire), "two holders");
+                        *g += 1;
+                        for _ in 0..(k % 8) {
+                            std::hint::spin_loop();
+                        }
+                        inside.store(false, Ordering::Release);
+                        drop(g);
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+    });
+    assert!(!m.is_locked(), "{name}: lock left held");
+    assert_eq!(*m.lock(), successes.load(Ordering::Relaxed), "{name}");
+    // Not asserted: how many timed out (depends on the machine's load).
+    eprintln!(
+        "{name}: {} critical sections, {} timed attempts gave up",
+        successes.load(Ordering::Relaxed),
+        timeouts.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn timed_torture_native() {
+    timed_torture::<Native>("Native");
+}
+
+#[test]
+fn timed_torture_spin_then_park() {
+    timed_torture::<SpinThenPark>("SpinThenPark");
+}
+
+#[test]
+fn timed_torture_bounded_steal() {
+    timed_torture::<BoundedSteal>("BoundedSteal");
+}
+
+#[test]
+fn timed_torture_tas_b() {
+    timed_torture::<TasB>("TAS-B");
+}
+
+#[test]
+fn timed_torture_np_bounded_steal() {
+    timed_torture::<Np<BoundedSteal>>("BoundedSteal-np");
+}
+
+// --- fair unlocks ----------------------------------------------------------
+
+/// BoundedSteal's fair unlock, forced: a queue head is stopped after announcing
+/// that it parks (stall point `waiter.park`); the holder unlocks fairly and
+/// then tries to take the lock again at once: it must not (only the head may),
+/// and the head gets the lock once released.
+#[test]
+fn bounded_steal_fair_unlock_lets_the_head_in() {
+    let m = Arc::new(Mutex::<BoundedSteal, Vec<&'static str>>::new(Vec::new()));
+    let g = m.lock();
+    let (id_tx, id_rx) = channel();
+    let (done_tx, done_rx) = channel();
+    let head = m.clone();
+    let (go_tx, go_rx) = channel::<()>();
+    thread::spawn(move || {
+        id_tx.send(sched::current().id()).unwrap();
+        go_rx.recv().unwrap(); // the trap is armed
+        head.lock().push("head");
+        done_tx.send(()).unwrap();
+    });
+    // The head parks once the holder has kept the lock past its patience
+    // (50 µs): it stops at waiter.park with HEAD_PARKED announced.
+    let trap = Trap::at(stall::WAITER_PARK)
+        .thread(id_rx.recv().unwrap())
+        .arm();
+    go_tx.send(()).unwrap();
+    trap.wait_hit(STUCK)
+        .unwrap_or_else(|e| panic!("the waiter never announced parking: {e:?}"));
+    MutexGuard::unlock_fair(g);
+    assert!(
+        m.try_lock().is_none(),
+        "a fair unlock let the releaser steal the lock past the queue head"
+    );
+    trap.release();
+    done_rx
+        .recv_timeout(STUCK)
+        .expect("the queue head never got the lock after a fair unlock");
+    m.lock().push("releaser");
+    assert_eq!(*m.lock(), ["head", "releaser"]);
+}
+
+/// `bump` under contention: a holder that bumps until the other threads have
+/// each had the lock once never starves them (every lock with RawMutexFair
+/// that lets waiters in; run to a deadline).
+fn bump_lets_waiters_in<L: lock_api::RawMutexFair + Send + Sync + 'static>(name: &str) {
+    let m = Arc::new(Mutex::<L, u32>::new(0));
+    let m2 = m.clone();
+    within_deadline(name, move || {
+        let start = Arc::new(Barrier::new(4));
+        let ts: Vec<_> = (0..3)
+            .map(|_| {
+                let (m, start) = (m2.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    *m.lock() += 1;
+                })
+            })
+            .collect();
+        let mut g = m2.lock();
+        start.wait();
+        while *g < 3 {
+            MutexGuard::bump(&mut g);
+        }
+        drop(g);
+        for t in ts {
+            t.join().unwrap();
+        }
+    });
+    assert_eq!(*m.lock(), 3, "{name}");
+}
+
+#[test]
+fn bump_lets_waiters_in_every_fair_lock() {
+    bump_lets_waiters_in::<BoundedSteal>("BoundedSteal");
+    bump_lets_waiters_in::<Ticket>("Ticket");
+    bump_lets_waiters_in::<SmartQ>("Smart-Q");
+    bump_lets_waiters_in::<QueuedNp>("Queued-np");
+}
+
+/// Timed acquirers steal only where stealing is allowed: a queue head that has
+/// waited past the fairness bound (1 µs here) has turned stealing off and is
+/// stopped right after announcing that it parks; the holder releases; a timed
+/// acquirer must then time out rather than take the lock past the head, and
+/// the head gets it once it goes on.
+#[test]
+fn bounded_steal_timed_acquirer_respects_a_starved_head() {
+    let raw = BoundedSteal::with_fair_after(Duration::from_micros(1)).unwrap();
+    let m = Arc::new(Mutex::<BoundedSteal, Vec<&'static str>>::from_raw(
+        raw,
+        Vec::new(),
+    ));
+    let g = m.lock();
+    let (id_tx, id_rx) = channel();
+    let (done_tx, done_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    let head = m.clone();
+    thread::spawn(move || {
+        id_tx.send(sched::current().id()).unwrap();
+        go_rx.recv().unwrap(); // the trap is armed
+        head.lock().push("head");
+        done_tx.send(()).unwrap();
+    });
+    let trap = Trap::at(stall::WAITER_PARK)
+        .thread(id_rx.recv().unwrap())
+        .arm();
+    go_tx.send(()).unwrap();
+    trap.wait_hit(STUCK)
+        .unwrap_or_else(|e| panic!("the head never announced parking: {e:?}"));
+    drop(g);
+    let other = m.clone();
+    let stole = thread::spawn(move || other.try_lock_for(Duration::from_millis(5)).is_some())
+        .join()
+        .unwrap();
+    assert!(
+        !stole,
+        "a timed acquirer took the lock past a queue head that had turned stealing off"
+    );
+    trap.release();
+    done_rx
+        .recv_timeout(STUCK)
+        .expect("the starved head never got the lock");
+    assert_eq!(*m.lock(), ["head"]);
+}

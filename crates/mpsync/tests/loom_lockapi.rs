@@ -1,0 +1,181 @@
+//! Loom models of lock_api completeness (issue 13 §4): the condition variable's
+//! wait/notify protocol (the futex is modelled strictly under loom: a parked
+//! thread sleeps until a wake on its word picks it, so a lost wake-up is a
+//! deadlock loom reports), BoundedSteal's fair unlock, and timed acquisitions
+//! racing plain ones.
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_lockapi -- --test-threads=1`
+#![cfg(loom)]
+
+use std::time::Duration;
+
+use lock_api::{MutexGuard, RawMutex, RawMutexFair, RawMutexTimed};
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::thread;
+use mpsync::Mutex;
+use mpsync::lock::{BoundedSteal, Condvar, Native, SpinThenPark};
+
+fn builder(preemptions: usize) -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b
+}
+
+/// Ping-pong: two threads take turns twice each, every turn a `wait_while` on
+/// one condvar with `notify_one` — each thread waits more than once, and a
+/// notification lost in any interleaving leaves a thread asleep forever.
+#[test]
+fn loom_condvar_ping_pong() {
+    builder(2).check(|| {
+        let s = Arc::new((Mutex::from_raw(Native::new(), 0u32), Condvar::new()));
+        let ts: Vec<_> = (0..2u32)
+            .map(|me| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    for round in 0..2u32 {
+                        let mut g = s.0.lock();
+                        // Turn k belongs to thread k % 2.
+                        s.1.wait_while(&mut g, |turn| *turn != 2 * round + me);
+                        *g += 1;
+                        drop(g);
+                        s.1.notify_one();
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(*s.0.lock(), 4);
+    });
+}
+
+/// Two waiters, one `notify_all`: both wake (each may wait more than once on a
+/// spurious wake-up).
+#[test]
+fn loom_condvar_notify_all_wakes_every_waiter() {
+    builder(2).check(|| {
+        let s = Arc::new((Mutex::from_raw(SpinThenPark::new(), false), Condvar::new()));
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    let mut g = s.0.lock();
+                    s.1.wait_while(&mut g, |set| !*set);
+                })
+            })
+            .collect();
+        *s.0.lock() = true;
+        s.1.notify_all();
+        for t in ts {
+            t.join().unwrap();
+        }
+    });
+}
+
+/// Two threads each acquire BoundedSteal twice and release with `unlock_fair`
+/// (and one `bump` while holding): exclusive (loom flags racing accesses to the
+/// cell), nothing lost, nobody left asleep with the lock free.
+#[test]
+fn loom_bounded_steal_fair_unlock() {
+    builder(2).check(|| {
+        let s = Arc::new((BoundedSteal::new(), UnsafeCell::new(0u32)));
+        let ts: Vec<_> = (0..2)
+            .map(|i| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        let mut g = s.0.lock();
+                        // SAFETY: the lock is held.
+                        s.1.with_mut(|p| unsafe { *p += 1 });
+                        if i == 0 {
+                            // SAFETY: `g` came from this lock on this thread.
+                            unsafe { s.0.bump(&mut g) };
+                        }
+                        // SAFETY: as above (re-filled by `bump`).
+                        unsafe { s.0.unlock_fair(g) };
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(s.1.with(|p| unsafe { *p }), 4);
+        assert!(!s.0.is_locked());
+    });
+}
+
+/// A timed acquirer (deadline already passed: one attempt through the whole
+/// slow path, then give up) races a thread that locks twice: every success is
+/// exclusive and counted, the plain locker is never left asleep, and the lock
+/// ends free.
+fn timed_races_plain<L: RawMutexTimed<Duration = Duration> + Send + Sync + 'static>(
+    make: fn() -> L,
+) {
+    builder(2).check(move || {
+        let s = Arc::new((make(), UnsafeCell::new(0u32)));
+        let plain = {
+            let s = s.clone();
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    let g = s.0.lock();
+                    // SAFETY: the lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    // SAFETY: `g` came from this lock on this thread.
+                    unsafe { s.0.unlock(g) };
+                }
+            })
+        };
+        let mut wins = 0;
+        for _ in 0..2 {
+            if let Some(g) = s.0.try_lock_for(Duration::ZERO) {
+                // SAFETY: the lock is held.
+                s.1.with_mut(|p| unsafe { *p += 1 });
+                wins += 1;
+                // SAFETY: `g` came from this lock on this thread.
+                unsafe { s.0.unlock(g) };
+            }
+        }
+        plain.join().unwrap();
+        // SAFETY: all threads joined.
+        assert_eq!(s.1.with(|p| unsafe { *p }), 2 + wins);
+        assert!(!s.0.is_locked());
+    });
+}
+
+#[test]
+fn loom_native_timed_races_plain() {
+    timed_races_plain(Native::new);
+}
+
+#[test]
+fn loom_spin_then_park_timed_races_plain() {
+    timed_races_plain(SpinThenPark::new);
+}
+
+#[test]
+fn loom_bounded_steal_timed_races_plain() {
+    timed_races_plain(BoundedSteal::new);
+}
+
+/// `MutexGuard::unlocked_fair` round trip on the lock_api wrapper (the path a
+/// condvar-like user takes), under the model.
+#[test]
+fn loom_bounded_steal_unlocked_fair_guard() {
+    builder(2).check(|| {
+        let m = Arc::new(Mutex::from_raw(BoundedSteal::new(), 0u32));
+        let t = {
+            let m = m.clone();
+            thread::spawn(move || *m.lock() += 1)
+        };
+        let mut g = m.lock();
+        MutexGuard::unlocked_fair(&mut g, || ());
+        *g += 1;
+        drop(g);
+        t.join().unwrap();
+        assert_eq!(*m.lock(), 2);
+    });
+}
