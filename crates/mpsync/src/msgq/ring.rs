@@ -26,7 +26,8 @@
 
 use super::Error;
 use super::word::{self, CLAIMED, FREE, READY, SENT};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+use std::time::Duration;
 
 /// Most argument words a packet carries (§2: "short messages of up to eight words").
 pub const MAX_ARGS: usize = 8;
@@ -114,6 +115,104 @@ impl BlockHdr {
 #[repr(C, align(128))]
 #[derive(Debug)]
 pub struct Line(AtomicU64);
+
+/// Doorbell word values.
+const AWAKE: u32 = 0;
+const ASLEEP: u32 = 1;
+
+/// The receiver's doorbell (nothing in the paper, whose receivers busy-poll):
+/// one futex word, on its own line, that an endpoint's receiver parks on after
+/// a bounded spin, and that a sender rings after publishing a message — with a
+/// system call only when the receiver announced that it sleeps.
+///
+/// The two sides are a Dekker pair. The receiver stores `ASLEEP`, fences
+/// (SeqCst) and then looks at its queues once more; a sender publishes its
+/// packet (the Release CAS to READY), fences (SeqCst) and then loads the word.
+/// The fences order both store→load pairs, so either the receiver's second
+/// look sees the message, or the sender sees `ASLEEP` and wakes it: no lost
+/// wake-up. A sender swaps the word back to `AWAKE` first, so of several
+/// concurrent senders one makes the system call.
+///
+/// Peers are untrusted: a peer that writes the word can cost the receiver a
+/// spurious wake-up or a sleep until its timeout (the receiver always parks
+/// with one), never a hang. The futex is the process-shared kind
+/// ([`crate::sched::park_shared`]).
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Doorbell {
+    word: AtomicU32,
+}
+
+impl Doorbell {
+    /// An awake doorbell.
+    pub fn new() -> Self {
+        Self {
+            word: AtomicU32::new(AWAKE),
+        }
+    }
+
+    /// The sender's half, after a message is published: wakes the receiver
+    /// if it announced that it sleeps. Returns whether this call woke it.
+    pub fn ring(&self) -> bool {
+        // SeqCst fence: pairs with the one in `announce`; orders our READY
+        // CAS (before the call) before the load below (see the type's doc).
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence above orders it; a stale AWAKE is impossible
+        // by the Dekker argument.
+        if self.word.load(Ordering::Relaxed) == AWAKE {
+            return false;
+        }
+        // Relaxed: the futex call below orders nothing; only one sender of
+        // several concurrent ones makes it.
+        if self.word.swap(AWAKE, Ordering::Relaxed) == ASLEEP {
+            crate::sched::unpark_shared_all(&self.word);
+            return true;
+        }
+        false
+    }
+
+    /// The receiver's first half: announces that it is about to sleep. The
+    /// receiver must then look at its queues once more, and call
+    /// [`sleep`](Self::sleep) only if they are still empty.
+    pub fn announce(&self) {
+        // Relaxed store, then a SeqCst fence: pairs with the fence in `ring`;
+        // orders this store before the receiver's next loads of type words.
+        self.word.store(ASLEEP, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The receiver's second half: sleeps until a sender rings, a signal,
+    /// or `timeout` (None: no limit; real endpoints always give one). Returns
+    /// whether the bell was rung (as opposed to a timeout). Leaves the bell
+    /// awake.
+    pub fn sleep(&self, timeout: Option<Duration>) -> bool {
+        // Woken, timed out, a signal or a mismatch (already rung): the word
+        // says which.
+        let _ = crate::sched::park_shared(&self.word, ASLEEP, timeout);
+        // Relaxed: a ringing sender swapped AWAKE in; the receiver's next
+        // look at its queues is ordered by its own Acquire loads.
+        self.word.swap(AWAKE, Ordering::Relaxed) == AWAKE
+    }
+
+    /// The receiver found work after [`announce`](Self::announce): takes the
+    /// announcement back without sleeping.
+    pub fn cancel(&self) {
+        // Relaxed: a sender that still sees ASLEEP makes one spurious wake
+        // call, nothing more.
+        self.word.store(AWAKE, Ordering::Relaxed);
+    }
+
+    /// The raw word (for tests that play a misbehaving peer).
+    pub fn word(&self) -> &AtomicU32 {
+        &self.word
+    }
+}
+
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// The senders' side of a queue: packet and bulk tails (§2: "queue tail
 /// information, accessed only by senders").
@@ -259,6 +358,7 @@ pub struct SendStats {
 #[derive(Debug, Clone, Copy)]
 pub struct QueueRef<'a> {
     ctl: &'a QueueCtl,
+    bell: Option<&'a Doorbell>,
     packets: &'a [Packet],
     blocks: &'a [BlockHdr],
     data: &'a [AtomicU64],
@@ -327,10 +427,18 @@ impl<'a> QueueRef<'a> {
         }
         Ok(Self {
             ctl,
+            bell: None,
             packets,
             blocks,
             data,
         })
+    }
+
+    /// This queue with the receiver's doorbell: every send rings it after
+    /// publishing its message.
+    pub fn with_doorbell(mut self, bell: &'a Doorbell) -> Self {
+        self.bell = Some(bell);
+        self
     }
 
     /// The packet tail as senders left it (a hint: peers may write anything).
@@ -452,6 +560,9 @@ impl<'a> QueueRef<'a> {
             }
         }
         self.publish(p, pid, t)?;
+        if let Some(bell) = self.bell {
+            bell.ring();
+        }
         Ok(t)
     }
 
@@ -968,6 +1079,7 @@ fn copy_from_words(src: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
 #[derive(Debug)]
 pub struct HeapQueue {
     ctl: QueueCtl,
+    bell: Doorbell,
     packets: Vec<Packet>,
     blocks: Vec<BlockHdr>,
     data: Vec<AtomicU64>,
@@ -989,6 +1101,7 @@ impl HeapQueue {
         }
         Ok(Self {
             ctl: QueueCtl::new(),
+            bell: Doorbell::new(),
             packets: (0..packets as u64).map(Packet::new).collect(),
             blocks: (0..blocks as u64).map(BlockHdr::new).collect(),
             data: (0..blocks * block_bytes / 8)
@@ -1008,10 +1121,16 @@ impl HeapQueue {
         &self.packets[(t % self.packets.len() as u64) as usize].ty
     }
 
-    /// The queue.
+    /// The receiver's doorbell, which every send through [`queue`](Self::queue) rings.
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.bell
+    }
+
+    /// The queue (with its doorbell).
     pub fn queue(&self) -> QueueRef<'_> {
         QueueRef {
             ctl: &self.ctl,
+            bell: Some(&self.bell),
             packets: &self.packets,
             blocks: &self.blocks,
             data: &self.data,
