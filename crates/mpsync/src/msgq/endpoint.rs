@@ -627,8 +627,7 @@ impl Endpoint {
     }
 
     /// One idle step of a waiting receiver whose last poll found nothing:
-    /// spin (yielding now and then) while within the spin budget, else sleep
-    /// on the doorbell. `Err` once `deadline` has passed.
+    /// spin while within the spin budget, else sleep on the doorbell. `Err` once `deadline` has passed.
     fn idle(&mut self, st: &mut Idle, deadline: Instant) -> Result<(), ()> {
         st.polls = st.polls.wrapping_add(1);
         let Some(spin) = self.core.spin else {
@@ -663,11 +662,10 @@ impl Endpoint {
             }
         };
         if now.duration_since(since) < st.budget {
-            if st.polls.is_multiple_of(64) {
-                crate::sched::yield_now();
-            } else {
-                crate::sync::spin_loop();
-            }
+            // A pure spin, no yield: the budget is short, and a yield would
+            // hand the processor to whatever else is runnable (not
+            // necessarily the sender), hiding whether spinning pays.
+            crate::sync::spin_loop();
             return Ok(());
         }
         // Spinning did not pay this time (the sender may be waiting for
