@@ -1268,6 +1268,36 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "futex system calls")]
+    fn doorbell_wakes_only_announced_sleepers() {
+        let b = Doorbell::new();
+        assert!(!b.ring(), "nobody announced: no wake call");
+        b.announce();
+        b.cancel();
+        assert!(!b.ring(), "announcement taken back");
+        b.announce();
+        assert!(!b.sleep(Some(Duration::from_millis(1))), "not rung: timed out");
+        b.announce();
+        assert!(b.ring(), "announced: rung");
+        assert!(!b.ring(), "one ring per announcement");
+        assert!(b.sleep(Some(Duration::from_secs(10))), "rung before it slept");
+        // A ring from another thread ends a sleep with no time limit.
+        std::thread::scope(|s| {
+            b.announce();
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                assert!(b.ring());
+            });
+            assert!(b.sleep(None));
+        });
+        // A peer scribbling on the word: the sleep ends at once (the word
+        // is not ASLEEP), is not taken for a ring, and leaves the bell awake.
+        b.word().store(77, Ordering::Relaxed);
+        assert!(!b.sleep(Some(Duration::from_millis(1))), "garbage is no ring");
+        assert!(!b.ring(), "the sleep left the bell awake");
+    }
+
+    #[test]
     fn full_queue_waits_and_keeps_order() {
         let hq = HeapQueue::new(2, 1, 64).unwrap();
         let q = hq.queue();
