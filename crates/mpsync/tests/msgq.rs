@@ -457,6 +457,12 @@ fn names_and_options_are_validated() {
         Err(Error::NotFound(_))
     ));
     Endpoint::create(&name("dup"), Options::default()).unwrap();
+    let e = Endpoint::create(
+        &name("spin"),
+        Options::default().spin(Some(Duration::from_secs(2))),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("at most 1 s"), "{e}");
 }
 
 /// A peer that rewrites the header's geometry makes every later connect fail

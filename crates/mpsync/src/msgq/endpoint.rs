@@ -18,7 +18,7 @@ const MAX_PROBLEMS: usize = 64;
 /// that dies between publishing and ringing delays its message by at most this.
 const SLEEP_CAP: Duration = Duration::from_millis(20);
 
-/// One in this many waits spins for the full [`Options::spin`] whatever the
+/// One in this many waits spins for the full [`Options::spin`](Options#structfield.spin) whatever the
 /// adaptive budget says, to find out whether spinning pays again.
 const PROBE_EVERY: u32 = 16;
 
@@ -591,7 +591,7 @@ impl Endpoint {
     /// Waits up to `timeout` for messages, running their handlers as
     /// [`poll`](Self::poll) does; returns how many were taken (0: none came).
     ///
-    /// It polls for up to [`Options::spin`], then sleeps on the endpoint's
+    /// It polls for up to [`Options::spin`](Options#structfield.spin), then sleeps on the endpoint's
     /// doorbell until a sender rings it (every send to this endpoint does,
     /// with a system call only when the receiver sleeps). The spin adapts:
     /// each spin that ends in sleep halves the next one (down to none — the

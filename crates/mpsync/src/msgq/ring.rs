@@ -1276,11 +1276,17 @@ mod tests {
         b.cancel();
         assert!(!b.ring(), "announcement taken back");
         b.announce();
-        assert!(!b.sleep(Some(Duration::from_millis(1))), "not rung: timed out");
+        assert!(
+            !b.sleep(Some(Duration::from_millis(1))),
+            "not rung: timed out"
+        );
         b.announce();
         assert!(b.ring(), "announced: rung");
         assert!(!b.ring(), "one ring per announcement");
-        assert!(b.sleep(Some(Duration::from_secs(10))), "rung before it slept");
+        assert!(
+            b.sleep(Some(Duration::from_secs(10))),
+            "rung before it slept"
+        );
         // A ring from another thread ends a sleep with no time limit.
         std::thread::scope(|s| {
             b.announce();
@@ -1293,7 +1299,10 @@ mod tests {
         // A peer scribbling on the word: the sleep ends at once (the word
         // is not ASLEEP), is not taken for a ring, and leaves the bell awake.
         b.word().store(77, Ordering::Relaxed);
-        assert!(!b.sleep(Some(Duration::from_millis(1))), "garbage is no ring");
+        assert!(
+            !b.sleep(Some(Duration::from_millis(1))),
+            "garbage is no ring"
+        );
         assert!(!b.ring(), "the sleep left the bell awake");
     }
 
