@@ -645,6 +645,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
     let &(label, c, s) = places.last().expect("one placement at least");
     let pb = crate::progress(u64::from(p.trials) * 7, exp.id);
     let mut trials = Vec::new();
+    let mut recv_cost: Vec<(&str, f64)> = Vec::new();
     // The client runs on a dedicated thread pinned to its CPU (the caller's
     // affinity is left alone); the server child pins itself to the other.
     std::thread::scope(|scope| {
@@ -657,7 +658,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
                         let srv = fresh("b");
                         let s2 = srv.clone();
                         let pid = fork_child(Some(s), move || serve(&s2, claim, None))?;
-                        let r = (|| -> anyhow::Result<f64> {
+                        let r = (|| -> anyhow::Result<(f64, f64)> {
                             let _ = c;
                             let mut ep = Endpoint::create(
                                 &fresh("bc"),
@@ -668,17 +669,22 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
                                 ep.send_bulk(&peer, SINK, &[], &data)?;
                             }
                             ep.request(&peer, ECHO, &[], None)?;
+                            ep.request(&peer, RESET, &[], None)?;
                             let t0 = Instant::now();
                             for _ in 0..blocks {
                                 ep.send_bulk(&peer, SINK, &[], &data)?;
                             }
                             ep.request(&peer, ECHO, &[], None)?;
                             let mbs = blocks as f64 * 8192.0 / t0.elapsed().as_secs_f64() / 1e6;
+                            // The server's time inside polls that delivered,
+                            // per message: its receive cost per 8 KB block.
+                            let rep = ep.request(&peer, REPORT, &[], None)?;
+                            let o_r = rep.args()[0] as f64 / 1e3 / rep.args()[1].max(1) as f64;
                             ep.send(&peer, STOP, &[])?;
-                            Ok(mbs)
+                            Ok((mbs, o_r))
                         })();
                         match r {
-                            Ok(v) => {
+                            Ok((v, o_r)) => {
                                 wait_child(pid)?;
                                 trials.push(Trial {
                                     implementation: claim.name().into(),
@@ -687,6 +693,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
                                     value: v,
                                     ..Trial::default()
                                 });
+                                recv_cost.push((claim.name(), o_r));
                             }
                             Err(e) => {
                                 kill_child(pid);
@@ -741,12 +748,22 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
     let mut details = vec![format!(
         "{label}, 8 KB bulk messages, {blocks} per trial; memcpy of 8 KB blocks in one process: {memcpy:.0} MB/s"
     )];
+    let o_r = |n: &str| {
+        let v: Vec<f64> = recv_cost
+            .iter()
+            .filter(|(m, _)| *m == n)
+            .map(|(_, x)| *x)
+            .collect();
+        trimmed_mean(&v).unwrap_or(f64::NAN)
+    };
     for c in Claim::ALL {
         details.push(format!(
-            "{}: {:.0} MB/s = {:.2} x memcpy",
+            "{}: {:.0} MB/s = {:.2} x memcpy; the receiver's time per 8 KB block inside delivering polls {:.2} µs (= {:.0} MB/s if it were the only cost)",
             c.name(),
             at(c.name()),
-            at(c.name()) / memcpy
+            at(c.name()) / memcpy,
+            o_r(c.name()),
+            8192.0 / o_r(c.name())
         ));
     }
     details.push(format!(
@@ -781,7 +798,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
         "memcpy of 8 KB blocks in one process",
         trials,
         points,
-        serde_json::Value::Null,
+        serde_json::json!({ "receiver_us_per_block": Claim::ALL.map(|c| (c.name(), o_r(c.name()))).into_iter().collect::<std::collections::BTreeMap<_, _>>() }),
         verdict,
         serde_json::json!({ "blocks_per_trial": blocks, "placement": label }),
     );

@@ -78,8 +78,14 @@
 //!   took the rate from 849–1897 MB/s to 3950–6850 MB/s on the machine when
 //!   it was quiet (load ≈ 2; memcpy of 8 KB blocks in one process 11–14 GB/s
 //!   in the same runs). With the machine loaded (load ≈ 15, other builds
-//!   running) both versions measured 700–3400 MB/s: then the scheduler, not
-//!   the copy, sets the rate. There is still one handshake per 8 KB block
+//!   running) both versions measured 700–3400 MB/s, and at load ≈ 24 the new
+//!   one 68–1330 MB/s (the 201–368 MB/s first reported for this experiment
+//!   are in that range): then the scheduler, not the copy, sets the rate —
+//!   client and server each get a sliver of their core, and a full ring
+//!   waits for the descheduled side. `lc98-bandwidth` now also reports the
+//!   server's time per block inside its delivering polls (about 1 µs for the
+//!   lock-free claim in that loaded run, i.e. ~8 GB/s if it were the only
+//!   cost). There is still one handshake per 8 KB block
 //!   (the paper's design) and two copies (sender → segment → receiver's
 //!   buffer): the receiver copies out because a peer may rewrite the segment
 //!   at any time, and a handler given a slice of shared memory would race it.
