@@ -427,6 +427,49 @@ fn doorbell_wakes_sleeping_receivers() {
     assert!(cl.wakeups > 0, "the client was never woken by a ring");
 }
 
+/// A peer that scribbles on the doorbell word (the line after the header)
+/// while the receiver waits: every `wait` still ends by its timeout with no
+/// message taken, and a real message afterwards is still delivered.
+#[test]
+fn scribbled_doorbell_never_hangs_wait() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let _s = serial();
+    let (mut ep, log) = receiver("dbg", Options::default().spin(Some(Duration::ZERO)));
+    let (base, len) = ep.raw_segment();
+    assert!(len >= 256);
+    // SAFETY: the doorbell is the 128-aligned line at offset 128 of the live
+    // mapping (which `ep` keeps mapped until the end of the test), and it is
+    // only ever accessed atomically.
+    let bell = unsafe { &*base.add(128).cast::<AtomicU32>() };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = mpsync::util::rng::SplitMix64::stream(5, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let v = match rng.next_u64() % 3 {
+                    0 => 0,
+                    1 => 1,
+                    _ => rng.next_u64() as u32,
+                };
+                bell.store(v, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        });
+        for _ in 0..common::sized(20, 4) {
+            assert_eq!(ep.wait(Duration::from_millis(5)), 0);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let pid = fork_writer(ep.name(), 1, 10, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while log.lock().unwrap().len() < 10 {
+        ep.wait(Duration::from_millis(100));
+        assert!(Instant::now() < deadline, "messages never arrived");
+    }
+    assert_eq!(reap(pid), 0);
+    verify(&log.lock().unwrap(), &[(1, 10)]);
+}
+
 #[test]
 fn names_and_options_are_validated() {
     for bad in ["", "a/b", "..", "seventeen-chars-x", "sp ace"] {
