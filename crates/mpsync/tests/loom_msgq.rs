@@ -220,3 +220,47 @@ fn loom_msgq_dead_claimant_recovered() {
         live.join().unwrap();
     });
 }
+
+/// The receiver's doorbell: a sender publishes two messages and rings after
+/// each; the receiver polls, announces that it sleeps, looks once more and
+/// parks with no time limit (the strict futex model blocks it until a wake).
+/// A lost wake-up — the receiver asleep while a published message waits —
+/// leaves every thread blocked, which loom reports as a deadlock.
+#[test]
+fn loom_msgq_doorbell_no_lost_wakeup() {
+    builder().check(|| {
+        let q = Arc::new(HeapQueue::new(2, 1, 8).unwrap());
+        let sender = {
+            let q = q.clone();
+            thread::spawn(move || {
+                send(&q, 1, &[5], None);
+                send(&q, 1, &[6], None);
+            })
+        };
+        let env = ModelEnv::new(None);
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        let mut take = |got: &mut Vec<u64>| match q.queue().poll_one(&mut head, &env, &mut buf) {
+            Event::Message(m) => {
+                got.push(m.args[0]);
+                true
+            }
+            Event::Rejected(why) => panic!("rejected: {why}"),
+            _ => false,
+        };
+        while got.len() < 2 {
+            if take(&mut got) {
+                continue;
+            }
+            q.doorbell().announce();
+            if take(&mut got) {
+                q.doorbell().cancel();
+                continue;
+            }
+            q.doorbell().sleep(None);
+        }
+        assert_eq!(got, [5, 6]);
+        sender.join().unwrap();
+    });
+}

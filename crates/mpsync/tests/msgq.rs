@@ -323,6 +323,153 @@ fn request_reply_posix_robust() {
     request_reply(Claim::PosixRobust, "rpx");
 }
 
+/// The doorbell between processes: a server that sleeps as soon as it finds
+/// nothing (`spin: Some(0)`) and a client that does the same while waiting
+/// for each reply. Every request is answered, and both sides' sleeps were
+/// ended by the other's ring (a sender that never rang would leave each sleep
+/// to its time limit, and `wakeups` at zero). An idle `wait` returns 0 at its
+/// timeout.
+#[test]
+fn doorbell_wakes_sleeping_receivers() {
+    let _s = serial();
+    let server = name("dbs");
+    let o = Options::default().spin(Some(Duration::ZERO));
+    let o2 = o.clone();
+    let srv = server.clone();
+    let rounds = common::sized(300, 10);
+    // SAFETY: as in `fork_writer`; the child runs the server and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: plain prctl; a child never outlives a test that panicked.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let code = (|| -> Result<i32, Error> {
+            let mut ep = Endpoint::create(&srv, o2)?;
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            ep.register(1, |cx, m| cx.reply(&[m.args()[0] + 1]))?;
+            let s = stop.clone();
+            ep.register(9, move |_, _| {
+                s.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            })?;
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut reported = false;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                ep.wait(Duration::from_secs(1));
+                if !reported && ep.stats().delivered >= rounds {
+                    reported = true;
+                    let st = ep.stats();
+                    // Handler 2 of the client takes our counters.
+                    let client = ep.connect(&format!("{srv}c"))?;
+                    ep.send(&client, 2, &[st.wakeups, st.sleep_timeouts])?;
+                }
+            }
+            Ok(if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                0
+            } else {
+                2
+            })
+        })()
+        .unwrap_or(1);
+        // SAFETY: leaving the child.
+        unsafe { libc::_exit(code) };
+    }
+    let mut client = Endpoint::create(&format!("{server}c"), o).unwrap();
+    let counters = Arc::new(Mutex::new(None));
+    let c2 = counters.clone();
+    client
+        .register(2, move |_, m| {
+            *c2.lock().unwrap() = Some((m.args()[0], m.args()[1]));
+            Ok(())
+        })
+        .unwrap();
+    // Nobody sends to us yet: an idle wait sleeps and times out.
+    assert_eq!(client.wait(Duration::from_millis(30)), 0);
+    assert!(client.stats().sleep_timeouts >= 1, "{:?}", client.stats());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let peer = loop {
+        match client.connect(&server) {
+            Ok(p) => break p,
+            Err(Error::NotFound(_)) | Err(Error::Corrupt(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    };
+    for i in 0..rounds {
+        let r = client.request(&peer, 1, &[i], None).unwrap();
+        assert_eq!(r.args(), [i + 1]);
+        if i % 3 == 0 {
+            // Give the server time to fall asleep, so the next request must
+            // ring it (back-to-back requests often find it still looking).
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while counters.lock().unwrap().is_none() {
+        client.wait(Duration::from_millis(100));
+        assert!(Instant::now() < deadline, "the server never reported");
+    }
+    client.send(&peer, 9, &[]).unwrap();
+    let st = reap(pid);
+    assert!(
+        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+        "server failed: {st:#x}"
+    );
+    let (srv_wakeups, srv_timeouts) = counters.lock().unwrap().unwrap();
+    let cl = client.stats();
+    eprintln!(
+        "doorbell: server {srv_wakeups} wake-ups, {srv_timeouts} timed-out sleeps; \
+         client {} wake-ups, {} timed-out sleeps, {rounds} round trips",
+        cl.wakeups, cl.sleep_timeouts
+    );
+    assert!(srv_wakeups > 0, "the server was never woken by a ring");
+    assert!(cl.wakeups > 0, "the client was never woken by a ring");
+}
+
+/// A peer that scribbles on the doorbell word (the line after the header)
+/// while the receiver waits: every `wait` still ends by its timeout with no
+/// message taken, and a real message afterwards is still delivered.
+#[test]
+fn scribbled_doorbell_never_hangs_wait() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let _s = serial();
+    let (mut ep, log) = receiver("dbg", Options::default().spin(Some(Duration::ZERO)));
+    let (base, len) = ep.raw_segment();
+    assert!(len >= 256);
+    // SAFETY: the doorbell is the 128-aligned line at offset 128 of the live
+    // mapping (which `ep` keeps mapped until the end of the test), and it is
+    // only ever accessed atomically.
+    let bell = unsafe { &*base.add(128).cast::<AtomicU32>() };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = mpsync::util::rng::SplitMix64::stream(5, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let v = match rng.next_u64() % 3 {
+                    0 => 0,
+                    1 => 1,
+                    _ => rng.next_u64() as u32,
+                };
+                bell.store(v, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        });
+        for _ in 0..common::sized(20, 4) {
+            assert_eq!(ep.wait(Duration::from_millis(5)), 0);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let pid = fork_writer(ep.name(), 1, 10, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while log.lock().unwrap().len() < 10 {
+        ep.wait(Duration::from_millis(100));
+        assert!(Instant::now() < deadline, "messages never arrived");
+    }
+    assert_eq!(reap(pid), 0);
+    verify(&log.lock().unwrap(), &[(1, 10)]);
+}
+
 #[test]
 fn names_and_options_are_validated() {
     for bad in ["", "a/b", "..", "seventeen-chars-x", "sp ace"] {
@@ -353,6 +500,12 @@ fn names_and_options_are_validated() {
         Err(Error::NotFound(_))
     ));
     Endpoint::create(&name("dup"), Options::default()).unwrap();
+    let e = Endpoint::create(
+        &name("spin"),
+        Options::default().spin(Some(Duration::from_secs(2))),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("at most 1 s"), "{e}");
 }
 
 /// A peer that rewrites the header's geometry makes every later connect fail
@@ -452,6 +605,8 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
     let (mut ep, log) = receiver(tag, o);
     let mut rng = mpsync::util::rng::SplitMix64::stream(kills, 1);
     let mut latencies = Vec::new();
+    let mut to_death = Vec::new();
+    let mut after_death = Vec::new();
     let mut zombie = None;
     for k in 0..kills {
         // Where the writer dies: held between taking a ticket and claiming
@@ -492,8 +647,15 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
             reap(pid);
         }
         let killed = Instant::now();
+        // When the kernel finished the kill (the pid is gone or a zombie):
+        // the recovery latency splits into the kill itself (not ours) and
+        // the receiver's detection after it.
+        let mut dead_at = None;
         loop {
             ep.poll();
+            if dead_at.is_none() && !mpsync::msgq::pid_alive(pid as u32) {
+                dead_at = Some(killed.elapsed());
+            }
             if ep.backlog() == 0 {
                 break;
             }
@@ -505,7 +667,13 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
             );
             std::hint::spin_loop();
         }
-        latencies.push(killed.elapsed());
+        let total = killed.elapsed();
+        latencies.push(total);
+        // Recovery after death; zero when the backlog cleared first (the
+        // ticket was revoked, or the slot freed, before the kill finished).
+        let dead = dead_at.unwrap_or(total);
+        after_death.push(total.saturating_sub(dead));
+        to_death.push(dead);
         if let Some(z) = zombie.take() {
             reap(z);
         }
@@ -538,17 +706,26 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
     let expect: Vec<_> = counts.iter().map(|(&id, &n)| (id, n)).collect();
     verify(&log, &expect);
     let st = ep.stats();
-    latencies.sort();
-    let p = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize];
+    let pct = |v: &mut Vec<Duration>, q: f64| {
+        v.sort();
+        v[((v.len() as f64 - 1.0) * q) as usize]
+    };
     eprintln!(
         "{claim:?}: {kills} kills, {} messages; slots recovered from dead claimants {}, unclaimed tickets \
-         revoked {}; recovery latency p50 {:?} p99 {:?} max {:?}",
+         revoked {}; recovery latency p50 {:?} p99 {:?} max {:?}; of which the kernel's kill \
+         (SIGKILL until the pid is gone or a zombie) p50 {:?} p99 {:?}, and the receiver after \
+         the death p50 {:?} p99 {:?} max {:?}",
         log.len(),
         st.recovered,
         st.revoked,
-        p(0.5),
-        p(0.99),
-        p(1.0)
+        pct(&mut latencies, 0.5),
+        pct(&mut latencies, 0.99),
+        pct(&mut latencies, 1.0),
+        pct(&mut to_death, 0.5),
+        pct(&mut to_death, 0.99),
+        pct(&mut after_death, 0.5),
+        pct(&mut after_death, 0.99),
+        pct(&mut after_death, 1.0),
     );
     assert_eq!(st.rejected, 0, "{st:?}");
     if kills >= 8 {

@@ -14,6 +14,22 @@ const REPLIES: usize = 1;
 pub const MAX_HANDLERS: usize = 1024;
 /// Most problems kept for [`Endpoint::take_problems`].
 const MAX_PROBLEMS: usize = 64;
+/// Longest single sleep on the doorbell when nothing is in flight: a sender
+/// that dies between publishing and ringing delays its message by at most this.
+const SLEEP_CAP: Duration = Duration::from_millis(20);
+
+/// One in this many waits spins for the full [`Options::spin`](Options#structfield.spin) whatever the
+/// adaptive budget says, to find out whether spinning pays again.
+const PROBE_EVERY: u32 = 16;
+
+/// Where a waiting receiver is: polling (since when, for how long at most),
+/// and how often it found nothing.
+#[derive(Debug, Default)]
+struct Idle {
+    polls: u32,
+    since: Option<Instant>,
+    budget: Duration,
+}
 
 /// A message as a handler sees it.
 #[derive(Debug)]
@@ -85,6 +101,10 @@ pub struct Stats {
     pub send_retries: u64,
     /// Bulk blocks this endpoint's sends recovered.
     pub recovered_blocks: u64,
+    /// Sleeps on the doorbell that a sender ended by ringing.
+    pub wakeups: u64,
+    /// Sleeps on the doorbell that ended by their time limit.
+    pub sleep_timeouts: u64,
 }
 
 /// A connection to another endpoint (its segment mapped here), for sending.
@@ -107,6 +127,12 @@ struct Core {
     pid: u32,
     env: RealEnv,
     timeout: Duration,
+    spin: Option<Duration>,
+    /// The adaptive spin budget (at most `spin`): halved by every spin that
+    /// ended in sleep, back to `spin` by one that found a message.
+    spin_now: Duration,
+    waits: u32,
+    lease: Duration,
     heads: [Head; 2],
     /// Reply targets opened so far, by packed name.
     peers: HashMap<[u64; 2], Peer>,
@@ -326,6 +352,10 @@ impl Endpoint {
                     lease_ns: options.lease.as_nanos() as u64,
                 },
                 timeout: options.timeout,
+                spin: options.spin,
+                spin_now: options.spin.unwrap_or_default(),
+                waits: 0,
+                lease: options.lease,
                 heads: [Head::default(), Head::default()],
                 peers: HashMap::new(),
                 next_token: 1,
@@ -539,29 +569,155 @@ impl Endpoint {
     ) -> Result<Reply, Error> {
         self.send_msg(peer, handler, Kind::Request, token, args, bulk)?;
         let deadline = Instant::now() + self.core.timeout;
-        let mut idle = 0u32;
+        let mut idle = Idle::default();
         loop {
             if let Some((_, Some(_))) = &self.core.waiting {
                 let (_, r) = self.core.waiting.take().expect("checked");
                 return Ok(r.expect("checked"));
             }
             if self.poll() == 0 {
-                idle += 1;
-                if idle.is_multiple_of(256) {
-                    if Instant::now() >= deadline {
-                        return Err(Error::Timeout(format!(
-                            "no reply from {:?} within {:?}",
-                            peer.name, self.core.timeout
-                        )));
-                    }
-                    crate::sched::yield_now();
-                } else {
-                    crate::sync::spin_loop();
+                if let Err(()) = self.idle(&mut idle, deadline) {
+                    return Err(Error::Timeout(format!(
+                        "no reply from {:?} within {:?}",
+                        peer.name, self.core.timeout
+                    )));
                 }
             } else {
-                idle = 0;
+                self.got_work(&mut idle);
             }
         }
+    }
+
+    /// Waits up to `timeout` for messages, running their handlers as
+    /// [`poll`](Self::poll) does; returns how many were taken (0: none came).
+    ///
+    /// It polls for up to [`Options::spin`](Options#structfield.spin), then sleeps on the endpoint's
+    /// doorbell until a sender rings it (every send to this endpoint does,
+    /// with a system call only when the receiver sleeps). The spin adapts:
+    /// each spin that ends in sleep halves the next one (down to none — the
+    /// sender may need this very processor), each that finds a message
+    /// restores the full spin, and one wait in 16 probes with the full spin.
+    /// With `spin: None` it busy-polls until a message comes or the timeout
+    /// passes.
+    ///
+    /// ```no_run
+    /// use mpsync::msgq::{Endpoint, Options};
+    /// use std::time::Duration;
+    ///
+    /// let mut server = Endpoint::create("echo", Options::default())?;
+    /// server.register(1, |cx, m| cx.reply(m.args()))?;
+    /// loop {
+    ///     server.wait(Duration::from_secs(1)); // sleeps while nobody sends
+    /// }
+    /// # Ok::<(), mpsync::msgq::Error>(())
+    /// ```
+    pub fn wait(&mut self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut idle = Idle::default();
+        loop {
+            let n = self.poll();
+            if n > 0 {
+                self.got_work(&mut idle);
+                return n;
+            }
+            if self.idle(&mut idle, deadline).is_err() {
+                return 0;
+            }
+        }
+    }
+
+    /// One idle step of a waiting receiver whose last poll found nothing:
+    /// spin while within the spin budget, else sleep on the doorbell. `Err` once `deadline` has passed.
+    fn idle(&mut self, st: &mut Idle, deadline: Instant) -> Result<(), ()> {
+        st.polls = st.polls.wrapping_add(1);
+        let Some(spin) = self.core.spin else {
+            // Busy polling (the paper's receivers).
+            if st.polls.is_multiple_of(256) {
+                if Instant::now() >= deadline {
+                    return Err(());
+                }
+                crate::sched::yield_now();
+            } else {
+                crate::sync::spin_loop();
+            }
+            return Ok(());
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(());
+        }
+        let since = match st.since {
+            Some(s) => s,
+            None => {
+                // A new wait: spin for the adaptive budget, or probe with
+                // the full spin now and then.
+                self.core.waits = self.core.waits.wrapping_add(1);
+                st.budget = if self.core.waits.is_multiple_of(PROBE_EVERY) {
+                    spin
+                } else {
+                    self.core.spin_now
+                };
+                st.since = Some(now);
+                now
+            }
+        };
+        if now.duration_since(since) < st.budget {
+            // A pure spin, no yield: the budget is short, and a yield would
+            // hand the processor to whatever else is runnable (not
+            // necessarily the sender), hiding whether spinning pays.
+            crate::sync::spin_loop();
+            return Ok(());
+        }
+        // Spinning did not pay this time (the sender may be waiting for
+        // this very processor): spin half as long next time.
+        self.core.spin_now /= 2;
+        if self.core.spin_now < Duration::from_micros(1) {
+            self.core.spin_now = Duration::ZERO;
+        }
+        // Sleep: announce, look once more (the Dekker pair with `ring`), park.
+        let bell = self.core.seg.doorbell();
+        bell.announce();
+        if self.poll() > 0 {
+            self.core.seg.doorbell().cancel();
+            *st = Idle::default();
+            return Ok(());
+        }
+        // Something handed out but not published: its sender may have died,
+        // so wake in time to recover the slot (a quarter lease, as the
+        // liveness checks).
+        let in_flight = self.in_flight();
+        let cap = if in_flight {
+            (self.core.lease / 4).max(Duration::from_micros(1))
+        } else {
+            SLEEP_CAP
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if self.core.seg.doorbell().sleep(Some(left.min(cap))) {
+            self.core.stats.wakeups += 1;
+        } else {
+            self.core.stats.sleep_timeouts += 1;
+        }
+        *st = Idle::default();
+        Ok(())
+    }
+
+    /// A poll found messages: if it was during a wait's spin, spinning pays
+    /// (the sender runs elsewhere), so the budget goes back to the full spin.
+    fn got_work(&mut self, st: &mut Idle) {
+        if st.since.is_some()
+            && let Some(spin) = self.core.spin
+        {
+            self.core.spin_now = spin;
+        }
+        *st = Idle::default();
+    }
+
+    /// Whether either queue has tickets handed out beyond its head.
+    fn in_flight(&self) -> bool {
+        [REQUESTS, REPLIES].iter().any(|&i| {
+            let tail = self.core.seg.queue(i).tail();
+            super::word::seq_diff(tail, self.core.heads[i].next()) > 0
+        })
     }
 
     /// Request-queue tickets handed out to senders and not yet delivered,

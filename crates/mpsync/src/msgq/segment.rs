@@ -2,7 +2,7 @@
 //! a validated header, two queues laid out at offsets computed from the
 //! geometry (nothing in the segment is a pointer), and the claim locks.
 
-use super::ring::{BlockHdr, ClaimLock, Env, Packet, QueueCtl, QueueRef};
+use super::ring::{BlockHdr, ClaimLock, Doorbell, Env, Packet, QueueCtl, QueueRef};
 use super::{Claim, Error, Options};
 use crate::lock::{AndersonN, Tas, TasB, Ticket};
 use crate::sync::{AtomicU64, Ordering};
@@ -13,7 +13,7 @@ use std::mem::{align_of, size_of};
 /// "MPSYNCMQ".
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"MPSYNCMQ");
 /// Bumped whenever the layout changes.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// Longest endpoint name (it travels in two packet words for replies).
 pub const MAX_NAME: usize = 16;
 
@@ -91,9 +91,16 @@ fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
+/// Offset of the receiver's doorbell (version 2): the line after the header.
+const DOORBELL: usize = round_up_const(size_of::<Header>(), 128);
+
+const fn round_up_const(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
 /// The two queues' layouts and the total size.
 fn layout(packets: u32, blocks: u32, block_bytes: u32) -> ([QueueLayout; 2], usize) {
-    let mut off = round_up(size_of::<Header>(), 128);
+    let mut off = round_up(DOORBELL + size_of::<Doorbell>(), 128);
     let mut q = [QueueLayout {
         ctl: 0,
         lock: 0,
@@ -320,6 +327,14 @@ impl Segment {
     /// # Safety
     /// Only the creator, before anyone else can validate the segment.
     unsafe fn init(&self, o: &Options, size: usize) {
+        // SAFETY: offset from `layout`'s reserved line, inside the mapping,
+        // 128-aligned; nobody else uses it yet.
+        unsafe {
+            self.base
+                .add(DOORBELL)
+                .cast::<Doorbell>()
+                .write(Doorbell::new())
+        };
         for q in &self.queues {
             // SAFETY (all writes): offsets from `layout`, inside the mapping and
             // aligned (every offset is a multiple of 128); nobody else uses them yet.
@@ -533,7 +548,15 @@ impl Segment {
         self.geom
     }
 
-    /// Queue `i` (0: requests, 1: replies).
+    /// The receiver's doorbell, which every send to this segment rings.
+    pub fn doorbell(&self) -> &Doorbell {
+        // SAFETY: the reserved line of `layout`, inside the mapping (which is
+        // at least the layout's size), 128-aligned, initialized by the
+        // creator before it published the magic, accessed only atomically.
+        unsafe { &*self.base.add(DOORBELL).cast::<Doorbell>() }
+    }
+
+    /// Queue `i` (0: requests, 1: replies), with the doorbell.
     pub fn queue(&self, i: usize) -> QueueRef<'_> {
         let q = &self.queues[i];
         let g = &self.geom;
@@ -559,6 +582,7 @@ impl Segment {
             )
         }
         .expect("validated geometry")
+        .with_doorbell(self.doorbell())
     }
 
     /// The claim lock of queue `i` (`None` for the lock-free claim).

@@ -19,6 +19,28 @@ pub enum ParkResult {
 
 #[cfg(not(loom))]
 pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> ParkResult {
+    wait_op(word, expected, timeout, libc::FUTEX_PRIVATE_FLAG)
+}
+
+/// [`wait`] on a word in memory shared between processes (no
+/// `FUTEX_PRIVATE_FLAG`: the kernel keys the waiter by the physical page, so
+/// a waker in another process that maps the same page finds it).
+#[cfg(not(loom))]
+pub(crate) fn wait_shared(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+) -> ParkResult {
+    wait_op(word, expected, timeout, 0)
+}
+
+#[cfg(not(loom))]
+fn wait_op(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+    private: libc::c_int,
+) -> ParkResult {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -32,7 +54,7 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            libc::FUTEX_WAIT | private,
             expected,
             ts_ptr,
         )
@@ -49,13 +71,24 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -
 
 #[cfg(not(loom))]
 pub(crate) fn wake(word: &AtomicU32, n: i32) -> usize {
+    wake_op(word, n, libc::FUTEX_PRIVATE_FLAG)
+}
+
+/// [`wake`] for a word in memory shared between processes (see [`wait_shared`]).
+#[cfg(not(loom))]
+pub(crate) fn wake_shared(word: &AtomicU32, n: i32) -> usize {
+    wake_op(word, n, 0)
+}
+
+#[cfg(not(loom))]
+fn wake_op(word: &AtomicU32, n: i32, private: libc::c_int) -> usize {
     // SAFETY: `word` is a live, aligned 32-bit atomic; FUTEX_WAKE does not access
     // memory, it only wakes waiters queued on this address.
     let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            libc::FUTEX_WAKE | private,
             n,
         )
     };
@@ -131,4 +164,20 @@ pub(crate) fn wake(word: &AtomicU32, n: i32) -> usize {
         }
     }
     woken
+}
+
+/// Under loom every thread is in one process: a shared futex is the same model.
+#[cfg(loom)]
+pub(crate) fn wait_shared(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+) -> ParkResult {
+    wait(word, expected, timeout)
+}
+
+/// As [`wait_shared`].
+#[cfg(loom)]
+pub(crate) fn wake_shared(word: &AtomicU32, n: i32) -> usize {
+    wake(word, n)
 }

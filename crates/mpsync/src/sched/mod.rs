@@ -214,6 +214,22 @@ pub fn unpark_all(word: &AtomicU32) -> usize {
     futex::wake(word, i32::MAX)
 }
 
+/// [`park`] on a word in memory shared with other processes (a `MAP_SHARED`
+/// segment): the kernel finds the sleeper by the word's page, so an
+/// [`unpark_shared_all`] from any process that maps it wakes it. Slower than
+/// [`park`] for words private to this process.
+#[inline]
+pub fn park_shared(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> ParkResult {
+    futex::wait_shared(word, expected, timeout)
+}
+
+/// Wakes every thread, of any process, parked on the shared `word` by
+/// [`park_shared`]; returns how many were woken.
+#[inline]
+pub fn unpark_shared_all(word: &AtomicU32) -> usize {
+    futex::wake_shared(word, i32::MAX)
+}
+
 /// The application's partition now: the emulated scheduler's while one runs,
 /// the machine's otherwise.
 pub fn partition() -> Partition {
