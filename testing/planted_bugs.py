@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -91,21 +92,28 @@ def run(b: dict, no_run: bool, timeout: int) -> tuple[str, float, str]:
     env = dict(os.environ, CARGO_TERM_COLOR="never", **env_extra)
     env.update({k: str(v) for k, v in b.get("env", {}).items()})
     t0 = time.monotonic()
+    # A session of its own, so that a timeout kills the test binary cargo ran
+    # too (killing cargo alone leaves a hung test orphaned, spinning on a core).
+    p = subprocess.Popen(
+        cargo(b, no_run),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        p = subprocess.run(
-            cargo(b, no_run),
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"")
-        out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        return "timeout", time.monotonic() - t0, out[-2000:]
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = p.communicate()
+        return "timeout", time.monotonic() - t0, ((stdout or "") + (stderr or ""))[-2000:]
     status = "pass" if p.returncode == 0 else "fail"
-    return status, time.monotonic() - t0, (p.stdout + p.stderr)[-2000:]
+    return status, time.monotonic() - t0, (stdout + stderr)[-2000:]
 
 
 def first_failure(out: str) -> str:
