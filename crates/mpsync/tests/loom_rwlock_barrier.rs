@@ -23,7 +23,7 @@ use mpsync::barrier::{
     Barrier, Central, CombiningTree, Dissemination, McsTree, ScalableSc, WaitMode,
 };
 use mpsync::lock::{Native, Queued, SmartQ};
-use mpsync::rwlock::{RwQueue, RwQueued, RwSmartQ, RwTasB};
+use mpsync::rwlock::{Bravo, RwQueue, RwQueued, RwSmartQ, RwTasB, VisibleReaders};
 use mpsync::sched::{self, Actor, ThreadState};
 
 fn queued() -> RwQueued {
@@ -111,6 +111,35 @@ fn rw_native_twice() {
 #[test]
 fn rw_tas_b_twice() {
     rw_model(RwTasB::new, &[&[false, true], &[true, false]], 3);
+}
+
+/// BRAVO over RW-TAS-B with the bias already on: a reader that reads twice
+/// (each read may take the fast path: publish in the table, fence, re-check
+/// the bias) and a writer that writes (revoke: clear the bias, fence, wait
+/// for the table) and then reads (slow path, re-enabling the bias). The
+/// reader-publish / writer-revoke Dekker pair: loom's `UnsafeCell` flags a
+/// fast read overlapping the write.
+fn bravo_tas_b() -> Bravo<RwTasB> {
+    // A table per model execution (leaked: a lock needs a `'static` one).
+    let l = Bravo::with_table(RwTasB::new(), Box::leak(Box::new(VisibleReaders::new())));
+    // A first (slow-path) read turns the bias on.
+    let g = l.lock_shared();
+    // SAFETY: from this lock on this thread.
+    unsafe { l.unlock_shared(g) };
+    assert!(l.is_biased());
+    l
+}
+
+#[test]
+fn bravo_reader_publish_vs_writer_revoke() {
+    rw_model(bravo_tas_b, &[&[false, false], &[true, false]], 3);
+}
+
+/// Two writers and a reader: the second writer finds the bias off (or
+/// re-enabled by the reader's slow path) and revokes again.
+#[test]
+fn bravo_two_writers_and_a_reader() {
+    rw_model(bravo_tas_b, &[&[false], &[true], &[true]], 2);
 }
 
 /// RW-Smart-Q with a "kernel" that preempts thread 1 (and resumes it) at any

@@ -10,7 +10,12 @@
 //!   reader among continuous writers, each finish a fixed number of sections
 //!   before a deadline;
 //! - **FIFO across kinds** (the queued locks): a writer waits for the reader
-//!   ahead of it and blocks the reader behind it.
+//!   ahead of it and blocks the reader behind it;
+//! - **BRAVO** (`Bravo<L>` over three base locks): the suites above, and writer
+//!   exclusion with *biased* readers — 8 threads, one section in 64 a write, so
+//!   the bias is re-enabled between writes and writers revoke it while fast-path
+//!   readers are inside (the test fails unless both fast reads and revocations
+//!   happened).
 //!
 //! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test rwlock`.
 
@@ -22,7 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_api::{RawMutex, RawRwLock};
-use mpsync::rwlock::{RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
+use mpsync::rwlock::{
+    Bravo, BravoShared, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp,
+};
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::sched::{self};
 use mpsync::util::busy::BusyWork;
@@ -340,6 +347,9 @@ rw_suite! {
     rw_smart_q: RwSmartQ, 1000;
     rw_native: RwNative, 2000;
     rw_native_np: RwNativeNp, 2000;
+    bravo_rw_tas_b: Bravo<RwTasB>, 20000;
+    bravo_rw_smart_q: Bravo<RwSmartQ>, 1000;
+    bravo_rw_native: Bravo<RwNative>, 2000;
 }
 
 macro_rules! fair_suite {
@@ -363,4 +373,75 @@ fair_suite! {
     fair_smart_q: RwSmartQ;
     fair_native: RwNative;
     fair_native_np: RwNativeNp;
+}
+
+/// BRAVO with biased readers: 8 threads, one section in 64 a write (short
+/// writes, so the inhibit period ends and readers re-bias between them), run
+/// for a fixed time; fast-path reads must have happened, and writes, and no
+/// section may overlap a writer.
+fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
+    let threads = 8u64;
+    let run = Duration::from_millis(common::sized(400, 1) * scale());
+    let s = Shared::<Bravo<L>>::new();
+    let go = Barrier::new(threads as usize);
+    let (writes, fast) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let (s, go, writes, fast) = (&s, &go, &writes, &fast);
+            sc.spawn(move || {
+                go.wait();
+                let end = Instant::now() + run;
+                let mut i = t;
+                while Instant::now() < end && !s.violated() {
+                    if i.is_multiple_of(64) {
+                        s.write(20);
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        // As `Shared::read`, but counting fast-path guards.
+                        let g = s.lock.lock_shared();
+                        if matches!(g, BravoShared::Fast(_)) {
+                            fast.fetch_add(1, Ordering::Relaxed);
+                        }
+                        s.readers_in.fetch_add(1, Ordering::SeqCst);
+                        let mut bad = s.writer_in.load(Ordering::SeqCst);
+                        // SAFETY: we hold the read lock.
+                        let (a, b) = unsafe { *s.pair.get() };
+                        BusyWork::global().run_iters(1 + i % 40);
+                        bad |= a != b || s.writer_in.load(Ordering::SeqCst);
+                        if bad {
+                            s.violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                        s.readers_in.fetch_sub(1, Ordering::SeqCst);
+                        // SAFETY: `g` came from `lock_shared` on this thread.
+                        unsafe { s.lock.unlock_shared(g) };
+                    }
+                    i += 1;
+                }
+                assert_eq!(sched::current().depth(), 0);
+            });
+        }
+    });
+    s.check(writes.load(Ordering::Relaxed));
+    let (w, f) = (writes.into_inner(), fast.into_inner());
+    assert!(w > 0, "no writes happened");
+    assert!(f > 0, "no read took the fast path ({w} writes)");
+    assert!(!s.lock.is_locked(), "left locked: {:?}", s.lock.fast_readers());
+}
+
+macro_rules! bravo_suite {
+    ($($name:ident: $l:ty;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn biased_readers_exclude_writers() { bravo_biased_exclusion::<$l>() }
+            #[test]
+            fn writer_not_starved_by_biased_readers() { not_starved::<Bravo<$l>>(true) }
+        }
+    )*};
+}
+
+bravo_suite! {
+    bravo_tas_b: RwTasB;
+    bravo_smart_q: RwSmartQ;
+    bravo_native: RwNative;
 }

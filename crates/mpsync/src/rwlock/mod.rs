@@ -10,6 +10,7 @@
 //! | [`RwNative`]    | RW-Native     | futex admission / futex, then parked drain        | no    | 001 §4            |
 //! | [`RwNativeNp`]  | RW-Native-np  | as RW-Native, sections no-preempt                 | no    | 001 §4            |
 //! | [`RwNp<L>`]     | L-np          | as `L`, sections no-preempt                       | as L  | 001 §3            |
+//! | [`Bravo<L>`]    | BRAVO-L       | biased: a slot in a global table / `L`, revoking  | as L  | Dice & Kogan 2019 |
 //!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
@@ -26,10 +27,16 @@
 //! assert_eq!(*n.read(), 1);
 //! ```
 
+mod bravo;
 mod np;
 mod queue;
 mod tas_b;
 
+pub use bravo::{
+    Bravo, BravoShared, INHIBIT_MULTIPLIER, TABLE_SLOTS, VisibleReaders,
+};
+#[cfg(not(loom))]
+pub use bravo::GLOBAL_TABLE;
 pub use np::{RwNp, RwNpGuard};
 pub use queue::{
     PARKED, RwNative, RwNativeNp, RwQueue, RwQueueReadGuard, RwQueueWriteGuard, RwQueued, RwSmartQ,
@@ -112,8 +119,56 @@ mod tests {
         rw_queued: RwQueued,
         rw_smart_q: RwSmartQ,
         rw_native: RwNative,
-        rw_native_np: RwNativeNp
+        rw_native_np: RwNativeNp,
+        bravo_rw_tas_b: Bravo<RwTasB>,
+        bravo_rw_smart_q: Bravo<RwSmartQ>,
+        bravo_rw_native: Bravo<RwNative>
     );
+
+    #[test]
+    fn bravo_fast_path_and_revocation() {
+        let l: Bravo<RwTasB> = Bravo::new(RwTasB::new());
+        assert!(!l.is_biased(), "INIT is unbiased");
+        // The first (slow) reader enables the bias; the next reads fast.
+        let r1 = l.lock_shared();
+        assert!(matches!(r1, BravoShared::Slow(_)));
+        assert!(l.is_biased());
+        let r2 = l.lock_shared();
+        assert!(matches!(r2, BravoShared::Fast(_)), "{r2:?}");
+        assert_eq!(l.fast_readers(), 1);
+        assert!(l.try_lock_exclusive().is_none(), "writer while readers");
+        // SAFETY: both came from this lock on this thread.
+        unsafe {
+            l.unlock_shared(r1);
+            l.unlock_shared(r2);
+        }
+        // A failed try revoked the bias; a slow reader may re-enable it after
+        // the inhibit period. Now the writer revokes (or finds it off).
+        let w = l.lock_exclusive();
+        assert!(!l.is_biased(), "a writer inside keeps the bias off");
+        assert_eq!(l.fast_readers(), 0);
+        assert!(l.try_lock_shared().is_none());
+        // SAFETY: from this lock on this thread.
+        unsafe { l.unlock_exclusive(w) };
+        assert!(!l.is_locked());
+        assert!(format!("{l:?}").contains("fast_readers: 0"));
+    }
+
+    #[test]
+    fn bravo_drop_clears_a_forgotten_fast_guard() {
+        // Its own table, so that no other test's lock shares the slots.
+        static TABLE: VisibleReaders = VisibleReaders::new();
+        let l: Box<RwLock<Bravo<RwTasB>, u8>> =
+            Box::new(RwLock::from_raw(Bravo::with_table(RwTasB::new(), &TABLE), 0));
+        drop(l.read()); // enables the bias
+        std::mem::forget(l.read());
+        // SAFETY: only inspects the raw lock.
+        let raw = unsafe { l.raw() };
+        assert_eq!(raw.fast_readers(), 1);
+        let addr = raw as *const Bravo<RwTasB> as usize;
+        drop(l);
+        assert_eq!(TABLE.readers_of(addr), 0);
+    }
 
     #[test]
     fn debug_shows_state() {
