@@ -425,7 +425,11 @@ fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
     let (w, f) = (writes.into_inner(), fast.into_inner());
     assert!(w > 0, "no writes happened");
     assert!(f > 0, "no read took the fast path ({w} writes)");
-    assert!(!s.lock.is_locked(), "left locked: {:?}", s.lock.fast_readers());
+    assert!(
+        !s.lock.is_locked(),
+        "left locked: {:?}",
+        s.lock.fast_readers()
+    );
 }
 
 macro_rules! bravo_suite {

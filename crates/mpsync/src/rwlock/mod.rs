@@ -32,11 +32,9 @@ mod np;
 mod queue;
 mod tas_b;
 
-pub use bravo::{
-    Bravo, BravoShared, INHIBIT_MULTIPLIER, TABLE_SLOTS, VisibleReaders,
-};
 #[cfg(not(loom))]
 pub use bravo::GLOBAL_TABLE;
+pub use bravo::{Bravo, BravoShared, INHIBIT_MULTIPLIER, TABLE_SLOTS, VisibleReaders};
 pub use np::{RwNp, RwNpGuard};
 pub use queue::{
     PARKED, RwNative, RwNativeNp, RwQueue, RwQueueReadGuard, RwQueueWriteGuard, RwQueued, RwSmartQ,
@@ -158,8 +156,10 @@ mod tests {
     fn bravo_drop_clears_a_forgotten_fast_guard() {
         // Its own table, so that no other test's lock shares the slots.
         static TABLE: VisibleReaders = VisibleReaders::new();
-        let l: Box<RwLock<Bravo<RwTasB>, u8>> =
-            Box::new(RwLock::from_raw(Bravo::with_table(RwTasB::new(), &TABLE), 0));
+        let l: Box<RwLock<Bravo<RwTasB>, u8>> = Box::new(RwLock::from_raw(
+            Bravo::with_table(RwTasB::new(), &TABLE),
+            0,
+        ));
         drop(l.read()); // enables the bias
         std::mem::forget(l.read());
         // SAFETY: only inspects the raw lock.
