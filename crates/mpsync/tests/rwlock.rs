@@ -375,10 +375,10 @@ fair_suite! {
     fair_native_np: RwNativeNp;
 }
 
-/// BRAVO with biased readers: 8 threads, one section in 64 a write (short
-/// writes, so the inhibit period ends and readers re-bias between them), run
-/// for a fixed time; fast-path reads must have happened, and writes, and no
-/// section may overlap a writer.
+/// BRAVO with biased readers: 8 threads, one section in 32 a write (5 µs;
+/// reads 1–3 µs, so the inhibit period ends and readers re-bias between
+/// writes), run for a fixed time; fast-path reads must have happened, and
+/// writes, and no section may overlap a writer.
 fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
     let threads = 8u64;
     let run = Duration::from_millis(common::sized(400, 1) * scale());
@@ -393,8 +393,8 @@ fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
                 let end = Instant::now() + run;
                 let mut i = t;
                 while Instant::now() < end && !s.violated() {
-                    if i.is_multiple_of(64) {
-                        s.write(20);
+                    if i.is_multiple_of(32) {
+                        s.write(BusyWork::global().iters_for_ns(5_000));
                         writes.fetch_add(1, Ordering::Relaxed);
                     } else {
                         // As `Shared::read`, but counting fast-path guards.
@@ -406,7 +406,7 @@ fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
                         let mut bad = s.writer_in.load(Ordering::SeqCst);
                         // SAFETY: we hold the read lock.
                         let (a, b) = unsafe { *s.pair.get() };
-                        BusyWork::global().run_iters(1 + i % 40);
+                        BusyWork::global().run_ns(1_000 + (i % 3) * 1_000);
                         bad |= a != b || s.writer_in.load(Ordering::SeqCst);
                         if bad {
                             s.violations.fetch_add(1, Ordering::Relaxed);
@@ -432,6 +432,58 @@ fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
     );
 }
 
+/// BRAVO: a reader stopped right after it saw the bias on (stall point
+/// `bravo.reader.bias_seen`, before it publishes its slot) while a writer
+/// revokes the bias and enters. Released, the reader must re-check the bias
+/// and wait for the writer, not read during the write.
+fn bravo_reader_stalled_before_publishing<L: RawRwLock + Sync>() {
+    use mpsync::sched::stall::{self, Trap};
+    let lock = Bravo::<L>::INIT;
+    // A first (slow) read turns the bias on.
+    let g = lock.lock_shared();
+    // SAFETY: from `lock_shared` on this thread.
+    unsafe { lock.unlock_shared(g) };
+    assert!(lock.is_biased());
+    let entered = AtomicBool::new(false);
+    let bad = std::thread::scope(|sc| {
+        let (id_tx, id_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (lock, entered) = (&lock, &entered);
+        let victim = sc.spawn(move || {
+            id_tx.send(sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            let g = lock.lock_shared(); // stops at BRAVO_BIAS_SEEN
+            entered.store(true, Ordering::SeqCst);
+            // SAFETY: from `lock_shared` on this thread.
+            unsafe { lock.unlock_shared(g) };
+        });
+        let trap = Trap::at(stall::BRAVO_BIAS_SEEN)
+            .thread(id_rx.recv().unwrap())
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(20))
+            .expect("the reader reached the stall point");
+        let w = lock.lock_exclusive(); // revokes: the reader has not published
+        trap.release();
+        // Give the released reader time to (wrongly) get in during the write.
+        let until = Instant::now() + Duration::from_millis(300);
+        while !entered.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let bad = entered.load(Ordering::SeqCst);
+        // SAFETY: from `lock_exclusive` on this thread.
+        unsafe { lock.unlock_exclusive(w) };
+        victim.join().unwrap();
+        bad
+    });
+    assert!(
+        !bad,
+        "a reader that saw the bias before a revocation read during the write"
+    );
+    assert!(entered.into_inner(), "the reader never got in");
+    assert!(!lock.is_locked());
+}
+
 macro_rules! bravo_suite {
     ($($name:ident: $l:ty;)*) => {$(
         mod $name {
@@ -440,6 +492,10 @@ macro_rules! bravo_suite {
             fn biased_readers_exclude_writers() { bravo_biased_exclusion::<$l>() }
             #[test]
             fn writer_not_starved_by_biased_readers() { not_starved::<Bravo<$l>>(true) }
+            #[test]
+            fn reader_stalled_before_publishing_waits_for_writer() {
+                bravo_reader_stalled_before_publishing::<$l>()
+            }
         }
     )*};
 }

@@ -158,7 +158,19 @@ impl<L> Bravo<L> {
 
     /// Wraps an unlocked lock whose fast readers publish in `table` (tests and
     /// models give a lock its own; a program normally uses [`Bravo::new`]).
+    #[cfg(not(loom))]
     pub const fn with_table(inner: L, table: &'static VisibleReaders) -> Self {
+        Self {
+            rbias: AtomicBool::new(false),
+            inhibit_until: AtomicU64::new(0),
+            table,
+            inner,
+        }
+    }
+
+    /// Wraps an unlocked lock whose fast readers publish in `table`.
+    #[cfg(loom)]
+    pub fn with_table(inner: L, table: &'static VisibleReaders) -> Self {
         Self {
             rbias: AtomicBool::new(false),
             inhibit_until: AtomicU64::new(0),
@@ -192,13 +204,17 @@ impl<L> Bravo<L> {
     #[inline]
     fn slot(&self) -> usize {
         let t = sched::current().id() as usize;
-        let h = (t ^ (self.id() >> 6)).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize);
+        // Under loom the lock's address (which differs between executions) is
+        // left out: a model must take the same path each time it replays.
+        let lock = if cfg!(loom) { 0 } else { self.id() >> 6 };
+        let h = (t ^ lock).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize);
         (h >> 16) % TABLE_SLOTS
     }
 
     /// The reader's fast path: publish, then re-check the bias ([R1]–[R3]).
     #[inline]
     fn try_fast(&self) -> Option<usize> {
+        sched::stall::point(sched::stall::BRAVO_BIAS_SEEN);
         let slot = self.slot();
         let s = &self.table.slots[slot];
         // [R1] Relaxed failure: the slot is someone else's; take the slow path.
@@ -305,7 +321,8 @@ impl<L> Drop for Bravo<L> {
     fn drop(&mut self) {
         // No guard can be alive: a slot naming this lock is a forgotten guard's.
         // Clear it so that a lock later made at this address is not held up.
-        if *self.rbias.get_mut() {
+        // Relaxed: `&mut self`, nothing runs concurrently.
+        if self.rbias.load(Ordering::Relaxed) {
             let me = self.id();
             for s in &self.table.slots {
                 // Relaxed: `&mut self`; no reader of this lock can exist.
