@@ -484,6 +484,39 @@ fn bravo_reader_stalled_before_publishing<L: RawRwLock + Sync>() {
     assert!(!lock.is_locked());
 }
 
+/// BRAVO: a writer must wait for a reader inside on the fast path (the slot
+/// it published), however long that reader stays.
+fn bravo_writer_waits_for_fast_reader<L: RawRwLock + Sync>() {
+    let lock = Bravo::<L>::INIT;
+    // A first (slow) read turns the bias on; the second reads fast.
+    let g = lock.lock_shared();
+    // SAFETY: from `lock_shared` on this thread.
+    unsafe { lock.unlock_shared(g) };
+    let r = lock.lock_shared();
+    assert!(matches!(r, BravoShared::Fast(_)), "{r:?}");
+    let wrote = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let (lock, wrote) = (&lock, &wrote);
+        sc.spawn(move || {
+            let w = lock.lock_exclusive();
+            wrote.store(true, Ordering::SeqCst);
+            // SAFETY: from `lock_exclusive` on this thread.
+            unsafe { lock.unlock_exclusive(w) };
+        });
+        // The writer has time to (wrongly) get in while we read.
+        let until = Instant::now() + Duration::from_millis(300);
+        while !wrote.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let early = wrote.load(Ordering::SeqCst);
+        // SAFETY: from `lock_shared` on this thread.
+        unsafe { lock.unlock_shared(r) };
+        assert!(!early, "a writer got in beside a fast-path reader");
+    });
+    assert!(wrote.into_inner(), "the writer never got in");
+    assert!(!lock.is_biased(), "the writer revoked the bias");
+}
+
 macro_rules! bravo_suite {
     ($($name:ident: $l:ty;)*) => {$(
         mod $name {
@@ -492,6 +525,8 @@ macro_rules! bravo_suite {
             fn biased_readers_exclude_writers() { bravo_biased_exclusion::<$l>() }
             #[test]
             fn writer_not_starved_by_biased_readers() { not_starved::<Bravo<$l>>(true) }
+            #[test]
+            fn writer_waits_for_fast_reader() { bravo_writer_waits_for_fast_reader::<$l>() }
             #[test]
             fn reader_stalled_before_publishing_waits_for_writer() {
                 bravo_reader_stalled_before_publishing::<$l>()

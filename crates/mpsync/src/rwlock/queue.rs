@@ -36,6 +36,13 @@
 //! | 0..31       | readers (+1 under admission, −1 out) | readers inside                    |
 //! | [`PARKED`]  | the writer, by CAS; cleared by it    | the writer is (about to be) parked|
 //!
+//! Upgradable reads (`lock_api::RawRwLockUpgrade`): an upgradable reader is a
+//! writer that has taken the admission lock but not yet drained the readers —
+//! the readers already inside go on beside it, writers and other upgradable
+//! readers wait, and (the queue being FIFO) so do readers that arrive after
+//! it; the upgrade is the writer's drain. So a thread holding an upgradable
+//! read must not take a plain read of the same lock (it would wait for itself).
+//!
 //! Uses `sched`: through the admission lock (Smart-Q's state-word hand-off),
 //! `request/release_no_preempt` when `NP`, `park`/`unpark_one`,
 //! `pause/resume_no_preempt` around a writer's park.
@@ -342,5 +349,69 @@ unsafe impl<M: RawMutex, const NP: bool> lock_api::RawRwLock for RwQueue<M, NP> 
     fn is_locked_exclusive(&self) -> bool {
         // Relaxed: a snapshot.
         self.writing.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: an upgradable reader holds the admission lock, so (as for a writer,
+// [2] above) no reader enters and no writer or other upgradable reader runs
+// until it unlocks; its upgrade is the writer's drain ([3]: Acquire of the
+// count reaching 0), after which it is alone.
+unsafe impl<M: RawMutex, const NP: bool> lock_api::RawRwLockUpgrade for RwQueue<M, NP> {
+    type UpgradableGuard = RwQueueWriteGuard<M::Guard>;
+
+    fn lock_upgradable(&self) -> Self::UpgradableGuard {
+        let np = np_request(NP);
+        RwQueueWriteGuard {
+            admission: self.admission.lock(),
+            np,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
+        let np = np_request(NP);
+        match self.admission.try_lock() {
+            Some(admission) => Some(RwQueueWriteGuard {
+                admission,
+                np,
+                _not_send: PhantomData,
+            }),
+            None => {
+                if np {
+                    sched::cancel_no_preempt();
+                }
+                None
+            }
+        }
+    }
+
+    unsafe fn unlock_upgradable(&self, guard: Self::UpgradableGuard) {
+        // SAFETY: the caller's contract: the guard came from this lock's
+        // `lock_upgradable`/`try_lock_upgradable`, so it holds our admission lock.
+        unsafe { self.admission.unlock(guard.admission) };
+        if guard.np {
+            sched::release_no_preempt();
+        }
+    }
+
+    unsafe fn upgrade(&self, guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
+        self.wait_readers_drained();
+        // Relaxed: diagnostic (`is_locked_exclusive`).
+        self.writing.store(true, Ordering::Relaxed);
+        guard
+    }
+
+    unsafe fn try_upgrade(
+        &self,
+        guard: Self::UpgradableGuard,
+    ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
+        // Acquire: as in `wait_readers_drained`.
+        if self.readers.load(Ordering::Acquire) == 0 {
+            // Relaxed: diagnostic.
+            self.writing.store(true, Ordering::Relaxed);
+            Ok(guard)
+        } else {
+            Err(guard)
+        }
     }
 }
