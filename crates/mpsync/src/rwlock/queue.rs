@@ -67,10 +67,6 @@ use lock_api::RawMutex;
 /// The writer-parked bit of the reader count word.
 pub const PARKED: u32 = 1 << 31;
 
-/// Checks of the reader count a writer makes before parking (≈ 1–10 µs: a
-/// typical read section's end; a reader preempted inside is not worth more).
-const DRAIN_SPINS: u32 = if cfg!(loom) { 1 } else { 256 };
-
 /// A fair reader-writer lock: admission lock `M` plus a reader count; `NP`
 /// marks both kinds of section no-preempt. Use the aliases [`RwQueued`],
 /// [`RwSmartQ`], [`RwNative`], [`RwNativeNp`].
@@ -146,19 +142,24 @@ impl<M: RawMutex, const NP: bool> RwQueue<M, NP> {
     }
 
     /// The writer, holding the admission lock, waits for the readers ahead of it
-    /// to leave: spins [`DRAIN_SPINS`] checks, then parks on the count, woken by
-    /// the last reader out. The one waiting loop of this module (it moves to the
-    /// shared waiting policy when there is one). Readers cannot enter meanwhile
-    /// (they need the admission lock), so the count only falls and only this
-    /// thread sets or clears [`PARKED`].
+    /// to leave: spins while the shared waiting policy ([`sched::Waiter`], its
+    /// default patience) advises it, then parks on the count, woken by the last
+    /// reader out. Readers cannot enter meanwhile (they need the admission
+    /// lock), so the count only falls and only this thread sets or clears
+    /// [`PARKED`].
     fn wait_readers_drained(&self) {
-        for _ in 0..DRAIN_SPINS {
+        let mut w = sched::Waiter::new();
+        loop {
             // Acquire: pairs with the readers' Release decrement, so their read
             // sections happen before our write section.
             if self.readers.load(Ordering::Acquire) == 0 {
                 return;
             }
-            crate::sync::spin_loop();
+            // No single thread to watch (the readers inside are many): the
+            // patience decides.
+            if w.spin(None) == sched::Wait::Park {
+                break;
+            }
         }
         let cb = sched::current();
         // Parked, we hold no processor: let the scheduler preempt us meanwhile
@@ -370,19 +371,17 @@ unsafe impl<M: RawMutex, const NP: bool> lock_api::RawRwLockUpgrade for RwQueue<
 
     fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
         let np = np_request(NP);
-        match self.admission.try_lock() {
-            Some(admission) => Some(RwQueueWriteGuard {
-                admission,
-                np,
-                _not_send: PhantomData,
-            }),
-            None => {
-                if np {
-                    sched::cancel_no_preempt();
-                }
-                None
+        let Some(admission) = self.admission.try_lock() else {
+            if np {
+                sched::cancel_no_preempt();
             }
-        }
+            return None;
+        };
+        Some(RwQueueWriteGuard {
+            admission,
+            np,
+            _not_send: PhantomData,
+        })
     }
 
     unsafe fn unlock_upgradable(&self, guard: Self::UpgradableGuard) {
