@@ -81,9 +81,10 @@ impl RwTasB {
         // Relaxed: a hint; the CAS re-checks.
         let v = self.word.load(Ordering::Relaxed);
         // Acquire: pairs with the writer's Release store in `unlock_exclusive`.
+        // The count (bits 0..30) must not carry into the UPGRADABLE bit.
         v & WRITER == 0
             && v < WRITER - 1
-            && v & !UPGRADABLE < UPGRADABLE - 1
+            && v & (UPGRADABLE - 1) != UPGRADABLE - 1
             && self
                 .word
                 .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
