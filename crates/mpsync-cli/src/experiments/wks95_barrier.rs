@@ -280,15 +280,29 @@ pub fn run_barrier_table(
     Ok(out)
 }
 
-/// Judges 001's conclusion at every processor count: Scalable-SC within
-/// [`AMONG_THE_BEST`] of the fastest of the paper's four barriers at most
-/// points, and Arrival-tree the slowest of the four at most points.
+/// Judges 001's conclusion (the ordering of Figure 7) with
+/// [`verdict_clauses`].
 pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[String]) -> Verdict {
+    verdict_clauses(CONCLUSION, points, procs, preempt, censored)
+}
+
+/// Judges a barrier application's conclusion (`wks95-barrier`, `wks95-gauss`)
+/// clause by clause at every processor count measured:
+/// (1) Scalable-SC within [`AMONG_THE_BEST`] of the fastest of the paper's four
+/// barriers, (2) Central-block faster than Heuristic-tree, (3) Arrival-tree the
+/// slowest of the four — each at most processor counts.
+pub fn verdict_clauses(
+    conclusion: &str,
+    points: &[Point],
+    procs: &[u32],
+    preempt: Preempt,
+    censored: &[String],
+) -> Verdict {
     let mut details = Vec::new();
     if preempt == Preempt::None {
         details.push("--preempt none: one thread per processor, no multiprogramming: the conclusion is not evaluated".into());
         return Verdict {
-            conclusion: CONCLUSION.into(),
+            conclusion: conclusion.into(),
             status: Status::Measurement,
             details,
         };
@@ -300,7 +314,7 @@ pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[St
             .find(|p| p.implementation == name && p.x == x)
             .map(|p| p.value)
     };
-    let (mut best_at, mut worst_at, mut counted) = (0, 0, 0);
+    let (mut c1, mut c2, mut c3, mut counted) = (0, 0, 0, 0);
     for &np in procs {
         let x = f64::from(np);
         let vals: Vec<(&str, f64)> = paper
@@ -317,30 +331,38 @@ pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[St
             .copied()
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or(("", 0.0));
-        let sc = at("Scalable-SC", x).unwrap_or(f64::MAX);
-        if sc <= min * AMONG_THE_BEST {
-            best_at += 1;
+        let get = |name: &str| at(name, x).unwrap_or(f64::MAX);
+        if get("Scalable-SC") <= min * AMONG_THE_BEST {
+            c1 += 1;
+        }
+        if get("Central-block") < get("Heuristic-tree") {
+            c2 += 1;
         }
         if slow == "Arrival-tree" {
-            worst_at += 1;
+            c3 += 1;
         }
-        let order: Vec<String> = {
-            let mut v = vals.clone();
-            v.sort_by(|a, b| a.1.total_cmp(&b.1));
-            v.iter().map(|(n, t)| format!("{n} {t:.2} s")).collect()
-        };
+        let mut v = vals.clone();
+        v.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let order: Vec<String> = v.iter().map(|(n, t)| format!("{n} {t:.3} s")).collect();
         details.push(format!("{np} processors: {}", order.join(" < ")));
     }
     let mut status = Status::PartlyEvaluable;
     if counted > 0 {
-        let ok1 = best_at * 2 > counted;
-        let ok2 = worst_at * 2 > counted;
+        let most = |c: usize| c * 2 > counted;
+        let word = |c: usize| if most(c) { "holds" } else { "does not hold" };
         details.push(format!(
-            "Scalable-SC within {AMONG_THE_BEST:.2}x of the best of the four at {best_at} of {counted} processor counts ({}); Arrival-tree the slowest at {worst_at} of {counted} ({})",
-            if ok1 { "most" } else { "not most" },
-            if ok2 { "most" } else { "not most" }
+            "(1) Scalable-SC within {AMONG_THE_BEST:.2}x of the best of the four at {c1} of {counted} processor counts: {}",
+            word(c1)
         ));
-        status = if ok1 && ok2 {
+        details.push(format!(
+            "(2) Central-block faster than Heuristic-tree at {c2} of {counted}: {}",
+            word(c2)
+        ));
+        details.push(format!(
+            "(3) Arrival-tree the slowest of the four at {c3} of {counted}: {}",
+            word(c3)
+        ));
+        status = if most(c1) && most(c2) && most(c3) {
             Status::Holds
         } else {
             Status::DoesNotHold
@@ -356,7 +378,7 @@ pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[St
         ));
     }
     Verdict {
-        conclusion: CONCLUSION.into(),
+        conclusion: conclusion.into(),
         status,
         details,
     }

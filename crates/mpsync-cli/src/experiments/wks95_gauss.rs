@@ -30,11 +30,10 @@ use mpsync::util::busy::BusyWork;
 use mpsync::util::rng::SplitMix64;
 
 use super::barrier_oversub::{BarrierImpl, BenchBarrier, barrier_table};
-use super::wks94::AMONG_THE_BEST;
-use super::wks95_barrier::{MP, NAMES, TableRun, run_barrier_table};
+use super::wks95_barrier::{MP, NAMES, TableRun, run_barrier_table, verdict_clauses};
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Status, Verdict};
+use crate::output::{Machine, Point, RunRecord, Verdict};
 use crate::svg::{Series, bar_chart, line_chart};
 
 /// The paper's conclusion, as a statement.
@@ -449,100 +448,16 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     Ok((rec, svg))
 }
 
-/// Judges 001's Figure 8 clause by clause at every processor count measured:
-/// (1) Scalable-SC within [`AMONG_THE_BEST`] of the fastest of the paper's four
-/// barriers, (2) Central-block faster than Heuristic-tree, (3) Arrival-tree the
-/// slowest of the four — each at most processor counts.
+/// Judges 001's Figure 8 with the barrier program's clauses
+/// ([`verdict_clauses`]).
 pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[String]) -> Verdict {
-    let mut details = Vec::new();
-    if preempt == Preempt::None {
-        details.push("--preempt none: one thread per processor, no multiprogramming: the conclusion is not evaluated".into());
-        return Verdict {
-            conclusion: CONCLUSION.into(),
-            status: Status::Measurement,
-            details,
-        };
-    }
-    let paper = &NAMES[..4];
-    let at = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|p| p.implementation == name && p.x == x)
-            .map(|p| p.value)
-    };
-    let (mut c1, mut c2, mut c3, mut counted) = (0, 0, 0, 0);
-    for &np in procs {
-        let x = f64::from(np);
-        let vals: Vec<(&str, f64)> = paper
-            .iter()
-            .filter_map(|n| at(n, x).map(|v| (*n, v)))
-            .collect();
-        if vals.len() < paper.len() {
-            continue;
-        }
-        counted += 1;
-        let min = vals.iter().map(|v| v.1).fold(f64::MAX, f64::min);
-        let (slow, _) = vals
-            .iter()
-            .copied()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or(("", 0.0));
-        let get = |name: &str| at(name, x).unwrap_or(f64::MAX);
-        if get("Scalable-SC") <= min * AMONG_THE_BEST {
-            c1 += 1;
-        }
-        if get("Central-block") < get("Heuristic-tree") {
-            c2 += 1;
-        }
-        if slow == "Arrival-tree" {
-            c3 += 1;
-        }
-        let mut v = vals.clone();
-        v.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let order: Vec<String> = v.iter().map(|(n, t)| format!("{n} {t:.3} s")).collect();
-        details.push(format!("{np} processors: {}", order.join(" < ")));
-    }
-    let mut status = Status::PartlyEvaluable;
-    if counted > 0 {
-        let most = |c: usize| c * 2 > counted;
-        let word = |c: usize| if most(c) { "holds" } else { "does not hold" };
-        details.push(format!(
-            "(1) Scalable-SC within {AMONG_THE_BEST:.2}x of the best of the four at {c1} of {counted} processor counts: {}",
-            word(c1)
-        ));
-        details.push(format!(
-            "(2) Central-block faster than Heuristic-tree at {c2} of {counted}: {}",
-            word(c2)
-        ));
-        details.push(format!(
-            "(3) Arrival-tree the slowest of the four at {c3} of {counted}: {}",
-            word(c3)
-        ));
-        status = if most(c1) && most(c2) && most(c3) {
-            Status::Holds
-        } else {
-            Status::DoesNotHold
-        };
-    } else {
-        details.push("not evaluated: the four barriers were not all measured at any point".into());
-    }
-    if !censored.is_empty() {
-        details.push(format!(
-            "censored: {} run(s) hit the time cap; their times are extrapolated from the fraction of episodes done: {}",
-            censored.len(),
-            censored.join("; ")
-        ));
-    }
-    Verdict {
-        conclusion: CONCLUSION.into(),
-        status,
-        details,
-    }
+    verdict_clauses(CONCLUSION, points, procs, preempt, censored)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::Status;
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
