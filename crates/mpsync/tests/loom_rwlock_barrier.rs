@@ -7,6 +7,12 @@
 //! preemption, and RW-TAS-B. Loom's `UnsafeCell` flags any access not ordered
 //! by the lock, so a missing Acquire/Release shows up as well as a double grant.
 //!
+//! BRAVO (`Bravo<RwTasB>`, bias on): a reader reading twice against a writer
+//! that writes and then reads — the reader-publish / writer-revoke Dekker pair
+//! (its SeqCst fences) and the slow reader re-enabling the bias. Upgradable
+//! reads (RW-TAS-B, RW-Queued): an upgrader reads, upgrades and writes beside a
+//! thread that reads and then writes.
+//!
 //! Barriers: two participants, two episodes each; in every episode each writes
 //! its own cell before the wait and reads the other's after it (then waits once
 //! more, so the next write cannot race the read). Loom flags a read not ordered
@@ -15,7 +21,7 @@
 //! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_rwlock_barrier -- --test-threads=1`
 #![cfg(loom)]
 
-use lock_api::RawRwLock;
+use lock_api::{RawRwLock, RawRwLockUpgrade};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
@@ -23,7 +29,7 @@ use mpsync::barrier::{
     Barrier, Central, CombiningTree, Dissemination, McsTree, ScalableSc, WaitMode,
 };
 use mpsync::lock::{Native, Queued, SmartQ};
-use mpsync::rwlock::{RwQueue, RwQueued, RwSmartQ, RwTasB};
+use mpsync::rwlock::{Bravo, RwQueue, RwQueued, RwSmartQ, RwTasB, VisibleReaders};
 use mpsync::sched::{self, Actor, ThreadState};
 
 fn queued() -> RwQueued {
@@ -111,6 +117,83 @@ fn rw_native_twice() {
 #[test]
 fn rw_tas_b_twice() {
     rw_model(RwTasB::new, &[&[false, true], &[true, false]], 3);
+}
+
+/// BRAVO over RW-TAS-B with the bias already on: a reader that reads twice
+/// (each read may take the fast path: publish in the table, fence, re-check
+/// the bias) and a writer that writes (revoke: clear the bias, fence, wait
+/// for the table) and then reads (slow path, re-enabling the bias). The
+/// reader-publish / writer-revoke Dekker pair: loom's `UnsafeCell` flags a
+/// fast read overlapping the write.
+fn bravo_tas_b() -> Bravo<RwTasB> {
+    // A table per model execution (leaked: a lock needs a `'static` one).
+    let l = Bravo::with_table(RwTasB::new(), Box::leak(Box::new(VisibleReaders::new())));
+    // A first (slow-path) read turns the bias on.
+    let g = l.lock_shared();
+    // SAFETY: from this lock on this thread.
+    unsafe { l.unlock_shared(g) };
+    assert!(l.is_biased());
+    l
+}
+
+#[test]
+fn bravo_reader_publish_vs_writer_revoke() {
+    rw_model(bravo_tas_b, &[&[false, false], &[true, false]], 2);
+}
+
+/// Upgradable reads: thread 1 takes an upgradable read, reads, upgrades and
+/// writes (what it read must still be there); thread 2 reads, then writes.
+/// Loom's `UnsafeCell` flags a write not ordered after a read, or a read
+/// beside the upgraded write.
+fn upgrade_model<L: RawRwLockUpgrade + Send + Sync + 'static>(make: fn() -> L, preemptions: usize) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.max_branches = 20_000;
+    b.check(move || {
+        let shared = Arc::new((make(), UnsafeCell::new(0u32)));
+        let s1 = shared.clone();
+        let t1 = thread::spawn(move || {
+            let u = s1.0.lock_upgradable();
+            // SAFETY: the upgradable read lock is held.
+            let seen = s1.1.with(|p| unsafe { *p });
+            // SAFETY: `u` came from this lock on this thread.
+            let w = unsafe { s1.0.upgrade(u) };
+            // SAFETY: the write lock is held.
+            s1.1.with_mut(|p| unsafe {
+                assert_eq!(*p, seen, "a write slipped in during the upgrade");
+                *p += 1;
+            });
+            // SAFETY: from this lock on this thread.
+            unsafe { s1.0.unlock_exclusive(w) };
+        });
+        let s2 = shared.clone();
+        let t2 = thread::spawn(move || {
+            let g = s2.0.lock_shared();
+            // SAFETY: the read lock is held.
+            let _ = s2.1.with(|p| unsafe { *p });
+            // SAFETY: from this lock on this thread.
+            unsafe { s2.0.unlock_shared(g) };
+            let w = s2.0.lock_exclusive();
+            // SAFETY: the write lock is held.
+            s2.1.with_mut(|p| unsafe { *p += 1 });
+            // SAFETY: from this lock on this thread.
+            unsafe { s2.0.unlock_exclusive(w) };
+        });
+        t1.join().unwrap();
+        t2.join().unwrap();
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 2);
+    });
+}
+
+#[test]
+fn rw_tas_b_upgrade() {
+    upgrade_model(RwTasB::new, 3);
+}
+
+#[test]
+fn rw_queued_upgrade() {
+    upgrade_model(queued, 2);
 }
 
 /// RW-Smart-Q with a "kernel" that preempts thread 1 (and resumes it) at any

@@ -10,7 +10,12 @@
 //!   reader among continuous writers, each finish a fixed number of sections
 //!   before a deadline;
 //! - **FIFO across kinds** (the queued locks): a writer waits for the reader
-//!   ahead of it and blocks the reader behind it.
+//!   ahead of it and blocks the reader behind it;
+//! - **BRAVO** (`Bravo<L>` over three base locks): the suites above, and writer
+//!   exclusion with *biased* readers — 8 threads, one section in 64 a write, so
+//!   the bias is re-enabled between writes and writers revoke it while fast-path
+//!   readers are inside (the test fails unless both fast reads and revocations
+//!   happened).
 //!
 //! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test rwlock`.
 
@@ -22,7 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_api::{RawMutex, RawRwLock};
-use mpsync::rwlock::{RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
+use mpsync::rwlock::{
+    Bravo, BravoShared, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp,
+};
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::sched::{self};
 use mpsync::util::busy::BusyWork;
@@ -340,6 +347,9 @@ rw_suite! {
     rw_smart_q: RwSmartQ, 1000;
     rw_native: RwNative, 2000;
     rw_native_np: RwNativeNp, 2000;
+    bravo_rw_tas_b: Bravo<RwTasB>, 20000;
+    bravo_rw_smart_q: Bravo<RwSmartQ>, 1000;
+    bravo_rw_native: Bravo<RwNative>, 2000;
 }
 
 macro_rules! fair_suite {
@@ -363,4 +373,170 @@ fair_suite! {
     fair_smart_q: RwSmartQ;
     fair_native: RwNative;
     fair_native_np: RwNativeNp;
+}
+
+/// BRAVO with biased readers: 8 threads, one section in 32 a write (5 µs;
+/// reads 1–3 µs, so the inhibit period ends and readers re-bias between
+/// writes), run for a fixed time; fast-path reads must have happened, and
+/// writes, and no section may overlap a writer.
+fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
+    let threads = 8u64;
+    let run = Duration::from_millis(common::sized(400, 1) * scale());
+    let s = Shared::<Bravo<L>>::new();
+    let go = Barrier::new(threads as usize);
+    let (writes, fast) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let (s, go, writes, fast) = (&s, &go, &writes, &fast);
+            sc.spawn(move || {
+                go.wait();
+                let end = Instant::now() + run;
+                let mut i = t;
+                while Instant::now() < end && !s.violated() {
+                    if i.is_multiple_of(32) {
+                        s.write(BusyWork::global().iters_for_ns(5_000));
+                        writes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        // As `Shared::read`, but counting fast-path guards.
+                        let g = s.lock.lock_shared();
+                        if matches!(g, BravoShared::Fast(_)) {
+                            fast.fetch_add(1, Ordering::Relaxed);
+                        }
+                        s.readers_in.fetch_add(1, Ordering::SeqCst);
+                        let mut bad = s.writer_in.load(Ordering::SeqCst);
+                        // SAFETY: we hold the read lock.
+                        let (a, b) = unsafe { *s.pair.get() };
+                        BusyWork::global().run_ns(1_000 + (i % 3) * 1_000);
+                        bad |= a != b || s.writer_in.load(Ordering::SeqCst);
+                        if bad {
+                            s.violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                        s.readers_in.fetch_sub(1, Ordering::SeqCst);
+                        // SAFETY: `g` came from `lock_shared` on this thread.
+                        unsafe { s.lock.unlock_shared(g) };
+                    }
+                    i += 1;
+                }
+                assert_eq!(sched::current().depth(), 0);
+            });
+        }
+    });
+    s.check(writes.load(Ordering::Relaxed));
+    let (w, f) = (writes.into_inner(), fast.into_inner());
+    assert!(w > 0, "no writes happened");
+    assert!(f > 0, "no read took the fast path ({w} writes)");
+    assert!(
+        !s.lock.is_locked(),
+        "left locked: {:?}",
+        s.lock.fast_readers()
+    );
+}
+
+/// BRAVO: a reader stopped right after it saw the bias on (stall point
+/// `bravo.reader.bias_seen`, before it publishes its slot) while a writer
+/// revokes the bias and enters. Released, the reader must re-check the bias
+/// and wait for the writer, not read during the write.
+fn bravo_reader_stalled_before_publishing<L: RawRwLock + Sync>() {
+    use mpsync::sched::stall::{self, Trap};
+    let lock = Bravo::<L>::INIT;
+    // A first (slow) read turns the bias on.
+    let g = lock.lock_shared();
+    // SAFETY: from `lock_shared` on this thread.
+    unsafe { lock.unlock_shared(g) };
+    assert!(lock.is_biased());
+    let entered = AtomicBool::new(false);
+    let bad = std::thread::scope(|sc| {
+        let (id_tx, id_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (lock, entered) = (&lock, &entered);
+        let victim = sc.spawn(move || {
+            id_tx.send(sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            let g = lock.lock_shared(); // stops at BRAVO_BIAS_SEEN
+            entered.store(true, Ordering::SeqCst);
+            // SAFETY: from `lock_shared` on this thread.
+            unsafe { lock.unlock_shared(g) };
+        });
+        let trap = Trap::at(stall::BRAVO_BIAS_SEEN)
+            .thread(id_rx.recv().unwrap())
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(20))
+            .expect("the reader reached the stall point");
+        let w = lock.lock_exclusive(); // revokes: the reader has not published
+        trap.release();
+        // Give the released reader time to (wrongly) get in during the write.
+        let until = Instant::now() + Duration::from_millis(300);
+        while !entered.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let bad = entered.load(Ordering::SeqCst);
+        // SAFETY: from `lock_exclusive` on this thread.
+        unsafe { lock.unlock_exclusive(w) };
+        victim.join().unwrap();
+        bad
+    });
+    assert!(
+        !bad,
+        "a reader that saw the bias before a revocation read during the write"
+    );
+    assert!(entered.into_inner(), "the reader never got in");
+    assert!(!lock.is_locked());
+}
+
+/// BRAVO: a writer must wait for a reader inside on the fast path (the slot
+/// it published), however long that reader stays.
+fn bravo_writer_waits_for_fast_reader<L: RawRwLock + Sync>() {
+    let lock = Bravo::<L>::INIT;
+    // A first (slow) read turns the bias on; the second reads fast.
+    let g = lock.lock_shared();
+    // SAFETY: from `lock_shared` on this thread.
+    unsafe { lock.unlock_shared(g) };
+    let r = lock.lock_shared();
+    assert!(matches!(r, BravoShared::Fast(_)), "{r:?}");
+    let wrote = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let (lock, wrote) = (&lock, &wrote);
+        sc.spawn(move || {
+            let w = lock.lock_exclusive();
+            wrote.store(true, Ordering::SeqCst);
+            // SAFETY: from `lock_exclusive` on this thread.
+            unsafe { lock.unlock_exclusive(w) };
+        });
+        // The writer has time to (wrongly) get in while we read.
+        let until = Instant::now() + Duration::from_millis(300);
+        while !wrote.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::yield_now();
+        }
+        let early = wrote.load(Ordering::SeqCst);
+        // SAFETY: from `lock_shared` on this thread.
+        unsafe { lock.unlock_shared(r) };
+        assert!(!early, "a writer got in beside a fast-path reader");
+    });
+    assert!(wrote.into_inner(), "the writer never got in");
+    assert!(!lock.is_biased(), "the writer revoked the bias");
+}
+
+macro_rules! bravo_suite {
+    ($($name:ident: $l:ty;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn biased_readers_exclude_writers() { bravo_biased_exclusion::<$l>() }
+            #[test]
+            fn writer_not_starved_by_biased_readers() { not_starved::<Bravo<$l>>(true) }
+            #[test]
+            fn writer_waits_for_fast_reader() { bravo_writer_waits_for_fast_reader::<$l>() }
+            #[test]
+            fn reader_stalled_before_publishing_waits_for_writer() {
+                bravo_reader_stalled_before_publishing::<$l>()
+            }
+        }
+    )*};
+}
+
+bravo_suite! {
+    bravo_tas_b: RwTasB;
+    bravo_smart_q: RwSmartQ;
+    bravo_native: RwNative;
 }

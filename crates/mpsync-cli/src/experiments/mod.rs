@@ -16,6 +16,7 @@ pub mod structures;
 pub mod wks94;
 pub mod wks95;
 pub mod wks95_barrier;
+pub mod wks95_gauss;
 pub mod wks95_rwlock;
 
 use std::path::PathBuf;
@@ -139,6 +140,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             run: wks95_barrier::run,
+        },
+        Experiment {
+            id: "wks95-gauss",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §4 Fig. 8 (papers/001)",
+            title: "Gaussian elimination (640x640 x cbrt(--scale), one barrier episode per pivot column, answer checked against a sequential solve) at MP 2 from the application's own threads, emulated repartitioning once a second: Arrival-tree, Heuristic-tree, Central-block, Scalable-SC and peers, at all processors (or --procs)",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            run: wks95_gauss::run,
         },
         Experiment {
             id: "ms97-queue",

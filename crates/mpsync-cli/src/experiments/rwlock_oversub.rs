@@ -10,12 +10,16 @@
 //! slows its own reads and the share stays near 1 by construction; at 50%
 //! reads (two threads or more) the roles are fixed — even threads read, odd
 //! threads write — so a lock that starves writers shows it there.
+//!
+//! The BRAVO-biased forms (`Bravo<L>`, Dice & Kogan 2019) of RW-TAS-B,
+//! RW-Smart-Q and RW-Native run at 95% reads only (a reader bias is for
+//! read-mostly locks), and the verdict gives each one's ratio to its base lock.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mpsync::rwlock::{RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
+use mpsync::rwlock::{Bravo, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
 use mpsync::util::busy::BusyWork;
 use mpsync::util::rng::SplitMix64;
 
@@ -211,7 +215,12 @@ pub struct RwImpl {
     pub peer: bool,
     /// Runs one fixed-duration trial.
     pub run: fn(&RwSpec) -> anyhow::Result<RwCounts>,
+    /// For a BRAVO-biased lock, its base lock's name (it runs at 95% reads only).
+    pub biased_from: Option<&'static str>,
 }
+
+/// The BRAVO rows' read mix.
+pub const BRAVO_MIX: f64 = 0.95;
 
 /// Every reader-writer lock and peer.
 pub fn rw_table() -> Vec<RwImpl> {
@@ -221,6 +230,15 @@ pub fn rw_table() -> Vec<RwImpl> {
                 name: $name,
                 peer: $peer,
                 run: run_rw::<$t>,
+                biased_from: None,
+            }
+        };
+        ($name:expr, $base:expr, bravo $t:ty) => {
+            RwImpl {
+                name: $name,
+                peer: false,
+                run: run_rw::<$t>,
+                biased_from: Some($base),
             }
         };
     }
@@ -231,6 +249,9 @@ pub fn rw_table() -> Vec<RwImpl> {
         row!("RW-TAS-B", false, mpsync::RwLock<RwTasB, ()>),
         row!("RW-Native-np", false, mpsync::RwLock<RwNativeNp, ()>),
         row!("RW-Native", false, mpsync::RwLock<RwNative, ()>),
+        row!("BRAVO-RW-TAS-B", "RW-TAS-B", bravo mpsync::RwLock<Bravo<RwTasB>, ()>),
+        row!("BRAVO-RW-Smart-Q", "RW-Smart-Q", bravo mpsync::RwLock<Bravo<RwSmartQ>, ()>),
+        row!("BRAVO-RW-Native", "RW-Native", bravo mpsync::RwLock<Bravo<RwNative>, ()>),
         row!(BASELINE, true, ParkingLotRw),
         row!("std::sync::RwLock", true, StdRw),
         row!("crossbeam ShardedLock", true, Sharded),
@@ -251,11 +272,20 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         v
     });
     let mixes = [0.95, 0.5];
-    let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
+    // --quick: 0.4 × its scale (36 ms trials), to stay within its 20 s.
+    let quick = if p.quick { 0.4 } else { 1.0 };
+    let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale * quick).max(20.0) / 1e3);
     let busy = BusyWork::global();
     let table = rw_table();
+    let runs_at = |r: f64| {
+        table
+            .iter()
+            .filter(|i| i.biased_from.is_none() || r == BRAVO_MIX)
+            .count()
+    };
     let pb = crate::progress(
-        (threads.len() * mixes.len() * p.trials as usize * table.len()) as u64,
+        (threads.len() * p.trials as usize * mixes.iter().map(|&r| runs_at(r)).sum::<usize>())
+            as u64,
         exp.id,
     );
     let started = Instant::now();
@@ -268,6 +298,9 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 // Interleaved: each trial visits the implementations in a rotated order.
                 for k in 0..table.len() {
                     let imp = &table[(k + t as usize) % table.len()];
+                    if imp.biased_from.is_some() && r != BRAVO_MIX {
+                        continue;
+                    }
                     let spec = RwSpec {
                         threads: n,
                         duration,
@@ -376,6 +409,28 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             if per_core == 1 { String::new() } else { format!(" (target >= 1.0: {})", if ok_s { "met" } else { "missed" }) },
             share.map_or("-".into(), |s| format!("{s:.2}")),
             if per_core == 1 { String::new() } else { format!(" (target within 2x: {})", if ok_share { "met" } else { "missed" }) },
+        ));
+    }
+    // Each BRAVO form against its base lock.
+    for imp in table.iter() {
+        let Some(base) = imp.biased_from else {
+            continue;
+        };
+        let ratios: Vec<String> = threads
+            .iter()
+            .filter_map(|&n| {
+                let x = f64::from(n);
+                let (b, v) = (
+                    value(&series_name(base, BRAVO_MIX), x)?,
+                    value(&series_name(imp.name, BRAVO_MIX), x)?,
+                );
+                Some(format!("{n} threads {:.2}", v / b))
+            })
+            .collect();
+        details.push(format!(
+            "95% reads, {} / {base}: {}",
+            imp.name,
+            ratios.join(", ")
         ));
     }
     for &rr in &mixes {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::util::busy::BusyWork;
 
-use super::barrier_oversub::{BarrierImpl, barrier_table, run_episodes_with};
+use super::barrier_oversub::{BarrierImpl, BenchBarrier, barrier_table, run_episodes_with};
 use super::wks94::{AMONG_THE_BEST, CAP_FACTOR, CAP_MIN_S};
 use super::{Experiment, Params};
 use crate::env::{Preempt, summarize};
@@ -68,107 +68,26 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         .into_iter()
         .filter(|i| NAMES.contains(&i.name))
         .collect();
-    let pb = crate::progress(
-        (procs.len() * p.trials as usize * table.len()) as u64,
-        exp.id,
-    );
     let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut sched = Vec::new();
-    let mut censored = Vec::new();
-    for (pi, &np) in procs.iter().enumerate() {
-        let n = (np * per_proc) as usize;
-        // Ideal: each processor runs its threads' work one after the other.
-        let ideal_s = episodes as f64 * f64::from(per_proc) * (WORK_NS.0 + WORK_NS.1) as f64 / 2e9;
-        let cap = if p.quick {
-            Duration::from_secs_f64((QUICK_CAP_FACTOR * ideal_s).max(QUICK_CAP_MIN_S))
-        } else {
-            Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(CAP_MIN_S))
-        };
-        let emu = match preempt {
-            Preempt::Emulated => Some(Emulated::start(
-                EmulatedConfig::new(np, 1.0)?
-                    .quantum(quantum)
-                    .repartition_every(Some(Duration::from_secs(1)))
-                    .seed(p.seed.wrapping_add(pi as u64)),
-            )?),
-            _ => None,
-        };
-        for t in 0..p.trials {
-            for k in 0..table.len() {
-                let imp = &table[(k + t as usize) % table.len()];
-                let b = (imp.make)(n);
-                let before = emu.as_ref().map(Emulated::stats).unwrap_or_default();
-                let setup = |id: usize| {
-                    let v = id % np as usize;
-                    let _ = mpsync::sched::native::pin_current_thread(cpus[v]);
-                    emu.as_ref().map(|e| e.attach(v as u32).expect("attach"))
-                };
-                let r = run_episodes_with(
-                    b.as_ref(),
-                    n,
-                    episodes,
-                    cap,
-                    WORK_NS,
-                    p.seed ^ u64::from(t),
-                    &setup,
-                )
-                .map_err(|e| anyhow::anyhow!("{} on {np} processors: {e}", imp.name))?;
-                let after = emu.as_ref().map(Emulated::stats).unwrap_or_default();
-                let done = r.episodes as f64 / episodes as f64;
-                if done < 1.0 {
-                    censored.push(format!(
-                        "{} at {np} processors (trial {t}: {:.0}% done in {:.1} s)",
-                        imp.name,
-                        100.0 * done,
-                        r.elapsed.as_secs_f64()
-                    ));
-                }
-                trials.push(Trial {
-                    implementation: imp.name.into(),
-                    x: f64::from(np),
-                    trial: t,
-                    value: r.elapsed.as_secs_f64() / done.max(1e-9),
-                    preemptions: after.preemptions - before.preemptions,
-                    warnings: after.warnings - before.warnings,
-                    mp: Some(f64::from(per_proc)),
-                    procs: Some(np),
-                    censored_at: (done < 1.0).then_some(done),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-        }
-        if let Some(s) = emu.map(Emulated::stop) {
-            sched.push(serde_json::json!({"processors": np, "scheduler": summarize(&s)}));
-        }
-    }
-    pb.finish_and_clear();
-    let mean_of = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
-    let first = procs.first().copied().unwrap_or(1);
-    let base = mean_of("Central-block", f64::from(first))
-        .filter(|b| *b > 0.0)
-        .unwrap_or(1.0);
-    let mut points = Vec::new();
-    for &np in &procs {
-        for imp in &table {
-            if let Some(v) = mean_of(imp.name, f64::from(np)) {
-                points.push(Point {
-                    implementation: imp.name.into(),
-                    x: f64::from(np),
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
-    }
+    // Ideal: each processor runs its threads' work one after the other.
+    let ideal_s = episodes as f64 * f64::from(per_proc) * (WORK_NS.0 + WORK_NS.1) as f64 / 2e9;
+    let TableRun {
+        trials,
+        sched,
+        censored,
+        points,
+    } = run_barrier_table(
+        exp,
+        p,
+        preempt,
+        &procs,
+        &table,
+        &|_| ideal_s,
+        &mut |b, n, _np, t, setup, cap| {
+            let r = run_episodes_with(b, n, episodes, cap, WORK_NS, p.seed ^ u64::from(t), setup)?;
+            Ok((r.episodes as f64 / episodes as f64, r.elapsed))
+        },
+    )?;
     let verdict = verdict(&points, &procs, preempt, &censored);
     let series: Vec<Series> = table
         .iter()
@@ -222,15 +141,168 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     Ok((rec, svg))
 }
 
-/// Judges 001's conclusion at every processor count: Scalable-SC within
-/// [`AMONG_THE_BEST`] of the fastest of the paper's four barriers at most
-/// points, and Arrival-tree the slowest of the four at most points.
+/// A virtual processor's attachment to the pseudo-scheduler, if emulated.
+pub type Attached<'a> = Option<mpsync::sched::emulated::Attachment<'a>>;
+
+/// One trial of a barrier application: `(barrier, threads, processors, trial,
+/// per-thread setup, time cap)` → (fraction of the planned episodes done,
+/// wall time).
+pub type TrialFn<'f> = dyn for<'s> FnMut(
+        &dyn BenchBarrier,
+        usize,
+        u32,
+        u32,
+        &(dyn Fn(usize) -> Attached<'s> + Sync + 's),
+        Duration,
+    ) -> anyhow::Result<(f64, Duration)>
+    + 'f;
+
+/// What [`run_barrier_table`] measured.
+#[derive(Debug, Default)]
+pub struct TableRun {
+    /// Every trial (censored ones extrapolated from the fraction done).
+    pub trials: Vec<Trial>,
+    /// The pseudo-scheduler's statistics per processor count (emulated).
+    pub sched: Vec<serde_json::Value>,
+    /// One line per run that hit its cap.
+    pub censored: Vec<String>,
+    /// Trimmed means, normalized to Central-block at the first processor count.
+    pub points: Vec<Point>,
+}
+
+/// The barrier applications' common loop (`wks95-barrier`, `wks95-gauss`):
+/// for every processor count `np` (MP 2 from the application's own threads
+/// unless `--preempt none`; emulated: a pseudo-scheduler with the quantum
+/// and a repartition every second; threads pinned `id % np`), every trial and
+/// every barrier of `table` (rotated per trial), runs `one` with a time cap
+/// derived from `ideal_s(np)` (25×, at least 2 s; `--quick` 5×, at least 0.5 s).
+pub fn run_barrier_table(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+    procs: &[u32],
+    table: &[BarrierImpl],
+    ideal_s: &dyn Fn(u32) -> f64,
+    one: &mut TrialFn<'_>,
+) -> anyhow::Result<TableRun> {
+    let cpus = mpsync::sched::native::available_cpus()?;
+    let quantum = p.quantum(50.0);
+    let per_proc = if preempt == Preempt::None { 1 } else { MP };
+    let pb = crate::progress(
+        (procs.len() * p.trials as usize * table.len()) as u64,
+        exp.id,
+    );
+    let mut out = TableRun::default();
+    for (pi, &np) in procs.iter().enumerate() {
+        let n = (np * per_proc) as usize;
+        let ideal = ideal_s(np);
+        let cap = if p.quick {
+            Duration::from_secs_f64((QUICK_CAP_FACTOR * ideal).max(QUICK_CAP_MIN_S))
+        } else {
+            Duration::from_secs_f64((CAP_FACTOR * ideal).max(CAP_MIN_S))
+        };
+        let emu = match preempt {
+            Preempt::Emulated => Some(Emulated::start(
+                EmulatedConfig::new(np, 1.0)?
+                    .quantum(quantum)
+                    .repartition_every(Some(Duration::from_secs(1)))
+                    .seed(p.seed.wrapping_add(pi as u64)),
+            )?),
+            _ => None,
+        };
+        for t in 0..p.trials {
+            for k in 0..table.len() {
+                let imp = &table[(k + t as usize) % table.len()];
+                let b = (imp.make)(n);
+                let before = emu.as_ref().map(Emulated::stats).unwrap_or_default();
+                let setup = |id: usize| {
+                    let v = id % np as usize;
+                    let _ = mpsync::sched::native::pin_current_thread(cpus[v]);
+                    emu.as_ref().map(|e| e.attach(v as u32).expect("attach"))
+                };
+                let (done, elapsed) = one(b.as_ref(), n, np, t, &setup, cap)
+                    .map_err(|e| anyhow::anyhow!("{} on {np} processors: {e}", imp.name))?;
+                let after = emu.as_ref().map(Emulated::stats).unwrap_or_default();
+                if done < 1.0 {
+                    out.censored.push(format!(
+                        "{} at {np} processors (trial {t}: {:.0}% done in {:.1} s)",
+                        imp.name,
+                        100.0 * done,
+                        elapsed.as_secs_f64()
+                    ));
+                }
+                out.trials.push(Trial {
+                    implementation: imp.name.into(),
+                    x: f64::from(np),
+                    trial: t,
+                    value: elapsed.as_secs_f64() / done.max(1e-9),
+                    preemptions: after.preemptions - before.preemptions,
+                    warnings: after.warnings - before.warnings,
+                    mp: Some(f64::from(per_proc)),
+                    procs: Some(np),
+                    censored_at: (done < 1.0).then_some(done),
+                    ..Trial::default()
+                });
+                pb.inc(1);
+            }
+        }
+        if let Some(s) = emu.map(Emulated::stop) {
+            out.sched
+                .push(serde_json::json!({"processors": np, "scheduler": summarize(&s)}));
+        }
+    }
+    pb.finish_and_clear();
+    let mean_of = |name: &str, x: f64| {
+        let v: Vec<f64> = out
+            .trials
+            .iter()
+            .filter(|t| t.implementation == name && t.x == x)
+            .map(|t| t.value)
+            .collect();
+        trimmed_mean(&v)
+    };
+    let first = procs.first().copied().unwrap_or(1);
+    let base = mean_of("Central-block", f64::from(first))
+        .filter(|b| *b > 0.0)
+        .unwrap_or(1.0);
+    for &np in procs {
+        for imp in table {
+            if let Some(v) = mean_of(imp.name, f64::from(np)) {
+                out.points.push(Point {
+                    implementation: imp.name.into(),
+                    x: f64::from(np),
+                    value: v,
+                    normalized: v / base,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Judges 001's conclusion (the ordering of Figure 7) with
+/// [`verdict_clauses`].
 pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[String]) -> Verdict {
+    verdict_clauses(CONCLUSION, points, procs, preempt, censored)
+}
+
+/// Judges a barrier application's conclusion (`wks95-barrier`, `wks95-gauss`)
+/// clause by clause at every processor count measured:
+/// (1) Scalable-SC within [`AMONG_THE_BEST`] of the fastest of the paper's four
+/// barriers, (2) Central-block faster than Heuristic-tree, (3) Arrival-tree the
+/// slowest of the four — each at most processor counts.
+pub fn verdict_clauses(
+    conclusion: &str,
+    points: &[Point],
+    procs: &[u32],
+    preempt: Preempt,
+    censored: &[String],
+) -> Verdict {
     let mut details = Vec::new();
     if preempt == Preempt::None {
         details.push("--preempt none: one thread per processor, no multiprogramming: the conclusion is not evaluated".into());
         return Verdict {
-            conclusion: CONCLUSION.into(),
+            conclusion: conclusion.into(),
             status: Status::Measurement,
             details,
         };
@@ -242,7 +314,7 @@ pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[St
             .find(|p| p.implementation == name && p.x == x)
             .map(|p| p.value)
     };
-    let (mut best_at, mut worst_at, mut counted) = (0, 0, 0);
+    let (mut c1, mut c2, mut c3, mut counted) = (0, 0, 0, 0);
     for &np in procs {
         let x = f64::from(np);
         let vals: Vec<(&str, f64)> = paper
@@ -259,30 +331,38 @@ pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[St
             .copied()
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or(("", 0.0));
-        let sc = at("Scalable-SC", x).unwrap_or(f64::MAX);
-        if sc <= min * AMONG_THE_BEST {
-            best_at += 1;
+        let get = |name: &str| at(name, x).unwrap_or(f64::MAX);
+        if get("Scalable-SC") <= min * AMONG_THE_BEST {
+            c1 += 1;
+        }
+        if get("Central-block") < get("Heuristic-tree") {
+            c2 += 1;
         }
         if slow == "Arrival-tree" {
-            worst_at += 1;
+            c3 += 1;
         }
-        let order: Vec<String> = {
-            let mut v = vals.clone();
-            v.sort_by(|a, b| a.1.total_cmp(&b.1));
-            v.iter().map(|(n, t)| format!("{n} {t:.2} s")).collect()
-        };
+        let mut v = vals.clone();
+        v.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let order: Vec<String> = v.iter().map(|(n, t)| format!("{n} {t:.3} s")).collect();
         details.push(format!("{np} processors: {}", order.join(" < ")));
     }
     let mut status = Status::PartlyEvaluable;
     if counted > 0 {
-        let ok1 = best_at * 2 > counted;
-        let ok2 = worst_at * 2 > counted;
+        let most = |c: usize| c * 2 > counted;
+        let word = |c: usize| if most(c) { "holds" } else { "does not hold" };
         details.push(format!(
-            "Scalable-SC within {AMONG_THE_BEST:.2}x of the best of the four at {best_at} of {counted} processor counts ({}); Arrival-tree the slowest at {worst_at} of {counted} ({})",
-            if ok1 { "most" } else { "not most" },
-            if ok2 { "most" } else { "not most" }
+            "(1) Scalable-SC within {AMONG_THE_BEST:.2}x of the best of the four at {c1} of {counted} processor counts: {}",
+            word(c1)
         ));
-        status = if ok1 && ok2 {
+        details.push(format!(
+            "(2) Central-block faster than Heuristic-tree at {c2} of {counted}: {}",
+            word(c2)
+        ));
+        details.push(format!(
+            "(3) Arrival-tree the slowest of the four at {c3} of {counted}: {}",
+            word(c3)
+        ));
+        status = if most(c1) && most(c2) && most(c3) {
             Status::Holds
         } else {
             Status::DoesNotHold
@@ -298,7 +378,7 @@ pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[St
         ));
     }
     Verdict {
-        conclusion: CONCLUSION.into(),
+        conclusion: conclusion.into(),
         status,
         details,
     }

@@ -132,7 +132,12 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     } else {
         Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(CAP_MIN_S))
     };
-    let names: Vec<&'static str> = rw_table().iter().map(|i| i.name).collect();
+    // The paper's locks and the peers; the BRAVO forms are rwlock-oversub's.
+    let names: Vec<&'static str> = rw_table()
+        .iter()
+        .filter(|i| i.biased_from.is_none())
+        .map(|i| i.name)
+        .collect();
     let pb = crate::progress((mps.len() * p.trials as usize * names.len()) as u64, exp.id);
     let started = Instant::now();
     let mut trials = Vec::new();

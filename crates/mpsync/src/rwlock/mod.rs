@@ -10,6 +10,7 @@
 //! | [`RwNative`]    | RW-Native     | futex admission / futex, then parked drain        | no    | 001 §4            |
 //! | [`RwNativeNp`]  | RW-Native-np  | as RW-Native, sections no-preempt                 | no    | 001 §4            |
 //! | [`RwNp<L>`]     | L-np          | as `L`, sections no-preempt                       | as L  | 001 §3            |
+//! | [`Bravo<L>`]    | BRAVO-L       | biased: a slot in a global table / `L`, revoking  | as L  | Dice & Kogan 2019 |
 //!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
@@ -26,15 +27,19 @@
 //! assert_eq!(*n.read(), 1);
 //! ```
 
+mod bravo;
 mod np;
 mod queue;
 mod tas_b;
 
+#[cfg(not(loom))]
+pub use bravo::GLOBAL_TABLE;
+pub use bravo::{Bravo, BravoShared, INHIBIT_MULTIPLIER, TABLE_SLOTS, VisibleReaders};
 pub use np::{RwNp, RwNpGuard};
 pub use queue::{
     PARKED, RwNative, RwNativeNp, RwQueue, RwQueueReadGuard, RwQueueWriteGuard, RwQueued, RwSmartQ,
 };
-pub use tas_b::{RwTasB, WRITER};
+pub use tas_b::{RwTasB, UPGRADABLE, WRITER};
 
 /// RW-TAS-B with both kinds of section no-preempt (paper 001 §4).
 pub type RwTasBNp = RwNp<RwTasB>;
@@ -112,8 +117,141 @@ mod tests {
         rw_queued: RwQueued,
         rw_smart_q: RwSmartQ,
         rw_native: RwNative,
-        rw_native_np: RwNativeNp
+        rw_native_np: RwNativeNp,
+        bravo_rw_tas_b: Bravo<RwTasB>,
+        bravo_rw_smart_q: Bravo<RwSmartQ>,
+        bravo_rw_native: Bravo<RwNative>
     );
+
+    /// Upgradable reads, one thread: exclusion against writers and other
+    /// upgradable readers, try_upgrade refused while a reader is inside, the
+    /// upgrade once it left.
+    fn upgrade_protocol<L: lock_api::RawRwLockUpgrade>() {
+        let l = L::INIT;
+        let r = l.lock_shared();
+        let u = l.lock_upgradable();
+        assert!(l.try_lock_upgradable().is_none(), "two upgradable readers");
+        assert!(l.try_lock_exclusive().is_none(), "writer beside upgradable");
+        // SAFETY: all guards came from this lock on this thread.
+        let Err(u) = (unsafe { l.try_upgrade(u) }) else {
+            panic!("upgraded while a reader is inside");
+        };
+        // SAFETY: as above.
+        unsafe { l.unlock_shared(r) };
+        // SAFETY: as above.
+        let Ok(w) = (unsafe { l.try_upgrade(u) }) else {
+            panic!("no upgrade with no reader left");
+        };
+        assert!(l.is_locked_exclusive());
+        assert!(l.try_lock_shared().is_none(), "reader while upgraded");
+        // SAFETY: as above.
+        unsafe { l.unlock_exclusive(w) };
+        assert!(!l.is_locked());
+        let u = l.try_lock_upgradable().expect("free lock");
+        // SAFETY: as above.
+        let w = unsafe { l.upgrade(u) };
+        // SAFETY: as above.
+        unsafe { l.unlock_exclusive(w) };
+        let u = l.lock_upgradable();
+        // SAFETY: as above.
+        unsafe { l.unlock_upgradable(u) };
+        assert!(!l.is_locked());
+        assert_eq!(crate::sched::current().depth(), 0);
+    }
+
+    /// Two threads increment through upgradable reads (read, upgrade, write)
+    /// beside plain reads: no increment is lost.
+    fn upgrade_two_threads<L: lock_api::RawRwLockUpgrade + Sync>() {
+        let m: RwLock<L, (u64, u64)> = RwLock::new((0, 0));
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for i in 0..30 {
+                        if i % 2 == 0 {
+                            let u = m.upgradable_read();
+                            let seen = u.0;
+                            let mut w = lock_api::RwLockUpgradableReadGuard::upgrade(u);
+                            assert_eq!(w.0, seen, "a write slipped in during the upgrade");
+                            w.0 += 1;
+                            w.1 += 1;
+                        } else {
+                            let g = m.read();
+                            assert_eq!(g.0, g.1);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(m.into_inner(), (30, 30));
+    }
+
+    macro_rules! upgrade_tests {
+        ($($name:ident: $l:ty),*) => {$(
+            mod $name {
+                use super::*;
+                #[test]
+                fn upgrade_single_thread() { upgrade_protocol::<$l>() }
+                #[test]
+                fn upgrade_two_thread_counter() { upgrade_two_threads::<$l>() }
+            }
+        )*};
+    }
+
+    upgrade_tests!(
+        up_rw_tas_b: RwTasB,
+        up_rw_tas_b_np: RwTasBNp,
+        up_rw_queued: RwQueued,
+        up_rw_smart_q: RwSmartQ,
+        up_rw_native: RwNative,
+        up_rw_native_np: RwNativeNp
+    );
+
+    #[test]
+    fn bravo_fast_path_and_revocation() {
+        let l: Bravo<RwTasB> = Bravo::new(RwTasB::new());
+        assert!(!l.is_biased(), "INIT is unbiased");
+        // The first (slow) reader enables the bias; the next reads fast.
+        let r1 = l.lock_shared();
+        assert!(matches!(r1, BravoShared::Slow(_)));
+        assert!(l.is_biased());
+        let r2 = l.lock_shared();
+        assert!(matches!(r2, BravoShared::Fast(_)), "{r2:?}");
+        assert_eq!(l.fast_readers(), 1);
+        assert!(l.try_lock_exclusive().is_none(), "writer while readers");
+        // SAFETY: both came from this lock on this thread.
+        unsafe {
+            l.unlock_shared(r1);
+            l.unlock_shared(r2);
+        }
+        // A failed try revoked the bias; a slow reader may re-enable it after
+        // the inhibit period. Now the writer revokes (or finds it off).
+        let w = l.lock_exclusive();
+        assert!(!l.is_biased(), "a writer inside keeps the bias off");
+        assert_eq!(l.fast_readers(), 0);
+        assert!(l.try_lock_shared().is_none());
+        // SAFETY: from this lock on this thread.
+        unsafe { l.unlock_exclusive(w) };
+        assert!(!l.is_locked());
+        assert!(format!("{l:?}").contains("fast_readers: 0"));
+    }
+
+    #[test]
+    fn bravo_drop_clears_a_forgotten_fast_guard() {
+        // Its own table, so that no other test's lock shares the slots.
+        static TABLE: VisibleReaders = VisibleReaders::new();
+        let l: Box<RwLock<Bravo<RwTasB>, u8>> = Box::new(RwLock::from_raw(
+            Bravo::with_table(RwTasB::new(), &TABLE),
+            0,
+        ));
+        drop(l.read()); // enables the bias
+        std::mem::forget(l.read());
+        // SAFETY: only inspects the raw lock.
+        let raw = unsafe { l.raw() };
+        assert_eq!(raw.fast_readers(), 1);
+        let addr = raw as *const Bravo<RwTasB> as usize;
+        drop(l);
+        assert_eq!(TABLE.readers_of(addr), 0);
+    }
 
     #[test]
     fn debug_shows_state() {

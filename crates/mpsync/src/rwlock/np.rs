@@ -122,3 +122,49 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for RwNp<L> {
         self.inner.is_locked_exclusive()
     }
 }
+
+// SAFETY: exclusion is `L`'s, as above; the request is the calling thread's.
+unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for RwNp<L> {
+    type UpgradableGuard = RwNpGuard<L::UpgradableGuard>;
+
+    #[inline]
+    fn lock_upgradable(&self) -> Self::UpgradableGuard {
+        sched::request_no_preempt();
+        RwNpGuard::new(self.inner.lock_upgradable())
+    }
+
+    #[inline]
+    fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
+        sched::request_no_preempt();
+        let g = self.inner.try_lock_upgradable();
+        if g.is_none() {
+            sched::cancel_no_preempt();
+        }
+        g.map(RwNpGuard::new)
+    }
+
+    #[inline]
+    unsafe fn unlock_upgradable(&self, guard: Self::UpgradableGuard) {
+        // SAFETY: the caller's contract: `guard.inner` came from `self.inner`.
+        unsafe { self.inner.unlock_upgradable(guard.inner) };
+        sched::release_no_preempt();
+    }
+
+    #[inline]
+    unsafe fn upgrade(&self, guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
+        // The no-preempt request carries over to the write section.
+        // SAFETY: as in `unlock_upgradable`.
+        RwNpGuard::new(unsafe { self.inner.upgrade(guard.inner) })
+    }
+
+    #[inline]
+    unsafe fn try_upgrade(
+        &self,
+        guard: Self::UpgradableGuard,
+    ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
+        // SAFETY: as in `unlock_upgradable`.
+        unsafe { self.inner.try_upgrade(guard.inner) }
+            .map(RwNpGuard::new)
+            .map_err(RwNpGuard::new)
+    }
+}

@@ -36,6 +36,13 @@
 //! | 0..31       | readers (+1 under admission, −1 out) | readers inside                    |
 //! | [`PARKED`]  | the writer, by CAS; cleared by it    | the writer is (about to be) parked|
 //!
+//! Upgradable reads (`lock_api::RawRwLockUpgrade`): an upgradable reader is a
+//! writer that has taken the admission lock but not yet drained the readers —
+//! the readers already inside go on beside it, writers and other upgradable
+//! readers wait, and (the queue being FIFO) so do readers that arrive after
+//! it; the upgrade is the writer's drain. So a thread holding an upgradable
+//! read must not take a plain read of the same lock (it would wait for itself).
+//!
 //! Uses `sched`: through the admission lock (Smart-Q's state-word hand-off),
 //! `request/release_no_preempt` when `NP`, `park`/`unpark_one`,
 //! `pause/resume_no_preempt` around a writer's park.
@@ -59,10 +66,6 @@ use lock_api::RawMutex;
 
 /// The writer-parked bit of the reader count word.
 pub const PARKED: u32 = 1 << 31;
-
-/// Checks of the reader count a writer makes before parking (≈ 1–10 µs: a
-/// typical read section's end; a reader preempted inside is not worth more).
-const DRAIN_SPINS: u32 = if cfg!(loom) { 1 } else { 256 };
 
 /// A fair reader-writer lock: admission lock `M` plus a reader count; `NP`
 /// marks both kinds of section no-preempt. Use the aliases [`RwQueued`],
@@ -139,19 +142,24 @@ impl<M: RawMutex, const NP: bool> RwQueue<M, NP> {
     }
 
     /// The writer, holding the admission lock, waits for the readers ahead of it
-    /// to leave: spins [`DRAIN_SPINS`] checks, then parks on the count, woken by
-    /// the last reader out. The one waiting loop of this module (it moves to the
-    /// shared waiting policy when there is one). Readers cannot enter meanwhile
-    /// (they need the admission lock), so the count only falls and only this
-    /// thread sets or clears [`PARKED`].
+    /// to leave: spins while the shared waiting policy ([`sched::Waiter`], its
+    /// default patience) advises it, then parks on the count, woken by the last
+    /// reader out. Readers cannot enter meanwhile (they need the admission
+    /// lock), so the count only falls and only this thread sets or clears
+    /// [`PARKED`].
     fn wait_readers_drained(&self) {
-        for _ in 0..DRAIN_SPINS {
+        let mut w = sched::Waiter::new();
+        loop {
             // Acquire: pairs with the readers' Release decrement, so their read
             // sections happen before our write section.
             if self.readers.load(Ordering::Acquire) == 0 {
                 return;
             }
-            crate::sync::spin_loop();
+            // No single thread to watch (the readers inside are many): the
+            // patience decides.
+            if w.spin(None) == sched::Wait::Park {
+                break;
+            }
         }
         let cb = sched::current();
         // Parked, we hold no processor: let the scheduler preempt us meanwhile
@@ -342,5 +350,67 @@ unsafe impl<M: RawMutex, const NP: bool> lock_api::RawRwLock for RwQueue<M, NP> 
     fn is_locked_exclusive(&self) -> bool {
         // Relaxed: a snapshot.
         self.writing.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: an upgradable reader holds the admission lock, so (as for a writer,
+// [2] above) no reader enters and no writer or other upgradable reader runs
+// until it unlocks; its upgrade is the writer's drain ([3]: Acquire of the
+// count reaching 0), after which it is alone.
+unsafe impl<M: RawMutex, const NP: bool> lock_api::RawRwLockUpgrade for RwQueue<M, NP> {
+    type UpgradableGuard = RwQueueWriteGuard<M::Guard>;
+
+    fn lock_upgradable(&self) -> Self::UpgradableGuard {
+        let np = np_request(NP);
+        RwQueueWriteGuard {
+            admission: self.admission.lock(),
+            np,
+            _not_send: PhantomData,
+        }
+    }
+
+    fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
+        let np = np_request(NP);
+        let Some(admission) = self.admission.try_lock() else {
+            if np {
+                sched::cancel_no_preempt();
+            }
+            return None;
+        };
+        Some(RwQueueWriteGuard {
+            admission,
+            np,
+            _not_send: PhantomData,
+        })
+    }
+
+    unsafe fn unlock_upgradable(&self, guard: Self::UpgradableGuard) {
+        // SAFETY: the caller's contract: the guard came from this lock's
+        // `lock_upgradable`/`try_lock_upgradable`, so it holds our admission lock.
+        unsafe { self.admission.unlock(guard.admission) };
+        if guard.np {
+            sched::release_no_preempt();
+        }
+    }
+
+    unsafe fn upgrade(&self, guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
+        self.wait_readers_drained();
+        // Relaxed: diagnostic (`is_locked_exclusive`).
+        self.writing.store(true, Ordering::Relaxed);
+        guard
+    }
+
+    unsafe fn try_upgrade(
+        &self,
+        guard: Self::UpgradableGuard,
+    ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
+        // Acquire: as in `wait_readers_drained`.
+        if self.readers.load(Ordering::Acquire) == 0 {
+            // Relaxed: diagnostic.
+            self.writing.store(true, Ordering::Relaxed);
+            Ok(guard)
+        } else {
+            Err(guard)
+        }
     }
 }

@@ -13,6 +13,13 @@
 //! | 0                   | free                             |
 //! | `n` (1 ≤ n < 2^31)  | `n` readers inside               |
 //! | [`WRITER`]          | one writer inside, no reader     |
+//! | [`UPGRADABLE`] + `n`| an upgradable reader and `n` readers |
+//!
+//! Upgradable reads (`lock_api::RawRwLockUpgrade`): one thread at a time holds
+//! [`UPGRADABLE`] beside any number of readers, excluding writers and other
+//! upgradable readers; it upgrades by CAS from exactly `UPGRADABLE` (no reader
+//! left) to [`WRITER`], backing off meanwhile — new readers may still enter, so
+//! like a writer it can be starved by a stream of readers.
 //!
 //! Uses `sched`: nothing. Progress: deadlock-free; neither FIFO nor fair —
 //! a stream of readers can starve a writer (the reason the paper's fair queued
@@ -35,6 +42,8 @@ use crate::util::busy::BusyWork;
 
 /// The writer bit of [`RwTasB`]'s word.
 pub const WRITER: u32 = 1 << 31;
+/// The upgradable-reader bit of [`RwTasB`]'s word.
+pub const UPGRADABLE: u32 = 1 << 30;
 
 /// Centralized reader-writer lock with bounded exponential backoff.
 #[derive(Debug)]
@@ -64,7 +73,7 @@ impl RwTasB {
     pub fn readers(&self) -> u32 {
         // Relaxed: a momentary snapshot.
         let v = self.word.load(Ordering::Relaxed);
-        if v & WRITER != 0 { 0 } else { v }
+        if v & WRITER != 0 { 0 } else { v & !UPGRADABLE }
     }
 
     #[inline]
@@ -72,8 +81,10 @@ impl RwTasB {
         // Relaxed: a hint; the CAS re-checks.
         let v = self.word.load(Ordering::Relaxed);
         // Acquire: pairs with the writer's Release store in `unlock_exclusive`.
+        // The count (bits 0..30) must not carry into the UPGRADABLE bit.
         v & WRITER == 0
             && v < WRITER - 1
+            && v & (UPGRADABLE - 1) != UPGRADABLE - 1
             && self
                 .word
                 .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
@@ -89,6 +100,28 @@ impl RwTasB {
                 .word
                 .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
+    }
+
+    #[inline]
+    fn try_upgradable(&self) -> bool {
+        // Relaxed: a hint; the CAS re-checks.
+        let v = self.word.load(Ordering::Relaxed);
+        // Acquire: pairs with the last writer's Release store (and the last
+        // upgradable reader's Release decrement).
+        v & (WRITER | UPGRADABLE) == 0
+            && self
+                .word
+                .compare_exchange(v, v | UPGRADABLE, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    #[inline]
+    fn try_upgrade_now(&self) -> bool {
+        // Acquire: pairs with the Release decrements of the readers that were
+        // inside beside us (their sections happen before our write section).
+        self.word
+            .compare_exchange(UPGRADABLE, WRITER, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     #[cold]
@@ -177,5 +210,53 @@ unsafe impl lock_api::RawRwLock for RwTasB {
     fn is_locked_exclusive(&self) -> bool {
         // Relaxed: a snapshot.
         self.word.load(Ordering::Relaxed) == WRITER
+    }
+}
+
+// SAFETY: [`UPGRADABLE`] is set only by CAS from a word with neither it nor
+// WRITER, so at most one upgradable reader holds it, and no writer (WRITER is
+// set only from 0). The upgrade CASes from exactly UPGRADABLE (no reader, no
+// writer) to WRITER, with Acquire pairing with the readers' Release decrements.
+unsafe impl lock_api::RawRwLockUpgrade for RwTasB {
+    type UpgradableGuard = lock_api::GuardSend;
+
+    #[inline]
+    fn lock_upgradable(&self) -> Self::UpgradableGuard {
+        if !self.try_upgradable() {
+            self.wait(|| self.try_upgradable());
+        }
+        lock_api::GuardSend::new()
+    }
+
+    #[inline]
+    fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
+        self.try_upgradable().then(lock_api::GuardSend::new)
+    }
+
+    #[inline]
+    unsafe fn unlock_upgradable(&self, _guard: Self::UpgradableGuard) {
+        // Release: the upgradable read section happens before a later writer's
+        // Acquire CAS.
+        self.word.fetch_sub(UPGRADABLE, Ordering::Release);
+    }
+
+    #[inline]
+    unsafe fn upgrade(&self, _guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
+        if !self.try_upgrade_now() {
+            self.wait(|| self.try_upgrade_now());
+        }
+        lock_api::GuardSend::new()
+    }
+
+    #[inline]
+    unsafe fn try_upgrade(
+        &self,
+        guard: Self::UpgradableGuard,
+    ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
+        if self.try_upgrade_now() {
+            Ok(lock_api::GuardSend::new())
+        } else {
+            Err(guard)
+        }
     }
 }

@@ -164,6 +164,11 @@ points! {
     /// has arrived and waits here).
     BARRIER_LAST_ARRIVED = "barrier.last_arrived",
         "barrier: the last thread arrived, the episode not yet released", boost 4;
+    /// BRAVO's reader has seen the bias on and has not yet published its slot
+    /// (a writer may revoke here: the reader's re-check must send it to the
+    /// slow path).
+    BRAVO_BIAS_SEEN = "bravo.reader.bias_seen",
+        "BRAVO reader: bias seen on, slot not yet published and re-checked", boost 8;
     // waiting (issue 13):
     /// A waiter announced that it sleeps (a queue node marked sleeping, a lock
     /// word marked "head parked") and has not yet parked: its waker may run here.
