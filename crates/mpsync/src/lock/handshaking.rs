@@ -18,10 +18,9 @@
 //! ```
 
 use super::skipq::{SkipNode, SkipPolicy, SkipQueue, sealed};
-#[cfg(doc)]
-use crate::sched;
-use crate::sched::{ContextBlock, Wait, Waiter};
-use crate::sync::Ordering;
+use crate::sched::{self, ContextBlock, waiter::CHECK_EVERY};
+use crate::sync::{Ordering, spin_loop};
+use crate::util::clock::Patience;
 
 // 0: no offer (the shared queue resets the word for each attempt).
 /// The releaser offers the lock.
@@ -46,17 +45,24 @@ impl SkipPolicy for HandshakePolicy {
         // offer ordered after our critical section for clarity of reasoning.
         cand.offer.store(OFFERED, Ordering::Release);
         let owner = cand.owner();
-        let mut waiter = Waiter::with_patience_ns(patience_ns);
+        let mut patience = Patience::start(patience_ns);
+        let mut spins = 0u32;
         loop {
             // Relaxed: the swap below decides; this is a fast path.
             if cand.offer.load(Ordering::Relaxed) == SEEN {
                 return true;
             }
-            // Park advice (the waiter is preempted, or the patience is spent)
-            // means: stop waiting for the answer.
-            if waiter.spin(Some(owner)) == Wait::Park {
+            // Stop waiting for the answer when the waiter is known preempted
+            // or the patience is spent. (A Patience, not a `Waiter`: under loom
+            // a Waiter gives up at once, and a releaser that always rescinds
+            // walks a queue of re-enqueuing waiters forever.)
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(CHECK_EVERY)
+                && (patience.exhausted() || sched::is_preempted(owner))
+            {
                 break;
             }
+            spin_loop();
         }
         // Rescind; the swap decides the race with the waiter's swap (003 §3).
         // AcqRel: totally ordered with the waiter's swap on the same word.
@@ -92,11 +98,21 @@ pub type QueuedHandshaking = SkipQueue<HandshakePolicy>;
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::lock::skipq::{WAITING, tests::skips_a_stalled_waiter};
+    use crate::lock::skipq::{
+        WAITING,
+        tests::{new_holder_is_unpreemptable, skips_a_stalled_waiter},
+    };
 
     #[test]
     #[cfg_attr(miri, ignore = "real time: the releaser's patience is a clock")]
     fn handshaking_rescinds_an_unacknowledged_offer() {
         skips_a_stalled_waiter::<HandshakePolicy>(true, WAITING, |_| ());
+    }
+
+    /// An acknowledged waiter resumed its no-preempt request first.
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: the waiter's patience is a clock")]
+    fn handshaking_new_holder_is_unpreemptable() {
+        new_holder_is_unpreemptable::<HandshakePolicy>();
     }
 }

@@ -272,12 +272,13 @@ impl<P: SkipPolicy> SkipQueue<P> {
         }
     }
 
-    /// Waits for the verdict on `me` (SUCCESS or FAILURE).
-    fn wait(&self, me: &SkipNode, cb: &'static ContextBlock) -> u32 {
+    /// Waits for the verdict on `me` (SUCCESS or FAILURE). `retry`: this
+    /// thread was skipped before in this acquisition.
+    fn wait(&self, me: &SkipNode, cb: &'static ContextBlock, retry: bool) -> u32 {
         if sched::emulated::is_attached(cb) {
             self.wait_emulated(me, cb)
         } else {
-            self.wait_native(me, cb)
+            self.wait_native(me, cb, retry)
         }
     }
 
@@ -315,8 +316,12 @@ impl<P: SkipPolicy> SkipQueue<P> {
     }
 
     /// Native waiting through the [`Waiter`]: spin while the holder runs, park
-    /// when it is preempted or the patience is spent (module doc).
-    fn wait_native(&self, me: &SkipNode, cb: &ContextBlock) -> u32 {
+    /// when it is preempted or the patience is spent (module doc). A waiter
+    /// that was skipped before (`retry`) parks only when the holder is
+    /// preempted: else a releaser could meet it parked again and again, each
+    /// skip sending it behind the releaser's walk (a livelock the loom model
+    /// `skipq_park_vs_grant` finds, where every waiter parks at once).
+    fn wait_native(&self, me: &SkipNode, cb: &ContextBlock, retry: bool) -> u32 {
         let mut paused = P::NO_PREEMPT && cb.pause_no_preempt();
         let mut waiter = Waiter::new();
         let mut spins = 0u32;
@@ -352,7 +357,9 @@ impl<P: SkipPolicy> SkipQueue<P> {
                         // For the heartbeat fallback of `is_preempted`.
                         cb.publish_heartbeat();
                     }
-                    if waiter.spin(self.holder()) == Wait::Park {
+                    if waiter.spin(self.holder()) == Wait::Park
+                        && (!retry || self.holder().is_some_and(sched::is_preempted))
+                    {
                         // Token first, then the announcement: a wake after the
                         // token is not lost (sched::waiter).
                         let t = Waiter::token();
@@ -466,6 +473,7 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
         let node = take_node();
         // SAFETY: our node, valid until we give it back; shared fields are atomics.
         let me = unsafe { node.as_ref() };
+        let mut retry = false;
         loop {
             Self::prepare(me, cb);
             // If we will wait, a fresh heartbeat before anyone can judge us by it
@@ -498,9 +506,10 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
                 // only sends us round again.
                 cb.publish_heartbeat();
             }
-            if self.wait(me, cb) == SUCCESS {
+            if self.wait(me, cb, retry) == SUCCESS {
                 break;
             }
+            retry = true;
             // FAILURE: skipped while we looked preempted or slept; nobody
             // refers to our node any more. Enqueue again.
         }
@@ -699,6 +708,70 @@ pub(super) mod tests {
             0,
             "the parked waiter was never woken"
         );
+    }
+
+    /// For a no-preempt policy: a waiter handed the lock runs its critical
+    /// section unpreemptable (Smart-Q: the releaser's CAS made it
+    /// `OtherUnpreemptable`; Handshaking: it resumed its request before
+    /// acknowledging; either, served from an empty queue after a skip: it
+    /// resumed its own request). 20 hand-overs to a thread queued behind us.
+    pub(in crate::lock) fn new_holder_is_unpreemptable<P: SkipPolicy>() {
+        let l = SkipQueue::<P>::new();
+        for _ in 0..20 {
+            let g = l.lock();
+            // Relaxed: a look at who is last in the queue (our node, then B's).
+            let mine = l.tail.load(Ordering::Relaxed);
+            std::thread::scope(|s| {
+                let b = s.spawn(|| {
+                    let g = l.lock();
+                    let state = crate::sched::current().state();
+                    // SAFETY: acquired just above on this thread.
+                    unsafe { l.unlock(g) };
+                    state
+                });
+                // B queued behind us.
+                while l.tail.load(Ordering::Relaxed) == mine {
+                    std::thread::yield_now();
+                }
+                // SAFETY: `g` came from `l.lock()` on this thread.
+                unsafe { l.unlock(g) };
+                let state = b.join().unwrap();
+                assert!(
+                    state.is_unpreemptable(),
+                    "the new holder ran its critical section {state:?}"
+                );
+            });
+        }
+    }
+
+    /// A new holder wakes its parked successor one step ahead of its turn:
+    /// `PARKED` → `WOKEN` and a bump of the successor's wake word.
+    #[test]
+    fn the_new_holder_wakes_its_successor_one_step_ahead() {
+        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
+            std::sync::Mutex::new(Vec::new());
+        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
+        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
+        let l = super::super::McsTp::new();
+        let me = SkipNode::new();
+        let succ = SkipNode::new();
+        succ.owner
+            .store(cb as *const _ as *mut _, Ordering::Relaxed);
+        succ.state.store(PARKED, Ordering::Relaxed);
+        me.next
+            .store(&succ as *const _ as *mut SkipNode, Ordering::Relaxed);
+        let word = crate::sched::waiter::wake_word(cb).load(Ordering::Relaxed);
+        l.acquired(&me, crate::sched::current());
+        assert_eq!(succ.state.load(Ordering::Relaxed), WOKEN);
+        assert_ne!(
+            crate::sched::waiter::wake_word(cb).load(Ordering::Relaxed),
+            word,
+            "the parked successor was not woken"
+        );
+        // A spinning successor is left alone.
+        succ.state.store(WAITING, Ordering::Relaxed);
+        l.acquired(&me, crate::sched::current());
+        assert_eq!(succ.state.load(Ordering::Relaxed), WAITING);
     }
 
     #[test]

@@ -44,7 +44,10 @@ pub type SmartQ = SkipQueue<SmartQPolicy>;
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::lock::skipq::{WAITING, tests::skips_a_stalled_waiter};
+    use crate::lock::skipq::{
+        WAITING,
+        tests::{new_holder_is_unpreemptable, skips_a_stalled_waiter},
+    };
     use crate::sched::{Actor, ThreadState};
 
     #[test]
@@ -58,5 +61,12 @@ mod tests {
             )
             .unwrap();
         });
+    }
+
+    /// A waiter handed the lock runs its critical section unpreemptable.
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: the waiter's patience is a clock")]
+    fn smart_q_new_holder_is_unpreemptable() {
+        new_holder_is_unpreemptable::<SmartQPolicy>();
     }
 }
