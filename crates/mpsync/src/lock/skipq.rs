@@ -716,7 +716,10 @@ pub(super) mod tests {
     /// acknowledging; either, served from an empty queue after a skip: it
     /// resumed its own request). 20 hand-overs to a thread queued behind us.
     pub(in crate::lock) fn new_holder_is_unpreemptable<P: SkipPolicy>() {
-        let l = SkipQueue::<P>::new();
+        let mut l = SkipQueue::<P>::new();
+        // A releaser as patient as a loaded test machine needs: B is handed
+        // the lock (not skipped for answering late), which is what is checked.
+        l.patience_ns = 1_000_000_000;
         for _ in 0..20 {
             let g = l.lock();
             // Relaxed: a look at who is last in the queue (our node, then B's).
