@@ -56,6 +56,37 @@ fn two_threads_exclusive<L: RawMutex + Send + Sync + 'static>(make: fn() -> L) {
     });
 }
 
+/// As `two_threads_exclusive`, within `preemptions` preemptions: the skipping
+/// queues' park/grant protocol (issue 13 §2) takes minutes unbounded, its
+/// state space grows about 4× per preemption (bound 3: seconds).
+fn two_threads_exclusive_bounded<L: RawMutex + Send + Sync + 'static>(
+    make: fn() -> L,
+    preemptions: usize,
+) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
+        let shared = Arc::new((make(), UnsafeCell::new(0u32)));
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let s = shared.clone();
+                thread::spawn(move || {
+                    let g = s.0.lock();
+                    // SAFETY: the lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    // SAFETY: `g` came from this lock on this thread.
+                    unsafe { s.0.unlock(g) };
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 2);
+    });
+}
+
 /// Two threads each make up to two acquire attempts; every success is exclusive
 /// (loom flags a racing access to the cell) and is counted.
 fn two_threads_bounded_attempts<L: RawMutex + Send + Sync + 'static>(make: fn() -> L) {
@@ -267,12 +298,12 @@ fn spin_then_park_no_lost_wakeup() {
 /// acknowledging swap race in every order (patience = three checks under loom).
 #[test]
 fn handshaking_offer_vs_ack() {
-    two_threads_exclusive(QueuedHandshaking::new);
+    two_threads_exclusive_bounded(QueuedHandshaking::new, 3);
 }
 
 #[test]
 fn mcs_tp_full_lock() {
-    two_threads_exclusive(McsTp::new);
+    two_threads_exclusive_bounded(McsTp::new, 3);
 }
 
 /// Smart-Q with a "kernel" that preempts the waiter (and resumes it) at any point:
@@ -283,7 +314,7 @@ fn mcs_tp_full_lock() {
 /// 4 preemptions, it takes seconds.)
 #[test]
 fn smart_q_handoff_vs_preemption() {
-    smart_q_vs_preemption(1, 4);
+    smart_q_vs_preemption(1, 2);
 }
 
 /// As `smart_q_handoff_vs_preemption`, each thread acquiring twice: a skipped
@@ -292,7 +323,7 @@ fn smart_q_handoff_vs_preemption() {
 /// (module doc of `skipq`) is about.
 #[test]
 fn smart_q_twice_vs_preemption() {
-    smart_q_vs_preemption(2, 2);
+    smart_q_vs_preemption(2, 1);
 }
 
 fn smart_q_vs_preemption(rounds: u32, preemptions: usize) {
@@ -450,9 +481,9 @@ twice! {
     queued_twice: Queued::new, 3;
     clh_twice: Clh::new, 3;
     spin_then_park_twice: SpinThenPark::new, 3;
-    handshaking_twice: QueuedHandshaking::new, 3;
-    smart_q_twice: SmartQ::new, 3;
-    mcs_tp_twice: McsTp::new, 3;
+    handshaking_twice: QueuedHandshaking::new, 2;
+    smart_q_twice: SmartQ::new, 2;
+    mcs_tp_twice: McsTp::new, 2;
     clh_tp_twice: ClhTp::new, 3;
 }
 
@@ -518,4 +549,57 @@ fn bounded_steal_wake_one_step_ahead() {
         // SAFETY: all threads joined.
         assert_eq!(shared.1.with(|p| unsafe { *p }), 3);
     });
+}
+
+/// The skipping queue's park/grant protocol (issue 13 §2), three threads: the
+/// main thread holds the lock while W1 and W2 queue behind it and, since a
+/// loom `Waiter` advises parking at once, park. The releaser meets parked
+/// candidates (wakes them, skips those not back in time) and claims spinning
+/// ones by CAS; the new holder wakes its successor one step ahead; a skipped
+/// waiter re-enqueues. A lost wake-up is a deadlock (the futex is modelled
+/// strictly), a grant to a sleeper one too, and every thread must get the lock
+/// exactly once, exclusively. (Bound 2 takes minutes for MCS-TP and Smart-Q.)
+fn skipq_park_vs_grant<L: RawMutex + Send + Sync + 'static>(make: fn() -> L, preemptions: usize) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.check(move || {
+        let shared = Arc::new((make(), UnsafeCell::new(0u32)));
+        let g = shared.0.lock();
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let s = shared.clone();
+                thread::spawn(move || {
+                    let g = s.0.lock();
+                    // SAFETY: the lock is held.
+                    s.1.with_mut(|p| unsafe { *p += 1 });
+                    // SAFETY: `g` came from this lock on this thread.
+                    unsafe { s.0.unlock(g) };
+                })
+            })
+            .collect();
+        // SAFETY: the lock is held by this thread.
+        shared.1.with_mut(|p| unsafe { *p += 1 });
+        // SAFETY: `g` came from this lock on this thread.
+        unsafe { shared.0.unlock(g) };
+        for t in ts {
+            t.join().unwrap();
+        }
+        // SAFETY: all threads joined.
+        assert_eq!(shared.1.with(|p| unsafe { *p }), 3);
+    });
+}
+
+#[test]
+fn skipq_park_vs_grant_mcs_tp() {
+    skipq_park_vs_grant(McsTp::new, 1);
+}
+
+#[test]
+fn skipq_park_vs_grant_smart_q() {
+    skipq_park_vs_grant(SmartQ::new, 1);
+}
+
+#[test]
+fn skipq_park_vs_grant_handshaking() {
+    skipq_park_vs_grant(QueuedHandshaking::new, 1);
 }

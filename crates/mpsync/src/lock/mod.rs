@@ -92,6 +92,43 @@ macro_rules! node_cache {
 }
 pub(crate) use node_cache;
 
+/// The loom twins of a lock's constructor, in one place: `pub const fn new()`
+/// natively, `pub fn new()` under loom (loom's atomics are not `const`).
+/// `loom_const_new! { impl[generics] Type { /// doc
+/// new => expr } }`.
+macro_rules! loom_const_new {
+    (impl[$($gen:tt)*] $ty:ty { $(#[$m:meta])* new => $body:expr }) => {
+        impl<$($gen)*> $ty {
+            $(#[$m])*
+            #[cfg(not(loom))]
+            pub const fn new() -> Self {
+                $body
+            }
+            $(#[$m])*
+            #[cfg(loom)]
+            pub fn new() -> Self {
+                $body
+            }
+        }
+    };
+}
+pub(crate) use loom_const_new;
+
+/// `lock_api::RawMutex::INIT` of a lock built by `loom_const_new!`: `new()`
+/// natively; under loom, where nothing is `const`, a compile-time panic that
+/// says to call `new()`. Use inside the `RawMutex` impl: `loom_const_init!(Type);`.
+macro_rules! loom_const_init {
+    ($name:ident) => {
+        #[allow(clippy::declare_interior_mutable_const)]
+        #[cfg(not(loom))]
+        const INIT: Self = Self::new();
+        #[allow(clippy::declare_interior_mutable_const)]
+        #[cfg(loom)]
+        const INIT: Self = panic!(concat!("under loom, use ", stringify!($name), "::new()"));
+    };
+}
+pub(crate) use loom_const_init;
+
 /// Checks of a missing successor link spent spinning before the releaser starts
 /// giving its processor away (≈ 1–5 µs: far longer than the two instructions
 /// between a running successor's tail swap and its link store). Under loom one:
@@ -143,10 +180,13 @@ mod clh;
 mod clh_tp;
 mod condvar;
 mod fair_timed;
+mod handshaking;
+mod mcs_tp;
 mod native;
 mod np;
 mod queued;
 mod skipq;
+mod smartq;
 mod spin_park;
 mod tas;
 mod tas_b;
@@ -157,13 +197,13 @@ pub use bounded_steal::{BoundedSteal, FAIR_AFTER, STEAL_BUDGET, STEAL_PATIENCE};
 pub use clh::{Clh, ClhGuard};
 pub use clh_tp::{ClhTp, ClhTpGuard};
 pub use condvar::{Condvar, WaitTimeoutResult};
+pub use handshaking::{HandshakePolicy, QueuedHandshaking};
+pub use mcs_tp::{McsTp, TpPolicy};
 pub use native::Native;
 pub use np::{Np, NpGuard, NpToken};
 pub use queued::{Queued, QueuedGuard};
-pub use skipq::{
-    HandshakePolicy, McsTp, QueuedHandshaking, SkipGuard, SkipNode, SkipPolicy, SkipQueue, SmartQ,
-    SmartQPolicy, TpPolicy,
-};
+pub use skipq::{SkipGuard, SkipNode, SkipPolicy, SkipQueue};
+pub use smartq::{SmartQ, SmartQPolicy};
 pub use spin_park::{SPIN_THEN_PARK_DEFAULT_PATIENCE, SpinThenPark};
 pub use tas::Tas;
 pub use tas_b::TasB;
