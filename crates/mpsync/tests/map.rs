@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::sized;
 use mpsync::ds::alloc::NodeAlloc;
-use mpsync::ds::cr_hash::CrHashMap;
+use mpsync::ds::cr_hash::{CrHashMap, CrHashMapHandle, ResizePolicy};
 use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
 use mpsync::ds::locked_hash::LockedHashMap;
 use mpsync::ds::map::{ConcurrentMap, MapHandle};
@@ -348,6 +348,78 @@ fn hp() -> Arc<HazardPointers> {
     Arc::new(HazardPointers::with_threshold(2, 4).unwrap())
 }
 
+/// As [`hp`], with the third slot the CR table protects its bucket array in.
+fn hp3() -> Arc<HazardPointers> {
+    Arc::new(HazardPointers::with_threshold(3, 4).unwrap())
+}
+
+fn cr<R: Reclaimer>(d: Arc<R>, buckets: usize) -> CrHashMap<u64, u64, TasB, R> {
+    CrHashMap::with_domain(buckets, d, RandomState::new()).unwrap()
+}
+
+/// A CR table whose threads, besides their operations, resize it to a random
+/// bucket count (1..=8) every 16 operations, and which also resizes itself
+/// (grows past 1 entry per bucket): resizes race readers, writers and each
+/// other all through the conservation and linearizability tests.
+struct Resizing<R: Reclaimer>(CrHashMap<u64, u64, TasB, R>);
+
+fn resizing<R: Reclaimer>(d: Arc<R>) -> Resizing<R> {
+    let policy = ResizePolicy::new(1, 1).unwrap();
+    Resizing(CrHashMap::with_policy(policy, d, RandomState::new()))
+}
+
+struct ResizingHandle<'a, R: Reclaimer> {
+    m: &'a CrHashMap<u64, u64, TasB, R>,
+    h: CrHashMapHandle<'a, u64, u64, TasB, R>,
+    ops: u64,
+    rng: Rng,
+}
+
+impl<R: Reclaimer> ConcurrentMap<u64, u64> for Resizing<R> {
+    type Handle<'a> = ResizingHandle<'a, R>;
+    fn handle(&self) -> ResizingHandle<'_, R> {
+        static SEED: AtomicU64 = AtomicU64::new(1);
+        ResizingHandle {
+            m: &self.0,
+            h: self.0.handle(),
+            ops: 0,
+            rng: Rng::new(SEED.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+}
+
+impl<R: Reclaimer> ResizingHandle<'_, R> {
+    fn step(&mut self) {
+        self.ops += 1;
+        if self.ops.is_multiple_of(16) {
+            let n = 1 + (self.rng.next_u64() % 8) as usize;
+            self.m.resize(self.h.local(), n).unwrap();
+        }
+    }
+}
+
+impl<R: Reclaimer> MapHandle<u64, u64> for ResizingHandle<'_, R> {
+    fn insert(&mut self, key: u64, value: u64) -> bool {
+        self.step();
+        self.h.insert(key, value)
+    }
+    fn get(&mut self, key: &u64) -> Option<u64> {
+        self.step();
+        self.h.get(key)
+    }
+    fn remove(&mut self, key: &u64) -> Option<u64> {
+        self.step();
+        self.h.remove(key)
+    }
+    fn contains_key(&mut self, key: &u64) -> bool {
+        self.step();
+        self.h.contains_key(key)
+    }
+    fn quiescent(&mut self) {
+        self.h.quiescent()
+    }
+}
+
 fn lf<R: Reclaimer>(d: Arc<R>, buckets: usize) -> LfHashMap<u64, u64, R> {
     LfHashMap::with_domain(buckets, d, RandomState::new()).unwrap()
 }
@@ -382,9 +454,12 @@ map_tests! {
     fast_ebr: fast(Arc::new(Ebr::with_advance_every(1).unwrap()), 1);
     fast_qsbr: fast(Arc::new(Qsbr::new()), 1);
     locked_tasb: LockedHashMap::<u64, u64, TasB>::with_buckets(2).unwrap();
-    cr_hp: CrHashMap::<u64, u64, TasB, _>::with_domain(1, hp(), RandomState::new()).unwrap();
-    cr_ebr: CrHashMap::<u64, u64, TasB, _>::with_domain(2, Arc::new(Ebr::with_advance_every(1).unwrap()), RandomState::new()).unwrap();
-    cr_qsbr: CrHashMap::<u64, u64, TasB, _>::with_domain(1, Arc::new(Qsbr::new()), RandomState::new()).unwrap();
+    cr_hp: cr(hp3(), 1);
+    cr_ebr: cr(Arc::new(Ebr::with_advance_every(1).unwrap()), 2);
+    cr_qsbr: cr(Arc::new(Qsbr::new()), 1);
+    cr_resize_hp: resizing(hp3());
+    cr_resize_ebr: resizing(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    cr_resize_qsbr: resizing(Arc::new(Qsbr::new()));
 }
 
 // ---- the hazard-pointer window ------------------------------------------------
@@ -410,6 +485,12 @@ impl Key {
             "a search compared the key of a freed node ({})",
             self.k
         );
+    }
+}
+impl Clone for Key {
+    fn clone(&self) -> Self {
+        self.check();
+        Key::new(self.k)
     }
 }
 impl Drop for Key {
@@ -549,7 +630,7 @@ fn a_marked_node_is_absent_to_every_search() {
 /// onto node 3.
 #[test]
 fn cr_reader_never_steps_past_a_removed_node() {
-    let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
+    let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
     let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
@@ -583,4 +664,88 @@ fn cr_reader_never_steps_past_a_removed_node() {
         trap.release();
         assert_eq!(a.join().expect("the reader read no freed node"), Some(4));
     });
+}
+
+/// A reader stopped inside the old table while a resize replaces it: chain 1,
+/// 2, 3, 4 in one bucket; the reader, looking for 4, stops on node 2; the
+/// writer resizes to 4 buckets (the old table is retired, and with a scan at
+/// every retire it would be freed at once if the reader did not protect it),
+/// then removes 3 and 4 from the new table. The reader must finish its walk in
+/// the old table, reading no freed node, and report 4 present (linearized at
+/// the resize); the old table is freed once it is done.
+#[test]
+fn cr_reader_in_a_resized_table_reads_no_freed_node() {
+    let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+    let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
+        CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in (1..=4).rev() {
+            assert!(m.insert(&mut l, Key::new(k), k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.get(&mut l, &Key::new(4))
+        });
+        let trap = Trap::at(stall::CR_READ_STEPPED)
+            .thread(rx.recv().unwrap())
+            .skip(1)
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("the reader stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        m.resize(&mut l, 4).unwrap();
+        assert_eq!(m.buckets(), 4);
+        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&mut l, &Key::new(4)), Some(4));
+        l.scan();
+        let before = hp.stats().freed;
+        trap.release();
+        assert_eq!(
+            a.join().expect("the reader read no freed node"),
+            Some(4),
+            "the reader in the old table lost key 4"
+        );
+        l.scan();
+        assert!(
+            hp.stats().freed > before,
+            "the old table is freed once the reader left it: {:?}",
+            hp.stats()
+        );
+        assert_eq!(m.get(&mut l, &Key::new(4)), None);
+        assert_eq!(m.get(&mut l, &Key::new(1)), Some(1));
+    });
+    assert_eq!(m.len(), 2);
+}
+
+/// A table made by `new` grows as keys arrive and shrinks as they leave, and
+/// keeps every key through the resizes.
+#[test]
+fn cr_grows_and_shrinks_by_itself() {
+    let m: CrHashMap<u64, u64, TasB, HazardPointers> = CrHashMap::new();
+    let mut h = m.handle();
+    let start = m.buckets();
+    let n = sized(5_000, 10);
+    for k in 0..n {
+        assert!(h.insert(k, k + 1));
+    }
+    let grown = m.buckets();
+    assert!(grown >= n as usize / 2, "{grown} buckets for {n} keys");
+    for k in 0..n {
+        assert_eq!(h.get(&k), Some(k + 1), "key {k} lost by a resize");
+    }
+    for k in 0..n {
+        assert_eq!(h.remove(&k), Some(k + 1));
+    }
+    assert_eq!(m.buckets(), start, "shrank back to the minimum");
+    assert!(m.is_empty());
+    assert!(format!("{m:?}").contains("max_load: 2"));
 }

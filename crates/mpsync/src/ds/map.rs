@@ -157,6 +157,8 @@ impl<M: RegisteredMap<K, V>, K, V> MapHandle<K, V> for RegisteredHandle<'_, M, K
 pub enum MapError {
     /// A table needs at least one bucket.
     ZeroBuckets,
+    /// A resize policy's entries per bucket must be at least 1.
+    ZeroLoad,
 }
 
 impl std::fmt::Display for MapError {
@@ -164,6 +166,9 @@ impl std::fmt::Display for MapError {
         match self {
             Self::ZeroBuckets => f.write_str(
                 "hash table with 0 buckets: must be >= 1 (about the number of keys expected; Hart uses 32)",
+            ),
+            Self::ZeroLoad => f.write_str(
+                "resize policy with a maximum load of 0 entries per bucket: must be >= 1 (default 2)",
             ),
         }
     }
@@ -178,5 +183,6 @@ mod tests {
     #[test]
     fn error_says_what_would_be_right() {
         assert!(MapError::ZeroBuckets.to_string().contains(">= 1"));
+        assert!(MapError::ZeroLoad.to_string().contains(">= 1"));
     }
 }
