@@ -749,3 +749,182 @@ fn cr_grows_and_shrinks_by_itself() {
     assert!(m.is_empty());
     assert!(format!("{m:?}").contains("max_load: 2"));
 }
+
+// ---- iteration under concurrent updates ----------------------------------------
+
+/// The value a key is always inserted with (so a yielded value can be checked).
+fn val(k: u64) -> u64 {
+    k * 3 + 1
+}
+
+/// Keys `0..STABLE` are present for the whole test; keys `STABLE..STABLE+CHURN`
+/// are inserted and removed by two writers (which also call `extra` every 16
+/// operations: a resize, for the CR table) while a third thread iterates again
+/// and again. Every iteration must yield each stable key exactly once, no key
+/// twice, no key outside the universe, and each key with its value.
+fn iter_is_weakly_consistent<M: ConcurrentMap<u64, u64>>(
+    m: &M,
+    iter: impl Fn(&M) -> Vec<(u64, u64)> + Sync,
+    extra: impl Fn(&M, u64) + Sync,
+) {
+    const STABLE: u64 = 64;
+    const CHURN: u64 = 64;
+    {
+        let mut h = m.handle();
+        for k in 0..STABLE {
+            assert!(h.insert(k, val(k)));
+        }
+    }
+    let rounds = sized(50, 5);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for w in 0..2u64 {
+            let (m, stop, extra) = (m, &stop, &extra);
+            s.spawn(move || {
+                let mut h = m.handle();
+                let mut rng = Rng::new(w + 7);
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = STABLE + rng.next_u64() % CHURN;
+                    if rng.next_u64().is_multiple_of(2) {
+                        h.insert(k, val(k));
+                    } else {
+                        h.remove(&k);
+                    }
+                    i += 1;
+                    if i.is_multiple_of(16) {
+                        h.quiescent();
+                        extra(m, rng.next_u64());
+                    }
+                }
+            });
+        }
+        let (m, stop, iter) = (m, &stop, &iter);
+        s.spawn(move || {
+            // Stops the writers also when a check below fails (a panic).
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(stop);
+            for round in 0..rounds {
+                let got = iter(m);
+                let mut seen = HashSet::new();
+                for &(k, v) in &got {
+                    assert!(seen.insert(k), "round {round}: key {k} yielded twice");
+                    assert!(
+                        k < STABLE + CHURN,
+                        "round {round}: key {k} was never inserted"
+                    );
+                    assert_eq!(v, val(k), "round {round}: key {k} with a wrong value");
+                }
+                for k in 0..STABLE {
+                    assert!(
+                        seen.contains(&k),
+                        "round {round}: key {k}, present throughout, was not yielded ({} yielded)",
+                        got.len()
+                    );
+                }
+            }
+        });
+    });
+}
+
+fn cr_iter<R: Reclaimer>(d: Arc<R>) {
+    let policy = ResizePolicy::new(1, 1).unwrap();
+    let m: CrHashMap<u64, u64, TasB, R> = CrHashMap::with_policy(policy, d, RandomState::new());
+    iter_is_weakly_consistent(
+        &m,
+        |m| {
+            let mut l = R::register(m.domain());
+            // A slow consumer, so resizes land in the middle of iterations.
+            m.iter(&mut l)
+                .inspect(|&(k, _)| {
+                    if k % 32 == 0 {
+                        std::thread::yield_now();
+                    }
+                })
+                .collect()
+        },
+        |m, r| {
+            let mut l = R::register(m.domain());
+            m.resize(&mut l, 1 + (r % 64) as usize).unwrap();
+        },
+    );
+}
+
+#[test]
+fn cr_iter_is_weakly_consistent_under_updates_and_resizes() {
+    cr_iter(hp3());
+    cr_iter(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    cr_iter(Arc::new(Qsbr::new()));
+}
+
+fn lf_iter<R: Reclaimer>(d: Arc<R>) {
+    let m = lf(d, 4);
+    iter_is_weakly_consistent(
+        &m,
+        |m| {
+            let mut l = R::register(m.domain());
+            m.iter(&mut l).collect()
+        },
+        |_, _| {},
+    );
+}
+
+#[test]
+fn lf_and_locked_iter_are_weakly_consistent_under_updates() {
+    lf_iter(hp());
+    lf_iter(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    let f = fast(Arc::new(Qsbr::new()), 4);
+    iter_is_weakly_consistent(
+        &f,
+        |m| {
+            let mut l = Qsbr::register(m.domain());
+            m.iter(&mut l).collect()
+        },
+        |_, _| {},
+    );
+    let l = LockedHashMap::<u64, u64, TasB>::with_buckets(4).unwrap();
+    iter_is_weakly_consistent(&l, |m| m.iter().collect(), |_, _| {});
+}
+
+/// The CR iterator stopped on node 2 of the chain 1, 2, 3, 4 (hazard pointers);
+/// node 2 is then removed, so its pass must restart: it must yield 1, 3, 4,
+/// each once, not the first keys again.
+#[test]
+fn cr_iter_restart_yields_no_key_twice() {
+    let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+    let m: CrHashMap<u64, u64, TasB, HazardPointers> =
+        CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in (1..=4).rev() {
+            assert!(m.insert(&mut l, k, k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.iter(&mut l).map(|(k, _)| k).collect::<Vec<_>>()
+        });
+        let trap = Trap::at(stall::CR_READ_STEPPED)
+            .thread(rx.recv().unwrap())
+            .skip(1)
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("the iterator stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&mut l, &2), Some(2));
+        trap.release();
+        assert_eq!(a.join().unwrap(), [1, 3, 4]);
+    });
+}

@@ -782,6 +782,58 @@ where
         self.len() == 0
     }
 
+    /// An iterator over clones of the entries, bucket after bucket, under one
+    /// guard held until it is dropped (lockless: it takes no lock and never
+    /// waits).
+    ///
+    /// Under concurrent updates and resizes it is *weakly consistent*:
+    /// - every key present for the whole iteration is yielded exactly once;
+    /// - no key is yielded twice, and a key yielded was present, with that
+    ///   value, at some moment during the iteration;
+    /// - a key inserted or removed meanwhile may or may not be yielded.
+    ///
+    /// It walks the table that was current when it was made (a resize meanwhile
+    /// does not move it: that table is frozen with the entries it held at the
+    /// resize), each bucket in one pass whose entries it buffers; a pass that
+    /// has to restart (hazard pointers: the node it stood on was removed)
+    /// discards its buffer. Under QSBR and EBR the guard holds back reclamation
+    /// (of this table and every structure in the domain) while the iterator
+    /// lives: drop it when done.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    ///
+    /// ```
+    /// use mpsync::ds::cr_hash::CrHashMap;
+    /// use mpsync::lock::TasB;
+    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    ///
+    /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
+    /// let mut local = Ebr::register(m.domain());
+    /// for k in 0..100 {
+    ///     m.insert(&mut local, k, k * 2);
+    /// }
+    /// let mut all: Vec<(u32, u32)> = m.iter(&mut local).collect();
+    /// all.sort();
+    /// assert_eq!(all, (0..100).map(|k| (k, k * 2)).collect::<Vec<_>>());
+    /// ```
+    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
+    where
+        K: Clone,
+        V: Clone,
+    {
+        check_local(&*self.domain, local, "CrHashMap::iter");
+        let mut guard = local.enter();
+        let table: *const Table<K, V, L, A> = self.current(&mut guard);
+        Iter {
+            map: self,
+            guard,
+            table,
+            next_bucket: 0,
+            buf: Vec::new().into_iter(),
+        }
+    }
+
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
     pub fn handle(&self) -> CrHashMapHandle<'_, K, V, L, R, A, S>
@@ -813,6 +865,100 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for CrHashMap<
             .field("policy", &self.policy())
             .field("lock", &std::any::type_name::<L>())
             .field("reclaimer", &R::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The guard type of scheme `R`.
+type GuardOf<'l, R> = <<R as Reclaimer>::Local as Local>::Guard<'l>;
+
+/// The iterator of [`CrHashMap::iter`]: clones of the entries, under a guard.
+pub struct Iter<'m, 'l, K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S>
+where
+    R::Local: 'l,
+{
+    map: &'m CrHashMap<K, V, L, R, A, S>,
+    guard: GuardOf<'l, R>,
+    /// The table walked: protected by `guard` (slot [`TABLE_SLOT`]).
+    table: *const Table<K, V, L, A>,
+    next_bucket: usize,
+    buf: std::vec::IntoIter<(K, V)>,
+}
+
+impl<K, V, L, R, A, S> Iter<'_, '_, K, V, L, R, A, S>
+where
+    K: Clone,
+    V: Clone,
+    L: RawMutex,
+    R: Reclaimer,
+    A: NodeAlloc,
+{
+    /// One pass over bucket `b`'s chain into a fresh buffer, restarting (and
+    /// emptying the buffer) when the node it stands on is removed, as `search`.
+    fn fill(&mut self, b: &Bucket<K, V, L>) -> Vec<(K, V)> {
+        let g = &mut self.guard;
+        let mut out = Vec::new();
+        'retry: loop {
+            out.clear();
+            let mut link: *const AtomicPtr<Node<K, V>> = &b.head;
+            let (mut s_cur, mut s_prev) = (0usize, 1usize);
+            loop {
+                // SAFETY: as in `search`, [1].
+                let cur = g.protect(s_cur, unsafe { &*link });
+                if marked(cur) {
+                    continue 'retry;
+                }
+                if cur.is_null() {
+                    return out;
+                }
+                // SAFETY: as in `search`, [2].
+                let c = unsafe { &*cur };
+                c.live.check();
+                out.push((c.key.clone(), c.value.clone()));
+                link = &c.next;
+                std::mem::swap(&mut s_cur, &mut s_prev);
+                stall::point(stall::CR_READ_STEPPED);
+            }
+        }
+    }
+}
+
+impl<K, V, L, R, A, S> Iterator for Iter<'_, '_, K, V, L, R, A, S>
+where
+    K: Hash + Eq + Send + Clone,
+    V: Send + Clone,
+    L: RawMutex + Send,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher,
+{
+    type Item = (K, V);
+
+    fn next(&mut self) -> Option<(K, V)> {
+        loop {
+            if let Some(e) = self.buf.next() {
+                return Some(e);
+            }
+            // SAFETY: protected by `self.guard` since `iter` (slot TABLE_SLOT is
+            // never reused by `fill`), so not freed while the iterator lives.
+            // (Not the table current now: across a resize that would yield
+            // keys twice or miss them.)
+            let t = unsafe { &*self.table };
+            let b = t.buckets.get(self.next_bucket)?;
+            self.next_bucket += 1;
+            self.buf = self.fill(b).into_iter();
+        }
+    }
+}
+
+impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug
+    for Iter<'_, '_, K, V, L, R, A, S>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("map", self.map)
+            .field("next_bucket", &self.next_bucket)
+            .field("buffered", &self.buf.len())
             .finish_non_exhaustive()
     }
 }
