@@ -1076,4 +1076,87 @@ mod tests {
         assert!(format!("{m:?}").starts_with("CrHashMap { buckets: 2"));
         assert!(format!("{:?}", m.handle()).starts_with("RegisteredHandle { map: CrHashMap"));
     }
+
+    fn resize_keeps_everything<R: Reclaimer + Default>() {
+        let m: CrHashMap<u32, u32, TasB, R> = CrHashMap::with_buckets(1).unwrap();
+        let mut h = m.handle();
+        for k in 0..40 {
+            assert!(h.insert(k, k + 100));
+        }
+        for n in [7, 1, 64, 2] {
+            m.resize(h.local(), n).unwrap();
+            assert_eq!(m.buckets(), n);
+            assert_eq!(m.len(), 40);
+            for k in 0..40 {
+                assert_eq!(h.get(&k), Some(k + 100), "key {k} after resizing to {n}");
+            }
+        }
+        assert_eq!(m.resize(h.local(), 0), Err(MapError::ZeroBuckets));
+        assert_eq!(h.remove(&3), Some(103));
+        let mut all: Vec<_> = m.iter(h.local()).collect();
+        all.sort_unstable();
+        assert_eq!(all.len(), 39);
+        assert!(all.iter().all(|&(k, v)| k != 3 && v == k + 100));
+        h.quiescent();
+        drop(h);
+        // Four retired tables (their nodes with them) and one removed node.
+        assert_eq!(m.domain().stats().retired, 5);
+    }
+
+    #[test]
+    fn resize_keeps_everything_with_every_scheme() {
+        resize_keeps_everything::<Ebr>();
+        resize_keeps_everything::<Qsbr>();
+        resize_keeps_everything::<HazardPointers>();
+        resize_keeps_everything::<Leak>();
+    }
+
+    #[test]
+    fn policy_grows_and_shrinks() {
+        let p = ResizePolicy::new(4, 2).unwrap();
+        assert_eq!(p.target(4, 8), None);
+        assert_eq!(p.target(4, 9), Some(8));
+        assert_eq!(p.target(8, 4), None);
+        assert_eq!(p.target(8, 3), Some(4));
+        assert_eq!(p.target(4, 0), None, "never below the minimum");
+        assert_eq!(ResizePolicy::new(0, 2), Err(MapError::ZeroBuckets));
+        assert_eq!(ResizePolicy::new(1, 0), Err(MapError::ZeroLoad));
+        /// Counts live values: made and cloned +1, dropped -1.
+        struct Tracked<'a>(&'a AtomicUsize);
+        impl<'a> Tracked<'a> {
+            fn new(c: &'a AtomicUsize) -> Self {
+                c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Tracked(c)
+            }
+        }
+        impl Clone for Tracked<'_> {
+            fn clone(&self) -> Self {
+                Tracked::new(self.0)
+            }
+        }
+        impl Drop for Tracked<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let live = AtomicUsize::new(0);
+        {
+            let m: CrHashMap<u32, Tracked<'_>, TasB, Qsbr> =
+                CrHashMap::with_policy(p, Arc::new(Qsbr::new()), RandomState::new());
+            assert_eq!(m.policy(), Some(p));
+            let mut h = m.handle();
+            for k in 0..20 {
+                assert!(h.insert(k, Tracked::new(&live)));
+            }
+            assert_eq!(m.buckets(), 16, "4 -> 8 -> 16 buckets for 20 keys");
+            for k in 0..18 {
+                drop(h.remove(&k));
+            }
+            assert_eq!(m.buckets(), 4, "back to the minimum");
+            assert_eq!(m.len(), 2);
+        }
+        // Every value, and every copy a resize made, dropped exactly once (the
+        // retired tables too, when the domain dropped with the map).
+        assert_eq!(live.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
 }
