@@ -8,6 +8,17 @@
 //! clones, because a lock-free table cannot move a value out of a node that
 //! concurrent readers may still be reading.
 //!
+//! Every table also has an `iter` yielding clones of its entries
+//! ([`CrHashMap::iter`](super::cr_hash::CrHashMap::iter),
+//! [`LfHashMap::iter`](super::hash::LfHashMap::iter), …), *weakly consistent*
+//! under concurrent updates: each key present for the whole iteration is
+//! yielded exactly once, no key twice, and a key yielded was present with that
+//! value at some moment during the iteration; keys inserted or removed
+//! meanwhile may or may not appear. [`len`](super::hash::LfHashMap::len) is
+//! likewise exact only when nobody updates the table meanwhile.
+//! [`CrHashMap::new`](super::cr_hash::CrHashMap::new) grows and shrinks by
+//! itself; the other tables keep the bucket count they were made with.
+//!
 //! ```
 //! use mpsync::ds::map::{ConcurrentMap, MapHandle};
 //! use mpsync::ds::hash::LfHashMap;
