@@ -9,7 +9,10 @@
 //!   must not be lost: why a node is marked before it is unlinked);
 //! - two removers of one key, one of which then inserts it again (threads act
 //!   twice: a reused key and a helped unlink);
-//! - the fast read (EBR) walking past two removed nodes.
+//! - the fast read (EBR) walking past two removed nodes;
+//! - the CR table's resize (a copying resize under every bucket lock, the old
+//!   table retired with its chains) racing a reader that walks the old table,
+//!   and racing an insert that must land in the new one.
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead
 //! (`ds::lf::Liveness`, checked at every node access) and keeps the memory: a
@@ -23,10 +26,11 @@ use std::ptr::NonNull;
 
 use loom::thread;
 use mpsync::ds::alloc::NodeAlloc;
+use mpsync::ds::cr_hash::CrHashMap;
 use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
 use mpsync::ds::lf::Liveness;
 use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
-use mpsync::sync::Arc;
+use mpsync::sync::{Arc, Ordering};
 
 /// Nodes are boxed and never given back; `free` marks them dead.
 #[derive(Debug)]
@@ -72,7 +76,8 @@ impl Eager for Ebr {
 }
 impl Eager for HazardPointers {
     fn eager() -> Arc<Self> {
-        Arc::new(HazardPointers::with_threshold(2, 1).unwrap())
+        // 3 slots: the CR table protects its bucket array in the third.
+        Arc::new(HazardPointers::with_threshold(3, 1).unwrap())
     }
 }
 
@@ -202,4 +207,132 @@ fn loom_map_fast_read_past_removed_nodes_ebr() {
         assert!(saw3.is_none() || saw3 == Some(30));
         assert_eq!(m.get(&mut l, &3), None);
     });
+}
+
+/// The CR table's bucket lock under loom: a test-and-set lock on a loom atomic.
+/// `lock_api` makes locks from a `const INIT`, which a loom atomic cannot be
+/// (mpsync's own locks refuse `INIT` under loom), so the atomic is made on first
+/// use (a loom atomic's creation is no scheduling point: two threads cannot
+/// both make it).
+struct LoomLock(std::sync::OnceLock<loom::sync::atomic::AtomicBool>);
+
+impl LoomLock {
+    fn flag(&self) -> &loom::sync::atomic::AtomicBool {
+        self.0
+            .get_or_init(|| loom::sync::atomic::AtomicBool::new(false))
+    }
+}
+
+// SAFETY: `false → true` only by a CAS, so one holder at a time; Acquire on
+// taking pairs with the Release store in `unlock`.
+unsafe impl mpsync::lock_api::RawMutex for LoomLock {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = LoomLock(std::sync::OnceLock::new());
+    type Guard = mpsync::lock_api::GuardSend;
+
+    fn lock(&self) -> Self::Guard {
+        loop {
+            if let Some(g) = self.try_lock() {
+                return g;
+            }
+            thread::yield_now();
+        }
+    }
+
+    fn try_lock(&self) -> Option<Self::Guard> {
+        self.flag()
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then(mpsync::lock_api::GuardSend::new)
+    }
+
+    unsafe fn unlock(&self, _guard: Self::Guard) {
+        self.flag().store(false, Ordering::Release);
+    }
+
+    fn is_locked(&self) -> bool {
+        self.flag().load(Ordering::Relaxed)
+    }
+}
+
+/// A fixed hasher: a resize spreads keys by hash, and a model must be
+/// deterministic across its executions (`RandomState` differs in each).
+type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
+type Cr<R> = CrHashMap<u32, u32, LoomLock, R, Poisoning, Fixed>;
+
+fn make_cr<R: Eager>(keys: &[u32]) -> Arc<Cr<R>> {
+    let m: Cr<R> = CrHashMap::with_domain(1, R::eager(), Fixed::default()).unwrap();
+    let mut l = R::register(m.domain());
+    for &k in keys {
+        assert!(m.insert(&mut l, k, k * 10));
+    }
+    Arc::new(m)
+}
+
+/// CR {1, 2} in one bucket: one thread resizes to 2 buckets (the old table is
+/// retired, and freed as eagerly as the scheme allows) and then removes 1,
+/// while another reads 2 and 1 (its reads may walk the old table after the
+/// resize: a table freed under it fails the model).
+fn cr_resize_vs_reader<R: Eager>() {
+    model(|| {
+        let m = make_cr::<R>(&[1, 2]);
+        let m1 = m.clone();
+        let r = thread::spawn(move || {
+            let mut l = R::register(m1.domain());
+            m1.resize(&mut l, 2).unwrap();
+            m1.remove(&mut l, &1)
+        });
+        let mut l = R::register(m.domain());
+        assert_eq!(m.get(&mut l, &2), Some(20), "a resize hid a present key");
+        let saw1 = m.get(&mut l, &1);
+        assert!(saw1 == Some(10) || saw1.is_none());
+        assert_eq!(r.join().unwrap(), Some(10));
+        assert_eq!(m.buckets(), 2);
+        assert_eq!(m.get(&mut l, &1), None);
+        assert_eq!(m.get(&mut l, &2), Some(20));
+    });
+}
+
+/// CR {1}: one thread resizes to 2 buckets while another inserts 2 and then
+/// removes 1: neither update may be lost in the table the resize dropped.
+fn cr_resize_vs_updates<R: Eager>() {
+    model(|| {
+        let m = make_cr::<R>(&[1]);
+        let m1 = m.clone();
+        let r = thread::spawn(move || {
+            let mut l = R::register(m1.domain());
+            m1.resize(&mut l, 2).unwrap();
+        });
+        let mut l = R::register(m.domain());
+        assert!(m.insert(&mut l, 2, 20));
+        assert_eq!(m.remove(&mut l, &1), Some(10));
+        r.join().unwrap();
+        assert_eq!(
+            m.get(&mut l, &2),
+            Some(20),
+            "the insert was lost by the resize"
+        );
+        assert_eq!(
+            m.get(&mut l, &1),
+            None,
+            "the remove was undone by the resize"
+        );
+        assert_eq!(m.len(), 1);
+    });
+}
+
+#[test]
+fn loom_map_cr_resize_vs_reader_hp() {
+    cr_resize_vs_reader::<HazardPointers>();
+}
+
+#[test]
+fn loom_map_cr_resize_vs_reader_ebr() {
+    cr_resize_vs_reader::<Ebr>();
+}
+
+#[test]
+fn loom_map_cr_resize_vs_updates_hp() {
+    cr_resize_vs_updates::<HazardPointers>();
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::sized;
 use mpsync::ds::alloc::NodeAlloc;
-use mpsync::ds::cr_hash::CrHashMap;
+use mpsync::ds::cr_hash::{CrHashMap, CrHashMapHandle, ResizePolicy};
 use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
 use mpsync::ds::locked_hash::LockedHashMap;
 use mpsync::ds::map::{ConcurrentMap, MapHandle};
@@ -348,6 +348,78 @@ fn hp() -> Arc<HazardPointers> {
     Arc::new(HazardPointers::with_threshold(2, 4).unwrap())
 }
 
+/// As [`hp`], with the third slot the CR table protects its bucket array in.
+fn hp3() -> Arc<HazardPointers> {
+    Arc::new(HazardPointers::with_threshold(3, 4).unwrap())
+}
+
+fn cr<R: Reclaimer>(d: Arc<R>, buckets: usize) -> CrHashMap<u64, u64, TasB, R> {
+    CrHashMap::with_domain(buckets, d, RandomState::new()).unwrap()
+}
+
+/// A CR table whose threads, besides their operations, resize it to a random
+/// bucket count (1..=8) every 16 operations, and which also resizes itself
+/// (grows past 1 entry per bucket): resizes race readers, writers and each
+/// other all through the conservation and linearizability tests.
+struct Resizing<R: Reclaimer>(CrHashMap<u64, u64, TasB, R>);
+
+fn resizing<R: Reclaimer>(d: Arc<R>) -> Resizing<R> {
+    let policy = ResizePolicy::new(1, 1).unwrap();
+    Resizing(CrHashMap::with_policy(policy, d, RandomState::new()))
+}
+
+struct ResizingHandle<'a, R: Reclaimer> {
+    m: &'a CrHashMap<u64, u64, TasB, R>,
+    h: CrHashMapHandle<'a, u64, u64, TasB, R>,
+    ops: u64,
+    rng: Rng,
+}
+
+impl<R: Reclaimer> ConcurrentMap<u64, u64> for Resizing<R> {
+    type Handle<'a> = ResizingHandle<'a, R>;
+    fn handle(&self) -> ResizingHandle<'_, R> {
+        static SEED: AtomicU64 = AtomicU64::new(1);
+        ResizingHandle {
+            m: &self.0,
+            h: self.0.handle(),
+            ops: 0,
+            rng: Rng::new(SEED.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+}
+
+impl<R: Reclaimer> ResizingHandle<'_, R> {
+    fn step(&mut self) {
+        self.ops += 1;
+        if self.ops.is_multiple_of(16) {
+            let n = 1 + (self.rng.next_u64() % 8) as usize;
+            self.m.resize(self.h.local(), n).unwrap();
+        }
+    }
+}
+
+impl<R: Reclaimer> MapHandle<u64, u64> for ResizingHandle<'_, R> {
+    fn insert(&mut self, key: u64, value: u64) -> bool {
+        self.step();
+        self.h.insert(key, value)
+    }
+    fn get(&mut self, key: &u64) -> Option<u64> {
+        self.step();
+        self.h.get(key)
+    }
+    fn remove(&mut self, key: &u64) -> Option<u64> {
+        self.step();
+        self.h.remove(key)
+    }
+    fn contains_key(&mut self, key: &u64) -> bool {
+        self.step();
+        self.h.contains_key(key)
+    }
+    fn quiescent(&mut self) {
+        self.h.quiescent()
+    }
+}
+
 fn lf<R: Reclaimer>(d: Arc<R>, buckets: usize) -> LfHashMap<u64, u64, R> {
     LfHashMap::with_domain(buckets, d, RandomState::new()).unwrap()
 }
@@ -382,9 +454,12 @@ map_tests! {
     fast_ebr: fast(Arc::new(Ebr::with_advance_every(1).unwrap()), 1);
     fast_qsbr: fast(Arc::new(Qsbr::new()), 1);
     locked_tasb: LockedHashMap::<u64, u64, TasB>::with_buckets(2).unwrap();
-    cr_hp: CrHashMap::<u64, u64, TasB, _>::with_domain(1, hp(), RandomState::new()).unwrap();
-    cr_ebr: CrHashMap::<u64, u64, TasB, _>::with_domain(2, Arc::new(Ebr::with_advance_every(1).unwrap()), RandomState::new()).unwrap();
-    cr_qsbr: CrHashMap::<u64, u64, TasB, _>::with_domain(1, Arc::new(Qsbr::new()), RandomState::new()).unwrap();
+    cr_hp: cr(hp3(), 1);
+    cr_ebr: cr(Arc::new(Ebr::with_advance_every(1).unwrap()), 2);
+    cr_qsbr: cr(Arc::new(Qsbr::new()), 1);
+    cr_resize_hp: resizing(hp3());
+    cr_resize_ebr: resizing(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    cr_resize_qsbr: resizing(Arc::new(Qsbr::new()));
 }
 
 // ---- the hazard-pointer window ------------------------------------------------
@@ -410,6 +485,12 @@ impl Key {
             "a search compared the key of a freed node ({})",
             self.k
         );
+    }
+}
+impl Clone for Key {
+    fn clone(&self) -> Self {
+        self.check();
+        Key::new(self.k)
     }
 }
 impl Drop for Key {
@@ -549,7 +630,7 @@ fn a_marked_node_is_absent_to_every_search() {
 /// onto node 3.
 #[test]
 fn cr_reader_never_steps_past_a_removed_node() {
-    let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
+    let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
     let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
@@ -582,5 +663,268 @@ fn cr_reader_never_steps_past_a_removed_node() {
         assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
         trap.release();
         assert_eq!(a.join().expect("the reader read no freed node"), Some(4));
+    });
+}
+
+/// A reader stopped inside the old table while a resize replaces it: chain 1,
+/// 2, 3, 4 in one bucket; the reader, looking for 4, stops on node 2; the
+/// writer resizes to 4 buckets (the old table is retired, and with a scan at
+/// every retire it would be freed at once if the reader did not protect it),
+/// then removes 3 and 4 from the new table. The reader must finish its walk in
+/// the old table, reading no freed node, and report 4 present (linearized at
+/// the resize); the old table is freed once it is done.
+#[test]
+fn cr_reader_in_a_resized_table_reads_no_freed_node() {
+    let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+    let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
+        CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in (1..=4).rev() {
+            assert!(m.insert(&mut l, Key::new(k), k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.get(&mut l, &Key::new(4))
+        });
+        let trap = Trap::at(stall::CR_READ_STEPPED)
+            .thread(rx.recv().unwrap())
+            .skip(1)
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("the reader stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        m.resize(&mut l, 4).unwrap();
+        assert_eq!(m.buckets(), 4);
+        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&mut l, &Key::new(4)), Some(4));
+        l.scan();
+        let before = hp.stats().freed;
+        trap.release();
+        assert_eq!(
+            a.join().expect("the reader read no freed node"),
+            Some(4),
+            "the reader in the old table lost key 4"
+        );
+        l.scan();
+        assert!(
+            hp.stats().freed > before,
+            "the old table is freed once the reader left it: {:?}",
+            hp.stats()
+        );
+        assert_eq!(m.get(&mut l, &Key::new(4)), None);
+        assert_eq!(m.get(&mut l, &Key::new(1)), Some(1));
+    });
+    assert_eq!(m.len(), 2);
+}
+
+/// A table made by `new` grows as keys arrive and shrinks as they leave, and
+/// keeps every key through the resizes.
+#[test]
+fn cr_grows_and_shrinks_by_itself() {
+    let m: CrHashMap<u64, u64, TasB, HazardPointers> = CrHashMap::new();
+    let mut h = m.handle();
+    let start = m.buckets();
+    let n = sized(5_000, 10);
+    for k in 0..n {
+        assert!(h.insert(k, k + 1));
+    }
+    let grown = m.buckets();
+    assert!(grown >= n as usize / 2, "{grown} buckets for {n} keys");
+    for k in 0..n {
+        assert_eq!(h.get(&k), Some(k + 1), "key {k} lost by a resize");
+    }
+    for k in 0..n {
+        assert_eq!(h.remove(&k), Some(k + 1));
+    }
+    assert_eq!(m.buckets(), start, "shrank back to the minimum");
+    assert!(m.is_empty());
+    assert!(format!("{m:?}").contains("max_load: 2"));
+}
+
+// ---- iteration under concurrent updates ----------------------------------------
+
+/// The value a key is always inserted with (so a yielded value can be checked).
+fn val(k: u64) -> u64 {
+    k * 3 + 1
+}
+
+/// Keys `0..STABLE` are present for the whole test; keys `STABLE..STABLE+CHURN`
+/// are inserted and removed by two writers (which also call `extra` every 16
+/// operations: a resize, for the CR table) while a third thread iterates again
+/// and again. Every iteration must yield each stable key exactly once, no key
+/// twice, no key outside the universe, and each key with its value.
+fn iter_is_weakly_consistent<M: ConcurrentMap<u64, u64>>(
+    m: &M,
+    iter: impl Fn(&M) -> Vec<(u64, u64)> + Sync,
+    extra: impl Fn(&M, u64) + Sync,
+) {
+    const STABLE: u64 = 64;
+    const CHURN: u64 = 64;
+    {
+        let mut h = m.handle();
+        for k in 0..STABLE {
+            assert!(h.insert(k, val(k)));
+        }
+    }
+    let rounds = sized(50, 5);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for w in 0..2u64 {
+            let (m, stop, extra) = (m, &stop, &extra);
+            s.spawn(move || {
+                let mut h = m.handle();
+                let mut rng = Rng::new(w + 7);
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = STABLE + rng.next_u64() % CHURN;
+                    if rng.next_u64().is_multiple_of(2) {
+                        h.insert(k, val(k));
+                    } else {
+                        h.remove(&k);
+                    }
+                    i += 1;
+                    if i.is_multiple_of(16) {
+                        h.quiescent();
+                        extra(m, rng.next_u64());
+                    }
+                }
+            });
+        }
+        let (m, stop, iter) = (m, &stop, &iter);
+        s.spawn(move || {
+            // Stops the writers also when a check below fails (a panic).
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(stop);
+            for round in 0..rounds {
+                let got = iter(m);
+                let mut seen = HashSet::new();
+                for &(k, v) in &got {
+                    assert!(seen.insert(k), "round {round}: key {k} yielded twice");
+                    assert!(
+                        k < STABLE + CHURN,
+                        "round {round}: key {k} was never inserted"
+                    );
+                    assert_eq!(v, val(k), "round {round}: key {k} with a wrong value");
+                }
+                for k in 0..STABLE {
+                    assert!(
+                        seen.contains(&k),
+                        "round {round}: key {k}, present throughout, was not yielded ({} yielded)",
+                        got.len()
+                    );
+                }
+            }
+        });
+    });
+}
+
+fn cr_iter<R: Reclaimer>(d: Arc<R>) {
+    let policy = ResizePolicy::new(1, 1).unwrap();
+    let m: CrHashMap<u64, u64, TasB, R> = CrHashMap::with_policy(policy, d, RandomState::new());
+    iter_is_weakly_consistent(
+        &m,
+        |m| {
+            let mut l = R::register(m.domain());
+            // A slow consumer, so resizes land in the middle of iterations.
+            m.iter(&mut l)
+                .inspect(|&(k, _)| {
+                    if k % 32 == 0 {
+                        std::thread::yield_now();
+                    }
+                })
+                .collect()
+        },
+        |m, r| {
+            let mut l = R::register(m.domain());
+            m.resize(&mut l, 1 + (r % 64) as usize).unwrap();
+        },
+    );
+}
+
+#[test]
+fn cr_iter_is_weakly_consistent_under_updates_and_resizes() {
+    cr_iter(hp3());
+    cr_iter(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    cr_iter(Arc::new(Qsbr::new()));
+}
+
+fn lf_iter<R: Reclaimer>(d: Arc<R>) {
+    let m = lf(d, 4);
+    iter_is_weakly_consistent(
+        &m,
+        |m| {
+            let mut l = R::register(m.domain());
+            m.iter(&mut l).collect()
+        },
+        |_, _| {},
+    );
+}
+
+#[test]
+fn lf_and_locked_iter_are_weakly_consistent_under_updates() {
+    lf_iter(hp());
+    lf_iter(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    let f = fast(Arc::new(Qsbr::new()), 4);
+    iter_is_weakly_consistent(
+        &f,
+        |m| {
+            let mut l = Qsbr::register(m.domain());
+            m.iter(&mut l).collect()
+        },
+        |_, _| {},
+    );
+    let l = LockedHashMap::<u64, u64, TasB>::with_buckets(4).unwrap();
+    iter_is_weakly_consistent(&l, |m| m.iter().collect(), |_, _| {});
+}
+
+/// The CR iterator stopped on node 2 of the chain 1, 2, 3, 4 (hazard pointers);
+/// node 2 is then removed, so its pass must restart: it must yield 1, 3, 4,
+/// each once, not the first keys again.
+#[test]
+fn cr_iter_restart_yields_no_key_twice() {
+    let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+    let m: CrHashMap<u64, u64, TasB, HazardPointers> =
+        CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
+    {
+        let mut l = HazardPointers::register(&hp);
+        for k in (1..=4).rev() {
+            assert!(m.insert(&mut l, k, k));
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (m, hp) = (&m, &hp);
+        let a = s.spawn(move || {
+            let mut l = HazardPointers::register(hp);
+            tx.send(mpsync::sched::current().id()).unwrap();
+            go_rx.recv().unwrap();
+            m.iter(&mut l).map(|(k, _)| k).collect::<Vec<_>>()
+        });
+        let trap = Trap::at(stall::CR_READ_STEPPED)
+            .thread(rx.recv().unwrap())
+            .skip(1)
+            .arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(Duration::from_secs(10))
+            .expect("the iterator stops on node 2");
+        let mut l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&mut l, &2), Some(2));
+        trap.release();
+        assert_eq!(a.join().unwrap(), [1, 3, 4]);
     });
 }

@@ -340,7 +340,7 @@ pub fn trial(imp: Impl, spec: LoopSpec) -> anyhow::Result<Outcome> {
         ),
         Impl::Cr(Scheme::Qsbr) => with_alloc!(cr, Arc::new(Qsbr::new()), spec),
         Impl::Cr(Scheme::Ebr) => with_alloc!(cr, Arc::new(Ebr::new()), spec),
-        Impl::Cr(Scheme::Hp) => with_alloc!(cr, Arc::new(HazardPointers::new(2)?), spec),
+        Impl::Cr(Scheme::Hp) => with_alloc!(cr, Arc::new(HazardPointers::new(3)?), spec), // the CR table protects its bucket array in a third slot
         Impl::Cr(Scheme::Leak) => with_alloc!(cr, Arc::new(mpsync::reclaim::Leak::new()), spec),
         Impl::Spin => test_loop(
             &LockedHashMap::<u64, u64, TasB>::with_buckets(spec.buckets)?,

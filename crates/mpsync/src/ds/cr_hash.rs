@@ -1,5 +1,6 @@
 //! Hart's concurrently-readable (CR) hash table: lockless readers, writers under
-//! a per-bucket lock — the RCU-style table of papers/002_… §3.3 (McKenney's).
+//! a per-bucket lock — the RCU-style table of papers/002_… §3.3 (McKenney's) —
+//! that can also grow and shrink while it is read.
 //!
 //! Each bucket is a singly linked, unordered chain with its own lock `L` (any
 //! [`lock_api::RawMutex`]). Readers take no lock and write nothing shared: they
@@ -22,14 +23,56 @@
 //! restarts when the node it stands on is marked, because under hazard pointers
 //! the successor of a removed node may already be freed. Under QSBR and EBR a
 //! reader never needs to restart for that reason, but the same code is kept for
-//! all schemes. The bucket count is fixed (no resize yet). Insert-if-absent, as
-//! the other tables ([`map`](super::map)).
+//! all schemes. Insert-if-absent, as the other tables ([`map`](super::map)).
+//!
+//! # Resize
+//!
+//! The bucket array (a *table*) hangs off one atomic pointer. Every operation
+//! first protects the current table (hazard slot 2; the epoch schemes' guard
+//! covers it), then works in it. [`resize`](CrHashMap::resize) — explicit, or
+//! automatic for a table made by [`new`](CrHashMap::new) or
+//! [`with_policy`](CrHashMap::with_policy) ([`ResizePolicy`]) — is a *copying*
+//! resize:
+//!
+//! 1. take the resize lock (one resizer at a time), then every bucket lock of
+//!    the current table `T`, in index order (a writer holds at most one bucket
+//!    lock, so this cannot deadlock); `T` is now frozen: no writer changes it;
+//! 2. build the new table `T'`: a fresh node, with the key and value cloned, for
+//!    every node on `T`'s chains (all linked: removal unlinks under the lock);
+//! 3. publish `T'` (`Release` store of the table pointer), release the bucket
+//!    locks, and retire `T` *as one object* with its chains (a deferred free
+//!    that frees the bucket array and every node still on it).
+//!
+//! Why it is linearizable: a writer locks its bucket in the table it protected
+//! and then checks that this table is still the current one, retrying in the new
+//! one if not. A resizer publishes only while it holds every bucket lock, so a
+//! writer holding a lock of the current table cannot be overtaken by a publish:
+//! all updates happen in the current table, one bucket lock at a time, as in a
+//! fixed table. A reader that protected `T` before the publish keeps walking
+//! `T`: the buckets it reads after step 1 hold exactly the map's contents at the
+//! publish (nothing changes between the freeze and the publish), so such a read
+//! is linearized at the publish, which lies inside it. Why it is safe: `T`'s
+//! nodes are freed only with `T`, and `T` only once no thread protects it (an
+//! epoch that moved on, or no hazard on `T`), so a reader in `T` — which holds
+//! `T` protected for its whole operation — never reads freed memory; nodes
+//! removed from `T` *before* the freeze were retired one by one and are guarded
+//! by the hand-over-hand window as before.
+//!
+//! This is not Triplett–McKenney–Walpole's relativistic resize, which moves
+//! nodes between chains without copying ("zip" and "unzip") but needs to *wait
+//! for readers* between steps — a grace period that hazard pointers do not
+//! offer, and that would make the resizer block on a preempted reader (the very
+//! thing a multiprogrammed machine punishes). The copying resize never waits
+//! for a reader; its price is one allocation and one `Clone` of each key and
+//! value per resize (amortized O(1) per insert: the table doubles), a pause of
+//! the writers (not the readers) while it copies, and `K: Clone, V: Clone` for
+//! resizing tables.
 //!
 //! Progress: reads are lock-free (they restart only when a writer removed the
 //! node they stand on); writes are blocking (a writer preempted holding a
-//! bucket's lock delays that bucket's other writers, never its readers). Uses
-//! `sched`: through the lock `L`, and the stall point
-//! [`stall::CR_READ_STEPPED`].
+//! bucket's lock delays that bucket's other writers, never its readers; a
+//! preempted resizer delays every writer). Uses `sched`: through the lock `L`,
+//! and the stall point [`stall::CR_READ_STEPPED`].
 //!
 //! ```
 //! use mpsync::ds::cr_hash::CrHashMap;
@@ -37,12 +80,23 @@
 //! use mpsync::lock::TasBNp;
 //! use mpsync::reclaim::HazardPointers;
 //!
-//! let m: CrHashMap<u32, u32, TasBNp, HazardPointers> = CrHashMap::with_buckets(32).unwrap();
+//! // Grows and shrinks by itself (default `ResizePolicy`).
+//! let m: CrHashMap<u32, u32, TasBNp, HazardPointers> = CrHashMap::new();
 //! let mut h = m.handle();
+//! for k in 0..1000 {
+//!     assert!(h.insert(k, k * 10));
+//! }
+//! assert_eq!(h.get(&7), Some(70));
+//! assert!(m.buckets() >= 1000 / 2);
+//! assert_eq!(h.remove(&7), Some(70));
+//! assert!(!h.contains_key(&7));
+//!
+//! // Or a fixed bucket count, resized only when asked.
+//! let f: CrHashMap<u32, u32, TasBNp, HazardPointers> = CrHashMap::with_buckets(32).unwrap();
+//! let mut h = f.handle();
 //! assert!(h.insert(1, 10));
-//! assert_eq!(h.get(&1), Some(10));
-//! assert_eq!(h.remove(&1), Some(10));
-//! assert!(!h.contains_key(&1));
+//! f.resize(h.local(), 4).unwrap();
+//! assert_eq!((f.buckets(), h.get(&1)), (4, Some(10)));
 //! ```
 
 use std::collections::hash_map::RandomState;
@@ -54,12 +108,16 @@ use std::ptr;
 use lock_api::{Mutex, RawMutex};
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::hash::DEFAULT_BUCKETS;
 use super::lf::{Liveness, check_local};
 use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sched::stall;
-use crate::sync::{Arc, AtomicPtr, Ordering};
+use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering};
+use crate::util::CachePadded;
+
+/// The hazard slot that protects the current table (slots 0 and 1 are the
+/// chain's hand-over-hand window): hazard-pointer domains need 3 slots.
+const TABLE_SLOT: usize = 2;
 
 /// A chain node. `#[repr(C)]` with the [`Liveness`] first (the loom test
 /// allocator relies on it).
@@ -75,6 +133,80 @@ struct Node<K, V> {
 struct Bucket<K, V, L: RawMutex> {
     lock: Mutex<L, ()>,
     head: AtomicPtr<Node<K, V>>,
+}
+
+/// A bucket array and, through it, the nodes on its chains, which it owns: a
+/// table retired by a resize frees them with it. `#[repr(C)]` with the
+/// [`Liveness`] first (under loom a freed table is marked dead, not freed).
+#[repr(C)]
+struct Table<K, V, L: RawMutex, A: NodeAlloc> {
+    live: Liveness,
+    buckets: Box<[Bucket<K, V, L>]>,
+    _owns: PhantomData<(K, V, A)>,
+}
+
+impl<K, V, L: RawMutex, A: NodeAlloc> Table<K, V, L, A> {
+    fn new(n: usize) -> Self {
+        Self {
+            live: Liveness::new(),
+            buckets: (0..n)
+                .map(|_| Bucket {
+                    lock: Mutex::new(()),
+                    head: AtomicPtr::new(ptr::null_mut()),
+                })
+                .collect(),
+            _owns: PhantomData,
+        }
+    }
+
+    /// Key hash `h`'s bucket (multiply-shift: any bucket count).
+    #[inline]
+    fn bucket(&self, h: u64) -> &Bucket<K, V, L> {
+        &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
+    }
+
+    /// Frees every node on the chains (the table's own memory stays).
+    fn free_chains(&mut self) {
+        for b in self.buckets.iter() {
+            // Relaxed: `&mut self`, no other thread.
+            let mut p = b.head.load(Ordering::Relaxed);
+            while !p.is_null() {
+                // SAFETY: nodes on a chain are linked, owned by the table, visited
+                // once; removed ones belong to the domain.
+                let next = unsafe { &*p }.next.load(Ordering::Relaxed);
+                // SAFETY: as above; freed once, here.
+                unsafe { free_node::<K, V, A>(p.cast()) };
+                p = next;
+            }
+            b.head.store(ptr::null_mut(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl<K, V, L: RawMutex, A: NodeAlloc> Drop for Table<K, V, L, A> {
+    fn drop(&mut self) {
+        self.free_chains();
+    }
+}
+
+/// Frees a table retired by a resize, with the nodes on its chains. Under loom
+/// the table is marked dead and kept, so a reader that uses it afterwards fails
+/// the model (its nodes go to `A`, which the loom tests make poisoning too).
+///
+/// # Safety
+/// `p` came from `Box::<Table<K, V, L, A>>::into_raw`, no thread can reach it or
+/// its nodes any more, and it is freed once.
+unsafe fn free_table<K, V, L: RawMutex, A: NodeAlloc>(p: *mut u8) {
+    let t = p.cast::<Table<K, V, L, A>>();
+    #[cfg(not(loom))]
+    // SAFETY: the contract: a box nobody reaches, dropped (with its chains) once.
+    drop(unsafe { Box::from_raw(t) });
+    #[cfg(loom)]
+    // SAFETY: as above; the table itself is leaked, only its liveness killed.
+    unsafe {
+        (*t).free_chains();
+        Liveness::kill(p);
+    }
 }
 
 const MARK: usize = 1;
@@ -99,6 +231,75 @@ unsafe fn free_node<K, V, A: NodeAlloc>(p: *mut u8) {
     }
 }
 
+/// The fewest buckets of a [`CrHashMap::new`] table.
+pub const DEFAULT_MIN_BUCKETS: usize = 16;
+
+/// When a [`CrHashMap`] resizes itself: it doubles its buckets when the entries
+/// exceed `max_load` per bucket, and halves them (never below `min_buckets`)
+/// when they fall under a quarter of that, so the load stays between
+/// `max_load / 4` and `max_load` per bucket (a factor-2 band on either side of
+/// a resize, so a table at a steady size never resizes back and forth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResizePolicy {
+    min_buckets: usize,
+    max_load: usize,
+}
+
+impl ResizePolicy {
+    /// Grows past `max_load` entries per bucket, never shrinks below
+    /// `min_buckets`. Errors if either is 0.
+    pub fn new(min_buckets: usize, max_load: usize) -> Result<Self, MapError> {
+        if min_buckets == 0 {
+            return Err(MapError::ZeroBuckets);
+        }
+        if max_load == 0 {
+            return Err(MapError::ZeroLoad);
+        }
+        Ok(Self {
+            min_buckets,
+            max_load,
+        })
+    }
+
+    /// The fewest buckets the table shrinks to (and starts with).
+    pub fn min_buckets(&self) -> usize {
+        self.min_buckets
+    }
+
+    /// Entries per bucket past which the table doubles.
+    pub fn max_load(&self) -> usize {
+        self.max_load
+    }
+
+    /// The bucket count a table of `buckets` buckets holding `len` entries
+    /// should have, or `None` if it is fine as it is.
+    pub fn target(&self, buckets: usize, len: usize) -> Option<usize> {
+        if len > buckets.saturating_mul(self.max_load) {
+            Some(buckets.saturating_mul(2))
+        } else if buckets > self.min_buckets && len < buckets.saturating_mul(self.max_load) / 4 {
+            Some((buckets / 2).max(self.min_buckets))
+        } else {
+            None
+        }
+    }
+}
+
+impl Default for ResizePolicy {
+    /// [`DEFAULT_MIN_BUCKETS`] buckets at least, at most 2 entries per bucket.
+    fn default() -> Self {
+        Self::new(DEFAULT_MIN_BUCKETS, 2).expect("valid defaults")
+    }
+}
+
+/// A resizing table's policy and its copying resize (which needs `K: Clone,
+/// V: Clone`, bounds the operations themselves do not have).
+struct Auto<M: ?Sized, Lc> {
+    policy: ResizePolicy,
+    /// The resize step, called with the local registration after an insert
+    /// or remove crossed a threshold.
+    run: fn(&M, &mut Lc),
+}
+
 /// Hart's concurrently-readable hash table (see the [module documentation](self)).
 pub struct CrHashMap<
     K,
@@ -108,7 +309,14 @@ pub struct CrHashMap<
     A: NodeAlloc = SystemAlloc,
     S = RandomState,
 > {
-    buckets: Box<[Bucket<K, V, L>]>,
+    table: AtomicPtr<Table<K, V, L, A>>,
+    /// The current table's bucket count (for [`buckets`](Self::buckets)).
+    nbuckets: AtomicUsize,
+    /// Entries, counted under the bucket locks (resizing tables only).
+    count: CachePadded<AtomicUsize>,
+    auto: Option<Auto<Self, R::Local>>,
+    /// One resizer at a time; also keeps the table in place for `len`.
+    resize_lock: Mutex<L, ()>,
     hasher: S,
     domain: Arc<R>,
     _owns: PhantomData<(K, V, A)>,
@@ -122,52 +330,85 @@ unsafe impl<K: Send, V: Send, L: RawMutex + Send, R: Reclaimer, A: NodeAlloc, S:
 {
 }
 // SAFETY: concurrent readers read keys and clone values (`Sync`); any thread may
-// drop them when it frees a node (`Send`); the locks are shared (`L: Sync`).
-unsafe impl<K: Send + Sync, V: Send + Sync, L: RawMutex + Sync, R: Reclaimer, A: NodeAlloc, S: Sync>
-    Sync for CrHashMap<K, V, L, R, A, S>
+// drop them when it frees a node (`Send`); the locks are shared (`L: Sync`) and
+// may be dropped by whichever thread frees a retired table (`L: Send`).
+unsafe impl<
+    K: Send + Sync,
+    V: Send + Sync,
+    L: RawMutex + Send + Sync,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: Sync,
+> Sync for CrHashMap<K, V, L, R, A, S>
 {
 }
 
-impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
-    CrHashMap<K, V, L, R, A, S>
+impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
+where
+    K: Hash + Eq + Send + Clone,
+    V: Send + Clone,
+    L: RawMutex + Send,
+    R: Reclaimer + Default,
+    A: NodeAlloc,
+    S: BuildHasher + Default,
 {
-    /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
+    /// An empty table that grows and shrinks by itself ([`ResizePolicy::default`]),
+    /// with a domain of its own.
     pub fn new() -> Self {
-        Self::with_buckets(DEFAULT_BUCKETS).expect("the default is >= 1")
-    }
-
-    /// An empty table of `buckets` buckets (fixed). Errors if `buckets` is 0.
-    pub fn with_buckets(buckets: usize) -> Result<Self, MapError> {
-        Self::with_domain(buckets, Arc::new(R::default()), S::default())
+        Self::with_policy(
+            ResizePolicy::default(),
+            Arc::new(R::default()),
+            S::default(),
+        )
     }
 }
 
-impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Default
-    for CrHashMap<K, V, L, R, A, S>
+impl<K, V, L, R, A, S> Default for CrHashMap<K, V, L, R, A, S>
+where
+    K: Hash + Eq + Send + Clone,
+    V: Send + Clone,
+    L: RawMutex + Send,
+    R: Reclaimer + Default,
+    A: NodeAlloc,
+    S: BuildHasher + Default,
 {
     fn default() -> Self {
         Self::new()
     }
 }
 
+impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
+    CrHashMap<K, V, L, R, A, S>
+{
+    /// An empty table of `buckets` buckets (resized only by
+    /// [`resize`](Self::resize)). Errors if `buckets` is 0.
+    pub fn with_buckets(buckets: usize) -> Result<Self, MapError> {
+        Self::with_domain(buckets, Arc::new(R::default()), S::default())
+    }
+}
+
 impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, S> {
-    /// An empty table of `buckets` buckets over `domain` (hazard pointers: at
-    /// least 2 slots per thread). Errors if `buckets` is 0.
+    fn make(buckets: usize, auto: Option<Auto<Self, R::Local>>, domain: Arc<R>, hasher: S) -> Self {
+        Self {
+            table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(buckets)))),
+            nbuckets: AtomicUsize::new(buckets),
+            count: CachePadded::new(AtomicUsize::new(0)),
+            auto,
+            resize_lock: Mutex::new(()),
+            hasher,
+            domain,
+            _owns: PhantomData,
+        }
+    }
+
+    /// An empty table of `buckets` buckets over `domain` (resized only by
+    /// [`resize`](Self::resize); hazard pointers: at least 3 slots per thread).
+    /// Errors if `buckets` is 0.
     pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
         if buckets == 0 {
             return Err(MapError::ZeroBuckets);
         }
-        Ok(Self {
-            buckets: (0..buckets)
-                .map(|_| Bucket {
-                    lock: Mutex::new(()),
-                    head: AtomicPtr::new(ptr::null_mut()),
-                })
-                .collect(),
-            hasher,
-            domain,
-            _owns: PhantomData,
-        })
+        Ok(Self::make(buckets, None, domain, hasher))
     }
 
     /// The reclamation domain.
@@ -175,9 +416,115 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, 
         &self.domain
     }
 
-    /// The number of buckets (fixed).
+    /// The current number of buckets (may change at once under a concurrent
+    /// resize).
     pub fn buckets(&self) -> usize {
-        self.buckets.len()
+        // Relaxed: a snapshot; nothing is read through it.
+        self.nbuckets.load(Ordering::Relaxed)
+    }
+
+    /// The resize policy, for a table that resizes itself.
+    pub fn policy(&self) -> Option<ResizePolicy> {
+        self.auto.as_ref().map(|a| a.policy)
+    }
+}
+
+impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
+where
+    K: Hash + Eq + Send + Clone,
+    V: Send + Clone,
+    L: RawMutex + Send,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher,
+{
+    /// An empty table of `policy.min_buckets()` buckets over `domain`, which
+    /// grows and shrinks by itself as `policy` says (hazard pointers: at least 3
+    /// slots per thread).
+    pub fn with_policy(policy: ResizePolicy, domain: Arc<R>, hasher: S) -> Self {
+        let auto = Auto {
+            policy,
+            run: Self::auto_resize,
+        };
+        Self::make(policy.min_buckets, Some(auto), domain, hasher)
+    }
+
+    /// Rebuilds the table with `buckets` buckets (see the [module
+    /// documentation](self#resize)): readers go on meanwhile, writers wait. A
+    /// table that resizes itself may resize again later. Errors if `buckets` is 0.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain; if a key's or value's
+    /// `clone` panics (the table is then left as it was).
+    pub fn resize(&self, local: &mut R::Local, buckets: usize) -> Result<(), MapError> {
+        check_local(&*self.domain, local, "CrHashMap::resize");
+        if buckets == 0 {
+            return Err(MapError::ZeroBuckets);
+        }
+        let _r = self.resize_lock.lock();
+        self.resize_locked(local, buckets);
+        Ok(())
+    }
+
+    /// The policy's resize, after an update crossed a threshold: re-decided
+    /// under the resize lock (another thread may have resized already).
+    fn auto_resize(&self, local: &mut R::Local) {
+        let Some(auto) = &self.auto else { return };
+        let _r = self.resize_lock.lock();
+        // Relaxed: a hint; the count is exact under all bucket locks, not here.
+        let len = self.count.load(Ordering::Relaxed);
+        if let Some(n) = auto.policy.target(self.buckets(), len) {
+            self.resize_locked(local, n);
+        }
+    }
+
+    /// The copying resize (module documentation, steps 1–3). Call with the
+    /// resize lock held.
+    fn resize_locked(&self, local: &mut R::Local, buckets: usize) {
+        // Acquire: pairs with the previous resizer's Release publish. Only a
+        // resizer replaces or retires tables, and we hold the resize lock.
+        let old = self.table.load(Ordering::Acquire);
+        // SAFETY: the current table, which only we (the resizer) could retire.
+        let t = unsafe { &*old };
+        if t.buckets.len() == buckets {
+            return;
+        }
+        // [1] Freeze: every bucket lock, in index order.
+        let held: Vec<_> = t.buckets.iter().map(|b| b.lock.lock()).collect();
+        // [2] Copy. A panicking `clone` drops `new` (freeing its copies) and
+        // `held` (unlocking): the table is as it was.
+        let new = Box::new(Table::<K, V, L, A>::new(buckets));
+        for b in t.buckets.iter() {
+            // Relaxed: under the bucket lock, as in `insert`.
+            let mut p = b.head.load(Ordering::Relaxed);
+            while !p.is_null() {
+                // SAFETY: as in `insert`: linked under the lock, so not freed.
+                let n = unsafe { &*p };
+                let nb = new.bucket(self.hasher.hash_one(&n.key));
+                // Relaxed: `new` is not shared yet; [3]'s Release publishes it all.
+                let head = nb.head.load(Ordering::Relaxed);
+                let copy = A::alloc(Node {
+                    live: Liveness::new(),
+                    next: AtomicPtr::new(head),
+                    key: n.key.clone(),
+                    value: n.value.clone(),
+                });
+                nb.head.store(copy.as_ptr(), Ordering::Relaxed);
+                p = n.next.load(Ordering::Relaxed);
+            }
+        }
+        // [3] Publish. Release: pairs with the Acquire in `current` (readers
+        // and writers see the copied chains); a writer waiting on a lock of
+        // `old` sees it after the unlock (the lock's own ordering).
+        self.nbuckets.store(buckets, Ordering::Relaxed);
+        self.table.store(Box::into_raw(new), Ordering::Release);
+        drop(held);
+        let mut g = local.enter();
+        // SAFETY: `old` is no longer the current table, so no new operation
+        // reaches it or its nodes; it is retired once (by the resizer that
+        // replaced it); `free_table` frees what `Box::new` made, with its
+        // chains, from any thread (`K`, `V`, `L`: `Send`).
+        unsafe { g.retire_raw(old.cast(), free_table::<K, V, L, A>) };
     }
 }
 
@@ -185,14 +532,44 @@ impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
 where
     K: Hash + Eq + Send,
     V: Send,
-    L: RawMutex,
+    L: RawMutex + Send,
     R: Reclaimer,
     A: NodeAlloc,
     S: BuildHasher,
 {
-    fn bucket(&self, key: &K) -> &Bucket<K, V, L> {
+    /// The current table, protected by `g` (hazard slot [`TABLE_SLOT`]) for
+    /// as long as `g` lives.
+    #[inline]
+    fn current<'g, G: Guard>(&self, g: &mut G) -> &'g Table<K, V, L, A> {
+        let t = g.protect(TABLE_SLOT, &self.table);
+        // SAFETY: protected (validated against the table pointer: not retired
+        // then), so not freed while `g` holds it; the caller does not let the
+        // reference outlive `g`. Never null: a map always has a table.
+        let t = unsafe { &*t };
+        t.live.check();
+        t
+    }
+
+    /// Locks `key`'s bucket in the current table (protected by `g`), the
+    /// table it is in, and `key`'s hash.
+    fn lock_bucket<'g, G: Guard>(
+        &self,
+        g: &mut G,
+        key: &K,
+    ) -> (&'g Bucket<K, V, L>, lock_api::MutexGuard<'g, L, ()>) {
         let h = self.hasher.hash_one(key);
-        &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
+        loop {
+            let t: &'g Table<K, V, L, A> = self.current(g);
+            let b = t.bucket(h);
+            let w = b.lock.lock();
+            // Relaxed: a resizer changes the pointer only while it holds every
+            // bucket lock of `t`, and we hold one: if it was replaced, the
+            // unlock we acquired ordered the store before this load.
+            if ptr::eq(self.table.load(Ordering::Relaxed), t) {
+                return (b, w);
+            }
+            // `t` was replaced while we waited: retry in the new table.
+        }
     }
 
     /// The reader's search: `key`'s node, protected by `g` (slots 0 and 1, hand
@@ -215,7 +592,7 @@ where
                 // SAFETY: [2] `cur` is protected by `s_cur`, validated against an
                 // unmarked `link`: the node holding `link` was not removed then, so
                 // `cur` was in the chain, not retired, and is not freed while the
-                // slot holds it.
+                // slot holds it (nor while the table, protected too, lives).
                 let c = unsafe { &*cur };
                 c.live.check();
                 // Present: `cur` was reached through a validated, unmarked link, so
@@ -251,7 +628,9 @@ where
     pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "CrHashMap::get");
         let mut g = local.enter();
-        let n = Self::search(self.bucket(key), key, &mut g);
+        let h = self.hasher.hash_one(key);
+        let b = self.current(&mut g).bucket(h);
+        let n = Self::search(b, key, &mut g);
         (!n.is_null()).then(|| {
             // SAFETY: protected by `g` (see `search`, [2]), which outlives `f`'s call.
             let n = unsafe { &*n };
@@ -267,18 +646,21 @@ where
     pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "CrHashMap::contains_key");
         let mut g = local.enter();
-        !Self::search(self.bucket(key), key, &mut g).is_null()
+        let h = self.hasher.hash_one(key);
+        let b = self.current(&mut g).bucket(h);
+        !Self::search(b, key, &mut g).is_null()
     }
 
     /// Inserts `key → value` if `key` is absent (under the bucket's lock);
-    /// `false` if it was present.
+    /// `false` if it was present. A resizing table may then resize (the caller
+    /// does the copying).
     ///
     /// # Panics
     /// If `local` is registered with another domain.
     pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
-        let b = self.bucket(&key);
-        let _w = b.lock.lock();
+        let mut g = local.enter();
+        let (b, w) = self.lock_bucket(&mut g, &key);
         // Relaxed (in this walk): we hold the lock, and every change to this chain
         // is made under it, so our loads see the chain as the last writer left it.
         let head = b.head.load(Ordering::Relaxed);
@@ -300,10 +682,15 @@ where
         });
         // Release: publishes the node (key, value, next) to readers' Acquire loads.
         b.head.store(node.as_ptr(), Ordering::Release);
+        let len = self.counted(1);
+        drop(w);
+        drop(g);
+        self.maybe_resize(local, len);
         true
     }
 
     /// Removes `key` (under the bucket's lock), returning a clone of its value.
+    /// A resizing table may then resize.
     ///
     /// # Panics
     /// If `local` is registered with another domain.
@@ -312,9 +699,8 @@ where
         V: Clone,
     {
         check_local(&*self.domain, local, "CrHashMap::remove");
-        let b = self.bucket(key);
         let mut g = local.enter();
-        let w = b.lock.lock();
+        let (b, w) = self.lock_bucket(&mut g, key);
         let mut link: &AtomicPtr<Node<K, V>> = &b.head;
         // Relaxed: as in `insert` (the lock orders writers).
         let mut p = link.load(Ordering::Relaxed);
@@ -328,10 +714,13 @@ where
                 // the mark (or the new link) also sees everything before it.
                 n.next.store(next.map_addr(|a| a | MARK), Ordering::Release);
                 link.store(next, Ordering::Release);
+                let len = self.counted(-1);
                 drop(w);
                 // SAFETY: unlinked by us ([2]) under the lock, so retired once;
                 // `free_node` frees what `A::alloc` made, from any thread.
                 unsafe { g.retire_raw(p.cast(), free_node::<K, V, A>) };
+                drop(g);
+                self.maybe_resize(local, len);
                 return Some(v);
             }
             link = &n.next;
@@ -340,11 +729,42 @@ where
         None
     }
 
+    /// Counts an insert (`+1`) or remove (`-1`) of a resizing table, under the
+    /// bucket lock; the count after it (0 for a fixed table, which counts
+    /// nothing: no shared counter on its writers' path).
+    #[inline]
+    fn counted(&self, d: isize) -> usize {
+        if self.auto.is_none() {
+            return 0;
+        }
+        // Relaxed: a counter; under the bucket locks it is exact once a resizer
+        // holds them all, and only a hint otherwise.
+        if d > 0 {
+            self.count.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.count.fetch_sub(1, Ordering::Relaxed) - 1
+        }
+    }
+
+    #[inline]
+    fn maybe_resize(&self, local: &mut R::Local, len: usize) {
+        if let Some(auto) = &self.auto
+            && auto.policy.target(self.buckets(), len).is_some()
+        {
+            (auto.run)(self, local);
+        }
+    }
+
     /// The number of entries (each bucket counted under its lock, one after
-    /// another: approximate under concurrent updates).
+    /// another, with resizes held off: approximate under concurrent updates).
     pub fn len(&self) -> usize {
+        let _r = self.resize_lock.lock();
+        // Acquire: pairs with the resizer's Release publish.
+        // SAFETY: the current table; only a resizer retires it, and we hold the
+        // resize lock.
+        let t = unsafe { &*self.table.load(Ordering::Acquire) };
         let mut total = 0;
-        for b in self.buckets.iter() {
+        for b in t.buckets.iter() {
             let _w = b.lock.lock();
             // Relaxed: under the lock, as in `insert`.
             let mut p = b.head.load(Ordering::Relaxed);
@@ -362,6 +782,58 @@ where
         self.len() == 0
     }
 
+    /// An iterator over clones of the entries, bucket after bucket, under one
+    /// guard held until it is dropped (lockless: it takes no lock and never
+    /// waits).
+    ///
+    /// Under concurrent updates and resizes it is *weakly consistent*:
+    /// - every key present for the whole iteration is yielded exactly once;
+    /// - no key is yielded twice, and a key yielded was present, with that
+    ///   value, at some moment during the iteration;
+    /// - a key inserted or removed meanwhile may or may not be yielded.
+    ///
+    /// It walks the table that was current when it was made (a resize meanwhile
+    /// does not move it: that table is frozen with the entries it held at the
+    /// resize), each bucket in one pass whose entries it buffers; a pass that
+    /// has to restart (hazard pointers: the node it stood on was removed)
+    /// discards its buffer. Under QSBR and EBR the guard holds back reclamation
+    /// (of this table and every structure in the domain) while the iterator
+    /// lives: drop it when done.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    ///
+    /// ```
+    /// use mpsync::ds::cr_hash::CrHashMap;
+    /// use mpsync::lock::TasB;
+    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    ///
+    /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
+    /// let mut local = Ebr::register(m.domain());
+    /// for k in 0..100 {
+    ///     m.insert(&mut local, k, k * 2);
+    /// }
+    /// let mut all: Vec<(u32, u32)> = m.iter(&mut local).collect();
+    /// all.sort();
+    /// assert_eq!(all, (0..100).map(|k| (k, k * 2)).collect::<Vec<_>>());
+    /// ```
+    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
+    where
+        K: Clone,
+        V: Clone,
+    {
+        check_local(&*self.domain, local, "CrHashMap::iter");
+        let mut guard = local.enter();
+        let table: *const Table<K, V, L, A> = self.current(&mut guard);
+        Iter {
+            map: self,
+            guard,
+            table,
+            next_bucket: 0,
+            buf: Vec::new().into_iter(),
+        }
+    }
+
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
     pub fn handle(&self) -> CrHashMapHandle<'_, K, V, L, R, A, S>
@@ -377,27 +849,116 @@ where
 
 impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> Drop for CrHashMap<K, V, L, R, A, S> {
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
-            // Relaxed: `&mut self`, no other thread.
-            let mut p = b.head.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: nodes on a chain are linked, owned by the table, visited
-                // once; removed ones belong to the domain.
-                let next = unsafe { &*p }.next.load(Ordering::Relaxed);
-                // SAFETY: as above; freed once, here.
-                unsafe { free_node::<K, V, A>(p.cast()) };
-                p = next;
-            }
-        }
+        // Relaxed: `&mut self`, no other thread. Retired tables belong to the
+        // domain.
+        let t = self.table.load(Ordering::Relaxed);
+        // SAFETY: the current table came from `Box::into_raw` and is owned by
+        // the map; dropping it frees its chains.
+        drop(unsafe { Box::from_raw(t) });
     }
 }
 
 impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for CrHashMap<K, V, L, R, A, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CrHashMap")
-            .field("buckets", &self.buckets.len())
+            .field("buckets", &self.buckets())
+            .field("policy", &self.policy())
             .field("lock", &std::any::type_name::<L>())
             .field("reclaimer", &R::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The guard type of scheme `R`.
+type GuardOf<'l, R> = <<R as Reclaimer>::Local as Local>::Guard<'l>;
+
+/// The iterator of [`CrHashMap::iter`]: clones of the entries, under a guard.
+pub struct Iter<'m, 'l, K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S>
+where
+    R::Local: 'l,
+{
+    map: &'m CrHashMap<K, V, L, R, A, S>,
+    guard: GuardOf<'l, R>,
+    /// The table walked: protected by `guard` (slot [`TABLE_SLOT`]).
+    table: *const Table<K, V, L, A>,
+    next_bucket: usize,
+    buf: std::vec::IntoIter<(K, V)>,
+}
+
+impl<K, V, L, R, A, S> Iter<'_, '_, K, V, L, R, A, S>
+where
+    K: Clone,
+    V: Clone,
+    L: RawMutex,
+    R: Reclaimer,
+    A: NodeAlloc,
+{
+    /// One pass over bucket `b`'s chain into a fresh buffer, restarting (and
+    /// emptying the buffer) when the node it stands on is removed, as `search`.
+    fn fill(&mut self, b: &Bucket<K, V, L>) -> Vec<(K, V)> {
+        let g = &mut self.guard;
+        let mut out = Vec::new();
+        'retry: loop {
+            out.clear();
+            let mut link: *const AtomicPtr<Node<K, V>> = &b.head;
+            let (mut s_cur, mut s_prev) = (0usize, 1usize);
+            loop {
+                // SAFETY: as in `search`, [1].
+                let cur = g.protect(s_cur, unsafe { &*link });
+                if marked(cur) {
+                    continue 'retry;
+                }
+                if cur.is_null() {
+                    return out;
+                }
+                // SAFETY: as in `search`, [2].
+                let c = unsafe { &*cur };
+                c.live.check();
+                out.push((c.key.clone(), c.value.clone()));
+                link = &c.next;
+                std::mem::swap(&mut s_cur, &mut s_prev);
+                stall::point(stall::CR_READ_STEPPED);
+            }
+        }
+    }
+}
+
+impl<K, V, L, R, A, S> Iterator for Iter<'_, '_, K, V, L, R, A, S>
+where
+    K: Hash + Eq + Send + Clone,
+    V: Send + Clone,
+    L: RawMutex + Send,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher,
+{
+    type Item = (K, V);
+
+    fn next(&mut self) -> Option<(K, V)> {
+        loop {
+            if let Some(e) = self.buf.next() {
+                return Some(e);
+            }
+            // SAFETY: protected by `self.guard` since `iter` (slot TABLE_SLOT is
+            // never reused by `fill`), so not freed while the iterator lives.
+            // (Not the table current now: across a resize that would yield
+            // keys twice or miss them.)
+            let t = unsafe { &*self.table };
+            let b = t.buckets.get(self.next_bucket)?;
+            self.next_bucket += 1;
+            self.buf = self.fill(b).into_iter();
+        }
+    }
+}
+
+impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug
+    for Iter<'_, '_, K, V, L, R, A, S>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("map", self.map)
+            .field("next_bucket", &self.next_bucket)
+            .field("buffered", &self.buf.len())
             .finish_non_exhaustive()
     }
 }
@@ -410,7 +971,7 @@ impl<K, V, L, R, A, S> RegisteredMap<K, V> for CrHashMap<K, V, L, R, A, S>
 where
     K: Hash + Eq + Send + Sync,
     V: Send + Sync + Clone,
-    L: RawMutex + Sync,
+    L: RawMutex + Send + Sync,
     R: Reclaimer,
     A: NodeAlloc,
     S: BuildHasher + Sync,
@@ -514,5 +1075,88 @@ mod tests {
         let m: CrHashMap<u8, u8, TasB, Leak> = CrHashMap::with_buckets(2).unwrap();
         assert!(format!("{m:?}").starts_with("CrHashMap { buckets: 2"));
         assert!(format!("{:?}", m.handle()).starts_with("RegisteredHandle { map: CrHashMap"));
+    }
+
+    fn resize_keeps_everything<R: Reclaimer + Default>() {
+        let m: CrHashMap<u32, u32, TasB, R> = CrHashMap::with_buckets(1).unwrap();
+        let mut h = m.handle();
+        for k in 0..40 {
+            assert!(h.insert(k, k + 100));
+        }
+        for n in [7, 1, 64, 2] {
+            m.resize(h.local(), n).unwrap();
+            assert_eq!(m.buckets(), n);
+            assert_eq!(m.len(), 40);
+            for k in 0..40 {
+                assert_eq!(h.get(&k), Some(k + 100), "key {k} after resizing to {n}");
+            }
+        }
+        assert_eq!(m.resize(h.local(), 0), Err(MapError::ZeroBuckets));
+        assert_eq!(h.remove(&3), Some(103));
+        let mut all: Vec<_> = m.iter(h.local()).collect();
+        all.sort_unstable();
+        assert_eq!(all.len(), 39);
+        assert!(all.iter().all(|&(k, v)| k != 3 && v == k + 100));
+        h.quiescent();
+        drop(h);
+        // Four retired tables (their nodes with them) and one removed node.
+        assert_eq!(m.domain().stats().retired, 5);
+    }
+
+    #[test]
+    fn resize_keeps_everything_with_every_scheme() {
+        resize_keeps_everything::<Ebr>();
+        resize_keeps_everything::<Qsbr>();
+        resize_keeps_everything::<HazardPointers>();
+        resize_keeps_everything::<Leak>();
+    }
+
+    #[test]
+    fn policy_grows_and_shrinks() {
+        let p = ResizePolicy::new(4, 2).unwrap();
+        assert_eq!(p.target(4, 8), None);
+        assert_eq!(p.target(4, 9), Some(8));
+        assert_eq!(p.target(8, 4), None);
+        assert_eq!(p.target(8, 3), Some(4));
+        assert_eq!(p.target(4, 0), None, "never below the minimum");
+        assert_eq!(ResizePolicy::new(0, 2), Err(MapError::ZeroBuckets));
+        assert_eq!(ResizePolicy::new(1, 0), Err(MapError::ZeroLoad));
+        /// Counts live values: made and cloned +1, dropped -1.
+        struct Tracked<'a>(&'a AtomicUsize);
+        impl<'a> Tracked<'a> {
+            fn new(c: &'a AtomicUsize) -> Self {
+                c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Tracked(c)
+            }
+        }
+        impl Clone for Tracked<'_> {
+            fn clone(&self) -> Self {
+                Tracked::new(self.0)
+            }
+        }
+        impl Drop for Tracked<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let live = AtomicUsize::new(0);
+        {
+            let m: CrHashMap<u32, Tracked<'_>, TasB, Qsbr> =
+                CrHashMap::with_policy(p, Arc::new(Qsbr::new()), RandomState::new());
+            assert_eq!(m.policy(), Some(p));
+            let mut h = m.handle();
+            for k in 0..20 {
+                assert!(h.insert(k, Tracked::new(&live)));
+            }
+            assert_eq!(m.buckets(), 16, "4 -> 8 -> 16 buckets for 20 keys");
+            for k in 0..18 {
+                drop(h.remove(&k));
+            }
+            assert_eq!(m.buckets(), 4, "back to the minimum");
+            assert_eq!(m.len(), 2);
+        }
+        // Every value, and every copy a resize made, dropped exactly once (the
+        // retired tables too, when the domain dropped with the map).
+        assert_eq!(live.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 }

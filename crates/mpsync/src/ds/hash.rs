@@ -261,6 +261,45 @@ where
         }
     }
 
+    /// An iterator over clones of the entries, bucket after bucket (in each, in
+    /// key order). Each bucket is read in one traversal under a guard of its own
+    /// (as [`for_each`](Self::for_each)), buffered, and handed out; no guard is
+    /// held between buckets, so a long or paused iteration holds back no
+    /// reclamation.
+    ///
+    /// Under concurrent updates it is *weakly consistent*: every key present
+    /// for the whole iteration is yielded exactly once; no key is yielded twice;
+    /// a key yielded was present, with that value, at some moment during the
+    /// iteration; a key inserted or removed meanwhile may or may not be yielded.
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    ///
+    /// ```
+    /// use mpsync::ds::hash::LfHashMap;
+    /// use mpsync::reclaim::{HazardPointers, Reclaimer};
+    ///
+    /// let m: LfHashMap<u32, u32, HazardPointers> = LfHashMap::with_buckets(8).unwrap();
+    /// let mut local = HazardPointers::register(m.domain());
+    /// for k in 0..20 {
+    ///     m.insert(&mut local, k, k + 1);
+    /// }
+    /// assert_eq!(m.iter(&mut local).map(|(k, v)| v - k).sum::<u32>(), 20);
+    /// ```
+    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, R, A, S>
+    where
+        K: Clone,
+        V: Clone,
+    {
+        check_local(&*self.domain, local, "LfHashMap::iter");
+        Iter {
+            map: self,
+            local,
+            next_bucket: 0,
+            buf: Vec::new().into_iter(),
+        }
+    }
+
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
     pub fn handle(&self) -> LfHashMapHandle<'_, K, V, R, A, S>
@@ -270,6 +309,49 @@ where
         S: Sync,
     {
         RegisteredHandle::new(self)
+    }
+}
+
+/// The iterator of [`LfHashMap::iter`] (and [`FastReadHashMap::iter`]):
+/// clones of the entries, one bucket's traversal at a time.
+pub struct Iter<'m, 'l, K, V, R: Reclaimer, A: NodeAlloc, S> {
+    map: &'m LfHashMap<K, V, R, A, S>,
+    local: &'l mut R::Local,
+    next_bucket: usize,
+    buf: std::vec::IntoIter<(K, V)>,
+}
+
+impl<K, V, R, A, S> Iterator for Iter<'_, '_, K, V, R, A, S>
+where
+    K: Ord + Send + Clone,
+    V: Send + Clone,
+    R: Reclaimer,
+    A: NodeAlloc,
+{
+    type Item = (K, V);
+
+    fn next(&mut self) -> Option<(K, V)> {
+        loop {
+            if let Some(e) = self.buf.next() {
+                return Some(e);
+            }
+            let b = self.map.buckets.get(self.next_bucket)?;
+            self.next_bucket += 1;
+            let mut out = Vec::new();
+            let mut g = self.local.enter();
+            hm_list::for_each::<K, V, R>(b, &mut g, &mut |k, v| out.push((k.clone(), v.clone())));
+            drop(g);
+            self.buf = out.into_iter();
+        }
+    }
+}
+
+impl<K, V, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for Iter<'_, '_, K, V, R, A, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("next_bucket", &self.next_bucket)
+            .field("buffered", &self.buf.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -393,6 +475,19 @@ where
         Ok(Self {
             inner: LfHashMap::with_domain(buckets, domain, hasher)?,
         })
+    }
+
+    /// As [`LfHashMap::iter`] (the traversal is Michael's, not the fast read).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain.
+    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, R, A, S>
+    where
+        K: Hash + Ord + Send + Clone,
+        V: Send + Clone,
+        S: BuildHasher,
+    {
+        self.inner.iter(local)
     }
 
     /// The table underneath: its updates are the fast-read table's updates.

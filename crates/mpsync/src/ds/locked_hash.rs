@@ -128,6 +128,18 @@ impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
         self.len() == 0
     }
 
+    /// An iterator over clones of the entries, one bucket at a time (each
+    /// copied under its lock, so no lock is held between calls to `next`).
+    /// Weakly consistent, as [`LfHashMap::iter`](super::hash::LfHashMap::iter):
+    /// a key present throughout is yielded exactly once, none twice.
+    pub fn iter(&self) -> impl Iterator<Item = (K, V)> + '_
+    where
+        K: Clone,
+        V: Clone,
+    {
+        self.buckets.iter().flat_map(|b| b.lock().clone())
+    }
+
     /// Calls `f` on every entry, one bucket (locked) at a time.
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         for b in self.buckets.iter() {

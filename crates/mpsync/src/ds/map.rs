@@ -8,6 +8,17 @@
 //! clones, because a lock-free table cannot move a value out of a node that
 //! concurrent readers may still be reading.
 //!
+//! Every table also has an `iter` yielding clones of its entries
+//! ([`CrHashMap::iter`](super::cr_hash::CrHashMap::iter),
+//! [`LfHashMap::iter`](super::hash::LfHashMap::iter), …), *weakly consistent*
+//! under concurrent updates: each key present for the whole iteration is
+//! yielded exactly once, no key twice, and a key yielded was present with that
+//! value at some moment during the iteration; keys inserted or removed
+//! meanwhile may or may not appear. [`len`](super::hash::LfHashMap::len) is
+//! likewise exact only when nobody updates the table meanwhile.
+//! [`CrHashMap::new`](super::cr_hash::CrHashMap::new) grows and shrinks by
+//! itself; the other tables keep the bucket count they were made with.
+//!
 //! ```
 //! use mpsync::ds::map::{ConcurrentMap, MapHandle};
 //! use mpsync::ds::hash::LfHashMap;
@@ -157,6 +168,8 @@ impl<M: RegisteredMap<K, V>, K, V> MapHandle<K, V> for RegisteredHandle<'_, M, K
 pub enum MapError {
     /// A table needs at least one bucket.
     ZeroBuckets,
+    /// A resize policy's entries per bucket must be at least 1.
+    ZeroLoad,
 }
 
 impl std::fmt::Display for MapError {
@@ -164,6 +177,9 @@ impl std::fmt::Display for MapError {
         match self {
             Self::ZeroBuckets => f.write_str(
                 "hash table with 0 buckets: must be >= 1 (about the number of keys expected; Hart uses 32)",
+            ),
+            Self::ZeroLoad => f.write_str(
+                "resize policy with a maximum load of 0 entries per bucket: must be >= 1 (default 2)",
             ),
         }
     }
@@ -178,5 +194,6 @@ mod tests {
     #[test]
     fn error_says_what_would_be_right() {
         assert!(MapError::ZeroBuckets.to_string().contains(">= 1"));
+        assert!(MapError::ZeroLoad.to_string().contains(">= 1"));
     }
 }

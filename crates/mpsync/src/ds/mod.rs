@@ -33,6 +33,8 @@ pub mod counter;
 pub mod cr_hash;
 pub mod hash;
 pub mod heap;
+mod herlihy_heap;
+mod herlihy_stack;
 pub mod hm_list;
 pub mod lf;
 pub mod locked_hash;

@@ -1,0 +1,511 @@
+//! Herlihy's non-blocking skew heap with optimized copying (re-exported by
+//! [`heap`](super::heap), whose module documentation describes it and the
+//! ownership of its nodes).
+//!
+//! Michael & Scott, PODC 1996 (papers/000_…) §4.3; Herlihy, *A Methodology for
+//! Implementing Highly Concurrent Data Objects*, TOPLAS 1993.
+//!
+//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`.
+
+use std::fmt;
+use std::ptr;
+
+use super::lf::{CasBackoff, check_local};
+use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::sync::{Arc, AtomicPtr, Ordering};
+
+use super::stack::QUIESCE_EVERY;
+use super::version::{DeadNode, Version, link_dead};
+use super::{ConcurrentPriorityQueue, PriorityQueueHandle};
+
+/// A node of [`HerlihySkewHeap`]: immutable once published (only `dead_next`, which
+/// no reader uses, is written later, by the CAS winner that removed it).
+struct Node<T> {
+    value: T,
+    left: *mut Node<T>,
+    right: *mut Node<T>,
+    dead_next: AtomicPtr<Node<T>>,
+}
+
+impl<T> DeadNode for Node<T> {
+    fn dead_next(&self) -> &AtomicPtr<Self> {
+        &self.dead_next
+    }
+}
+
+// SAFETY: a node holds a `T` that may be dropped on another thread (`T: Send`);
+// the links are addresses the heap owns.
+unsafe impl<T: Send> Send for Node<T> {}
+
+impl<T> Node<T> {
+    fn alloc(value: T, left: *mut Node<T>, right: *mut Node<T>) -> *mut Node<T> {
+        Box::into_raw(Box::new(Node {
+            value,
+            left,
+            right,
+            dead_next: AtomicPtr::new(ptr::null_mut()),
+        }))
+    }
+}
+
+/// One operation's private work: the copies its current attempt made (freed if
+/// the CAS fails), the originals they replace (the old version's dead list if it
+/// succeeds), insert's new node and the candidate version. All of it is private
+/// until the winning CAS publishes it ([`publish`](Self::publish)); until then
+/// `Drop` frees it, so a `Clone` or `Ord` that panics mid-attempt leaks nothing.
+struct Attempt<T> {
+    copies: Vec<*mut Node<T>>,
+    replaced: Vec<*mut Node<T>>,
+    /// Insert's node holding the new value (null for delete_min, or published).
+    single: *mut Node<T>,
+    /// The candidate version (null until made, or published).
+    cand: *mut Version<Node<T>>,
+}
+
+impl<T> Attempt<T> {
+    fn new() -> Self {
+        Self {
+            copies: Vec::new(),
+            replaced: Vec::new(),
+            single: ptr::null_mut(),
+            cand: ptr::null_mut(),
+        }
+    }
+
+    /// Frees the copies of a failed attempt and forgets the originals.
+    fn abandon(&mut self) {
+        for c in self.copies.drain(..) {
+            // SAFETY: copies are private boxes nobody else has seen.
+            drop(unsafe { Box::from_raw(c) });
+        }
+        self.replaced.clear();
+    }
+
+    /// After the winning CAS: the copies, `single` and `cand` now belong to the
+    /// structure. Returns the originals they replaced (the old version's dead list).
+    fn publish(&mut self) -> Vec<*mut Node<T>> {
+        self.copies.clear();
+        self.single = ptr::null_mut();
+        self.cand = ptr::null_mut();
+        std::mem::take(&mut self.replaced)
+    }
+}
+
+impl<T> Drop for Attempt<T> {
+    fn drop(&mut self) {
+        self.abandon();
+        if !self.single.is_null() {
+            // SAFETY: not published: a private box; dropping it drops the value
+            // the failed (panicked) insert was given.
+            drop(unsafe { Box::from_raw(self.single) });
+        }
+        if !self.cand.is_null() {
+            // SAFETY: not published: never shared.
+            unsafe { Version::discard(self.cand) };
+        }
+    }
+}
+
+impl<T: Ord + Clone> Attempt<T> {
+    /// A copy of `orig` (a node of the protected version) with new children.
+    ///
+    /// # Safety
+    /// `orig` is a node of a version the caller's guard protects.
+    unsafe fn copy(&mut self, orig: *mut Node<T>) -> *mut Node<T> {
+        // SAFETY: `orig` is live (the caller's contract) and its value immutable.
+        let c = Node::alloc(unsafe { (*orig).value.clone() }, ptr::null_mut(), unsafe {
+            (*orig).left
+        });
+        self.copies.push(c);
+        self.replaced.push(orig);
+        c
+    }
+
+    /// Persistent top-down skew merge of two subtrees of the protected version:
+    /// every node on the merge path is copied (its old left becomes the copy's
+    /// right; the copy's left is the merge of its old right with the other side);
+    /// the other subtrees are shared.
+    ///
+    /// # Safety
+    /// `a` and `b` are null or disjoint subtrees of a version the guard protects.
+    unsafe fn merge(&mut self, mut a: *mut Node<T>, mut b: *mut Node<T>) -> *mut Node<T> {
+        let mut result = ptr::null_mut();
+        let mut hole: *mut *mut Node<T> = &mut result;
+        loop {
+            if a.is_null() || b.is_null() {
+                let rest = if a.is_null() { b } else { a };
+                // SAFETY: `hole` is `result` or the `left` of a private copy.
+                unsafe { *hole = rest };
+                return result;
+            }
+            // SAFETY: both are live nodes of the protected version.
+            if unsafe { (*b).value < (*a).value } {
+                std::mem::swap(&mut a, &mut b);
+            }
+            // SAFETY: `a` is a node of the protected version.
+            let c = unsafe { self.copy(a) };
+            // SAFETY: `hole` is `result` or a private copy's `left`; `a` is live.
+            unsafe {
+                *hole = c;
+                hole = &mut (*c).left;
+                a = (*a).right;
+            }
+        }
+    }
+}
+
+/// Herlihy's non-blocking skew heap with optimized copying (000 §4.3): a
+/// persistent skew heap whose current version is swung by CAS; memory reclaimed
+/// with `R`.
+///
+/// ```
+/// use mpsync::ds::heap::HerlihySkewHeap;
+/// use mpsync::ds::{ConcurrentPriorityQueue, PriorityQueueHandle};
+/// use mpsync::reclaim::{Qsbr, Reclaimer};
+/// use std::sync::Arc;
+///
+/// let h: HerlihySkewHeap<u32> = HerlihySkewHeap::new(); // EBR
+/// let mut t = h.handle();
+/// for v in [3, 1, 2] {
+///     t.insert(v);
+/// }
+/// assert_eq!(t.delete_min(), Some(1));
+///
+/// let domain = Arc::new(Qsbr::new());
+/// let h = HerlihySkewHeap::with_domain(domain.clone());
+/// let mut local = Qsbr::register(&domain);
+/// h.insert(&mut local, "b");
+/// h.insert(&mut local, "a");
+/// assert_eq!(h.delete_min(&mut local), Some("a"));
+/// ```
+pub struct HerlihySkewHeap<T, R: Reclaimer = Ebr> {
+    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>>>>,
+    domain: Arc<R>,
+}
+
+// SAFETY: values move between threads and are dropped on any thread (`T: Send`),
+// and several threads read (compare, clone) the same value at once (`T: Sync`).
+unsafe impl<T: Send + Sync, R: Reclaimer> Send for HerlihySkewHeap<T, R> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync, R: Reclaimer> Sync for HerlihySkewHeap<T, R> {}
+
+impl<T: Ord + Clone + Send + Sync + 'static> HerlihySkewHeap<T, Ebr> {
+    /// An empty heap with its own EBR domain.
+    pub fn new() -> Self {
+        Self::with_domain(Arc::new(Ebr::new()))
+    }
+}
+
+impl<T: Ord + Clone + Send + Sync + 'static> Default for HerlihySkewHeap<T, Ebr> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R> {
+    /// An empty heap reclaiming through `domain`. Hazard pointers need one slot.
+    pub fn with_domain(domain: Arc<R>) -> Self {
+        Self {
+            current: crate::util::CachePadded::new(AtomicPtr::new(Version::first(ptr::null_mut()))),
+            domain,
+        }
+    }
+
+    /// The reclamation domain.
+    pub fn domain(&self) -> &Arc<R> {
+        &self.domain
+    }
+
+    /// The calling thread's handle: registers it with the domain.
+    pub fn handle(&self) -> HerlihySkewHeapHandle<'_, T, R> {
+        HerlihySkewHeapHandle {
+            heap: self,
+            local: R::register(&self.domain),
+            ops: 0,
+        }
+    }
+
+    /// Inserts `value`; `local` is the calling thread's registration in
+    /// [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain),
+    /// or if `T`'s `Clone` or `Ord` panics — then the heap is unchanged, `value`
+    /// is dropped and nothing leaks.
+    pub fn insert(&self, local: &mut R::Local, value: T) {
+        check_local(&*self.domain, local, "HerlihySkewHeap::insert");
+        let mut at = Attempt::new();
+        at.single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
+        at.cand = Version::candidate(ptr::null_mut());
+        let (single, cand) = (at.single, at.cand);
+        let mut backoff = CasBackoff::new();
+        let mut g = local.enter();
+        loop {
+            let cur = g.protect(0, &self.current);
+            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
+            let root = unsafe { (*cur).root };
+            // Merge with the private singleton: copy the path down while the
+            // version's node is not larger; the singleton then takes the rest as its
+            // left subtree (merge(x, h) = x{left: h} when x is smaller).
+            let mut result = ptr::null_mut();
+            let mut hole: *mut *mut Node<T> = &mut result;
+            let mut a = root;
+            loop {
+                // SAFETY: `single` is private; `a` is null or a node of `cur`.
+                let stop = a.is_null() || unsafe { (*single).value < (*a).value };
+                if stop {
+                    // SAFETY: `single` is private; `hole` is `result` or a copy's
+                    // `left`.
+                    unsafe {
+                        (*single).left = a;
+                        *hole = single;
+                    }
+                    break;
+                }
+                // SAFETY: `a` is a node of the protected version.
+                let c = unsafe { at.copy(a) };
+                // SAFETY: as above; `hole` points into private memory.
+                unsafe {
+                    *hole = c;
+                    hole = &mut (*c).left;
+                    a = (*a).right;
+                }
+            }
+            // SAFETY: `cand` is still private.
+            unsafe { (*cand).root = result };
+            // AcqRel on success: the Release publishes the new nodes and `cand` to
+            // the Acquire loads in `protect`; Relaxed on failure (we re-protect).
+            match self
+                .current
+                .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    let replaced = at.publish();
+                    // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are exactly
+                    // the nodes of `cur` that `cand` copied instead of sharing.
+                    unsafe {
+                        let dead = link_dead(&replaced);
+                        Version::retire(&mut g, cur, cand, dead);
+                    }
+                    return;
+                }
+                Err(_) => {
+                    at.abandon();
+                    backoff.spin();
+                }
+            }
+        }
+    }
+
+    /// Removes a smallest value (a clone of it; the original is dropped when its
+    /// node is reclaimed), or `None` if the heap is empty; `local` is the calling
+    /// thread's registration in [`domain`](Self::domain).
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain),
+    /// or if `T`'s `Clone` or `Ord` panics — then the heap is unchanged and
+    /// nothing leaks (the value is cloned before the CAS).
+    pub fn delete_min(&self, local: &mut R::Local) -> Option<T> {
+        check_local(&*self.domain, local, "HerlihySkewHeap::delete_min");
+        let mut at = Attempt::new();
+        let mut backoff = CasBackoff::new();
+        let mut g = local.enter();
+        loop {
+            let cur = g.protect(0, &self.current);
+            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
+            let root = unsafe { (*cur).root };
+            if root.is_null() {
+                return None; // `at`'s drop frees the candidate, if one was made
+            }
+            // Cloned before the CAS, so that a panicking `Clone` leaves the heap
+            // unchanged (a failed attempt drops its clone).
+            // SAFETY: `root` belongs to the protected version; values are immutable.
+            let value = unsafe { (*root).value.clone() };
+            // SAFETY: `root` and its subtrees belong to the protected version.
+            let new_root = unsafe { at.merge((*root).left, (*root).right) };
+            at.replaced.push(root);
+            if at.cand.is_null() {
+                at.cand = Version::candidate(new_root);
+            } else {
+                // SAFETY: `cand` is still private.
+                unsafe { (*at.cand).root = new_root };
+            }
+            let cand = at.cand;
+            // AcqRel/Relaxed: as in `insert`.
+            match self
+                .current
+                .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    let replaced = at.publish();
+                    // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are the old
+                    // root and the originals of the merge path, which `cand` lacks.
+                    unsafe {
+                        let dead = link_dead(&replaced);
+                        Version::retire(&mut g, cur, cand, dead);
+                    }
+                    return Some(value);
+                }
+                Err(_) => {
+                    at.abandon();
+                    backoff.spin();
+                }
+            }
+        }
+    }
+}
+
+impl<T, R: Reclaimer> Drop for HerlihySkewHeap<T, R> {
+    fn drop(&mut self) {
+        // Relaxed: `&mut self`, no operation is in flight.
+        let cur = self.current.load(Ordering::Relaxed);
+        // SAFETY: the current version is alive (the structure holds a reference).
+        let mut todo = vec![unsafe { (*cur).root }];
+        while let Some(n) = todo.pop() {
+            if n.is_null() {
+                continue;
+            }
+            // SAFETY: nodes of the current version are on no dead list (see the
+            // module doc) and a tree: each is reached and freed once.
+            let node = unsafe { Box::from_raw(n) };
+            todo.push(node.left);
+            todo.push(node.right);
+        }
+        // SAFETY: the structure's own reference to its current version, whose dead
+        // list is empty; `release` does not touch the (now freed) tree.
+        unsafe { Version::release(cur) };
+    }
+}
+
+impl<T, R: Reclaimer> fmt::Debug for HerlihySkewHeap<T, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HerlihySkewHeap")
+            .field("reclaimer", &R::NAME)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> ConcurrentPriorityQueue<T>
+    for HerlihySkewHeap<T, R>
+{
+    type Handle<'a>
+        = HerlihySkewHeapHandle<'a, T, R>
+    where
+        Self: 'a;
+
+    fn handle(&self) -> HerlihySkewHeapHandle<'_, T, R> {
+        HerlihySkewHeap::handle(self)
+    }
+}
+
+/// A thread's handle on a [`HerlihySkewHeap`]: its registration with the domain.
+/// Announces a quiescent state every 100 operations by itself.
+pub struct HerlihySkewHeapHandle<'a, T, R: Reclaimer> {
+    heap: &'a HerlihySkewHeap<T, R>,
+    local: R::Local,
+    ops: u32,
+}
+
+impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> PriorityQueueHandle<T>
+    for HerlihySkewHeapHandle<'_, T, R>
+{
+    fn insert(&mut self, value: T) {
+        self.heap.insert(&mut self.local, value);
+        self.tick();
+    }
+    fn delete_min(&mut self) -> Option<T> {
+        let v = self.heap.delete_min(&mut self.local);
+        self.tick();
+        v
+    }
+    fn quiescent(&mut self) {
+        self.local.quiescent();
+    }
+}
+
+impl<T, R: Reclaimer> HerlihySkewHeapHandle<'_, T, R> {
+    fn tick(&mut self) {
+        self.ops += 1;
+        if self.ops >= QUIESCE_EVERY {
+            self.ops = 0;
+            self.local.quiescent();
+        }
+    }
+}
+
+impl<T, R: Reclaimer> fmt::Debug for HerlihySkewHeapHandle<'_, T, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HerlihySkewHeapHandle")
+            .field("reclaimer", &R::NAME)
+            .field("ops_since_quiescent", &self.ops)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::reclaim::HazardPointers;
+    use std::sync::atomic::AtomicI64;
+
+    /// Counts its drops.
+    #[derive(Debug, Clone)]
+    struct Dropped(u32, std::sync::Arc<AtomicI64>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    impl PartialEq for Dropped {
+        fn eq(&self, o: &Self) -> bool {
+            self.0 == o.0
+        }
+    }
+    impl Eq for Dropped {}
+    impl PartialOrd for Dropped {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Dropped {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.0.cmp(&o.0)
+        }
+    }
+
+    /// Versions are freed in chain order: while one thread holds a version
+    /// (protected by a hazard pointer, which protects that version only), no later
+    /// version and none of the nodes the later transitions removed — some of them
+    /// nodes of the held version — may be freed, however eagerly the others scan.
+    #[test]
+    fn a_held_version_holds_back_every_later_one() {
+        let drops = std::sync::Arc::new(AtomicI64::new(0));
+        let domain = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+        let h = HerlihySkewHeap::with_domain(domain.clone());
+        let mut b = HazardPointers::register(&domain);
+        for v in [5, 3, 8, 1, 9, 2, 7] {
+            h.insert(&mut b, Dropped(v, drops.clone()));
+        }
+        let mut a = HazardPointers::register(&domain);
+        let mut ga = a.enter();
+        let held = ga.protect(0, &h.current);
+        // Replaced before `held` was current: freed already, or by the next scan.
+        b.scan();
+        let before = drops.load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        for v in [4, 6] {
+            out.extend(h.delete_min(&mut b));
+            h.insert(&mut b, Dropped(v, drops.clone()));
+        }
+        assert_eq!(
+            drops.load(Ordering::Relaxed),
+            before,
+            "a node was freed while an older version was held"
+        );
+        // SAFETY: still protected; its nodes are alive (checked above).
+        assert_eq!(unsafe { (*(*held).root).value.0 }, 1);
+        drop(ga);
+        drop((a, b, out, h));
+        drop(domain);
+    }
+}
