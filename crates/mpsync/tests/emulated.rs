@@ -7,7 +7,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_api::RawMutex;
-use mpsync::lock::{SmartQ, TasBNp, TicketNp};
+use mpsync::lock::{QueuedHandshaking, SmartQ, TasBNp, TicketNp};
 use mpsync::sched::emulated::{
     Emulated, EmulatedConfig, HandlerWait, SchedStats, preemption_signal,
 };
@@ -782,6 +782,7 @@ fn a_signal_storm_never_stops_a_thread_inside_a_section() {
     check_storm::<TasBNp>("TasBNp", true);
     check_storm::<TicketNp>("TicketNp", true);
     check_storm::<SmartQ>("SmartQ", true);
+    check_storm::<QueuedHandshaking>("QueuedHandshaking", true);
 }
 
 /// Natively a no-preempt request is the depth count alone (issue 13 §3): the
