@@ -11,7 +11,7 @@
 //!   builds its own private successor version (a new top; a push also a new node,
 //!   the list below is shared, not copied) and swings the shared pointer with CAS,
 //!   backing off (bounded, 000 §4) when it fails. Lock-free. Memory is reclaimed with
-//!   any [`Reclaimer`]: an operation protects only the version it read; replaced
+//!   any [`Reclaimer`](crate::reclaim::Reclaimer): an operation protects only the version it read; replaced
 //!   versions and popped nodes are freed in version order (see `ds/version.rs` for
 //!   the ownership scheme), so nothing a reader can reach is freed under it and
 //!   the CAS cannot suffer ABA.
