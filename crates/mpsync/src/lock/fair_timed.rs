@@ -169,75 +169,39 @@ unsafe impl<L: RawMutexFair> RawMutexFair for Np<L> {
     }
 }
 
-// SAFETY: `try_lock_until` takes the lock only where `lock` would (the same
-// CAS/swap in `Native::lock_slow`); giving up holds and leaves nothing.
-unsafe impl RawMutexTimed for Native {
-    type Duration = Duration;
-    type Instant = Instant;
+/// `RawMutexTimed` for a lock whose `lock_slow(deadline)` takes the lock only by
+/// the CAS/swap that `lock` uses and, given a deadline, gives up holding nothing
+/// (returns `false`): the timed forms are a `try_lock`, then the slow path with
+/// the deadline.
+macro_rules! timed_by_lock_slow {
+    ($($lock:ty),+ $(,)?) => {$(
+        // SAFETY: `try_lock_until` takes the lock only where `lock` would (the
+        // same CAS/swap, in `lock_slow`); giving up holds and leaves nothing.
+        unsafe impl RawMutexTimed for $lock {
+            type Duration = Duration;
+            type Instant = Instant;
 
-    #[inline]
-    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-        match deadline_after(timeout) {
-            Some(d) => self.try_lock_until(d),
-            None => Some(self.lock()),
-        }
-    }
+            #[inline]
+            fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
+                match deadline_after(timeout) {
+                    Some(d) => self.try_lock_until(d),
+                    None => Some(self.lock()),
+                }
+            }
 
-    #[inline]
-    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
-        if let Some(g) = self.try_lock() {
-            return Some(g);
+            #[inline]
+            fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
+                if let Some(g) = self.try_lock() {
+                    return Some(g);
+                }
+                self.lock_slow(Some(deadline))
+                    .then(lock_api::GuardSend::new)
+            }
         }
-        self.lock_slow(Some(deadline))
-            .then(lock_api::GuardSend::new)
-    }
+    )+};
 }
 
-// SAFETY: the same swap as `lock` takes the lock; giving up holds nothing.
-unsafe impl RawMutexTimed for TasB {
-    type Duration = Duration;
-    type Instant = Instant;
-
-    #[inline]
-    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-        match deadline_after(timeout) {
-            Some(d) => self.try_lock_until(d),
-            None => Some(self.lock()),
-        }
-    }
-
-    #[inline]
-    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
-        if let Some(g) = self.try_lock() {
-            return Some(g);
-        }
-        self.lock_slow(Some(deadline))
-            .then(lock_api::GuardSend::new)
-    }
-}
-
-// SAFETY: as for `Native`: the same takes as `lock`; giving up holds nothing.
-unsafe impl RawMutexTimed for SpinThenPark {
-    type Duration = Duration;
-    type Instant = Instant;
-
-    #[inline]
-    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-        match deadline_after(timeout) {
-            Some(d) => self.try_lock_until(d),
-            None => Some(self.lock()),
-        }
-    }
-
-    #[inline]
-    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
-        if let Some(g) = self.try_lock() {
-            return Some(g);
-        }
-        self.lock_slow(Some(deadline))
-            .then(lock_api::GuardSend::new)
-    }
-}
+timed_by_lock_slow!(Native, TasB, SpinThenPark);
 
 /// Longest nap of a timed BoundedSteal acquirer that sees a held lock whose
 /// holder is preempted or slow: short enough to notice the lock coming free
