@@ -589,7 +589,7 @@ mod tests {
             let t0 = Instant::now();
             while l.tail.load(Ordering::Relaxed).is_null() {
                 assert!(t0.elapsed() < Duration::from_secs(20), "B never queued");
-                std::thread::yield_now();
+                crate::sched::yield_now();
             }
             // SAFETY: A holds the lock (locked above).
             unsafe { l.unlock(lock_api::GuardSend::new()) };

@@ -742,7 +742,7 @@ pub(super) mod tests {
                 });
                 // B queued behind us.
                 while l.tail.load(Ordering::Relaxed) == mine {
-                    std::thread::yield_now();
+                    crate::sched::yield_now();
                 }
                 // SAFETY: `g` came from `l.lock()` on this thread.
                 unsafe { l.unlock(g) };

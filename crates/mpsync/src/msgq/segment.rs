@@ -655,8 +655,11 @@ impl ClaimLock for SegLock<'_> {
         // locks are pointer-free `ProcessShared` types.
         match self.claim {
             Claim::LockFree => f(),
+            // SAFETY: as above (casts).
             Claim::Tas => run(unsafe { &*self.at.cast::<Tas>() }, f),
+            // SAFETY: as above (casts).
             Claim::Tatas => run(unsafe { &*self.at.cast::<TasB>() }, f),
+            // SAFETY: as above (casts).
             Claim::Ticket => run(unsafe { &*self.at.cast::<Ticket>() }, f),
             Claim::Anderson => {
                 // SAFETY: as above.
