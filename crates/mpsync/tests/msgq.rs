@@ -13,7 +13,11 @@ use mpsync::sched::stall::{self, Trap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// One process-spawning test at a time: each already oversubscribes 2 cores.
+/// One test of this file at a time, every test. The process-spawning ones
+/// oversubscribe 2 cores already; and a child forked while another test's
+/// thread holds a process-wide lock (the stall-point registry a trap is armed
+/// under, say) inherits that lock held by a thread that does not exist in the
+/// child, and deadlocks on its first stall point: a writer that never sends.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -112,7 +116,14 @@ fn fork_writer_trapped(
             }
             Ok(())
         })()
-        .map_or(1, |_| 0);
+        .map_or_else(
+            |e| {
+                // The parent's assertion names the exit code; this says why.
+                eprintln!("writer {id} (pid {}): {e}", std::process::id());
+                1
+            },
+            |_| 0,
+        );
         // SAFETY: leaving the child without the parent's destructors.
         unsafe { libc::_exit(code) };
     }
@@ -472,6 +483,7 @@ fn scribbled_doorbell_never_hangs_wait() {
 
 #[test]
 fn names_and_options_are_validated() {
+    let _s = serial();
     for bad in ["", "a/b", "..", "seventeen-chars-x", "sp ace"] {
         assert!(matches!(
             Endpoint::create(bad, Options::default()),
@@ -512,6 +524,7 @@ fn names_and_options_are_validated() {
 /// with an error, never a bad mapping.
 #[test]
 fn fuzzed_header_is_rejected() {
+    let _s = serial();
     let ep = Endpoint::create(&name("fzh"), Options::default()).unwrap();
     let (base, _) = ep.raw_segment();
     let mut rng = mpsync::util::rng::SplitMix64::stream(16, 0);
@@ -541,6 +554,7 @@ fn fuzzed_header_is_rejected() {
 /// scribbling stops and the queue is re-created, traffic flows again.
 #[test]
 fn scribbled_segment_never_crashes_or_hangs_the_receiver() {
+    let _s = serial();
     let o = Options {
         packets: 8,
         blocks: 2,
@@ -690,11 +704,22 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while log.lock().unwrap().iter().filter(|m| m.0 == last).count() < 300 {
         ep.poll();
-        assert!(
-            Instant::now() < deadline,
-            "queue wedged after the kills: {:?}",
-            ep.stats()
-        );
+        if Instant::now() >= deadline {
+            let mut status = 0;
+            // SAFETY: polling our own child without blocking.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            panic!(
+                "queue wedged after the kills: {:?}; backlog {}; last writer {}; problems {:?}",
+                ep.stats(),
+                ep.backlog(),
+                if r == pid {
+                    format!("exited with status {status:#x}")
+                } else {
+                    "still running".to_string()
+                },
+                ep.take_problems()
+            );
+        }
     }
     assert_eq!(reap(pid), 0);
     // Exactly once, in order, intact: for each killed writer a gap-free prefix.
@@ -727,7 +752,7 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
         pct(&mut after_death, 0.99),
         pct(&mut after_death, 1.0),
     );
-    assert_eq!(st.rejected, 0, "{st:?}");
+    assert_eq!(st.rejected, 0, "{st:?}; problems {:?}", ep.take_problems());
     if kills >= 8 {
         assert!(
             st.recovered > 0,
@@ -758,6 +783,7 @@ fn sigkill_mid_claim_posix_robust() {
 /// message being read. Deterministic (a stall-point trap), in one process.
 #[test]
 fn packet_stays_claimed_until_copied_out() {
+    let _s = serial();
     use mpsync::msgq::ring::{Env, Event, Head, HeapQueue, Kind, Outgoing, SendStats};
     struct E;
     impl Env for E {

