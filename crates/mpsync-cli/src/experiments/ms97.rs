@@ -24,8 +24,7 @@ use super::wks94::{AMONG_THE_BEST, COLLAPSE, QUICK_MP_LEVELS};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::svg::line_chart;
 
 /// Operation pairs at `--scale 1`, over all workers.
 pub const BASE_PAIRS: f64 = 1_000_000.0;
@@ -160,17 +159,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             ));
         }
     }
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: pts
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-        })
-        .collect();
+    let series = Point::series(&names, &pts, |q| q.normalized);
     let title = format!(
         "{} (--preempt {}, {} processors, {})",
         exp.id,
@@ -225,20 +214,8 @@ pub fn normalize_per_point(
     names: &[&str],
     baseline: &str,
 ) -> (Vec<Point>, String) {
-    let mut xs: Vec<f64> = Vec::new();
-    for t in trials {
-        if !xs.contains(&t.x) {
-            xs.push(t.x);
-        }
-    }
-    let mean = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
+    let xs = Trial::xs(trials);
+    let mean = |name: &str, x: f64| Trial::mean_at(trials, name, x);
     let measured_everywhere = |n: &str| xs.iter().all(|&x| mean(n, x).is_some_and(|b| b > 0.0));
     let base_name = std::iter::once(baseline)
         .chain(names.iter().copied())

@@ -14,7 +14,7 @@ use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
 use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::svg::line_chart;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "plain and -np queued locks collapse as the multiprogramming level rises; \
@@ -331,17 +331,7 @@ pub fn run_program(
     } else {
         "multiprogramming level"
     };
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: pts
-                .iter()
-                .filter(|p| p.implementation == *n)
-                .map(|p| (p.x, p.normalized))
-                .collect(),
-        })
-        .collect();
+    let series = Point::series(&names, &pts, |q| q.normalized);
     let title = format!(
         "{} (--preempt {}, {})",
         exp.id,
@@ -388,20 +378,8 @@ pub fn run_program(
 
 /// Trimmed means per (implementation, x), normalized to `baseline` at the first x.
 pub fn summarize_points(trials: &[Trial], names: &[&str], baseline: &str) -> Vec<Point> {
-    let mut xs: Vec<f64> = Vec::new();
-    for t in trials {
-        if !xs.contains(&t.x) {
-            xs.push(t.x);
-        }
-    }
-    let mean = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
+    let xs = Trial::xs(trials);
+    let mean = |name: &str, x: f64| Trial::mean_at(trials, name, x);
     let base = xs
         .first()
         .and_then(|&x| mean(baseline, x))
