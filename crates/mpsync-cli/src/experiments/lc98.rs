@@ -36,7 +36,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh endpoint name (≤ 16 characters).
-fn fresh(tag: &str) -> String {
+pub(super) fn fresh(tag: &str) -> String {
     format!(
         "lc{}{tag}{}",
         std::process::id() % 100_000,
@@ -46,7 +46,10 @@ fn fresh(tag: &str) -> String {
 
 /// Forks a child running `f` (pinned to `cpu` if given); its return is the
 /// exit status.
-fn fork_child(cpu: Option<usize>, f: impl FnOnce() -> i32) -> anyhow::Result<libc::pid_t> {
+pub(super) fn fork_child(
+    cpu: Option<usize>,
+    f: impl FnOnce() -> i32,
+) -> anyhow::Result<libc::pid_t> {
     // SAFETY: the child runs `f` (mapping segments, sending, serving) and
     // `_exit`s without returning into the harness; glibc's fork keeps malloc
     // usable in the child.
@@ -104,7 +107,7 @@ fn child_status(pid: libc::pid_t) -> String {
     }
 }
 
-fn kill_child(pid: libc::pid_t) {
+pub(super) fn kill_child(pid: libc::pid_t) {
     // SAFETY: our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let mut st = 0;
@@ -112,7 +115,7 @@ fn kill_child(pid: libc::pid_t) {
     unsafe { libc::waitpid(pid, &mut st, 0) };
 }
 
-fn connect_retry(ep: &Endpoint, name: &str) -> anyhow::Result<Peer> {
+pub(super) fn connect_retry(ep: &Endpoint, name: &str) -> anyhow::Result<Peer> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match ep.connect(name) {
@@ -373,7 +376,7 @@ fn pipe_pair() -> anyhow::Result<StreamPair> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn record(
+pub(super) fn record(
     exp: &Experiment,
     p: &Params,
     started: Instant,
@@ -406,7 +409,7 @@ fn record(
     }
 }
 
-fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
+pub(super) fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
     let v: Vec<f64> = trials
         .iter()
         .filter(|t| t.implementation == name && t.x == x)
@@ -617,7 +620,7 @@ fn logp_trials(
     Ok(())
 }
 
-fn yes(b: bool) -> &'static str {
+pub(super) fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "NO" }
 }
 
