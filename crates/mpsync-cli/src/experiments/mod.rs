@@ -389,7 +389,7 @@ pub fn catalog() -> Vec<Experiment> {
             id: "lc98-apps",
             paper: "lc98",
             reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.3 Table 4 (papers/004)",
-            title: "sample sort and connected components (comm- and comp-bound) in bulk-synchronous style, one process per rank (--threads sets the process counts; default 2 per core), per claim algorithm, outputs checked",
+            title: "sample sort, connected components (comm- and comp-bound) and 3-D FFT in bulk-synchronous style, one process per rank (--threads sets the process counts; default 2 per core), per claim algorithm, outputs checked",
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: lc98_apps::run,
