@@ -41,23 +41,27 @@
 //!   divides `n` (a power of two). Checked: every value bit for bit equals a
 //!   sequential 3-D FFT made of the same 1-D transform.
 //!
-//! # What was measured (2-core machine shared with other sessions, load 5–9)
+//! # What was measured (2-core machine shared with other sessions)
 //!
-//! `mpsync run lc98-apps --trials 5` (4 processes, the paper's sizes), time
-//! of the slowest rank, trimmed means (fastest–slowest trial):
-//! sample sort lock-free 0.070 s (0.061–0.118), best TAS 0.065, POSIX
-//! mutex 0.075; con-comm lock-free 0.308 (0.254–0.421), best TATAS 0.276,
-//! POSIX 0.285; con-comp lock-free 0.093 (0.081–0.132), best ticket 0.087,
-//! POSIX 0.090. Every claim's spread across trials (up to 2×) is wider than
-//! the gaps between claims (≤ 1.3×), and a second run
-//! (`--threads 2,4 --trials 5`) ranked them differently: on this machine
-//! the claims are indistinguishable at the application level, the clauses
-//! come out by chance, and Linux's POSIX mutex (a user-space CAS unless
-//! contended) is not the Solaris 2.5 one that the paper found "not
-//! competitive". Letting lock-free senders test for space before taking a
-//! ticket (so that no ticket is held while a full ring drains) was tried
-//! and measured (two interleaved full runs of each binary): no change
-//! beyond the noise, so the paper's claim stands as it is.
+//! `mpsync run lc98-apps --trials 5` (4 processes, full sizes), time of the
+//! slowest rank, trimmed means in seconds (fastest–slowest trial). At load
+//! ≈ 4 (13.9 s wall): sample sort lock-free 0.0310 (0.026–0.034), best
+//! Anderson 0.0306, POSIX mutex 0.0327; con-comm lock-free 0.0997, best
+//! Anderson 0.0794, POSIX 0.0951; con-comp lock-free 0.0346 (the best),
+//! POSIX 0.0428; fft-3d lock-free 0.0663, best TATAS 0.0629, POSIX 0.0693.
+//! An earlier run before the FFT existed, at load ≈ 6: sample sort
+//! lock-free 0.070 (0.061–0.118), best TAS 0.065, POSIX 0.075; con-comm
+//! lock-free 0.308, best TATAS 0.276, POSIX 0.285; con-comp lock-free
+//! 0.093, best ticket 0.087, POSIX 0.090. Every claim's spread across
+//! trials (up to 2×) is as wide as or wider than the gaps between claims
+//! (≤ 1.3×), and a third run (`--threads 2,4 --trials 5`) ranked them
+//! differently again: on this machine the claims are indistinguishable at
+//! the application level, single clauses come out by chance, and Linux's
+//! POSIX mutex (a user-space CAS unless contended) is not the Solaris 2.5
+//! one the paper found "not competitive". Letting lock-free senders test
+//! for space before taking a ticket (so that no ticket is held while a full
+//! ring drains) was tried and measured (two interleaved full runs of each
+//! binary): no change beyond the noise, so the paper's claim stays as it is.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
