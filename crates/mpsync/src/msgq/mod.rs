@@ -119,7 +119,7 @@
 //!   --trials 5`, 300,000 one-word messages, load ≈ 6): with 7 writers the
 //!   lock-free claim took 0.121 s and the POSIX robust mutex 0.186 s, a ratio
 //!   of 1.54× against the 3× target (ten other runs under heavier load, load ≈
-//!   7–12: 0.73–1.34×). The receiver was on a CPU only 13–19% of each 7-writer
+//!   7–12: 0.73–1.34×; two more at load 3–7: 1.74× and 1.04×). The receiver was on a CPU only 13–19% of each 7-writer
 //!   run, for every claim, spending 0.08–0.15 µs of CPU per message, while with
 //!   1 writer it was on a CPU ~80–90% of the run: 8 processes share 2 cores,
 //!   and no writer ever sleeps (one waiting for space spins, yielding now and
