@@ -98,7 +98,8 @@ struct Common {
     /// Thread counts for lock-oversub and ds-oversub, comma-separated, each
     /// 1..=1024; may exceed the processors (that is the point). Defaults:
     /// lock-oversub 1..8 (--quick: 1,2,4,8); ds-oversub 1,2,4 and 3 and 4 per
-    /// core (--quick: 1,2 and 3 per core).
+    /// core (--quick: 1,2 and 3 per core). lc98-stress: writer processes
+    /// (1,3,7); lc98-apps: processes per run, 2..=16 (2 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,
     /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub):

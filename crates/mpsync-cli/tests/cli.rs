@@ -262,6 +262,37 @@ fn tiny_lock_oversub_and_wks95_runs() {
     assert!(e.contains("--threads 0"), "{e}");
 }
 
+/// `lc98-apps` runs sample sort, both connected-components runs and the 3-D
+/// FFT with separate processes (3: not a power of two), checks every run's output
+/// against the sequential answer (a wrong one fails the run), and leaves a
+/// verdict clause per application; a bad process count is one clear line.
+#[test]
+fn tiny_lc98_apps() {
+    let (out, o) = tiny_run(
+        "lc98-apps",
+        "lc98-apps",
+        &["--scale", "0.01", "--threads", "3,2"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "lc98-apps@none");
+    let details = j["verdict"]["details"].to_string();
+    for app in [
+        "sample-sort (3",
+        "con-comm (3",
+        "con-comp (3",
+        "fft-3d (2",
+        "fft-3d with 3 processes: not run",
+    ] {
+        assert!(details.contains(app), "{app} missing from {details}");
+    }
+    // 3 applications x 6 claims x 2 process counts, and the FFT (whose side
+    // 3 does not divide) x 6 claims at 2, one trial each.
+    assert_eq!(j["trials"].as_array().unwrap().len(), 42);
+    let _ = std::fs::remove_dir_all(&out);
+    let e = stderr(&mpsync(&["run", "lc98-apps", "--threads", "1"]));
+    assert!(e.contains("--threads 1") && e.contains("2..=16"), "{e}");
+}
+
 /// The paper-004 experiments run with separate processes and leave their
 /// files and a verdict.
 #[test]

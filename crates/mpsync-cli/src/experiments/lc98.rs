@@ -36,7 +36,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh endpoint name (≤ 16 characters).
-fn fresh(tag: &str) -> String {
+pub(super) fn fresh(tag: &str) -> String {
     format!(
         "lc{}{tag}{}",
         std::process::id() % 100_000,
@@ -46,7 +46,10 @@ fn fresh(tag: &str) -> String {
 
 /// Forks a child running `f` (pinned to `cpu` if given); its return is the
 /// exit status.
-fn fork_child(cpu: Option<usize>, f: impl FnOnce() -> i32) -> anyhow::Result<libc::pid_t> {
+pub(super) fn fork_child(
+    cpu: Option<usize>,
+    f: impl FnOnce() -> i32,
+) -> anyhow::Result<libc::pid_t> {
     // SAFETY: the child runs `f` (mapping segments, sending, serving) and
     // `_exit`s without returning into the harness; glibc's fork keeps malloc
     // usable in the child.
@@ -104,7 +107,7 @@ fn child_status(pid: libc::pid_t) -> String {
     }
 }
 
-fn kill_child(pid: libc::pid_t) {
+pub(super) fn kill_child(pid: libc::pid_t) {
     // SAFETY: our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let mut st = 0;
@@ -112,7 +115,7 @@ fn kill_child(pid: libc::pid_t) {
     unsafe { libc::waitpid(pid, &mut st, 0) };
 }
 
-fn connect_retry(ep: &Endpoint, name: &str) -> anyhow::Result<Peer> {
+pub(super) fn connect_retry(ep: &Endpoint, name: &str) -> anyhow::Result<Peer> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match ep.connect(name) {
@@ -373,7 +376,7 @@ fn pipe_pair() -> anyhow::Result<StreamPair> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn record(
+pub(super) fn record(
     exp: &Experiment,
     p: &Params,
     started: Instant,
@@ -406,7 +409,7 @@ fn record(
     }
 }
 
-fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
+pub(super) fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
     let v: Vec<f64> = trials
         .iter()
         .filter(|t| t.implementation == name && t.x == x)
@@ -617,7 +620,7 @@ fn logp_trials(
     Ok(())
 }
 
-fn yes(b: bool) -> &'static str {
+pub(super) fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "NO" }
 }
 
@@ -805,15 +808,26 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
     Ok((rec, svg))
 }
 
+/// CPU time of the calling thread, seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 /// One stress run: `writers` processes send `total` one-word messages in all
 /// to this process. Returns (seconds, censored: whether it hit the cap and was
-/// extrapolated).
+/// extrapolated, the receiver's CPU seconds during the run).
 fn stress_once(
     claim: Claim,
     writers: u64,
     total: u64,
     cap: Duration,
-) -> anyhow::Result<(f64, bool)> {
+) -> anyhow::Result<(f64, bool, f64)> {
     let o = Options {
         timeout: Duration::from_secs(600),
         ..Options::default()
@@ -864,6 +878,7 @@ fn stress_once(
         })?);
     }
     let start = Instant::now();
+    let cpu0 = thread_cpu_s();
     // SAFETY: writing `writers` bytes to our pipe's write end.
     unsafe {
         let bytes = vec![1u8; writers as usize];
@@ -884,6 +899,7 @@ fn stress_once(
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_s() - cpu0;
     // SAFETY: closing our pipe ends.
     unsafe {
         libc::close(go[0]);
@@ -894,7 +910,7 @@ fn stress_once(
             kill_child(pid);
         }
         let got = count.load(Ordering::Relaxed).max(1);
-        return Ok((secs * total as f64 / got as f64, true));
+        return Ok((secs * total as f64 / got as f64, true, cpu));
     }
     for pid in pids {
         wait_child(pid)?;
@@ -915,7 +931,7 @@ fn stress_once(
             claim.name()
         );
     }
-    Ok((secs, false))
+    Ok((secs, false, cpu))
 }
 
 fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
@@ -929,10 +945,12 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     let cap = Duration::from_secs(if p.quick { 5 } else { 120 });
     let pb = crate::progress(u64::from(p.trials) * writer_counts.len() as u64 * 6, exp.id);
     let mut trials = Vec::new();
+    // (claim, writers, receiver's CPU share of the run, its CPU µs per message)
+    let mut recv: Vec<(&str, u64, f64, f64)> = Vec::new();
     for t in 0..p.trials {
         for &w in &writer_counts {
             for claim in Claim::ALL {
-                let (secs, cens) = stress_once(claim, w, total, cap)
+                let (secs, cens, cpu) = stress_once(claim, w, total, cap)
                     .with_context(|| format!("lc98-stress {} with {w} writers", claim.name()))?;
                 trials.push(Trial {
                     implementation: claim.name().into(),
@@ -943,11 +961,25 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
                     censored_at: cens.then_some(cap.as_secs_f64()),
                     ..Trial::default()
                 });
+                if !cens {
+                    recv.push((claim.name(), w, cpu / secs, cpu * 1e6 / total as f64));
+                }
                 pb.inc(1);
             }
         }
     }
     pb.finish_and_clear();
+    let recv_at = |n: &str, w: u64| {
+        let f = |sel: fn(&(&str, u64, f64, f64)) -> f64| {
+            let v: Vec<f64> = recv
+                .iter()
+                .filter(|r| r.0 == n && r.1 == w)
+                .map(sel)
+                .collect();
+            trimmed_mean(&v).unwrap_or(f64::NAN)
+        };
+        (f(|r| r.2), f(|r| r.3))
+    };
     let mut points = Vec::new();
     let w0 = writer_counts[0] as f64;
     for c in Claim::ALL {
@@ -976,6 +1008,21 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
             .map(|&w| format!("{w}: {:.3} s", at(c.name(), w)))
             .collect();
         details.push(format!("{}: {}", c.name(), row.join(", ")));
+    }
+    // Where the time goes: a receiver that is on a CPU only part of the run
+    // bounds every claim alike (2 cores shared by writers + 1 processes).
+    for c in Claim::ALL {
+        let row: Vec<String> = writer_counts
+            .iter()
+            .map(|&w| {
+                let (share, us) = recv_at(c.name(), w);
+                format!(
+                    "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message",
+                    share * 100.0
+                )
+            })
+            .collect();
+        details.push(format!("{} receiver: {}", c.name(), row.join("; ")));
     }
     let lf_faster = at("lock-free", hi) <= at("lock-free", lo);
     details.push(format!(
@@ -1048,7 +1095,10 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         "the same claim with the fewest writers",
         trials,
         points,
-        serde_json::Value::Null,
+        serde_json::json!({ "receiver": Claim::ALL.map(|c| (c.name(), writer_counts.iter().map(|&w| {
+            let (share, us) = recv_at(c.name(), w);
+            serde_json::json!({ "writers": w, "cpu_share": share, "cpu_us_per_message": us })
+        }).collect::<Vec<_>>())).into_iter().collect::<std::collections::BTreeMap<_, _>>() }),
         verdict,
         serde_json::json!({ "messages_per_run": total, "writers": writer_counts, "cap_s": cap.as_secs() }),
     );

@@ -7,6 +7,7 @@ pub mod hart;
 pub mod hart_hash;
 pub mod latency;
 pub mod lc98;
+pub mod lc98_apps;
 pub mod locks;
 pub mod ms97;
 pub mod oversub;
@@ -383,6 +384,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: lc98::run,
+        },
+        Experiment {
+            id: "lc98-apps",
+            paper: "lc98",
+            reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.3 Table 4 (papers/004)",
+            title: "sample sort, connected components (comm- and comp-bound) and 3-D FFT in bulk-synchronous style, one process per rank (--threads sets the process counts; default 2 per core), per claim algorithm, outputs checked",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            run: lc98_apps::run,
         },
     ]
 }
