@@ -183,31 +183,20 @@ impl Default for BoundedSteal {
     }
 }
 
+super::loom_const_new! {
+    impl[] BoundedSteal {
+        /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
+        new => Self {
+            word: AtomicU32::new(0),
+            holder: AtomicPtr::new(ptr::null_mut()),
+            tail: AtomicPtr::new(ptr::null_mut()),
+            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
+            steal_budget: STEAL_BUDGET,
+        }
+    }
+}
+
 impl BoundedSteal {
-    /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            word: AtomicU32::new(0),
-            holder: AtomicPtr::new(ptr::null_mut()),
-            tail: AtomicPtr::new(ptr::null_mut()),
-            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
-            steal_budget: STEAL_BUDGET,
-        }
-    }
-
-    /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            word: AtomicU32::new(0),
-            holder: AtomicPtr::new(ptr::null_mut()),
-            tail: AtomicPtr::new(ptr::null_mut()),
-            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
-            steal_budget: STEAL_BUDGET,
-        }
-    }
-
     /// A lock whose queue head stops others' stealing after waiting
     /// `fair_after`. Errors unless 1 µs ≤ `fair_after` ≤ 1 s.
     pub fn with_fair_after(fair_after: Duration) -> Result<Self, LockError> {
@@ -498,12 +487,7 @@ impl BoundedSteal {
 // SAFETY: LOCKED goes 0 → 1 only by a successful Acquire CAS (steal or head),
 // so one thread holds the lock at a time; `unlock` clears it with a Release RMW.
 unsafe impl lock_api::RawMutex for BoundedSteal {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use BoundedSteal::new()");
+    super::loom_const_init!(BoundedSteal);
 
     type Guard = lock_api::GuardSend;
 
