@@ -29,6 +29,10 @@
 //! so they fall back to heartbeats exactly as on a machine without eBPF — both
 //! lines in the same interleaved rounds.
 //!
+//! `MPSYNC_OVERSUB_LOCKS=bounded-steal,Ticket-np` ([`LOCKS_ENV`]) restricts a
+//! run to the named locks plus the baseline: an A/B of a few locks in seconds
+//! instead of the whole table's minutes.
+//!
 //! The figure shows `cs1-ncs1 unpinned`; `data.csv` and `run.json` hold every
 //! configuration (implementation column `lock | configuration`), and the
 //! verdict details give the table and the targets.
@@ -253,6 +257,34 @@ fn configs(threads: &[u32], quick: bool) -> Vec<Config> {
     ]
 }
 
+/// Environment variable restricting the locks run (comma-separated names as in
+/// `mpsync list`'s table; the baseline always runs): for A/B runs of a few
+/// locks against the baseline without the whole table's minutes.
+pub const LOCKS_ENV: &str = "MPSYNC_OVERSUB_LOCKS";
+
+/// The table, restricted by [`LOCKS_ENV`] where it is set.
+fn restrict(table: Vec<LockImpl>) -> anyhow::Result<Vec<LockImpl>> {
+    let Ok(want) = std::env::var(LOCKS_ENV) else {
+        return Ok(table);
+    };
+    let want: Vec<&str> = want
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    if let Some(bad) = want.iter().find(|w| !table.iter().any(|i| i.name == **w)) {
+        let names: Vec<&str> = table.iter().map(|i| i.name).collect();
+        anyhow::bail!(
+            "{LOCKS_ENV}: no lock named {bad:?}; use comma-separated names from: {}",
+            names.join(", ")
+        );
+    }
+    Ok(table
+        .into_iter()
+        .filter(|i| i.name == BASELINE || want.contains(&i.name))
+        .collect())
+}
+
 /// The series name of `lock` in `config`.
 fn series_name(lock: &str, config: &str) -> String {
     format!("{lock} | {config}")
@@ -270,7 +302,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let rounds = p.trials.max(3);
     let busy = BusyWork::global();
     let cpus = mpsync::sched::native::available_cpus()?;
-    let table: Vec<LockImpl> = mutex_table();
+    let table: Vec<LockImpl> = restrict(mutex_table())?;
     let configs = configs(&threads, p.quick);
     let answers = mpsync::sched::native::preemption_answers();
     let kernel_answers = matches!(answers, mpsync::sched::native::PreemptionAnswers::Ebpf);

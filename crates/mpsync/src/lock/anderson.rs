@@ -66,33 +66,33 @@ pub struct AndersonGuard {
     ticket: u32,
 }
 
+super::loom_const_new! {
+    impl[const N: usize] AndersonN<N> {
+        /// An unlocked lock.
+        new => {
+            let () = Self::VALID;
+            Self {
+                next: CachePadded::new(AtomicU32::new(0)),
+                users: CachePadded::new(AtomicU32::new(0)),
+                slots: [const { CachePadded::new(AtomicU32::new(0)) }; N],
+            }
+        },
+        loom => {
+            let () = Self::VALID;
+            Self {
+                next: CachePadded::new(AtomicU32::new(0)),
+                users: CachePadded::new(AtomicU32::new(0)),
+                slots: std::array::from_fn(|_| CachePadded::new(AtomicU32::new(0))),
+            }
+        }
+    }
+}
+
 impl<const N: usize> AndersonN<N> {
     const VALID: () = assert!(
         N.is_power_of_two() && N >= 2 && N <= 65536,
         "Anderson lock: the slot count N must be a power of two in 2..=65536"
     );
-
-    /// An unlocked lock.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        let () = Self::VALID;
-        Self {
-            next: CachePadded::new(AtomicU32::new(0)),
-            users: CachePadded::new(AtomicU32::new(0)),
-            slots: [const { CachePadded::new(AtomicU32::new(0)) }; N],
-        }
-    }
-
-    /// An unlocked lock.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        let () = Self::VALID;
-        Self {
-            next: CachePadded::new(AtomicU32::new(0)),
-            users: CachePadded::new(AtomicU32::new(0)),
-            slots: std::array::from_fn(|_| CachePadded::new(AtomicU32::new(0))),
-        }
-    }
 
     /// Number of slots: the most threads that may hold or wait at once.
     pub const fn capacity(&self) -> usize {
@@ -146,12 +146,7 @@ impl<const N: usize> Default for AndersonN<N> {
 // slots; ticket k enters only when slot k mod N says k, which only ticket k−1's
 // unlock writes (or the initial 0 for ticket 0). Acquire/Release pair on the slot.
 unsafe impl<const N: usize> lock_api::RawMutex for AndersonN<N> {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use AndersonN::new()");
+    super::loom_const_init!(AndersonN);
 
     type Guard = AndersonGuard;
 

@@ -11,8 +11,9 @@
 //!   nodes). Only its head waits for the lock, spinning through a
 //!   [`Waiter`](crate::sched::Waiter) that watches the holder; the head parks
 //!   when the holder is preempted or holds the lock beyond the waiter's
-//!   patience ([`HEAD_PARKED`] tells the releaser to wake it). Later waiters park
-//!   at once and are woken *one step ahead*: when the waiter in front of them
+//!   patience ([`HEAD_PARKED`] tells the releaser to wake it). Later waiters
+//!   spin at most [`STEAL_PATIENCE`] (a hand-over under way), then park, and
+//!   are woken *one step ahead*: when the waiter in front of them
 //!   takes the lock and leaves the queue, so they are awake and spinning by the
 //!   time the lock is free again.
 //! - **Bounded stealing.** A thread arriving while the lock is held spins for it
@@ -183,31 +184,20 @@ impl Default for BoundedSteal {
     }
 }
 
+super::loom_const_new! {
+    impl[] BoundedSteal {
+        /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
+        new => Self {
+            word: AtomicU32::new(0),
+            holder: AtomicPtr::new(ptr::null_mut()),
+            tail: AtomicPtr::new(ptr::null_mut()),
+            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
+            steal_budget: STEAL_BUDGET,
+        }
+    }
+}
+
 impl BoundedSteal {
-    /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            word: AtomicU32::new(0),
-            holder: AtomicPtr::new(ptr::null_mut()),
-            tail: AtomicPtr::new(ptr::null_mut()),
-            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
-            steal_budget: STEAL_BUDGET,
-        }
-    }
-
-    /// An unlocked lock with the default fairness bound ([`FAIR_AFTER`]).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            word: AtomicU32::new(0),
-            holder: AtomicPtr::new(ptr::null_mut()),
-            tail: AtomicPtr::new(ptr::null_mut()),
-            fair_after_ns: FAIR_AFTER.as_nanos() as u64,
-            steal_budget: STEAL_BUDGET,
-        }
-    }
-
     /// A lock whose queue head stops others' stealing after waiting
     /// `fair_after`. Errors unless 1 µs ≤ `fair_after` ≤ 1 s.
     pub fn with_fair_after(fair_after: Duration) -> Result<Self, LockError> {
@@ -301,14 +291,16 @@ impl BoundedSteal {
         }
         // Phase 1: a running arrival with steals left spins briefly for the lock.
         if left > 0 {
-            let mut steal = Patience::start(STEAL_PATIENCE.as_nanos() as u64);
-            let mut waiter = Waiter::new();
+            // The steal patience is the Waiter's own: the clock is read once
+            // every CHECK_EVERY spins, with the look at the holder, not at
+            // every spin.
+            let mut waiter = Waiter::with_patience_ns(STEAL_PATIENCE.as_nanos() as u64);
             loop {
                 if self.try_steal() {
                     Self::spend_steal(left);
                     return;
                 }
-                if waiter.spin(self.holder()) == Wait::Park || steal.exhausted() {
+                if waiter.spin(self.holder()) == Wait::Park {
                     break;
                 }
             }
@@ -343,8 +335,11 @@ impl BoundedSteal {
     }
 
     /// Queued behind someone: sleep until made head (woken one step ahead).
+    /// Only the head waits for the lock spinning; a waiter behind it spins at
+    /// most [`STEAL_PATIENCE`] (a hand-over already under way), then sleeps,
+    /// leaving its processor to the holder and the head.
     fn wait_to_be_head(&self, n: &Node) {
-        let mut waiter = Waiter::new();
+        let mut waiter = Waiter::with_patience_ns(STEAL_PATIENCE.as_nanos() as u64);
         loop {
             // Acquire: pairs with the predecessor's AcqRel swap to HEAD.
             if n.status.load(Ordering::Acquire) == HEAD {
@@ -387,6 +382,9 @@ impl BoundedSteal {
     fn head_acquire(&self) {
         let mut fair = Patience::start(self.fair_after_ns);
         let mut waiter = Waiter::new();
+        // Loop turns since the last look at the fairness clock (one look every
+        // CHECK_EVERY turns, as the Waiter looks at its own).
+        let mut turns = 0u32;
         // Relaxed: every decision is re-validated by a CAS.
         let mut w = self.word.load(Ordering::Relaxed);
         loop {
@@ -407,7 +405,11 @@ impl BoundedSteal {
                     }
                 }
             }
-            if w & NO_STEAL == 0 && fair.exhausted() {
+            turns = turns.wrapping_add(1);
+            if w & NO_STEAL == 0
+                && turns.is_multiple_of(sched::waiter::CHECK_EVERY)
+                && fair.exhausted()
+            {
                 // Relaxed: a flag re-validated by CASes; nothing is published.
                 match self.word.compare_exchange(
                     w,
@@ -498,12 +500,7 @@ impl BoundedSteal {
 // SAFETY: LOCKED goes 0 → 1 only by a successful Acquire CAS (steal or head),
 // so one thread holds the lock at a time; `unlock` clears it with a Release RMW.
 unsafe impl lock_api::RawMutex for BoundedSteal {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use BoundedSteal::new()");
+    super::loom_const_init!(BoundedSteal);
 
     type Guard = lock_api::GuardSend;
 
@@ -603,6 +600,107 @@ mod tests {
             b_at < a_again_at,
             "A took the lock again ({a_again_at}) before the queued B ({b_at}) with its steal budget spent"
         );
+    }
+
+    /// A queue head that has waited past the fairness bound sets NO_STEAL
+    /// while the holder still holds the lock (it looks at the fairness clock
+    /// every CHECK_EVERY turns, before its Waiter may advise parking), so the
+    /// holder's next acquisition cannot steal past it.
+    #[test]
+    #[cfg_attr(miri, ignore = "waits on real time for the queue head")]
+    fn a_head_past_the_fairness_bound_stops_stealing() {
+        let l = BoundedSteal::with_fair_after(Duration::from_micros(1))
+            .unwrap()
+            .with_steal_budget(1_000_000)
+            .unwrap();
+        let got = StdU32::new(0);
+        std::thread::scope(|s| {
+            l.lock();
+            s.spawn(|| {
+                l.lock();
+                got.store(1, StdOrdering::SeqCst);
+                // SAFETY: locked just above, by this thread.
+                unsafe { l.unlock(lock_api::GuardSend::new()) };
+            });
+            let t0 = Instant::now();
+            while l.word.load(Ordering::Relaxed) & NO_STEAL == 0
+                && t0.elapsed() < Duration::from_secs(20)
+            {
+                crate::sched::yield_now();
+            }
+            let word = l.word.load(Ordering::Relaxed);
+            // The holder may not take the lock back outside the queue now.
+            // (Unlocked before asserting, so that a failure does not leave the
+            // head waiting forever and the scope hanging.)
+            // SAFETY: locked above by this thread.
+            unsafe { l.unlock(lock_api::GuardSend::new()) };
+            assert!(
+                word & NO_STEAL != 0,
+                "the queue head never stopped stealing (word {word:#x}) in 20 s of waiting past a 1 µs fairness bound"
+            );
+            if let Some(g) = l.try_lock() {
+                // Only after the head has had its turn (its CAS clears NO_STEAL).
+                let head_done = got.load(StdOrdering::SeqCst) == 1;
+                // SAFETY: taken just above.
+                unsafe { l.unlock(g) };
+                assert!(
+                    head_done,
+                    "the releaser stole the lock back past a starved head"
+                );
+            }
+        });
+        assert_eq!(got.load(StdOrdering::SeqCst), 1);
+    }
+
+    /// Only the head waits for the lock spinning: a waiter queued behind it
+    /// announces SLEEPING and sleeps (after at most STEAL_PATIENCE of
+    /// spinning), while the holder still holds the lock.
+    #[test]
+    #[cfg_attr(miri, ignore = "waits on real time for queued threads")]
+    fn a_waiter_behind_the_head_sleeps() {
+        let l = BoundedSteal::new();
+        let queued_behind = |prev: *mut Node| {
+            let t0 = Instant::now();
+            loop {
+                let t = l.tail.load(Ordering::Acquire);
+                if !t.is_null() && t != prev {
+                    return t;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(20), "never queued");
+                crate::sched::yield_now();
+            }
+        };
+        std::thread::scope(|s| {
+            l.lock();
+            let take = || {
+                l.lock();
+                // SAFETY: locked just above, by this thread.
+                unsafe { l.unlock(lock_api::GuardSend::new()) };
+            };
+            s.spawn(take);
+            let head = queued_behind(ptr::null_mut());
+            s.spawn(take);
+            let behind = queued_behind(head);
+            // SAFETY: the waiter behind the head stays queued (its node alive)
+            // until it has the lock, which we hold.
+            let status = unsafe { &(*behind).status };
+            let t0 = Instant::now();
+            while status.load(Ordering::Acquire) != SLEEPING
+                && t0.elapsed() < Duration::from_secs(20)
+            {
+                crate::sched::yield_now();
+            }
+            let seen = status.load(Ordering::Acquire);
+            // Unlocked before asserting (a failure must not leave the waiters
+            // queued forever and the scope hanging).
+            // SAFETY: locked above by this thread.
+            unsafe { l.unlock(lock_api::GuardSend::new()) };
+            assert_eq!(
+                seen, SLEEPING,
+                "the waiter behind the head never went to sleep in 20 s (status {seen}; {SLEEPING} = sleeping)"
+            );
+        });
+        assert!(!l.is_locked());
     }
 
     #[test]

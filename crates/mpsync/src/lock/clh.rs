@@ -55,19 +55,10 @@ pub struct ClhGuard {
     _not_send: PhantomData<*mut ()>,
 }
 
-impl Clh {
-    /// An unlocked lock.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            tail: AtomicPtr::new(ptr::null_mut()),
-        }
-    }
-
-    /// An unlocked lock.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
+super::loom_const_new! {
+    impl[] Clh {
+        /// An unlocked lock.
+        new => Self {
             tail: AtomicPtr::new(ptr::null_mut()),
         }
     }
@@ -83,12 +74,7 @@ impl Default for Clh {
 // empty queue) in swap order; each node has one successor, which alone waits on
 // it. The Acquire load of the predecessor's flag pairs with its Release clear.
 unsafe impl lock_api::RawMutex for Clh {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use Clh::new()");
+    super::loom_const_init!(Clh);
 
     type Guard = ClhGuard;
 

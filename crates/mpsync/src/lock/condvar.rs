@@ -99,25 +99,17 @@ impl Default for Condvar {
     }
 }
 
+super::loom_const_new! {
+    impl[] Condvar {
+        /// A condition variable nobody waits on.
+        new => Self {
+            seq: AtomicU32::new(0),
+            waiters: AtomicU32::new(0),
+        }
+    }
+}
+
 impl Condvar {
-    /// A condition variable nobody waits on.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            seq: AtomicU32::new(0),
-            waiters: AtomicU32::new(0),
-        }
-    }
-
-    /// A condition variable nobody waits on.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            seq: AtomicU32::new(0),
-            waiters: AtomicU32::new(0),
-        }
-    }
-
     /// Releases the mutex behind `guard`, sleeps until a notification (or
     /// spuriously), and re-locks the mutex before returning.
     #[inline]

@@ -95,9 +95,11 @@ pub(crate) use node_cache;
 /// The loom twins of a lock's constructor, in one place: `pub const fn new()`
 /// natively, `pub fn new()` under loom (loom's atomics are not `const`).
 /// `loom_const_new! { impl[generics] Type { /// doc
-/// new => expr } }`.
+/// new => expr } }`; where the native expression is not valid under loom (a
+/// `[const { .. }; N]` array of atomics), the loom one follows:
+/// `new => expr, loom => expr`.
 macro_rules! loom_const_new {
-    (impl[$($gen:tt)*] $ty:ty { $(#[$m:meta])* new => $body:expr }) => {
+    (impl[$($gen:tt)*] $ty:ty { $(#[$m:meta])* new => $body:expr, loom => $loom:expr $(,)? }) => {
         impl<$($gen)*> $ty {
             $(#[$m])*
             #[cfg(not(loom))]
@@ -107,8 +109,13 @@ macro_rules! loom_const_new {
             $(#[$m])*
             #[cfg(loom)]
             pub fn new() -> Self {
-                $body
+                $loom
             }
+        }
+    };
+    (impl[$($gen:tt)*] $ty:ty { $(#[$m:meta])* new => $body:expr }) => {
+        $crate::lock::loom_const_new! {
+            impl[$($gen)*] $ty { $(#[$m])* new => $body, loom => $body }
         }
     };
 }

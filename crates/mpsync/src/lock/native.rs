@@ -41,23 +41,16 @@ pub struct Native {
     word: AtomicU32,
 }
 
+super::loom_const_new! {
+    impl[] Native {
+        /// An unlocked lock.
+        new => Self {
+            word: AtomicU32::new(UNLOCKED),
+        }
+    }
+}
+
 impl Native {
-    /// An unlocked lock.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            word: AtomicU32::new(UNLOCKED),
-        }
-    }
-
-    /// An unlocked lock.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            word: AtomicU32::new(UNLOCKED),
-        }
-    }
-
     /// The contended path; with a `deadline`, the timed one
     /// ([`RawMutexTimed`](lock_api::RawMutexTimed), `lock/fair_timed.rs`).
     /// Returns whether the lock was taken (always, without a deadline).
@@ -116,12 +109,7 @@ impl Default for Native {
 // at most one thread holds the lock; those Acquire operations pair with the Release
 // swap in `unlock`.
 unsafe impl lock_api::RawMutex for Native {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use Native::new()");
+    super::loom_const_init!(Native);
 
     type Guard = lock_api::GuardSend;
 

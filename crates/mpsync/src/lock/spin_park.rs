@@ -59,25 +59,17 @@ pub struct SpinThenPark {
     patience_ns: u32,
 }
 
+super::loom_const_new! {
+    impl[] SpinThenPark {
+        /// An unlocked lock with the default patience (50 µs).
+        new => Self {
+            word: AtomicU32::new(UNLOCKED),
+            patience_ns: SPIN_THEN_PARK_DEFAULT_PATIENCE.as_nanos() as u32,
+        }
+    }
+}
+
 impl SpinThenPark {
-    /// An unlocked lock with the default patience (50 µs).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            word: AtomicU32::new(UNLOCKED),
-            patience_ns: SPIN_THEN_PARK_DEFAULT_PATIENCE.as_nanos() as u32,
-        }
-    }
-
-    /// An unlocked lock with the default patience (50 µs).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            word: AtomicU32::new(UNLOCKED),
-            patience_ns: SPIN_THEN_PARK_DEFAULT_PATIENCE.as_nanos() as u32,
-        }
-    }
-
     /// A lock whose waiters park after one holder kept it for `patience`.
     /// Errors unless 100 ns ≤ `patience` ≤ 1 s.
     pub fn with_patience(patience: Duration) -> Result<Self, LockError> {
@@ -194,12 +186,7 @@ impl Default for SpinThenPark {
 // SAFETY: the state bits go UNLOCKED → held only by a successful Acquire CAS, so one
 // thread holds the lock at a time; `unlock` clears them with a Release RMW.
 unsafe impl lock_api::RawMutex for SpinThenPark {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use SpinThenPark::new()");
+    super::loom_const_init!(SpinThenPark);
 
     type Guard = lock_api::GuardSend;
 

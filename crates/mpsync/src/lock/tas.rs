@@ -20,19 +20,10 @@ pub struct Tas {
     locked: AtomicBool,
 }
 
-impl Tas {
-    /// An unlocked lock.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            locked: AtomicBool::new(false),
-        }
-    }
-
-    /// An unlocked lock.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
+super::loom_const_new! {
+    impl[] Tas {
+        /// An unlocked lock.
+        new => Self {
             locked: AtomicBool::new(false),
         }
     }
@@ -47,12 +38,7 @@ impl Default for Tas {
 // SAFETY: `locked` goes false→true only by a swap that returned false, so at most one
 // thread holds the lock; the Acquire swap pairs with the Release store in `unlock`.
 unsafe impl lock_api::RawMutex for Tas {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use Tas::new()");
+    super::loom_const_init!(Tas);
 
     type Guard = lock_api::GuardSend;
 

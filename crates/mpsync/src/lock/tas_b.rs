@@ -43,27 +43,18 @@ pub struct TasB {
     cap_ns: u32,
 }
 
+super::loom_const_new! {
+    impl[] TasB {
+        /// An unlocked lock with the default backoff (100 ns doubling to 30 µs).
+        new => Self {
+            locked: AtomicBool::new(false),
+            min_ns: DEFAULT_MIN_NS as u32,
+            cap_ns: DEFAULT_CAP_NS as u32,
+        }
+    }
+}
+
 impl TasB {
-    /// An unlocked lock with the default backoff (100 ns doubling to 30 µs).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            locked: AtomicBool::new(false),
-            min_ns: DEFAULT_MIN_NS as u32,
-            cap_ns: DEFAULT_CAP_NS as u32,
-        }
-    }
-
-    /// An unlocked lock with the default backoff (100 ns doubling to 30 µs).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            locked: AtomicBool::new(false),
-            min_ns: DEFAULT_MIN_NS as u32,
-            cap_ns: DEFAULT_CAP_NS as u32,
-        }
-    }
-
     /// An unlocked lock whose backoff starts at `min` and doubles up to `cap`.
     ///
     /// Errors if `min` is zero, `min > cap`, or `cap` exceeds one second.
@@ -138,12 +129,7 @@ impl Default for TasB {
 // SAFETY: `locked` goes false→true only by a swap that returned false, so at most one
 // thread holds the lock; the Acquire swap pairs with the Release store in `unlock`.
 unsafe impl lock_api::RawMutex for TasB {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use TasB::new()");
+    super::loom_const_init!(TasB);
 
     type Guard = lock_api::GuardSend;
 
