@@ -961,6 +961,29 @@ mod tests {
         assert!(!l.is_locked());
     }
 
+    /// A holder that took a number and has nobody behind it frees the lock:
+    /// `serving == next` again, so `try_lock` succeeds and `is_locked` is
+    /// false. (Re-offering its own, already-served number instead — the
+    /// release of a holder that took none — leaves the lock reserved for
+    /// nobody until a waiter behind withdraws it.) And a holder that took no
+    /// number leaves `next` as it was.
+    #[test]
+    fn a_release_with_nobody_waiting_frees_the_lock() {
+        let l = TicketNp::new();
+        for _ in 0..3 {
+            let g = l.lock_ticketed();
+            l.unlock_now(g);
+            assert!(!l.is_locked(), "free after a ticketed hold");
+            let g = l.try_lock().expect("free after a ticketed hold");
+            // Relaxed: single-threaded.
+            let n = l.next.load(Ordering::Relaxed);
+            l.unlock_now(g);
+            assert_eq!(l.next.load(Ordering::Relaxed), n, "try_lock took a number");
+            assert!(!l.is_locked(), "free after an unticketed hold");
+        }
+        assert_eq!(l.withdrawn(), 0);
+    }
+
     /// A number taken but not yet claimed holds an offer that reserves the lock:
     /// `try_lock` fails and `is_locked` says so.
     #[test]
