@@ -470,7 +470,8 @@ fn ticket_np_twice() {
 #[test]
 fn ticket_np_far_sleeper_is_woken() {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(2);
+    // Bound 1: minutes at 2 (three threads, every spin a sleep near the turn).
+    b.preemption_bound = Some(1);
     // Waiters near their turn sleep (timed: a model yield) at every spin, so
     // an execution is long; the default 1000 branches cut some short.
     b.max_branches = 20_000;
