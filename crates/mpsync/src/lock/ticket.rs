@@ -273,7 +273,7 @@ const NEAR_SLEEP: Duration = Duration::from_millis(1);
 ///
 /// Under the emulated pseudo-scheduler a waiter waits as in the paper:
 /// proportional backoff, giving its processor away when the scheduler warns it.
-/// Natively it waits through [`sched::Waiter`]: a waiter at most [`SPINNERS`]
+/// Natively it waits through [`sched::Waiter`]: a waiter at most `SPINNERS` (one)
 /// positions from the offer spins; farther ones sleep on a wake slot (a futex
 /// word in the lock, shared-memory safe), woken one step ahead of their turn by
 /// the thread that decides the number ahead; a spinner whose patience runs out
