@@ -7,7 +7,7 @@
 //! | [`TasB`]               | TAS-B              | test, backoff (cap 30 µs)                 | 003 §4.1, 000 §4        |
 //! | [`Ticket`]             | Ticket             | proportional backoff, FIFO                | 001 §3.1, 004 §3.1      |
 //! | [`TicketSplit`]        | (Ticket, split)    | as Ticket, counters on two cache lines    | 004 §3.1                |
-//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw         | 001 §3.1                |
+//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw; natively the next waiter spins, later ones sleep on wake slots | 001 §3.1 |
 //! | [`AndersonN`]          | Anderson           | spinning on its own array slot, FIFO      | 004 §3.1                |
 //! | [`Queued`]             | Queued (MCS)       | spinning on its own node, FIFO            | 003 §4.1                |
 //! | [`QueuedHandshaking`]  | Queued-Handshaking | own node; ack or be skipped               | 003 §3                  |
@@ -236,7 +236,8 @@ pub type QueuedNp = Np<Queued>;
 
 /// Locks that work when placed in memory shared by several processes (an
 /// `mmap(MAP_SHARED)` region, a `shm_open` file): they hold no pointers and no
-/// per-process state, are `#[repr(C)]`, never park (no private futex), and are
+/// per-process state, are `#[repr(C)]`, never park on a private futex (Ticket-np's
+/// sleepers use shared futex words in the lock, which any process wakes), and are
 /// valid when their bytes are a copy of an unlocked lock made by
 /// `new()` — so one process can initialize the region and others map it at any
 /// address. The shared-memory message queue (paper 004) builds on them.
@@ -268,7 +269,8 @@ unsafe impl ProcessShared for Ticket {}
 // SAFETY: see above.
 unsafe impl ProcessShared for TicketSplit {}
 // SAFETY: see above; the no-preempt request lives in each process's own
-// context block, which is per-thread state outside the lock.
+// context block, which is per-thread state outside the lock, and its sleepers
+// park on its wake slots with shared (not private) futex operations.
 unsafe impl ProcessShared for TicketNp {}
 // SAFETY: see above.
 unsafe impl<const N: usize> ProcessShared for AndersonN<N> {}
