@@ -270,16 +270,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let rounds = p.trials.max(3);
     let busy = BusyWork::global();
     let cpus = mpsync::sched::native::available_cpus()?;
-    let table: Vec<LockImpl> = {
-        let only = std::env::var("MPSYNC_ONLY_13W").ok();
-        mutex_table()
-            .into_iter()
-            .filter(|i| {
-                only.as_deref()
-                    .is_none_or(|o| o.split(',').any(|n| n == i.name))
-            })
-            .collect()
-    };
+    let table: Vec<LockImpl> = mutex_table();
     let configs = configs(&threads, p.quick);
     let answers = mpsync::sched::native::preemption_answers();
     let kernel_answers = matches!(answers, mpsync::sched::native::PreemptionAnswers::Ebpf);
