@@ -31,6 +31,7 @@
 pub mod alloc;
 pub mod counter;
 pub mod cr_hash;
+pub mod handle;
 pub mod hash;
 pub mod heap;
 mod herlihy_heap;
