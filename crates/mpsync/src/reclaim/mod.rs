@@ -195,6 +195,15 @@ pub trait Local {
     /// Announces a quiescent state: this thread holds no reference to any node of
     /// the domain. QSBR's only way to make progress; a no-op for the other schemes.
     fn quiescent(&mut self);
+
+    /// Goes offline: this thread holds no reference to any node of the domain and
+    /// may not use it for a long time, so it must not hold reclamation up. QSBR
+    /// leaves its grace period (an unpin; the next [`enter`](Self::enter) or
+    /// [`quiescent`](Self::quiescent) re-joins at the current epoch, with EBR's
+    /// validated pin); a no-op for the other schemes, whose registrations hold
+    /// nothing up between operations. What a registration cached across
+    /// operations calls after each one ([`Auto`](crate::ds::handle::Auto)).
+    fn park(&mut self) {}
 }
 
 /// One operation's access to the domain.

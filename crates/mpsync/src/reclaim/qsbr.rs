@@ -120,9 +120,13 @@ impl QsbrLocal {
 impl Local for QsbrLocal {
     type Guard<'a> = QsbrGuard<'a>;
 
-    /// Nothing to do: the thread is always online.
+    /// Nothing to do while the thread is online; after [`park`](Local::park),
+    /// re-joins at the current epoch first (a validated pin).
     #[inline]
     fn enter(&mut self) -> QsbrGuard<'_> {
+        if !self.thread.is_pinned() {
+            self.thread.pin(&self.domain.core);
+        }
         QsbrGuard { local: self }
     }
 
@@ -135,6 +139,12 @@ impl Local for QsbrLocal {
         if self.thread.pending() > 0 || core.has_orphans() {
             self.thread.collect(core);
         }
+    }
+
+    /// Offline until the next `enter` or `quiescent`: an unpin, so the epoch can
+    /// advance past this thread while it does nothing.
+    fn park(&mut self) {
+        self.thread.unpin();
     }
 }
 
