@@ -166,6 +166,35 @@ fn qsbr_protect_vs_retire_and_quiescent_states() {
     );
 }
 
+/// A QSBR registration that went offline (`Local::park`, as the handle-free API's
+/// cached registrations do after each operation) re-joins on its next `enter`:
+/// the re-pin races the writer's quiescent states (epoch advances), and a node
+/// the reader then reaches is not freed under it. Without the re-pin the parked
+/// reader would read while the epoch advances past it.
+#[test]
+fn qsbr_parked_registration_rejoins_before_reading() {
+    model(
+        Qsbr::new,
+        |d, src| {
+            let mut l = Qsbr::register(d);
+            l.park();
+            {
+                let mut g = l.enter();
+                let p = g.protect(0, src);
+                read(p);
+            }
+            l.park();
+        },
+        |d, src| {
+            let mut l = Qsbr::register(d);
+            unlink_and_retire(&mut l.enter(), src);
+            for _ in 0..3 {
+                l.quiescent();
+            }
+        },
+    );
+}
+
 /// A thread leaves (drops its handle) with its node pending while another thread
 /// reclaims and leaves: the hand-over to the domain loses nothing and frees
 /// nothing twice.

@@ -1,9 +1,9 @@
 //! The one handle type of the non-blocking structures: a thread's registration
 //! with a structure's reclamation domain, and Hart's automatic quiescent states.
 //!
-//! Every non-blocking structure ([`MsQueue`](super::ms_queue::MsQueue),
-//! [`PljQueue`](super::plj_queue::PljQueue), [`TreiberStack`](super::treiber::TreiberStack),
-//! [`HerlihyStack`](super::stack::HerlihyStack), [`HerlihySkewHeap`](super::heap::HerlihySkewHeap))
+//! Every non-blocking structure ([`MsQueue`],
+//! [`PljQueue`], [`TreiberStack`],
+//! [`HerlihyStack`], [`HerlihySkewHeap`])
 //! takes the caller's registration ([`Local`]) explicitly in its operations. A
 //! [`Handle`] holds one for a thread, passes it to each operation, and announces
 //! a quiescent state every [`QUIESCENT_EVERY`](super::lf::QUIESCENT_EVERY)

@@ -22,7 +22,22 @@
 //!   loads a pointer from shared memory so that it stays valid until the guard is
 //!   dropped or the slot [released](Guard::release), and
 //!   [`retire_box`](Guard::retire_box)/[`retire_raw`](Guard::retire_raw) hand over a
-//!   node that was unlinked, to be freed when no thread can reach it.
+//!   node that was unlinked, to be freed when no thread can reach it;
+//!   [`retire_with`](Guard::retire_with) retires a node with a closure that frees
+//!   it (retire with context: a length, other objects), and [`defer`](Guard::defer)
+//!   runs a closure after a grace period.
+//!
+//! Hand over hand: hazard pointers protect a moving window by *relabelling* slots
+//! (the slot protecting the current node becomes the predecessor's, and only the
+//! next node is protected anew, as `ds::hm_list` does) — never by copying a
+//! protected pointer into another slot and clearing the first: a scan that reads
+//! the target slot before the copy and the source slot after the clear sees
+//! neither, and frees the node. Hazard slots are allocated on demand, so a
+//! traversal may use as many as it needs.
+//!
+//! A registration kept across operations (a cached one, as
+//! [`ds::handle::Auto`](crate::ds::handle::Auto) keeps) calls [`Local::park`] after
+//! each: QSBR then goes offline, so an idle thread never holds reclamation up.
 //!
 //! Between operations a thread calls [`Local::quiescent`]: QSBR needs it (a thread
 //! that never announces a quiescent state stops all reclamation); the other
