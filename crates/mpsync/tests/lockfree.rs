@@ -747,6 +747,18 @@ fn auto_queue_conservation<R: Reclaimer>(domain: R) {
     assert!(st.retired >= THREADS * per, "{}: {st:?}", R::NAME);
     assert!(st.freed > 0, "{}: nothing reclaimed: {st:?}", R::NAME);
     assert_eq!(st.freed + st.pending, st.retired, "{}: {st:?}", R::NAME);
+    // Every worker has exited; their cached registrations stay in the cache. This
+    // thread alone must still get its own nodes reclaimed.
+    for i in 0..1_000 {
+        q.enqueue(i);
+        assert_eq!(q.dequeue(), Some(i));
+    }
+    let after = q.inner().domain().stats();
+    assert!(
+        after.freed >= st.freed + 500,
+        "{}: exited threads' registrations hold reclamation up: {st:?} then {after:?}",
+        R::NAME
+    );
 }
 
 #[test]

@@ -408,25 +408,42 @@ mod tests {
     }
 
     /// The cached registration of a thread that has stopped using the structure
-    /// (here: exited) must not hold QSBR up: it is parked after each operation.
+    /// (here: idle, waiting until the main thread is done) must not hold QSBR
+    /// up: it is parked after each operation.
     #[test]
     fn an_idle_cached_registration_does_not_hold_qsbr_up() {
         let s: Auto<TreiberStack<u64, Qsbr>> = Auto::new(TreiberStack::new());
         let d = s.inner().domain().clone();
+        // This thread's registration first (so the other thread's is its own).
+        s.push(1);
+        assert_eq!(s.pop(), Some(1));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|sc| {
-            sc.spawn(|| s.push(0));
+            // Owned here, so a failing assertion below drops it and the idle
+            // thread stops waiting (no deadlock on failure).
+            let go_tx = go_tx;
+            let s = &s;
+            sc.spawn(move || {
+                s.push(0);
+                done_tx.send(()).unwrap();
+                let _ = go_rx.recv(); // idle, registered, until told (or failed)
+            });
+            done_rx.recv().unwrap();
+            assert_eq!(d.records(), 2);
+            let n = if cfg!(miri) { 300 } else { 3_000 };
+            for i in 0..n {
+                s.push(i);
+                assert!(s.pop().is_some());
+            }
+            let st = d.stats();
+            assert!(st.retired >= n, "{st:?}");
+            assert!(
+                st.freed > 0,
+                "the idle thread's registration held QSBR up: {st:?}"
+            );
+            go_tx.send(()).unwrap();
         });
-        let n = if cfg!(miri) { 300 } else { 3_000 };
-        for i in 0..n {
-            s.push(i);
-            assert!(s.pop().is_some());
-        }
-        let st = d.stats();
-        assert!(st.retired >= n, "{st:?}");
-        assert!(
-            st.freed > 0,
-            "the exited thread's registration held QSBR up: {st:?}"
-        );
         let mut h = s.inner().handle();
         assert_eq!(h.pop(), Some(0));
         drop(h);
