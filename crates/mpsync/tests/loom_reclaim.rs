@@ -126,6 +126,28 @@ fn hp_protect_vs_retire_and_scan() {
     );
 }
 
+/// As above with the hazard in a slot the reader does not have yet: `protect`
+/// allocates a block of slots (linked into the reader's record with a Release
+/// store) while the writer's scan walks the records. The scan must see the
+/// hazard in the new block whenever the reader may still read the node.
+#[test]
+fn hp_protect_into_a_slot_allocated_on_demand_vs_scan() {
+    model(
+        || HazardPointers::with_threshold(1, 1).unwrap(),
+        |d, src| {
+            let mut l = HazardPointers::register(d);
+            let mut g = l.enter();
+            let p = g.protect(5, src); // K = 1: slot 5 is in a second block
+            read(p);
+        },
+        |d, src| {
+            let mut l = HazardPointers::register(d);
+            unlink_and_retire(&mut l.enter(), src);
+            l.scan();
+        },
+    );
+}
+
 #[test]
 fn ebr_protect_vs_retire_and_advance() {
     model(

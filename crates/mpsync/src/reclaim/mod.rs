@@ -504,12 +504,22 @@ mod tests {
         let mut g = r.enter();
         assert_eq!(g.protect(0, &src), node);
         src.store(std::ptr::null_mut(), Ordering::Release); // unlink
-        let (f, addr) = (freed.clone(), node as usize);
+        /// The node's address, `Send` (keeps its provenance, unlike a `usize`).
+        struct Owned(*mut u64);
+        // SAFETY: the box it points to is owned by the closure alone.
+        unsafe impl Send for Owned {}
+        impl Owned {
+            fn free(self) {
+                // SAFETY: made by `Box::into_raw` above, freed once, here.
+                drop(unsafe { Box::from_raw(self.0) });
+            }
+        }
+        let (f, owned) = (freed.clone(), Owned(node));
         // SAFETY: `node` is unlinked and retired once; the closure frees exactly
         // that box, once.
         unsafe {
             w.enter().retire_with(node.cast(), move || {
-                drop(Box::from_raw(addr as *mut u64));
+                owned.free();
                 f.store(true, StdOrdering::Relaxed);
             })
         };
