@@ -704,3 +704,66 @@ fn treiber_pop_with_a_stale_top_retries_every_scheme() {
     treiber_pop_with_a_stale_top_retries::<Ebr>();
     treiber_pop_with_a_stale_top_retries::<Qsbr>();
 }
+
+/// The handle-free API (`ds::handle::Auto`) under real oversubscription: 6
+/// threads on 2 cores enqueue distinct values and dequeue through `&self` only
+/// (cached registrations, parked after every operation); half of them exit
+/// early, so live threads keep working beside the cached registrations of exited
+/// ones. Conservation: every value is dequeued exactly once (here or in the final
+/// drain), and the scheme reclaims while the run goes on (an exited thread's
+/// registration does not hold it up).
+fn auto_queue_conservation<R: Reclaimer>(domain: R) {
+    use mpsync::ds::handle::Auto;
+    const THREADS: u64 = 6;
+    let per = sized(20_000, 8);
+    let q: Auto<MsQueue<u64, R>> = Auto::new(MsQueue::with_domain(Arc::new(domain)));
+    let seen: Vec<AtomicU64> = (0..THREADS * per).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (q, seen) = (&q, &seen);
+            s.spawn(move || {
+                // The early leavers do a tenth of the work.
+                let n = if t % 2 == 0 { per } else { per / 10 };
+                for i in 0..n {
+                    q.enqueue(t * per + i);
+                    if let Some(v) = q.dequeue() {
+                        seen[v as usize].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                for i in n..per {
+                    // Enqueued but left for others (and the drain) to take.
+                    q.enqueue(t * per + i);
+                }
+            });
+        }
+    });
+    while let Some(v) = q.dequeue() {
+        seen[v as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    for (v, c) in seen.iter().enumerate() {
+        assert_eq!(c.load(Ordering::Relaxed), 1, "{}: value {v}", R::NAME);
+    }
+    let st = q.inner().domain().stats();
+    assert!(st.retired >= THREADS * per, "{}: {st:?}", R::NAME);
+    assert!(st.freed > 0, "{}: nothing reclaimed: {st:?}", R::NAME);
+    assert_eq!(st.freed + st.pending, st.retired, "{}: {st:?}", R::NAME);
+    // Every worker has exited; their cached registrations stay in the cache. This
+    // thread alone must still get its own nodes reclaimed.
+    for i in 0..1_000 {
+        q.enqueue(i);
+        assert_eq!(q.dequeue(), Some(i));
+    }
+    let after = q.inner().domain().stats();
+    assert!(
+        after.freed >= st.freed + 500,
+        "{}: exited threads' registrations hold reclamation up: {st:?} then {after:?}",
+        R::NAME
+    );
+}
+
+#[test]
+fn auto_api_conserves_values_under_oversubscription() {
+    auto_queue_conservation(Qsbr::new());
+    auto_queue_conservation(Ebr::new());
+    auto_queue_conservation(HazardPointers::new(2).unwrap());
+}

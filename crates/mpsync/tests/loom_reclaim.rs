@@ -126,6 +126,28 @@ fn hp_protect_vs_retire_and_scan() {
     );
 }
 
+/// As above with the hazard in a slot the reader does not have yet: `protect`
+/// allocates a block of slots (linked into the reader's record with a Release
+/// store) while the writer's scan walks the records. The scan must see the
+/// hazard in the new block whenever the reader may still read the node.
+#[test]
+fn hp_protect_into_a_slot_allocated_on_demand_vs_scan() {
+    model(
+        || HazardPointers::with_threshold(1, 1).unwrap(),
+        |d, src| {
+            let mut l = HazardPointers::register(d);
+            let mut g = l.enter();
+            let p = g.protect(5, src); // K = 1: slot 5 is in a second block
+            read(p);
+        },
+        |d, src| {
+            let mut l = HazardPointers::register(d);
+            unlink_and_retire(&mut l.enter(), src);
+            l.scan();
+        },
+    );
+}
+
 #[test]
 fn ebr_protect_vs_retire_and_advance() {
     model(
@@ -155,6 +177,35 @@ fn qsbr_protect_vs_retire_and_quiescent_states() {
             let p = l.enter().protect(0, src);
             read(p);
             l.quiescent();
+        },
+        |d, src| {
+            let mut l = Qsbr::register(d);
+            unlink_and_retire(&mut l.enter(), src);
+            for _ in 0..3 {
+                l.quiescent();
+            }
+        },
+    );
+}
+
+/// A QSBR registration that went offline (`Local::park`, as the handle-free API's
+/// cached registrations do after each operation) re-joins on its next `enter`:
+/// the re-pin races the writer's quiescent states (epoch advances), and a node
+/// the reader then reaches is not freed under it. Without the re-pin the parked
+/// reader would read while the epoch advances past it.
+#[test]
+fn qsbr_parked_registration_rejoins_before_reading() {
+    model(
+        Qsbr::new,
+        |d, src| {
+            let mut l = Qsbr::register(d);
+            l.park();
+            {
+                let mut g = l.enter();
+                let p = g.protect(0, src);
+                read(p);
+            }
+            l.park();
         },
         |d, src| {
             let mut l = Qsbr::register(d);

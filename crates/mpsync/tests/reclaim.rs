@@ -105,29 +105,46 @@ fn new_slots(sink: &'static Sink) -> Arc<Vec<AtomicPtr<Node>>> {
     )
 }
 
-/// Replaces a random slot's node, retiring the old one. Returns whether it did.
+/// Replaces a random slot's node, retiring the old one (every third time with
+/// `retire_with` and a closure). Returns whether it did. With `spread > 1` the
+/// two hazard slots are two distinct random ones below `spread` (hazard pointers
+/// allocate them on demand), else slots 1 and 0.
 fn replace_one<R: Reclaimer>(
     local: &mut R::Local,
     slots: &[AtomicPtr<Node>],
     rng: &mut Rng,
     sink: &'static Sink,
+    spread: usize,
 ) -> bool {
     let mut g = local.enter();
     let a = (rng.next() % SLOTS as u64) as usize;
     let b = (rng.next() % SLOTS as u64) as usize;
+    let (h0, h1) = if spread > 1 {
+        let h0 = (rng.next() % spread as u64) as usize;
+        let h1 = (h0 + 1 + (rng.next() % (spread as u64 - 1)) as usize) % spread;
+        (h0, h1)
+    } else {
+        (0, 1)
+    };
     // A second protected node that someone else may retire meanwhile.
-    let other = g.protect(1, &slots[b]);
+    let other = g.protect(h1, &slots[b]);
     check(other);
-    let p = g.protect(0, &slots[a]);
+    let p = g.protect(h0, &slots[a]);
     check(p);
     let new = Node::new(sink);
     let ok = slots[a]
         .compare_exchange(p, new, Ordering::AcqRel, Ordering::Acquire)
         .is_ok();
     if ok {
-        // SAFETY: `p` is unlinked by our CAS and retired once; `poison` is sound
-        // from any thread.
-        unsafe { g.retire_raw(p.cast(), poison) };
+        if rng.next().is_multiple_of(3) {
+            let addr = p as usize;
+            // SAFETY: as below; the closure poisons exactly `p`, once.
+            unsafe { g.retire_with(p.cast(), move || poison(addr as *mut u8)) };
+        } else {
+            // SAFETY: `p` is unlinked by our CAS and retired once; `poison` is
+            // sound from any thread.
+            unsafe { g.retire_raw(p.cast(), poison) };
+        }
         check(p); // still protected by this guard
     } else {
         // SAFETY: `new` was never shared.
@@ -155,6 +172,12 @@ fn stress<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64) {
 
 /// [`stress`] at exactly this size, in every build.
 fn stress_sized<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64) {
+    stress_spread(domain, threads, ops, rejoin, 0);
+}
+
+/// [`stress_sized`], protecting into hazard slots below `spread` (see
+/// [`replace_one`]).
+fn stress_spread<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64, spread: usize) {
     let sink = Sink::new();
     let domain = Arc::new(domain);
     let slots = new_slots(sink);
@@ -167,7 +190,7 @@ fn stress_sized<R: Reclaimer>(domain: R, threads: u64, ops: u64, rejoin: u64) {
                 let mut local = R::register(&domain);
                 let mut mine = 0;
                 for i in 1..=ops {
-                    if replace_one::<R>(&mut local, &slots, &mut rng, sink) {
+                    if replace_one::<R>(&mut local, &slots, &mut rng, sink, spread) {
                         mine += 1;
                     }
                     local.quiescent();
@@ -237,6 +260,20 @@ fn hp_stress_scanning_at_every_retire() {
         THREADS,
         OPS / 4,
         1_000,
+    );
+}
+
+/// Hazard slots allocated on demand while others scan: every thread protects
+/// into random slots below 40 (one up front), so records grow their chains of
+/// slot blocks mid-run, and re-registering threads inherit grown records.
+#[test]
+fn hp_stress_with_slots_on_demand() {
+    stress_spread(
+        HazardPointers::with_threshold(1, 1).unwrap(),
+        THREADS,
+        sized(OPS / 4, 6),
+        sized(1_000, 6),
+        40,
     );
 }
 
@@ -329,7 +366,7 @@ fn stalled<R: Reclaimer>(domain: R) -> (u64, ReclaimStats, ReclaimStats) {
                 let mut rng = Rng(0xabcd_ef01 ^ ((t as u64 + 1) * 0x1234_5678_9abc));
                 let mut n = 0;
                 while n < RETIRES_PER_WORKER {
-                    if replace_one::<R>(&mut local, &slots, &mut rng, sink) {
+                    if replace_one::<R>(&mut local, &slots, &mut rng, sink, 0) {
                         n += 1;
                         let p = domain.stats().pending;
                         max_pending.fetch_max(p, Ordering::Relaxed);

@@ -5,6 +5,12 @@
 //! thread loops {put; take} (counters: increment), announcing a quiescent state
 //! every 100 operations (Hart's test loop); value = operations per second,
 //! normalized to the reference peer of its kind at the same thread count.
+//!
+//! The table holds every kind at once, and some rows have the same name in
+//! several kinds ("single lock" is a queue, a stack, a heap and a counter), so the
+//! implementation names written to the trials, points, CSVs and figure say which
+//! structure they belong to: `"queue: single lock"`, `"stack: Treiber (HP)"`
+//! ([`qualified`]).
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +29,23 @@ pub const BASE_DURATION_MS: f64 = 300.0;
 /// the 270 trials of the smoke run near 16 s.
 pub const QUICK_DURATION_FACTOR: f64 = 2.0 / 3.0;
 
-/// The peer every row of a kind is compared with.
+/// The structure a kind's rows belong to, as the implementation names say it.
+pub fn structure(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Queue => "queue",
+        Kind::Stack => "stack",
+        Kind::Heap => "heap",
+        Kind::Counter => "counter",
+    }
+}
+
+/// A row's name as written to this experiment's output: the structure, then the
+/// implementation (`"queue: single lock"`).
+pub fn qualified(kind: Kind, name: &str) -> String {
+    format!("{}: {name}", structure(kind))
+}
+
+/// The peer every row of a kind is compared with (unqualified table name).
 pub fn reference(kind: Kind) -> &'static str {
     match kind {
         Kind::Queue => "SegQueue",
@@ -33,11 +55,12 @@ pub fn reference(kind: Kind) -> &'static str {
     }
 }
 
-/// The speed targets: (mpsync row, peer row), ratio of throughputs ≥ 1.
-pub const TARGETS: &[(&str, &str)] = &[
-    ("MS non-blocking", "SegQueue"),
-    ("Treiber", "crossbeam-epoch Treiber"),
-    ("Treiber (HP)", "haphazard Treiber"),
+/// The speed targets: (kind, mpsync row, peer row), ratio of throughputs
+/// ≥ 1.
+pub const TARGETS: &[(Kind, &str, &str)] = &[
+    (Kind::Queue, "MS non-blocking", "SegQueue"),
+    (Kind::Stack, "Treiber", "crossbeam-epoch Treiber"),
+    (Kind::Stack, "Treiber (HP)", "haphazard Treiber"),
 ];
 
 /// Runs the experiment.
@@ -77,7 +100,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                     counts.iter().copied().max().unwrap_or(0),
                 );
                 trials.push(Trial {
-                    implementation: imp.name.into(),
+                    implementation: qualified(imp.kind, imp.name),
                     x: f64::from(n),
                     trial: t,
                     value: total as f64 / duration.as_secs_f64(),
@@ -94,7 +117,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         }
     }
     pb.finish_and_clear();
-    let names: Vec<&str> = table.iter().map(|i| i.name).collect();
+    let names: Vec<String> = table.iter().map(|i| qualified(i.kind, i.name)).collect();
     let mean_of = |name: &str, x: f64| {
         let v: Vec<f64> = trials
             .iter()
@@ -107,12 +130,13 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     for &n in &threads {
         let x = f64::from(n);
         for imp in &table {
-            let base = mean_of(reference(imp.kind), x)
+            let base = mean_of(&qualified(imp.kind, reference(imp.kind)), x)
                 .filter(|b| *b > 0.0)
                 .unwrap_or(1.0);
-            if let Some(v) = mean_of(imp.name, x) {
+            let name = qualified(imp.kind, imp.name);
+            if let Some(v) = mean_of(&name, x) {
                 points.push(Point {
-                    implementation: imp.name.into(),
+                    implementation: name,
                     x,
                     value: v,
                     normalized: v / base,
@@ -134,7 +158,8 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             .find(|q| q.implementation == name && q.x == x)
             .map(|q| q.value)
     };
-    for &(ours, peer) in TARGETS {
+    for &(kind, ours, peer) in TARGETS {
+        let (ours, peer) = (&qualified(kind, ours), &qualified(kind, peer));
         let mut parts = Vec::new();
         for &n in &threads {
             let x = f64::from(n);
@@ -162,7 +187,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             table
                 .iter()
                 .filter(|i| i.kind == kind && (i.origin == Origin::Peer) == peer)
-                .filter_map(|i| at(i.name, x).map(|v| (i.name, v)))
+                .filter_map(|i| at(&qualified(kind, i.name), x).map(|v| (i.name, v)))
                 .max_by(|a, b| a.1.total_cmp(&b.1))
         };
         if let (Some(m), Some(pe)) = (best(false), best(true)) {
@@ -177,7 +202,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let series: Vec<Series> = names
         .iter()
         .map(|n| Series {
-            label: (*n).into(),
+            label: n.clone(),
             points: points
                 .iter()
                 .filter(|q| q.implementation == *n)
@@ -205,7 +230,8 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             "trial_ms": duration.as_secs_f64() * 1e3,
             "ops_per_quiescent_state": super::structures::OPS_PER_QUIESCENT,
             "implementations": names,
-            "references": ([Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter].map(reference)),
+            "references": ([Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter]
+                .map(|k| qualified(k, reference(k)))),
         }),
         busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
         unit: "operations per second (higher is better)".into(),
@@ -223,4 +249,36 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         },
     };
     Ok((rec, svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_names_are_unique_and_say_their_structure() {
+        let table = ds_table();
+        let mut names: Vec<String> = table.iter().map(|i| qualified(i.kind, i.name)).collect();
+        assert!(
+            names.iter().any(|n| n == "queue: single lock")
+                && names.iter().any(|n| n == "stack: single lock"),
+            "{names:?}"
+        );
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "two rows would share a name in the CSV");
+        for (kind, ours, peer) in TARGETS {
+            for row in [ours, peer] {
+                assert!(
+                    table.iter().any(|i| i.kind == *kind && i.name == *row),
+                    "target row {row} is not a {} row",
+                    structure(*kind)
+                );
+            }
+        }
+        for k in [Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter] {
+            assert!(table.iter().any(|i| i.kind == k && i.name == reference(k)));
+        }
+    }
 }

@@ -520,6 +520,6 @@ mod tests {
             format!("{h:?}"),
             "HerlihySkewHeap { reclaimer: \"EBR\", .. }"
         );
-        assert!(format!("{:?}", h.handle()).starts_with("HerlihySkewHeapHandle"));
+        assert!(format!("{:?}", h.handle()).starts_with("Handle { structure: HerlihySkewHeap"));
     }
 }

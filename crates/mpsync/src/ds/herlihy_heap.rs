@@ -14,7 +14,7 @@ use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
-use super::stack::QUIESCE_EVERY;
+use super::handle::{Handle, Registered};
 use super::version::{DeadNode, Version, link_dead};
 use super::{ConcurrentPriorityQueue, PriorityQueueHandle};
 
@@ -218,11 +218,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
 
     /// The calling thread's handle: registers it with the domain.
     pub fn handle(&self) -> HerlihySkewHeapHandle<'_, T, R> {
-        HerlihySkewHeapHandle {
-            heap: self,
-            local: R::register(&self.domain),
-            ops: 0,
-        }
+        Handle::new(self)
     }
 
     /// Inserts `value`; `local` is the calling thread's registration in
@@ -398,47 +394,28 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> ConcurrentPriorityQue
     }
 }
 
-/// A thread's handle on a [`HerlihySkewHeap`]: its registration with the domain.
-/// Announces a quiescent state every 100 operations by itself.
-pub struct HerlihySkewHeapHandle<'a, T, R: Reclaimer> {
-    heap: &'a HerlihySkewHeap<T, R>,
-    local: R::Local,
-    ops: u32,
+/// A thread's handle on a [`HerlihySkewHeap`]: the generic [`Handle`] (its
+/// registration with the domain, and a quiescent state every 100 operations).
+pub type HerlihySkewHeapHandle<'a, T, R = Ebr> = Handle<'a, HerlihySkewHeap<T, R>>;
+
+impl<T, R: Reclaimer> Registered for HerlihySkewHeap<T, R> {
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
+    }
 }
 
 impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> PriorityQueueHandle<T>
-    for HerlihySkewHeapHandle<'_, T, R>
+    for Handle<'_, HerlihySkewHeap<T, R>>
 {
     fn insert(&mut self, value: T) {
-        self.heap.insert(&mut self.local, value);
-        self.tick();
+        self.op(|h, l| h.insert(l, value));
     }
     fn delete_min(&mut self) -> Option<T> {
-        let v = self.heap.delete_min(&mut self.local);
-        self.tick();
-        v
+        self.op(|h, l| h.delete_min(l))
     }
     fn quiescent(&mut self) {
-        self.local.quiescent();
-    }
-}
-
-impl<T, R: Reclaimer> HerlihySkewHeapHandle<'_, T, R> {
-    fn tick(&mut self) {
-        self.ops += 1;
-        if self.ops >= QUIESCE_EVERY {
-            self.ops = 0;
-            self.local.quiescent();
-        }
-    }
-}
-
-impl<T, R: Reclaimer> fmt::Debug for HerlihySkewHeapHandle<'_, T, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HerlihySkewHeapHandle")
-            .field("reclaimer", &R::NAME)
-            .field("ops_since_quiescent", &self.ops)
-            .finish_non_exhaustive()
+        self.quiescent_now();
     }
 }
 

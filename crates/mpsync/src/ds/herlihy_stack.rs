@@ -14,7 +14,7 @@ use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
-use super::stack::QUIESCE_EVERY;
+use super::handle::{Handle, Registered};
 use super::version::{DeadNode, Version};
 use super::{ConcurrentStack, StackHandle};
 
@@ -101,11 +101,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
 
     /// The calling thread's handle: registers it with the domain.
     pub fn handle(&self) -> HerlihyStackHandle<'_, T, R> {
-        HerlihyStackHandle {
-            stack: self,
-            local: R::register(&self.domain),
-            ops: 0,
-        }
+        Handle::new(self)
     }
 
     /// Pushes `value`; `local` is the calling thread's registration in
@@ -245,45 +241,26 @@ impl<T: Send + 'static, R: Reclaimer> ConcurrentStack<T> for HerlihyStack<T, R> 
     }
 }
 
-/// A thread's handle on a [`HerlihyStack`]: its registration with the domain.
-/// Announces a quiescent state every 100 operations by itself (and whenever
-/// [`quiescent`](StackHandle::quiescent) is called).
-pub struct HerlihyStackHandle<'a, T, R: Reclaimer> {
-    stack: &'a HerlihyStack<T, R>,
-    local: R::Local,
-    ops: u32,
-}
+/// A thread's handle on a [`HerlihyStack`]: the generic [`Handle`] (its
+/// registration with the domain, and a quiescent state every 100 operations
+/// and whenever [`quiescent`](StackHandle::quiescent) is called).
+pub type HerlihyStackHandle<'a, T, R = Ebr> = Handle<'a, HerlihyStack<T, R>>;
 
-impl<T, R: Reclaimer> HerlihyStackHandle<'_, T, R> {
-    fn tick(&mut self) {
-        self.ops += 1;
-        if self.ops >= QUIESCE_EVERY {
-            self.ops = 0;
-            self.local.quiescent();
-        }
+impl<T, R: Reclaimer> Registered for HerlihyStack<T, R> {
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
     }
 }
 
-impl<T: Send + 'static, R: Reclaimer> StackHandle<T> for HerlihyStackHandle<'_, T, R> {
+impl<T: Send + 'static, R: Reclaimer> StackHandle<T> for Handle<'_, HerlihyStack<T, R>> {
     fn push(&mut self, value: T) {
-        self.stack.push(&mut self.local, value);
-        self.tick();
+        self.op(|s, l| s.push(l, value));
     }
     fn pop(&mut self) -> Option<T> {
-        let v = self.stack.pop(&mut self.local);
-        self.tick();
-        v
+        self.op(|s, l| s.pop(l))
     }
     fn quiescent(&mut self) {
-        self.local.quiescent();
-    }
-}
-
-impl<T, R: Reclaimer> fmt::Debug for HerlihyStackHandle<'_, T, R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HerlihyStackHandle")
-            .field("reclaimer", &R::NAME)
-            .field("ops_since_quiescent", &self.ops)
-            .finish_non_exhaustive()
+        self.quiescent_now();
     }
 }

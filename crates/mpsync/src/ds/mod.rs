@@ -13,7 +13,10 @@
 //! structure. The handle traits ([`QueueHandle`], [`StackHandle`],
 //! [`PriorityQueueHandle`]) carry the operations; [`quiescent`](QueueHandle::quiescent)
 //! tells a QSBR-based structure that the thread holds no references (a no-op for
-//! everything else).
+//! everything else). The non-blocking structures' handles are one generic type,
+//! [`handle::Handle`]; [`handle::Auto`] wraps any of them (and the lock-free and
+//! concurrently-readable maps) for a handle-free `&self` API with a registration
+//! cached per thread (`q.enqueue(x)`, `m.insert(k, v)`).
 //!
 //! ```
 //! use mpsync::ds::{ConcurrentQueue, QueueHandle};
@@ -31,6 +34,7 @@
 pub mod alloc;
 pub mod counter;
 pub mod cr_hash;
+pub mod handle;
 pub mod hash;
 pub mod heap;
 mod herlihy_heap;

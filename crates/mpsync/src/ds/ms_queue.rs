@@ -48,7 +48,8 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
+use super::handle::{Handle, Registered};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sched::stall;
@@ -264,11 +265,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
     pub fn handle(&self) -> MsQueueHandle<'_, T, R, A> {
-        MsQueueHandle {
-            queue: self,
-            local: R::register(&self.domain),
-            auto: AutoQuiescent::new(),
-        }
+        Handle::new(self)
     }
 }
 
@@ -304,44 +301,30 @@ impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for MsQueue<T, R, A> {
     }
 }
 
-/// One thread's access to an [`MsQueue`]: its registration with the queue's
-/// domain, and a quiescent state every 100 operations.
-pub struct MsQueueHandle<'a, T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
-    queue: &'a MsQueue<T, R, A>,
-    local: R::Local,
-    auto: AutoQuiescent,
-}
+/// One thread's access to an [`MsQueue`]: the generic [`Handle`] (its
+/// registration with the queue's domain, and a quiescent state every 100
+/// operations); [`Handle::local`] gives the registration (e.g. for
+/// [`MsQueue::is_empty`]).
+pub type MsQueueHandle<'a, T, R = Ebr, A = SystemAlloc> = Handle<'a, MsQueue<T, R, A>>;
 
-impl<T, R: Reclaimer, A: NodeAlloc> MsQueueHandle<'_, T, R, A> {
-    /// The thread's registration (e.g. for [`MsQueue::is_empty`]).
-    pub fn local(&mut self) -> &mut R::Local {
-        &mut self.local
+impl<T, R: Reclaimer, A: NodeAlloc> Registered for MsQueue<T, R, A> {
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
     }
 }
 
-impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for MsQueueHandle<'_, T, R, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MsQueueHandle")
-            .field("queue", self.queue)
-            .field("auto", &self.auto)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T, R: Reclaimer, A: NodeAlloc> QueueHandle<T> for MsQueueHandle<'_, T, R, A> {
+impl<T, R: Reclaimer, A: NodeAlloc> QueueHandle<T> for Handle<'_, MsQueue<T, R, A>> {
     fn enqueue(&mut self, value: T) {
-        self.queue.enqueue(&mut self.local, value);
-        self.auto.tick(&mut self.local);
+        self.op(|q, l| q.enqueue(l, value));
     }
 
     fn dequeue(&mut self) -> Option<T> {
-        let v = self.queue.dequeue(&mut self.local);
-        self.auto.tick(&mut self.local);
-        v
+        self.op(|q, l| q.dequeue(l))
     }
 
     fn quiescent(&mut self) {
-        self.auto.now(&mut self.local);
+        self.quiescent_now();
     }
 }
 
@@ -439,7 +422,7 @@ mod tests {
             "MsQueue { reclaimer: \"Leak\", alloc: \"system\", .. }"
         );
         let h = q.handle();
-        assert!(format!("{h:?}").starts_with("MsQueueHandle"));
+        assert!(format!("{h:?}").starts_with("Handle { structure: MsQueue"));
     }
 
     #[test]

@@ -57,7 +57,8 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
+use super::handle::{Handle, Registered};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sched::stall;
@@ -295,11 +296,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
     pub fn handle(&self) -> PljQueueHandle<'_, T, R, A> {
-        PljQueueHandle {
-            queue: self,
-            local: R::register(&self.domain),
-            auto: AutoQuiescent::new(),
-        }
+        Handle::new(self)
     }
 }
 
@@ -335,44 +332,29 @@ impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for PljQueue<T, R, A> {
     }
 }
 
-/// One thread's access to a [`PljQueue`]: its registration with the queue's
-/// domain, and a quiescent state every 100 operations.
-pub struct PljQueueHandle<'a, T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
-    queue: &'a PljQueue<T, R, A>,
-    local: R::Local,
-    auto: AutoQuiescent,
-}
+/// One thread's access to a [`PljQueue`]: the generic [`Handle`] (its
+/// registration with the queue's domain, and a quiescent state every 100
+/// operations); [`Handle::local`] gives the registration (e.g. for [`PljQueue::is_empty`]).
+pub type PljQueueHandle<'a, T, R = Ebr, A = SystemAlloc> = Handle<'a, PljQueue<T, R, A>>;
 
-impl<T, R: Reclaimer, A: NodeAlloc> PljQueueHandle<'_, T, R, A> {
-    /// The thread's registration (e.g. for [`PljQueue::is_empty`]).
-    pub fn local(&mut self) -> &mut R::Local {
-        &mut self.local
+impl<T, R: Reclaimer, A: NodeAlloc> Registered for PljQueue<T, R, A> {
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
     }
 }
 
-impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for PljQueueHandle<'_, T, R, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PljQueueHandle")
-            .field("queue", self.queue)
-            .field("auto", &self.auto)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T, R: Reclaimer, A: NodeAlloc> QueueHandle<T> for PljQueueHandle<'_, T, R, A> {
+impl<T, R: Reclaimer, A: NodeAlloc> QueueHandle<T> for Handle<'_, PljQueue<T, R, A>> {
     fn enqueue(&mut self, value: T) {
-        self.queue.enqueue(&mut self.local, value);
-        self.auto.tick(&mut self.local);
+        self.op(|s, l| s.enqueue(l, value));
     }
 
     fn dequeue(&mut self) -> Option<T> {
-        let v = self.queue.dequeue(&mut self.local);
-        self.auto.tick(&mut self.local);
-        v
+        self.op(|s, l| s.dequeue(l))
     }
 
     fn quiescent(&mut self) {
-        self.auto.now(&mut self.local);
+        self.quiescent_now();
     }
 }
 
@@ -461,6 +443,6 @@ mod tests {
             format!("{q:?}"),
             "PljQueue { reclaimer: \"HP\", alloc: \"system\", .. }"
         );
-        assert!(format!("{:?}", q.handle()).starts_with("PljQueueHandle"));
+        assert!(format!("{:?}", q.handle()).starts_with("Handle { structure: PljQueue"));
     }
 }

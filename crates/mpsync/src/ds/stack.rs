@@ -22,9 +22,6 @@ use std::fmt;
 
 use super::{ConcurrentStack, StackHandle};
 
-/// Operations between automatic [`Local::quiescent`] calls of a handle.
-pub(crate) const QUIESCE_EVERY: u32 = 100;
-
 /// A LIFO stack: a `Vec` under one lock of type `L`.
 ///
 /// ```
@@ -228,6 +225,9 @@ mod tests {
         let s: HerlihyStack<u8> = HerlihyStack::default();
         assert_eq!(format!("{s:?}"), "HerlihyStack { reclaimer: \"EBR\", .. }");
         let h = s.handle();
-        assert!(format!("{h:?}").starts_with("HerlihyStackHandle { reclaimer: \"EBR\""));
+        assert!(
+            format!("{h:?}").starts_with("Handle { structure: HerlihyStack { reclaimer: \"EBR\""),
+            "{h:?}"
+        );
     }
 }

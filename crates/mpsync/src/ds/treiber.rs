@@ -42,7 +42,8 @@ use std::ptr;
 use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
-use super::lf::{AutoQuiescent, CasBackoff, Liveness, ValueCell, check_local};
+use super::handle::{Handle, Registered};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentStack, StackHandle};
 use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
 use crate::sched::stall;
@@ -195,11 +196,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// The calling thread's handle: it registers with the domain and announces a
     /// quiescent state every 100 operations.
     pub fn handle(&self) -> TreiberStackHandle<'_, T, R, A> {
-        TreiberStackHandle {
-            stack: self,
-            local: R::register(&self.domain),
-            auto: AutoQuiescent::new(),
-        }
+        Handle::new(self)
     }
 }
 
@@ -231,44 +228,29 @@ impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for TreiberStack<T, R, A> {
     }
 }
 
-/// One thread's access to a [`TreiberStack`]: its registration with the stack's
-/// domain, and a quiescent state every 100 operations.
-pub struct TreiberStackHandle<'a, T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
-    stack: &'a TreiberStack<T, R, A>,
-    local: R::Local,
-    auto: AutoQuiescent,
-}
+/// One thread's access to a [`TreiberStack`]: the generic [`Handle`] (its
+/// registration with the stack's domain, and a quiescent state every 100
+/// operations); [`Handle::local`] gives the registration.
+pub type TreiberStackHandle<'a, T, R = Ebr, A = SystemAlloc> = Handle<'a, TreiberStack<T, R, A>>;
 
-impl<T, R: Reclaimer, A: NodeAlloc> TreiberStackHandle<'_, T, R, A> {
-    /// The thread's registration.
-    pub fn local(&mut self) -> &mut R::Local {
-        &mut self.local
+impl<T, R: Reclaimer, A: NodeAlloc> Registered for TreiberStack<T, R, A> {
+    type R = R;
+    fn domain(&self) -> &Arc<R> {
+        &self.domain
     }
 }
 
-impl<T, R: Reclaimer, A: NodeAlloc> fmt::Debug for TreiberStackHandle<'_, T, R, A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TreiberStackHandle")
-            .field("stack", self.stack)
-            .field("auto", &self.auto)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T, R: Reclaimer, A: NodeAlloc> StackHandle<T> for TreiberStackHandle<'_, T, R, A> {
+impl<T, R: Reclaimer, A: NodeAlloc> StackHandle<T> for Handle<'_, TreiberStack<T, R, A>> {
     fn push(&mut self, value: T) {
-        self.stack.push(&mut self.local, value);
-        self.auto.tick(&mut self.local);
+        self.op(|s, l| s.push(l, value));
     }
 
     fn pop(&mut self) -> Option<T> {
-        let v = self.stack.pop(&mut self.local);
-        self.auto.tick(&mut self.local);
-        v
+        self.op(|s, l| s.pop(l))
     }
 
     fn quiescent(&mut self) {
-        self.auto.now(&mut self.local);
+        self.quiescent_now();
     }
 }
 
@@ -357,6 +339,6 @@ mod tests {
             format!("{s:?}"),
             "TreiberStack { reclaimer: \"QSBR\", alloc: \"system\", .. }"
         );
-        assert!(format!("{:?}", s.handle()).starts_with("TreiberStackHandle"));
+        assert!(format!("{:?}", s.handle()).starts_with("Handle { structure: TreiberStack"));
     }
 }

@@ -187,8 +187,8 @@ impl Guard for EbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.thread.retire(Retired::new(ptr, free));
+    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local.thread.retire(Retired::with(ptr, arg, free));
     }
 }
 

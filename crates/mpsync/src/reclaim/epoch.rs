@@ -266,6 +266,11 @@ impl EpochThread {
         }
     }
 
+    /// Whether the thread is pinned (QSBR: online).
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
     /// Unpins (\[3\]).
     pub(crate) fn unpin(&mut self) {
         // Release: [3], pairs with the Acquire load in `try_advance`.

@@ -1,8 +1,13 @@
 //! Hazard pointers: Michael's safe memory reclamation (SMR).
 //!
 //! Michael, *Hazard pointers: safe memory reclamation for lock-free objects*, IEEE
-//! TPDS 2004; Hart, papers/002_… §4.1.2 and Figure 4.4. Each thread owns `K` hazard
-//! slots. [`protect`](Guard::protect) publishes the pointer it loaded, fences, and
+//! TPDS 2004; Hart, papers/002_… §4.1.2 and Figure 4.4. Each thread owns hazard
+//! slots, allocated on demand: a domain made with `K` gives every thread `K` slots
+//! up front, and a [`protect`](Guard::protect) into a slot index beyond the
+//! thread's slots adds blocks of [`HP_BLOCK_SLOTS`] (up to [`HP_MAX_SLOTS`], a
+//! bound against runaway indices only). Blocks are chained to the thread's record
+//! and kept with it when the thread leaves, so a thread that reuses the record
+//! reuses them. [`protect`](Guard::protect) publishes the pointer it loaded, fences, and
 //! re-reads the source until it is unchanged: from then on the node cannot be freed.
 //! Retired nodes go to a private list; when it reaches `R` nodes (by default
 //! `R = 2H + 100`, `H` = hazard slots of all threads) the thread scans: it copies
@@ -20,33 +25,83 @@
 use std::ptr::{self, NonNull};
 
 use crate::sched::stall;
-use crate::sync::{Arc, AtomicPtr, Ordering, fence};
+use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering, fence};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
 use super::{Guard, Local, ReclaimError, ReclaimStats, Reclaimer};
 
-/// Most hazard slots a thread may have.
-pub const HP_MAX_SLOTS: usize = 16;
+/// Most hazard slots a thread may have: slots are allocated on demand, and this
+/// bound only turns a runaway slot index (a bug) into a clear panic instead of an
+/// allocation of gigabytes.
+pub const HP_MAX_SLOTS: usize = 4096;
 /// Hazard slots per thread of [`HazardPointers::default`].
 pub const HP_DEFAULT_SLOTS: usize = 3;
+/// Hazard slots added at a time when a thread protects into a slot it does not
+/// have yet (also the size of the block every record starts with).
+pub const HP_BLOCK_SLOTS: usize = 4;
 
-/// A thread's hazard slots and counters.
+/// A block of hazard slots; a record's blocks form a chain that only grows.
+struct SlotBlock {
+    slots: [AtomicPtr<u8>; HP_BLOCK_SLOTS],
+    /// The next block: null until the record's owner appends one (Release), read
+    /// by scanners (Acquire); never changed again while the domain lives.
+    next: AtomicPtr<SlotBlock>,
+}
+
+impl SlotBlock {
+    fn new() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The blocks from this one on, following `next` (Acquire: pairs with the
+    /// Release store in [`HpLocal::grow`], so a block reached is initialized).
+    fn chain(&self) -> impl Iterator<Item = &SlotBlock> {
+        std::iter::successors(Some(self), |b| {
+            // SAFETY: a block reached from a record lives as long as the record
+            // (freed only by `HpRecord::drop`, when the registry drops).
+            unsafe { b.next.load(Ordering::Acquire).as_ref() }
+        })
+    }
+}
+
+/// A thread's hazard slots (a chain of blocks) and counters.
 struct HpRecord {
-    slots: [AtomicPtr<u8>; HP_MAX_SLOTS],
+    first: SlotBlock,
+    /// Slots the record's owners asked for (the high-water mark, at least `K`
+    /// once owned): what `H` counts. Written by the owner only; Relaxed, a size.
+    wanted: AtomicUsize,
     counters: Counters,
 }
 
 impl Default for HpRecord {
     fn default() -> Self {
         Self {
-            slots: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            first: SlotBlock::new(),
+            wanted: AtomicUsize::new(0),
             counters: Counters::default(),
         }
     }
 }
 
-/// A hazard-pointer domain: `K` slots per thread.
+impl Drop for HpRecord {
+    fn drop(&mut self) {
+        // `&mut self`: the registry is dropping, nobody reads the chain. Relaxed:
+        // exclusive access.
+        let mut b = self.first.next.load(Ordering::Relaxed);
+        while !b.is_null() {
+            // SAFETY: every block after the first was made by `Box::into_raw` in
+            // `HpLocal::grow`, linked once, and is freed only here.
+            let blk = unsafe { Box::from_raw(b) };
+            b = blk.next.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// A hazard-pointer domain: `K` slots per thread up front, more on demand.
 ///
 /// ```
 /// use mpsync::reclaim::{Guard, HazardPointers, Local, Reclaimer};
@@ -70,6 +125,8 @@ impl Default for HpRecord {
 #[derive(Debug)]
 pub struct HazardPointers {
     k: usize,
+    /// Slots asked for beyond `K`, summed over records (Relaxed: a size).
+    extra: AtomicUsize,
     /// `None`: `2H + 100`, recomputed as threads join.
     threshold: Option<usize>,
     registry: Registry<HpRecord>,
@@ -77,14 +134,16 @@ pub struct HazardPointers {
 }
 
 impl HazardPointers {
-    /// A domain with `k` hazard slots per thread and the default scan threshold
-    /// `R = 2H + 100`. Errors unless `1 <= k <= 16`.
+    /// A domain with `k` hazard slots per thread up front (a thread gets more when
+    /// it protects into a higher slot) and the default scan threshold
+    /// `R = 2H + 100`. Errors unless `1 <= k <= HP_MAX_SLOTS`.
     pub fn new(k: usize) -> Result<Self, ReclaimError> {
         if !(1..=HP_MAX_SLOTS).contains(&k) {
             return Err(ReclaimError::HazardSlots(k));
         }
         Ok(Self {
             k,
+            extra: AtomicUsize::new(0),
             threshold: None,
             registry: Registry::new(),
             orphans: Orphans::new(),
@@ -92,7 +151,7 @@ impl HazardPointers {
     }
 
     /// A domain with `k` hazard slots per thread that scans when a thread has `r`
-    /// retired nodes. Errors unless `1 <= k <= 16` and `r >= 1`. (An `r` below
+    /// retired nodes. Errors unless `1 <= k <= HP_MAX_SLOTS` and `r >= 1`. (An `r` below
     /// `H + 1` is correct but scans without the amortized bound on work.)
     pub fn with_threshold(k: usize, r: usize) -> Result<Self, ReclaimError> {
         if r == 0 {
@@ -103,14 +162,16 @@ impl HazardPointers {
         Ok(d)
     }
 
-    /// Hazard slots per thread (`K`).
+    /// Hazard slots every thread gets up front (`K`).
     pub fn slots_per_thread(&self) -> usize {
         self.k
     }
 
-    /// Hazard slots of all threads' records (`H = K · records`).
+    /// Hazard slots of all threads' records (`H`): `K` per record plus the slots
+    /// threads asked for beyond `K`.
     pub fn total_slots(&self) -> usize {
-        self.k * self.registry.len()
+        // Relaxed: a size (see `extra`).
+        self.k * self.registry.len() + self.extra.load(Ordering::Relaxed)
     }
 
     /// Threads' records (joined now or earlier; records are reused).
@@ -169,21 +230,45 @@ impl Reclaimer for HazardPointers {
 pub struct HpLocal {
     domain: Arc<HazardPointers>,
     rec: NonNull<Record<HpRecord>>,
+    /// The record's blocks after its first, in chain order (a cache of the chain,
+    /// so slot `i` is found without walking it).
+    blocks: Vec<NonNull<SlotBlock>>,
+    /// Slots this record's owners asked for (the record's `wanted`, cached).
+    wanted: usize,
     rlist: Vec<Retired>,
     /// The scan's array of hazards, kept to avoid reallocating.
     scratch: Vec<*mut u8>,
 }
 
-// SAFETY: the record is owned by this handle (its `in_use` flag) and lives as long
-// as the domain, which the handle keeps alive; retired nodes are `Send`; `scratch`
-// holds addresses only, never dereferenced.
+// SAFETY: the record (and its blocks) is owned by this handle (its `in_use` flag)
+// and lives as long as the domain, which the handle keeps alive; retired nodes are
+// `Send`; `scratch` holds addresses only, never dereferenced.
 unsafe impl Send for HpLocal {}
 
 impl HpLocal {
     fn new(domain: &Arc<HazardPointers>) -> Self {
+        let rec = domain.registry.acquire();
+        // SAFETY: the record lives as long as the domain; we own it now.
+        let data = &unsafe { rec.as_ref() }.data;
+        let blocks = data
+            .first
+            .chain()
+            .skip(1)
+            .map(NonNull::from)
+            .collect::<Vec<_>>();
+        // Relaxed: written only by the record's owner, which we now are (the
+        // registry's Acquire claim orders the last owner's writes before this).
+        let mut wanted = data.wanted.load(Ordering::Relaxed);
+        if wanted < domain.k {
+            // A new record: its `K` slots are counted by `K · records`.
+            wanted = domain.k;
+            data.wanted.store(wanted, Ordering::Relaxed);
+        }
         Self {
-            rec: domain.registry.acquire(),
+            rec,
             domain: domain.clone(),
+            blocks,
+            wanted,
             rlist: Vec::new(),
             scratch: Vec::new(),
         }
@@ -197,6 +282,80 @@ impl HpLocal {
     /// Nodes this thread retired (or adopted) that are not yet freed.
     pub fn pending(&self) -> usize {
         self.rlist.len()
+    }
+
+    /// Hazard slots this thread has asked for so far (at least the domain's `K`;
+    /// what it counts towards `H`).
+    pub fn slots(&self) -> usize {
+        self.wanted
+    }
+
+    /// Slots allocated to this thread's record (a multiple of [`HP_BLOCK_SLOTS`]).
+    fn capacity(&self) -> usize {
+        HP_BLOCK_SLOTS * (1 + self.blocks.len())
+    }
+
+    /// Hazard slot `i`, allocated (and counted towards `H`) if the thread does not
+    /// have it yet.
+    ///
+    /// # Panics
+    /// If `i >= HP_MAX_SLOTS`.
+    #[inline]
+    fn slot(&mut self, i: usize) -> &AtomicPtr<u8> {
+        if i >= self.wanted {
+            self.want(i);
+        }
+        if i < HP_BLOCK_SLOTS {
+            return &self.record().first.slots[i];
+        }
+        // SAFETY: `want` grew the chain past `i`; blocks live as long as the
+        // record, which lives as long as the domain `self` holds.
+        &unsafe { self.blocks[i / HP_BLOCK_SLOTS - 1].as_ref() }.slots[i % HP_BLOCK_SLOTS]
+    }
+
+    /// Makes slot `i` this thread's: grows the chain and counts the new slots.
+    #[cold]
+    fn want(&mut self, i: usize) {
+        assert!(
+            i < HP_MAX_SLOTS,
+            "hazard slot {i} out of range: a thread may have at most {HP_MAX_SLOTS} \
+             (slots are allocated on demand; an index this large is likely a bug)"
+        );
+        while self.capacity() <= i {
+            self.grow();
+        }
+        let more = i + 1 - self.wanted;
+        self.wanted = i + 1;
+        // Relaxed (both): sizes for the scan threshold; the slots themselves are
+        // published by the chain's Release link in `grow`.
+        self.record().wanted.store(self.wanted, Ordering::Relaxed);
+        self.domain.extra.fetch_add(more, Ordering::Relaxed);
+    }
+
+    /// Appends a block of null slots to the record's chain.
+    fn grow(&mut self) {
+        let new = NonNull::from(Box::leak(Box::new(SlotBlock::new())));
+        let last: &SlotBlock = match self.blocks.last() {
+            // SAFETY: as in `slot`.
+            Some(b) => unsafe { b.as_ref() },
+            None => &self.record().first,
+        };
+        // Release: pairs with the Acquire load in `SlotBlock::chain`, so a scanner
+        // that reaches the block sees its slots initialized (null). A hazard
+        // published later in it is seen by a scan as any other (the SeqCst fences
+        // of `protect` and `scan`: this store precedes the protector's fence).
+        last.next.store(new.as_ptr(), Ordering::Release);
+        self.blocks.push(new);
+    }
+
+    /// Clears every slot of the record (all blocks).
+    fn clear_all(&self) {
+        for b in self.record().first.chain() {
+            for s in &b.slots {
+                // Release: as in `HpGuard::release`.
+                s.store(ptr::null_mut(), Ordering::Release);
+            }
+        }
     }
 
     /// Michael's `Scan`: adopts nodes of threads that left, then frees every
@@ -220,13 +379,15 @@ impl HpLocal {
         fence(Ordering::SeqCst);
         self.scratch.clear();
         for r in d.registry.iter() {
-            for s in &r.data.slots[..d.k] {
-                // Acquire: pairs with the Release stores to slots in `protect`,
-                // `release` and the guard's drop, so the accesses made under an
-                // earlier protection happen before the frees below.
-                let p = s.load(Ordering::Acquire);
-                if !p.is_null() {
-                    self.scratch.push(p);
+            for b in r.data.first.chain() {
+                for s in &b.slots {
+                    // Acquire: pairs with the Release stores to slots in `protect`,
+                    // `release` and the guard's drop, so the accesses made under an
+                    // earlier protection happen before the frees below.
+                    let p = s.load(Ordering::Acquire);
+                    if !p.is_null() {
+                        self.scratch.push(p);
+                    }
                 }
             }
         }
@@ -258,6 +419,7 @@ impl Local for HpLocal {
         HpGuard {
             local: self,
             used: 0,
+            high: 0,
         }
     }
 
@@ -271,12 +433,9 @@ impl Drop for HpLocal {
         let rest = std::mem::take(&mut self.rlist);
         let d = &*self.domain;
         d.orphans.push(rest, 0, &self.record().counters);
-        for s in &self.record().slots[..d.k] {
-            // Release: as in `release`.
-            s.store(ptr::null_mut(), Ordering::Release);
-        }
+        self.clear_all();
         // SAFETY: `rec` came from this registry; its slots are clear and this handle
-        // no longer touches it.
+        // no longer touches it (its blocks stay with it for the next owner).
         unsafe { d.registry.release(self.rec) };
     }
 }
@@ -285,20 +444,34 @@ impl Drop for HpLocal {
 #[derive(Debug)]
 pub struct HpGuard<'a> {
     local: &'a mut HpLocal,
-    /// Bit `i` set: slot `i` may be non-null.
-    used: u32,
+    /// Bit `i` set: slot `i` (< 64) may be non-null.
+    used: u64,
+    /// One past the highest slot >= 64 used (0: none).
+    high: usize,
+}
+
+impl HpGuard<'_> {
+    /// Notes that slot `i` may be non-null, for the guard's drop.
+    #[inline]
+    fn mark_used(&mut self, i: usize) {
+        if i < 64 {
+            self.used |= 1 << i;
+        } else {
+            self.high = self.high.max(i + 1);
+        }
+    }
 }
 
 impl Guard for HpGuard<'_> {
+    /// Slot `slot` is allocated if this thread does not have it yet (see the
+    /// module doc; panics only at [`HP_MAX_SLOTS`]).
     fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
-        let k = self.local.domain.k;
-        assert!(
-            slot < k,
-            "hazard slot {slot} out of range: this domain has {k} slots per thread"
-        );
+        if slot >= self.local.wanted {
+            self.local.want(slot); // may panic: before the guard notes the slot
+        }
+        self.mark_used(slot);
         let mask = std::mem::align_of::<T>() - 1;
-        let hp = &self.local.record().slots[slot];
-        self.used |= 1 << slot;
+        let hp = self.local.slot(slot);
         // Relaxed: only a candidate; it is validated below after the hazard is set.
         let mut p = src.load(Ordering::Relaxed);
         loop {
@@ -319,20 +492,35 @@ impl Guard for HpGuard<'_> {
     }
 
     fn release(&mut self, slot: usize) {
-        let k = self.local.domain.k;
         assert!(
-            slot < k,
-            "hazard slot {slot} out of range: this domain has {k} slots per thread"
+            slot < HP_MAX_SLOTS,
+            "hazard slot {slot} out of range: a thread may have at most {HP_MAX_SLOTS}"
         );
+        if slot >= self.local.capacity() {
+            return; // never allocated, so never set
+        }
         // Release: the accesses made under this protection happen before a scanner
         // that reads the null (its Acquire load in `scan`).
-        self.local.record().slots[slot].store(ptr::null_mut(), Ordering::Release);
-        self.used &= !(1 << slot);
+        self.local
+            .slot(slot)
+            .store(ptr::null_mut(), Ordering::Release);
+        if slot < 64 {
+            self.used &= !(1 << slot);
+        }
     }
 
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        // SAFETY: the caller's contract.
+        unsafe { self.retire(Retired::with(ptr, arg, free)) }
+    }
+}
+
+impl HpGuard<'_> {
+    /// # Safety
+    /// As [`Guard::retire_raw`], for the retired record.
+    unsafe fn retire(&mut self, r: Retired) {
         let l = &mut *self.local;
-        l.rlist.push(Retired::new(ptr, free));
+        l.rlist.push(r);
         l.record().counters.retired(1);
         if l.rlist.len() >= l.domain.scan_threshold() {
             l.scan();
@@ -347,7 +535,11 @@ impl Drop for HpGuard<'_> {
             let i = used.trailing_zeros() as usize;
             used &= used - 1;
             // Release: as in `release`.
-            self.local.record().slots[i].store(ptr::null_mut(), Ordering::Release);
+            self.local.slot(i).store(ptr::null_mut(), Ordering::Release);
+        }
+        for i in 64..self.high {
+            // Release: as in `release`.
+            self.local.slot(i).store(ptr::null_mut(), Ordering::Release);
         }
     }
 }
@@ -367,10 +559,10 @@ mod tests {
             ReclaimError::HazardSlots(0)
         );
         assert_eq!(
-            HazardPointers::new(17).unwrap_err(),
-            ReclaimError::HazardSlots(17)
+            HazardPointers::new(HP_MAX_SLOTS + 1).unwrap_err(),
+            ReclaimError::HazardSlots(HP_MAX_SLOTS + 1)
         );
-        assert!(HazardPointers::new(16).is_ok());
+        assert!(HazardPointers::new(17).is_ok(), "no fixed K <= 16 any more");
         assert_eq!(
             HazardPointers::with_threshold(2, 0).unwrap_err(),
             ReclaimError::ZeroScanThreshold
@@ -445,6 +637,64 @@ mod tests {
         let d = Arc::new(HazardPointers::new(1).unwrap());
         let mut l = HazardPointers::register(&d);
         let src = AtomicPtr::new(ptr::null_mut::<u64>());
-        l.enter().protect(1, &src);
+        l.enter().protect(HP_MAX_SLOTS, &src);
+    }
+
+    #[test]
+    fn slots_are_allocated_on_demand_and_protect() {
+        // One slot up front; the reader protects 70 nodes at once (blocks of
+        // HP_BLOCK_SLOTS are chained on, and slots >= 64 go past the guard's
+        // bit mask), the writer retires them all and scans at every retire.
+        const N: usize = 70;
+        let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+        let mut r = HazardPointers::register(&d);
+        let mut w = HazardPointers::register(&d);
+        let nodes: Vec<*mut u64> = (0..N as u64).map(boxed).collect();
+        let srcs: Vec<AtomicPtr<u64>> = nodes.iter().map(|&n| AtomicPtr::new(n)).collect();
+        let mut g = r.enter();
+        for (i, s) in srcs.iter().enumerate() {
+            assert_eq!(g.protect(i, s), nodes[i]);
+        }
+        assert_eq!(
+            d.total_slots(),
+            1 + 1 + (N - 1),
+            "K per record + the extra slots"
+        );
+        for &n in &nodes {
+            // SAFETY: unlinked (we pretend), retired once, made by `Box`.
+            unsafe { w.enter().retire_box(n) };
+        }
+        assert_eq!(w.scan(), 0, "every node is protected, by slots 0..{N}");
+        for (i, &n) in nodes.iter().enumerate() {
+            // SAFETY: still protected by slot `i`.
+            assert_eq!(unsafe { *n }, i as u64);
+        }
+        g.release(N - 1);
+        g.release(N + 100); // never allocated: nothing to clear
+        assert_eq!(w.scan(), 1, "the released slot's node");
+        drop(g); // clears the rest, including the slots above 64
+        assert_eq!(w.scan(), N as u64 - 1);
+        assert_eq!(r.slots(), N);
+        drop(r);
+        // The record, with its blocks, is reused by the next thread: no new slots.
+        let mut r2 = HazardPointers::register(&d);
+        assert_eq!(d.records(), 2);
+        assert_eq!(r2.slots(), N);
+        assert_eq!(d.total_slots(), 1 + 1 + (N - 1));
+        // ... and its inherited high slots protect (they are in the scanned chain).
+        let n = boxed(7);
+        let src = AtomicPtr::new(n);
+        let mut g = r2.enter();
+        assert_eq!(g.protect(N - 1, &src), n);
+        // SAFETY: as above.
+        unsafe { w.enter().retire_box(n) };
+        assert_eq!(w.scan(), 0, "protected by an inherited slot");
+        drop(g);
+        assert_eq!(w.scan(), 1);
+        let s = d.stats();
+        assert_eq!(
+            (s.retired, s.freed, s.pending),
+            (N as u64 + 1, N as u64 + 1, 0)
+        );
     }
 }

@@ -146,8 +146,8 @@ impl Guard for LeakGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.retired.push(Retired::new(ptr, free));
+    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local.retired.push(Retired::with(ptr, arg, free));
         self.local.counters().retired(1);
     }
 }

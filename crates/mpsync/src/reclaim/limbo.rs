@@ -5,9 +5,12 @@ use std::ptr;
 
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
-/// A retired node: its address and the function that frees it.
+/// A retired node: its address (what hazard pointers compare with their slots),
+/// and the function that frees it with its argument (the node itself, or the
+/// boxed closure of [`Guard::retire_with`](super::Guard::retire_with)).
 pub(crate) struct Retired {
     pub(crate) ptr: *mut u8,
+    arg: *mut u8,
     free: unsafe fn(*mut u8),
 }
 
@@ -23,8 +26,14 @@ impl std::fmt::Debug for Retired {
 }
 
 impl Retired {
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn new(ptr: *mut u8, free: unsafe fn(*mut u8)) -> Self {
-        Self { ptr, free }
+        Self::with(ptr, ptr, free)
+    }
+
+    /// A node `ptr` whose reclamation is `free(arg)`.
+    pub(crate) fn with(ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) -> Self {
+        Self { ptr, arg, free }
     }
 
     /// Frees the node.
@@ -33,7 +42,7 @@ impl Retired {
     /// The scheme has established that no thread can still reach the node.
     pub(crate) unsafe fn free(self) {
         // SAFETY: the caller's contract, and `retire_raw`'s contract on `free`.
-        unsafe { (self.free)(self.ptr) }
+        unsafe { (self.free)(self.arg) }
     }
 }
 

@@ -22,7 +22,22 @@
 //!   loads a pointer from shared memory so that it stays valid until the guard is
 //!   dropped or the slot [released](Guard::release), and
 //!   [`retire_box`](Guard::retire_box)/[`retire_raw`](Guard::retire_raw) hand over a
-//!   node that was unlinked, to be freed when no thread can reach it.
+//!   node that was unlinked, to be freed when no thread can reach it;
+//!   [`retire_with`](Guard::retire_with) retires a node with a closure that frees
+//!   it (retire with context: a length, other objects), and [`defer`](Guard::defer)
+//!   runs a closure after a grace period.
+//!
+//! Hand over hand: hazard pointers protect a moving window by *relabelling* slots
+//! (the slot protecting the current node becomes the predecessor's, and only the
+//! next node is protected anew, as `ds::hm_list` does) — never by copying a
+//! protected pointer into another slot and clearing the first: a scan that reads
+//! the target slot before the copy and the source slot after the clear sees
+//! neither, and frees the node. Hazard slots are allocated on demand, so a
+//! traversal may use as many as it needs.
+//!
+//! A registration kept across operations (a cached one, as
+//! [`ds::handle::Auto`](crate::ds::handle::Auto) keeps) calls [`Local::park`] after
+//! each: QSBR then goes offline, so an idle thread never holds reclamation up.
 //!
 //! Between operations a thread calls [`Local::quiescent`]: QSBR needs it (a thread
 //! that never announces a quiescent state stops all reclamation); the other
@@ -105,7 +120,7 @@ mod qsbr;
 mod registry;
 
 pub use ebr::{EBR_DEFAULT_ADVANCE_EVERY, Ebr, EbrGuard, EbrLocal};
-pub use hp::{HP_DEFAULT_SLOTS, HP_MAX_SLOTS, HazardPointers, HpGuard, HpLocal};
+pub use hp::{HP_BLOCK_SLOTS, HP_DEFAULT_SLOTS, HP_MAX_SLOTS, HazardPointers, HpGuard, HpLocal};
 pub use leak::{Leak, LeakGuard, LeakLocal};
 pub use qsbr::{Qsbr, QsbrGuard, QsbrLocal};
 
@@ -195,6 +210,15 @@ pub trait Local {
     /// Announces a quiescent state: this thread holds no reference to any node of
     /// the domain. QSBR's only way to make progress; a no-op for the other schemes.
     fn quiescent(&mut self);
+
+    /// Goes offline: this thread holds no reference to any node of the domain and
+    /// may not use it for a long time, so it must not hold reclamation up. QSBR
+    /// leaves its grace period (an unpin; the next [`enter`](Self::enter) or
+    /// [`quiescent`](Self::quiescent) re-joins at the current epoch, with EBR's
+    /// validated pin); a no-op for the other schemes, whose registrations hold
+    /// nothing up between operations. What a registration cached across
+    /// operations calls after each one ([`Auto`](crate::ds::handle::Auto)).
+    fn park(&mut self) {}
 }
 
 /// One operation's access to the domain.
@@ -212,7 +236,8 @@ pub trait Guard {
     /// predecessor is unmarked) before following its fields to other nodes.
     ///
     /// # Panics
-    /// Hazard pointers panic if `slot` is not below the domain's slots per thread.
+    /// Hazard pointers allocate `slot` if the thread does not have it yet, and
+    /// panic only if it is not below [`HP_MAX_SLOTS`].
     fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T;
 
     /// Stops protecting the node in `slot` (hazard pointers; no-op otherwise).
@@ -224,7 +249,103 @@ pub trait Guard {
     /// # Safety
     /// `ptr` is unlinked (no new operation can reach it), retired once, and
     /// `free(ptr)` is sound to call from any thread, at any later time.
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8));
+    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+        // SAFETY: the caller's contract, with `arg = ptr`.
+        unsafe { self.retire_raw_with(ptr, ptr, free) }
+    }
+
+    /// Retires `ptr` with context: `free(arg)` runs once no thread can reach
+    /// `ptr`. The primitive under [`retire_raw`](Self::retire_raw),
+    /// [`retire_with`](Self::retire_with) and [`defer`](Self::defer) (each scheme
+    /// implements this one). `ptr` is only compared (with hazard slots); it may be
+    /// null, which no hazard protects.
+    ///
+    /// # Safety
+    /// `ptr` is null, or unlinked and retired once; `free(arg)` is sound to call
+    /// once from any thread, at any later time after no thread can reach `ptr`.
+    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8));
+
+    /// Retires `ptr` with a closure: `f` runs once no thread can reach `ptr`
+    /// (under hazard pointers: once no hazard slot holds it; under the epoch
+    /// schemes: after a grace period). The closure carries whatever freeing the
+    /// node needs beyond its address — a length, an allocator, other objects to
+    /// free with it — which is what an RCU table's retired bucket array needs.
+    /// Counted as one retired node in [`Reclaimer::stats`]. A panic in `f`
+    /// propagates out of the operation (or drop) that happens to run it.
+    ///
+    /// ```
+    /// use mpsync::reclaim::{Guard, HazardPointers, Local, Reclaimer};
+    /// use mpsync::sync::{Arc, AtomicPtr, Ordering};
+    ///
+    /// let hp = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+    /// let (mut r, mut w) = (HazardPointers::register(&hp), HazardPointers::register(&hp));
+    /// // A bucket array of a length only the table knows.
+    /// let len = 8;
+    /// let array: *mut [u64] = Box::into_raw(vec![7u64; len].into_boxed_slice());
+    /// let shared = AtomicPtr::new(array.cast::<u64>());
+    /// let mut g = r.enter();
+    /// let p = g.protect(0, &shared);
+    /// let old = shared.swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
+    /// let addr = old as usize; // the closure must be `Send`: carry an address
+    /// // SAFETY: `old` is unlinked and retired once; the closure frees exactly
+    /// // the boxed slice `array` was, with its length.
+    /// unsafe {
+    ///     w.enter().retire_with(old.cast(), move || {
+    ///         let s = std::ptr::slice_from_raw_parts_mut(addr as *mut u64, len);
+    ///         drop(Box::from_raw(s));
+    ///     })
+    /// };
+    /// assert_eq!(unsafe { *p.add(len - 1) }, 7, "protected: not freed yet");
+    /// drop(g);
+    /// w.scan();
+    /// assert_eq!(hp.stats().freed, 1);
+    /// ```
+    ///
+    /// # Safety
+    /// `ptr` is unlinked (no new operation can reach it) and retired once; running
+    /// `f` is sound once no thread can reach `ptr` (a safe closure that only frees
+    /// what it owns is always sound; one that frees through raw pointers must only
+    /// free what is reachable through `ptr` alone).
+    unsafe fn retire_with<F: FnOnce() + Send + 'static>(&mut self, ptr: *mut u8, f: F) {
+        // SAFETY: the caller's contract; `run_boxed::<F>` runs and frees exactly
+        // the box made here, once.
+        unsafe { self.retire_raw_with(ptr, boxed(f), run_boxed::<F>) }
+    }
+
+    /// Defers `f` to a later time: under the epoch schemes (QSBR, EBR) until
+    /// every guard alive now has ended (a grace period), so `f` may free what
+    /// readers of this domain might still be reading *if it was unlinked before
+    /// this call*; under [`Leak`], until the domain drops. **Hazard pointers have
+    /// no grace period**: there `f` runs at this thread's next scan of its
+    /// retired list, whatever other threads protect — use
+    /// [`retire_with`](Self::retire_with) to wait for the readers of one node.
+    ///
+    /// Safe: `f` is a `'static + Send` safe closure, so running it at any time on
+    /// any thread is sound; only the timing is the scheme's. Counted as one
+    /// retired node in [`Reclaimer::stats`].
+    ///
+    /// ```
+    /// use mpsync::reclaim::{Ebr, Guard, Local, Reclaimer};
+    /// use mpsync::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    ///
+    /// let ebr = Arc::new(Ebr::with_advance_every(1).unwrap());
+    /// let mut l = Ebr::register(&ebr);
+    /// let ran = Arc::new(AtomicBool::new(false));
+    /// let r = ran.clone();
+    /// l.enter().defer(move || r.store(true, Ordering::Relaxed));
+    /// assert!(!ran.load(Ordering::Relaxed), "not before a grace period");
+    /// for _ in 0..4 {
+    ///     l.try_reclaim();
+    /// }
+    /// assert!(ran.load(Ordering::Relaxed));
+    /// ```
+    fn defer<F: FnOnce() + Send + 'static>(&mut self, f: F) {
+        // SAFETY: `ptr` is null (nothing to compare); `run_boxed::<F>` runs a safe
+        // `'static + Send` closure, sound at any time on any thread, and frees
+        // exactly the box made here, once.
+        unsafe { self.retire_raw_with(std::ptr::null_mut(), boxed(f), run_boxed::<F>) }
+    }
 
     /// Retires a node made by `Box::new`; it is dropped once no thread can reach it.
     ///
@@ -241,6 +362,21 @@ pub trait Guard {
         // SAFETY: the caller's contract; `free_box::<T>` frees exactly that box.
         unsafe { self.retire_raw(ptr.cast(), free_box::<T>) }
     }
+}
+
+/// `f` on the heap, as the argument of [`run_boxed::<F>`].
+fn boxed<F>(f: F) -> *mut u8 {
+    Box::into_raw(Box::new(f)).cast()
+}
+
+/// Runs and frees the closure [`boxed`] made.
+///
+/// # Safety
+/// `p` came from `boxed::<F>` and is used once.
+unsafe fn run_boxed<F: FnOnce()>(p: *mut u8) {
+    // SAFETY: the contract: a `Box<F>` made by `boxed`, taken back once.
+    let f = unsafe { Box::from_raw(p.cast::<F>()) };
+    f();
 }
 
 /// Node counts of a domain.
@@ -264,7 +400,7 @@ pub struct ReclaimStats {
 pub enum ReclaimError {
     /// EBR's advance interval was zero.
     ZeroAdvanceInterval,
-    /// Hazard slots per thread outside `1..=16`.
+    /// Hazard slots per thread up front outside `1..=HP_MAX_SLOTS`.
     HazardSlots(usize),
     /// A hazard-pointer scan threshold of zero.
     ZeroScanThreshold,
@@ -278,7 +414,7 @@ impl std::fmt::Display for ReclaimError {
             ),
             Self::HazardSlots(k) => write!(
                 f,
-                "hazard pointers per thread {k}: must be in 1..={HP_MAX_SLOTS} (stacks need 1, queues and lists 2; default {HP_DEFAULT_SLOTS})"
+                "hazard pointers per thread {k}: must be in 1..={HP_MAX_SLOTS} (the slots a thread gets up front, more are added on demand; stacks need 1, queues and lists 2; default {HP_DEFAULT_SLOTS})"
             ),
             Self::ZeroScanThreshold => f.write_str(
                 "hazard-pointer scan threshold 0: must be >= 1 retired node (default 2H + 100, H = total hazard slots)",
@@ -292,13 +428,122 @@ impl std::error::Error for ReclaimError {}
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::Ordering;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
+
+    /// A closure that counts its runs.
+    fn counting(runs: &std::sync::Arc<AtomicUsize>) -> impl FnOnce() + Send + 'static {
+        let r = runs.clone();
+        move || {
+            r.fetch_add(1, StdOrdering::Relaxed);
+        }
+    }
+
+    /// `defer` under an epoch scheme: nothing runs while `holder` may still read
+    /// (its guard alive / no quiescent state), every closure runs once after, and
+    /// those still pending when the domain drops run then.
+    fn deferred_wait_for_a_grace_period<R: Reclaimer>(d: Arc<R>) {
+        let runs = std::sync::Arc::new(AtomicUsize::new(0));
+        let mut holder = R::register(&d);
+        let mut worker = R::register(&d);
+        {
+            let _reading = holder.enter();
+            for _ in 0..3 {
+                worker.enter().defer(counting(&runs));
+            }
+            for _ in 0..10 {
+                drop(worker.enter());
+                worker.quiescent();
+            }
+            assert_eq!(runs.load(StdOrdering::Relaxed), 0, "{}: early", R::NAME);
+        }
+        holder.quiescent();
+        for _ in 0..10 {
+            drop(worker.enter());
+            worker.quiescent();
+            holder.quiescent();
+        }
+        assert_eq!(runs.load(StdOrdering::Relaxed), 3, "{}", R::NAME);
+        worker.enter().defer(counting(&runs));
+        drop((holder, worker));
+        let s = d.stats();
+        assert_eq!((s.retired, s.freed + s.pending), (4, 4), "{}", R::NAME);
+        drop(d); // runs the last one (Miri: the boxed closure is not leaked)
+        assert_eq!(runs.load(StdOrdering::Relaxed), 4, "{}", R::NAME);
+    }
+
+    #[test]
+    fn defer_waits_for_a_grace_period_under_qsbr_and_ebr() {
+        deferred_wait_for_a_grace_period(Arc::new(Qsbr::new()));
+        deferred_wait_for_a_grace_period(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    }
+
+    #[test]
+    fn leak_runs_deferred_closures_when_the_domain_drops() {
+        let runs = std::sync::Arc::new(AtomicUsize::new(0));
+        let d = Arc::new(Leak::new());
+        let mut l = Leak::register(&d);
+        l.enter().defer(counting(&runs));
+        // A zero-sized closure: `Box` allocates nothing, and still runs once.
+        l.enter().defer(|| ());
+        drop(l);
+        assert_eq!(runs.load(StdOrdering::Relaxed), 0);
+        assert_eq!(d.stats().pending, 2);
+        drop(d);
+        assert_eq!(runs.load(StdOrdering::Relaxed), 1);
+    }
+
+    #[test]
+    fn retire_with_waits_for_the_hazard_on_its_node() {
+        let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
+        let mut r = HazardPointers::register(&d);
+        let mut w = HazardPointers::register(&d);
+        let node = Box::into_raw(Box::new(9u64));
+        let src = AtomicPtr::new(node);
+        let freed = std::sync::Arc::new(AtomicBool::new(false));
+        let mut g = r.enter();
+        assert_eq!(g.protect(0, &src), node);
+        src.store(std::ptr::null_mut(), Ordering::Release); // unlink
+        /// The node's address, `Send` (keeps its provenance, unlike a `usize`).
+        struct Owned(*mut u64);
+        // SAFETY: the box it points to is owned by the closure alone.
+        unsafe impl Send for Owned {}
+        impl Owned {
+            fn free(self) {
+                // SAFETY: made by `Box::into_raw` above, freed once, here.
+                drop(unsafe { Box::from_raw(self.0) });
+            }
+        }
+        let (f, owned) = (freed.clone(), Owned(node));
+        // SAFETY: `node` is unlinked and retired once; the closure frees exactly
+        // that box, once.
+        unsafe {
+            w.enter().retire_with(node.cast(), move || {
+                owned.free();
+                f.store(true, StdOrdering::Relaxed);
+            })
+        };
+        w.scan();
+        assert!(!freed.load(StdOrdering::Relaxed), "freed under a hazard");
+        // SAFETY: protected by slot 0.
+        assert_eq!(unsafe { *node }, 9);
+        // `defer` has no node to wait for: hazard pointers run it at the next scan.
+        let runs = std::sync::Arc::new(AtomicUsize::new(0));
+        w.enter().defer(counting(&runs));
+        assert_eq!(runs.load(StdOrdering::Relaxed), 1, "threshold 1: scanned");
+        drop(g);
+        w.scan();
+        assert!(freed.load(StdOrdering::Relaxed));
+        let s = d.stats();
+        assert_eq!((s.retired, s.freed, s.pending), (2, 2, 0));
+    }
 
     #[test]
     fn errors_say_what_would_be_right() {
         assert!(
-            ReclaimError::HazardSlots(17)
+            ReclaimError::HazardSlots(0)
                 .to_string()
-                .contains("must be in 1..=16")
+                .contains("must be in 1..=4096")
         );
         assert!(
             ReclaimError::ZeroAdvanceInterval

@@ -120,9 +120,13 @@ impl QsbrLocal {
 impl Local for QsbrLocal {
     type Guard<'a> = QsbrGuard<'a>;
 
-    /// Nothing to do: the thread is always online.
+    /// Nothing to do while the thread is online; after [`park`](Local::park),
+    /// re-joins at the current epoch first (a validated pin).
     #[inline]
     fn enter(&mut self) -> QsbrGuard<'_> {
+        if !self.thread.is_pinned() {
+            self.thread.pin(&self.domain.core);
+        }
         QsbrGuard { local: self }
     }
 
@@ -135,6 +139,12 @@ impl Local for QsbrLocal {
         if self.thread.pending() > 0 || core.has_orphans() {
             self.thread.collect(core);
         }
+    }
+
+    /// Offline until the next `enter` or `quiescent`: an unpin, so the epoch can
+    /// advance past this thread while it does nothing.
+    fn park(&mut self) {
+        self.thread.unpin();
     }
 }
 
@@ -161,8 +171,8 @@ impl Guard for QsbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.thread.retire(Retired::new(ptr, free));
+    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local.thread.retire(Retired::with(ptr, arg, free));
     }
 }
 
