@@ -20,7 +20,7 @@ use super::{Experiment, Params};
 use crate::env::Preempt;
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
 use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::svg::line_chart;
 
 /// Trial length at `--scale 1`.
 pub const BASE_DURATION_MS: f64 = 300.0;
@@ -199,17 +199,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             ));
         }
     }
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: n.clone(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-        })
-        .collect();
+    let series = Point::series(&names, &points, |q| q.normalized);
     let svg = line_chart(
         "ds-oversub: structure throughput, unpinned threads on this machine's cores",
         "threads",

@@ -271,17 +271,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         }
     }
     let verdict = verdict(exp.id, st.conclusion, &points, p.cores);
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.value))
-                .collect(),
-        })
-        .collect();
+    let series = Point::series(&names, &points, |q| q.value);
     let svg = line_chart(
         &format!(
             "{} (MS queue, {} allocator, {})",

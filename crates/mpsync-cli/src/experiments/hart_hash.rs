@@ -713,17 +713,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         }
     }
     let verdict = verdict(exp.id, st.conclusion, &points, &tails, p.cores, &st.impls);
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: n.clone(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.value))
-                .collect(),
-        })
-        .collect();
+    let series = Point::series(&names, &points, |q| q.value);
     let svg = line_chart(
         &format!("{} ({})", exp.id, verdict.status.label()),
         st.x_label,
