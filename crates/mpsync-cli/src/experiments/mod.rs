@@ -2,6 +2,7 @@
 //! gets to run with.
 
 pub mod barrier_oversub;
+pub mod barrier_repartition;
 pub mod ds_oversub;
 pub mod hart;
 pub mod hart_hash;
@@ -329,6 +330,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: barrier_oversub::run,
+        },
+        Experiment {
+            id: "barrier-repartition",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 15's target for the two-level barrier, paper 001 §3.3)",
+            title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: false,
+            run: barrier_repartition::run,
         },
         Experiment {
             id: "ds-oversub",
