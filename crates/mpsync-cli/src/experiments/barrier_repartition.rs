@@ -13,10 +13,13 @@
 //! new count, the one the change disturbed), the new steady state `S` is the
 //! median episode time of the settled episodes `e+5 …` up to the next change
 //! (at least 8 of them), and the **recovery** is the least `r ≥ 0` with
-//! episode `e+r` within [`TOLERANCE`]× `S`. The target holds if at least
-//! [`TARGET_SHARE`] of Scalable-SC's changes recover with `r ≤ 2`; the share of
+//! episode `e+r` within [`TOLERANCE`]× `S`. The target holds if (1) the
+//! median over Scalable-SC's changes of episode `e+2`'s time / `S` is within
+//! the tolerance (the typical change is over after 2 episodes) and (2) at
+//! least [`TARGET_SHARE`] of its changes recover with `r ≤ 2`. The share of
 //! settled episodes above the same bound (the noise floor: a loaded machine
-//! puts some there without any repartition) is reported beside it.
+//! puts some there without any repartition) is reported beside it, with the
+//! share of changes that would miss (2) by chance alone.
 //! Central-block, which has no structure to reorganize, runs on the same
 //! seeded schedule as a reference. A run lasts 6 s per barrier × `--scale`
 //! (`--quick`: 4 s, one trial).
@@ -248,6 +251,8 @@ struct Summary {
     settled_above: usize,
     settled: usize,
     steady_ms: Vec<(u32, f64)>,
+    /// Median over the changes of episode `e + TARGET_EPISODES`'s time / `S`.
+    median_at_target: Option<f64>,
 }
 
 fn summarize_recoveries(rs: &[Recovery]) -> Summary {
@@ -277,6 +282,17 @@ fn summarize_recoveries(rs: &[Recovery]) -> Summary {
         settled_above: rs.iter().map(|r| r.settled_above).sum(),
         settled: rs.iter().map(|r| r.settled).sum(),
         steady_ms: steady,
+        median_at_target: median(
+            &rs.iter()
+                .filter_map(|r| {
+                    let j = PROFILE
+                        .clone()
+                        .position(|o| o == TARGET_EPISODES as i64)
+                        .expect("in profile");
+                    r.profile.get(j).copied().filter(|x| x.is_finite())
+                })
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 
@@ -321,13 +337,22 @@ pub fn verdict(per_barrier: &[(&str, Vec<Recovery>)]) -> Verdict {
                 ));
             } else {
                 let share = s.within as f64 / s.changes as f64;
-                let ok = share >= TARGET_SHARE;
+                let typical = s.median_at_target.is_some_and(|m| m <= TOLERANCE);
+                let strict = share >= TARGET_SHARE;
+                let ok = typical && strict;
                 details.push(format!(
-                    "target: Scalable-SC recovers within {TARGET_EPISODES} episodes at {:.0}% of the changes \
-                     (needs {:.0}%): {}",
+                    "target (1): the median over the changes of episode e+{TARGET_EPISODES}'s time / the new steady                      state is {} (needs <= {TOLERANCE:.2}): {}",
+                    s.median_at_target.map_or("-".into(), |m| format!("{m:.2}")),
+                    if typical { "holds" } else { "does not hold" }
+                ));
+                details.push(format!(
+                    "target (2): Scalable-SC recovers within {TARGET_EPISODES} episodes at {:.0}% of the changes \
+                     (needs {:.0}%; with the noise floor above, episodes e+1 and e+2 both land above the bound \
+                     by chance alone at about {:.0}% of the changes): {}",
                     100.0 * share,
                     100.0 * TARGET_SHARE,
-                    if ok { "holds" } else { "does not hold" }
+                    100.0 * (s.settled_above as f64 / s.settled.max(1) as f64).powi(2),
+                    if strict { "holds" } else { "does not hold" }
                 ));
                 status = if ok {
                     Status::Holds
