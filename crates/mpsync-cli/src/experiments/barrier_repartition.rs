@@ -296,10 +296,18 @@ fn summarize_recoveries(rs: &[Recovery]) -> Summary {
     }
 }
 
-/// Judges the target on Scalable-SC's recoveries; the other barriers' lines
-/// are reported beside it.
-pub fn verdict(per_barrier: &[(&str, Vec<Recovery>)]) -> Verdict {
+/// Judges the target on Scalable-SC's recoveries at `processors`; the other
+/// barriers' lines are reported beside it.
+pub fn verdict(per_barrier: &[(&str, Vec<Recovery>)], processors: u32) -> Verdict {
     let mut details = Vec::new();
+    if processors < 4 {
+        details.push(format!(
+            "caveat: on {processors} processors the partition only moves between {processors} and 1 \
+             processor(s), where every layout of the two-level barrier is close to a central one: a \
+             build that never reorganizes recovers as fast here (seen on 2 cores); the measure tells \
+             layouts apart from 4 processors on"
+        ));
+    }
     let mut status = Status::PartlyEvaluable;
     for (name, rs) in per_barrier {
         let s = summarize_recoveries(rs);
@@ -341,7 +349,7 @@ pub fn verdict(per_barrier: &[(&str, Vec<Recovery>)]) -> Verdict {
                 let strict = share >= TARGET_SHARE;
                 let ok = typical && strict;
                 details.push(format!(
-                    "target (1): the median over the changes of episode e+{TARGET_EPISODES}'s time / the new steady                      state is {} (needs <= {TOLERANCE:.2}): {}",
+                    "target (1): the median over the changes of episode e+{TARGET_EPISODES}'s time / the new steady state is {} (needs <= {TOLERANCE:.2}): {}",
                     s.median_at_target.map_or("-".into(), |m| format!("{m:.2}")),
                     if typical { "holds" } else { "does not hold" }
                 ));
@@ -453,7 +461,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         }
     }
     pb.finish_and_clear();
-    let verdict = verdict(&per);
+    let verdict = verdict(&per, np);
     // The recovery profile: median episode time / new steady state at each
     // offset from the disturbed episode.
     let mut points = Vec::new();
@@ -597,24 +605,55 @@ mod tests {
         let rs = recoveries(&ends(&d));
         assert_eq!(rs.len(), 2, "{rs:?}");
         assert_eq!(rs[0].episodes_to_recover, None);
+        // The noise floor counts settled episodes only (from e+5: the sixth
+        // slow one is there, the first five are not).
+        assert_eq!((rs[0].settled, rs[0].settled_above), (21, 1));
         assert_eq!(rs[1].episodes_to_recover, Some(0));
-        let v = verdict(&[("Scalable-SC", rs.clone())]);
+        let v = verdict(&[("Scalable-SC", rs.clone())], 4);
         assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
         let mut three = rs.clone();
         three.push(rs[1].clone());
         three.push(rs[1].clone());
         // 3 of 4 within 2 episodes: 75% < 90%.
         assert_eq!(
-            verdict(&[("Scalable-SC", three.clone())]).status,
+            verdict(&[("Scalable-SC", three.clone())], 4).status,
             Status::DoesNotHold
         );
         three.remove(0);
-        assert_eq!(verdict(&[("Scalable-SC", three)]).status, Status::Holds);
+        assert_eq!(verdict(&[("Scalable-SC", three)], 4).status, Status::Holds);
     }
 
     #[test]
     fn no_changes_no_recoveries() {
         assert!(recoveries(&ends(&[(500, 2); 30])).is_empty());
         assert!(recoveries(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_late_relapse_fails_the_typical_clause() {
+        // Back at e+1 each time (the strict form holds), but episode e+2 is
+        // slow again at every change: not back to the steady state.
+        let mut d: Vec<(u64, u32)> = vec![(500, 2); 20];
+        for p in [1, 2, 1] {
+            let s = if p == 1 { 1000 } else { 500 };
+            d.push((3 * s, p));
+            d.push((s, p));
+            d.push((2 * s, p));
+            d.extend(vec![(s, p); 20]);
+        }
+        let rs = recoveries(&ends(&d));
+        assert_eq!(rs.len(), 3, "{rs:?}");
+        assert!(
+            rs.iter().all(|r| r.episodes_to_recover == Some(1)),
+            "{rs:?}"
+        );
+        let v = verdict(&[("Scalable-SC", rs)], 4);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert!(
+            v.details
+                .iter()
+                .any(|l| l.contains("target (1)") && l.contains("2.00")),
+            "{v:?}"
+        );
     }
 }
