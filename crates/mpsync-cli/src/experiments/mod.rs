@@ -317,7 +317,7 @@ pub fn catalog() -> Vec<Experiment> {
             id: "rwlock-oversub",
             paper: "mpsync",
             reference: "mpsync's own (issue 15's targets for the reader-writer locks)",
-            title: "throughput of every reader-writer lock and peer at 95% and 50% reads with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
+            title: "throughput of every reader-writer lock and peer at 95% and 50% reads (the BRAVO forms, their base locks and the peers also at 99% and 99.9%) with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: rwlock_oversub::run,
