@@ -313,3 +313,33 @@ fn tiny_lc98_runs() {
         let _ = std::fs::remove_dir_all(&out);
     }
 }
+
+/// `barrier-repartition` records the episodes of both barriers under a
+/// repartitioning pseudo-scheduler and judges the recovery; one processor is
+/// refused with one line (a repartition needs processors to take away).
+#[test]
+fn tiny_barrier_repartition_run() {
+    let e = stderr(&mpsync(&["run", "barrier-repartition", "--procs", "1"]));
+    assert!(e.contains("--procs 1") && e.contains("between 2"), "{e}");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        return; // the refusal above is all a one-core machine can show
+    }
+    let (out, o) = tiny_run(
+        "barrier-repartition",
+        "barrier-repartition",
+        &["--procs", "2", "--scale", "0.25"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "barrier-repartition@emulated");
+    for s in j["extra"]["scheduler"].as_array().unwrap() {
+        assert!(s["episodes"].as_u64().unwrap() > 100, "{s}");
+        assert!(s["repartitions"].as_u64().unwrap() >= 2, "{s}");
+    }
+    let details = j["verdict"]["details"].to_string();
+    assert!(
+        details.contains("Scalable-SC:") && details.contains("Central-block:"),
+        "{details}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -2,6 +2,7 @@
 //! gets to run with.
 
 pub mod barrier_oversub;
+pub mod barrier_repartition;
 pub mod ds_oversub;
 pub mod hart;
 pub mod hart_hash;
@@ -317,7 +318,7 @@ pub fn catalog() -> Vec<Experiment> {
             id: "rwlock-oversub",
             paper: "mpsync",
             reference: "mpsync's own (issue 15's targets for the reader-writer locks)",
-            title: "throughput of every reader-writer lock and peer at 95% and 50% reads with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
+            title: "throughput of every reader-writer lock and peer at 95% and 50% reads (the BRAVO forms, their base locks and the peers also at 99% and 99.9%) with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: rwlock_oversub::run,
@@ -330,6 +331,15 @@ pub fn catalog() -> Vec<Experiment> {
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: barrier_oversub::run,
+        },
+        Experiment {
+            id: "barrier-repartition",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 15's target for the two-level barrier, paper 001 §3.3)",
+            title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: false,
+            run: barrier_repartition::run,
         },
         Experiment {
             id: "ds-oversub",

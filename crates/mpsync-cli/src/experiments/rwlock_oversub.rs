@@ -12,8 +12,10 @@
 //! threads write — so a lock that starves writers shows it there.
 //!
 //! The BRAVO-biased forms (`Bravo<L>`, Dice & Kogan 2019) of RW-TAS-B,
-//! RW-Smart-Q and RW-Native run at 95% reads only (a reader bias is for
-//! read-mostly locks), and the verdict gives each one's ratio to its base lock.
+//! RW-Smart-Q and RW-Native run at the read-mostly mixes a reader bias is for:
+//! 95% (beside every lock), 99% and 99.9% (beside their base locks and the
+//! peers only; `--quick`: 99.9% only, at the largest thread count); the verdict
+//! gives each one's ratio to its base lock and to `std::sync::RwLock` at each.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -215,12 +217,25 @@ pub struct RwImpl {
     pub peer: bool,
     /// Runs one fixed-duration trial.
     pub run: fn(&RwSpec) -> anyhow::Result<RwCounts>,
-    /// For a BRAVO-biased lock, its base lock's name (it runs at 95% reads only).
+    /// For a BRAVO-biased lock, its base lock's name (it runs at [`BRAVO_MIXES`] only).
     pub biased_from: Option<&'static str>,
 }
 
-/// The BRAVO rows' read mix.
-pub const BRAVO_MIX: f64 = 0.95;
+/// The BRAVO rows' read mixes: 95% beside every lock, and the read-mostly
+/// mixes a reader bias is for, where only the BRAVO forms, their base locks
+/// and the peers run.
+pub const BRAVO_MIXES: [f64; 3] = [0.95, 0.99, 0.999];
+
+/// Whether `imp` runs at read fraction `r` (see [`BRAVO_MIXES`]).
+pub fn runs_at(table: &[RwImpl], imp: &RwImpl, r: f64) -> bool {
+    if r == 0.95 || r == 0.5 {
+        return imp.biased_from.is_none() || r == 0.95;
+    }
+    BRAVO_MIXES.contains(&r)
+        && (imp.peer
+            || imp.biased_from.is_some()
+            || table.iter().any(|b| b.biased_from == Some(imp.name)))
+}
 
 /// Every reader-writer lock and peer.
 pub fn rw_table() -> Vec<RwImpl> {
@@ -258,9 +273,14 @@ pub fn rw_table() -> Vec<RwImpl> {
     ]
 }
 
+/// A read fraction as a percentage: "95%", "99.9%".
+fn pct(r: f64) -> String {
+    format!("{}%", (r * 1000.0).round() / 10.0)
+}
+
 /// The name of `imp` at read fraction `r` (a series per mix).
 fn series_name(imp: &str, r: f64) -> String {
-    format!("{imp} ({:.0}% reads)", r * 100.0)
+    format!("{imp} ({} reads)", pct(r))
 }
 
 /// Runs the experiment.
@@ -271,21 +291,27 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         v.dedup();
         v
     });
-    let mixes = [0.95, 0.5];
+    let mixes = [0.95, 0.5, 0.99, 0.999];
     // --quick: 0.4 × its scale (36 ms trials), to stay within its 20 s.
     let quick = if p.quick { 0.4 } else { 1.0 };
     let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale * quick).max(20.0) / 1e3);
     let busy = BusyWork::global();
     let table = rw_table();
-    let runs_at = |r: f64| {
-        table
-            .iter()
-            .filter(|i| i.biased_from.is_none() || r == BRAVO_MIX)
-            .count()
+    // --quick runs the read-mostly mixes at the largest thread count only, and
+    // 99.9% of them only, to stay within its 20 s.
+    let threads_at = |r: f64| -> Vec<u32> {
+        match (p.quick, r) {
+            (_, 0.95 | 0.5) | (false, _) => threads.clone(),
+            (true, 0.999) => threads.last().copied().into_iter().collect(),
+            (true, _) => Vec::new(),
+        }
     };
+    let rows_at = |r: f64| table.iter().filter(|i| runs_at(&table, i, r)).count();
     let pb = crate::progress(
-        (threads.len() * p.trials as usize * mixes.iter().map(|&r| runs_at(r)).sum::<usize>())
-            as u64,
+        mixes
+            .iter()
+            .map(|&r| threads_at(r).len() * p.trials as usize * rows_at(r))
+            .sum::<usize>() as u64,
         exp.id,
     );
     let started = Instant::now();
@@ -293,12 +319,12 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     // (series, x) -> writer share per trial
     let mut shares: Vec<(String, f64, f64)> = Vec::new();
     for &r in &mixes {
-        for &n in &threads {
+        for n in threads_at(r) {
             for t in 0..p.trials {
                 // Interleaved: each trial visits the implementations in a rotated order.
                 for k in 0..table.len() {
                     let imp = &table[(k + t as usize) % table.len()];
-                    if imp.biased_from.is_some() && r != BRAVO_MIX {
+                    if !runs_at(&table, imp, r) {
                         continue;
                     }
                     let spec = RwSpec {
@@ -411,27 +437,31 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             if per_core == 1 { String::new() } else { format!(" (target within 2x: {})", if ok_share { "met" } else { "missed" }) },
         ));
     }
-    // Each BRAVO form against its base lock.
+    // Each BRAVO form against its base lock and the std peer, per read mix.
     for imp in table.iter() {
         let Some(base) = imp.biased_from else {
             continue;
         };
-        let ratios: Vec<String> = threads
-            .iter()
-            .filter_map(|&n| {
-                let x = f64::from(n);
-                let (b, v) = (
-                    value(&series_name(base, BRAVO_MIX), x)?,
-                    value(&series_name(imp.name, BRAVO_MIX), x)?,
-                );
-                Some(format!("{n} threads {:.2}", v / b))
-            })
-            .collect();
-        details.push(format!(
-            "95% reads, {} / {base}: {}",
-            imp.name,
-            ratios.join(", ")
-        ));
+        for mix in BRAVO_MIXES {
+            let ratios: Vec<String> = threads
+                .iter()
+                .filter_map(|&n| {
+                    let x = f64::from(n);
+                    let (b, v, s) = (
+                        value(&series_name(base, mix), x)?,
+                        value(&series_name(imp.name, mix), x)?,
+                        value(&series_name("std::sync::RwLock", mix), x)?,
+                    );
+                    Some(format!("{n} threads {:.2} ({:.2} of std)", v / b, v / s))
+                })
+                .collect();
+            details.push(format!(
+                "{} reads, {} / {base}: {}",
+                pct(mix),
+                imp.name,
+                ratios.join(", ")
+            ));
+        }
     }
     for &rr in &mixes {
         if let Some(&last) = threads.last() {
@@ -443,8 +473,8 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 })
                 .collect();
             details.push(format!(
-                "writer share of acquisitions / fair share at {last} threads, {:.0}% reads: {}",
-                rr * 100.0,
+                "writer share of acquisitions / fair share at {last} threads, {} reads: {}",
+                pct(rr),
                 s.join(", ")
             ));
         }
@@ -460,6 +490,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 .collect(),
             label: n,
         })
+        .filter(|s| !s.points.is_empty())
         .collect();
     let svg = line_chart(
         "rwlock-oversub: throughput, unpinned threads on this machine's cores",
@@ -499,4 +530,48 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         },
     };
     Ok((rec, svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_rows_run_at_which_mix() {
+        let t = rw_table();
+        let at = |r: f64| -> Vec<&str> {
+            t.iter()
+                .filter(|i| runs_at(&t, i, r))
+                .map(|i| i.name)
+                .collect()
+        };
+        // 95%: everything; 50%: everything but the BRAVO forms.
+        assert_eq!(at(0.95).len(), t.len());
+        assert!(at(0.5).iter().all(|n| !n.starts_with("BRAVO")));
+        assert_eq!(at(0.5).len(), t.len() - 3);
+        // 99% and 99.9%: the BRAVO forms, their bases and the peers.
+        for r in [0.99, 0.999] {
+            let v = at(r);
+            for n in [
+                "BRAVO-RW-TAS-B",
+                "RW-TAS-B",
+                "BRAVO-RW-Smart-Q",
+                "RW-Smart-Q",
+                "BRAVO-RW-Native",
+                "RW-Native",
+                BASELINE,
+                "std::sync::RwLock",
+                "crossbeam ShardedLock",
+            ] {
+                assert!(v.contains(&n), "{n} missing at {r}: {v:?}");
+            }
+            assert!(
+                !v.contains(&"RW-Queued") && !v.contains(&"RW-TAS-B-np"),
+                "{v:?}"
+            );
+        }
+        assert!(at(0.7).is_empty());
+        assert_eq!(series_name("x", 0.999), "x (99.9% reads)");
+        assert_eq!(series_name("x", 0.95), "x (95% reads)");
+    }
 }

@@ -4,11 +4,11 @@
 //! Hensgen, Finkel & Manber (1988), as in Mellor-Crummey & Scott (TOCS 1991,
 //! §3.3). Each flag is a counter of signals (episode `k` is complete in a round
 //! when the flag has reached `k`), so there is no parity or sense to keep. Every
-//! thread spins on its own flags; after 20 µs it yields between checks
-//! ([`spin_then_yield`](super::spin_then_yield)). No natural leader:
+//! thread spins on its own flags; after 20 µs it sleeps until the partner
+//! that signals it wakes it (`wait_flag` in `barrier/mod.rs`). No natural leader:
 //! participant 0 is the leader of every episode.
 //!
-//! Uses `sched`: `yield_now`.
+//! Uses `sched`: `Waiter`, `wake` (and `yield_now` on an emulated processor).
 //!
 //! ```
 //! use mpsync::barrier::{Barrier, Dissemination};
@@ -21,8 +21,8 @@
 //! ```
 
 use super::{
-    Barrier, BarrierError, BarrierWaitResult, check_id, check_participants, reached,
-    spin_then_yield,
+    Barrier, BarrierError, BarrierWaitResult, Sleeper, check_id, check_participants, reached,
+    wait_flag,
 };
 use crate::sync::{AtomicU32, Ordering};
 use crate::util::CachePadded;
@@ -36,6 +36,8 @@ pub struct Dissemination {
     flags: Vec<CachePadded<AtomicU32>>,
     /// Episodes participant `i` has completed (its own; Relaxed).
     done: Vec<CachePadded<AtomicU32>>,
+    /// Participant `i`'s sleep announcement (see [`Sleeper`]).
+    sleepers: Vec<CachePadded<Sleeper>>,
 }
 
 impl Dissemination {
@@ -53,7 +55,16 @@ impl Dissemination {
             rounds,
             flags: new(n * rounds),
             done: new(n),
+            sleepers: (0..n).map(|_| CachePadded::new(Sleeper::new())).collect(),
         })
+    }
+}
+
+impl Dissemination {
+    /// Whether participant `id` has announced that it sleeps (tests).
+    #[cfg(test)]
+    pub(super) fn announced(&self, id: usize) -> bool {
+        self.sleepers[id].is_announced()
     }
 }
 
@@ -76,9 +87,12 @@ impl Barrier for Dissemination {
             // Release: hands everything we know (our work and the signals we
             // received, which we Acquired) to the partner.
             self.flags[(partner * rounds + r) as usize].fetch_add(1, Ordering::Release);
+            self.sleepers[partner as usize].signalled();
             let mine = &self.flags[(i * rounds + r) as usize];
             // Acquire: pairs with the sender's Release increment.
-            spin_then_yield(|| reached(mine.load(Ordering::Acquire), k));
+            wait_flag(&self.sleepers[id], || {
+                reached(mine.load(Ordering::Acquire), k)
+            });
         }
         // Relaxed: owner-only.
         self.done[id].store(k, Ordering::Relaxed);

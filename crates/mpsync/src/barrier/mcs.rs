@@ -6,10 +6,10 @@
 //! until its children `4i+1 ..= 4i+4` have arrived, tells its parent
 //! `(i−1)/4`, then waits to be woken by its wake-up parent `(i−1)/2` and wakes
 //! `2i+1`, `2i+2`. Arrival and wake-up words are counters, so nothing is reset.
-//! Participant 0, the root, is the leader. Waits spin, then yield
-//! ([`spin_then_yield`](super::spin_then_yield)).
+//! Participant 0, the root, is the leader. Waits spin, then sleep until the
+//! thread that ends them wakes them (`wait_flag` in `barrier/mod.rs`).
 //!
-//! Uses `sched`: `yield_now`.
+//! Uses `sched`: `Waiter`, `wake` (and `yield_now` on an emulated processor).
 //!
 //! ```
 //! use mpsync::barrier::{Barrier, McsTree};
@@ -21,8 +21,8 @@
 //! ```
 
 use super::{
-    Barrier, BarrierError, BarrierWaitResult, check_id, check_participants, reached,
-    spin_then_yield,
+    Barrier, BarrierError, BarrierWaitResult, Sleeper, check_id, check_participants, reached,
+    wait_flag,
 };
 use crate::sync::{AtomicU32, Ordering};
 use crate::util::CachePadded;
@@ -35,6 +35,8 @@ struct Slot {
     woken: AtomicU32,
     /// Episodes this participant has completed (owner only).
     done: AtomicU32,
+    /// Its sleep announcement (see [`Sleeper`]).
+    sleeper: Sleeper,
 }
 
 /// MCS tree barrier.
@@ -56,6 +58,7 @@ impl McsTree {
                         arrived: AtomicU32::new(0),
                         woken: AtomicU32::new(0),
                         done: AtomicU32::new(0),
+                        sleeper: Sleeper::new(),
                     })
                 })
                 .collect(),
@@ -65,6 +68,14 @@ impl McsTree {
     fn arrival_children(&self, i: u32) -> u32 {
         let first = 4 * i as u64 + 1;
         (self.n as u64).saturating_sub(first).min(4) as u32
+    }
+}
+
+impl McsTree {
+    /// Whether participant `id` has announced that it sleeps (tests).
+    #[cfg(test)]
+    pub(super) fn announced(&self, id: usize) -> bool {
+        self.slots[id].sleeper.is_announced()
     }
 }
 
@@ -85,19 +96,23 @@ impl Barrier for McsTree {
         let k = me.done.load(Ordering::Relaxed).wrapping_add(1);
         let want = self.arrival_children(i).wrapping_mul(k);
         // Acquire: pairs with the children's Release increments.
-        spin_then_yield(|| reached(me.arrived.load(Ordering::Acquire), want));
+        wait_flag(&me.sleeper, || {
+            reached(me.arrived.load(Ordering::Acquire), want)
+        });
         if i != 0 {
+            let parent = &self.slots[((i - 1) / 4) as usize];
             // Release: hands our subtree's arrival (and work) to the parent.
-            self.slots[((i - 1) / 4) as usize]
-                .arrived
-                .fetch_add(1, Ordering::Release);
+            parent.arrived.fetch_add(1, Ordering::Release);
+            parent.sleeper.signalled();
             // Acquire: pairs with the wake-up parent's Release store.
-            spin_then_yield(|| reached(me.woken.load(Ordering::Acquire), k));
+            wait_flag(&me.sleeper, || reached(me.woken.load(Ordering::Acquire), k));
         }
         for c in [2 * i as u64 + 1, 2 * i as u64 + 2] {
             if c < self.n as u64 {
+                let child = &self.slots[c as usize];
                 // Release: passes the release (and all work) down.
-                self.slots[c as usize].woken.store(k, Ordering::Release);
+                child.woken.store(k, Ordering::Release);
+                child.sleeper.signalled();
             }
         }
         // Relaxed: owner-only.

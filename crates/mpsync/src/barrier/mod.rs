@@ -36,8 +36,9 @@
 //! ```
 //!
 //! The waiting loops of this module live in two helpers here (`Release::wait`
-//! for the episode word, `spin_then_yield` for per-thread flags); they move to
-//! the shared waiting policy when there is one.
+//! for the episode word, `wait_flag` for per-thread flags, which spins through
+//! the shared waiting policy, `sched::Waiter`, and then sleeps on the thread's
+//! wake word).
 
 mod central;
 mod dissemination;
@@ -255,25 +256,108 @@ impl Release {
     }
 }
 
-/// Per-thread flag waiting (dissemination, MCS tree): spins until `done()`,
-/// then gives the processor away between checks (`sched::yield_now`) — a
-/// partner that is preempted can only arrive when it runs again.
-pub(crate) fn spin_then_yield(mut done: impl FnMut() -> bool) {
-    const SPIN_NS: u64 = 20_000;
-    let start = now_ns();
-    loop {
-        for _ in 0..SPINS_PER_CLOCK {
-            if done() {
-                return;
-            }
-            spin_loop();
+/// How long a per-thread flag waiter spins before it sleeps (the patience of
+/// its [`sched::Waiter`]).
+const FLAG_SPIN_NS: u64 = 20_000;
+
+/// A participant's announcement that it sleeps on a per-thread flag
+/// (dissemination, MCS tree): its context block, or null. Whoever makes a flag
+/// of this participant reach its target calls [`Sleeper::signalled`] after
+/// that store or increment.
+///
+/// The announcement and the flag are a Dekker pair, through a SeqCst fence on
+/// each side:
+///
+/// ```text
+/// waiter (wait_flag)                       signaller
+/// t = Waiter::token()                      flag += 1 / flag := k   (Release)
+/// sleeper := my block (Release) [S1]       fence(SeqCst)           [G2]
+/// fence(SeqCst)                 [S2]       if sleeper (Acquire):   [G3]
+/// if done(): sleeper := null; return           sched::wake(sleeper)
+/// Waiter::sleep(t)   // returns at once if woken since t
+/// ```
+///
+/// Either the signaller sees the announcement and wakes the sleeper, or the
+/// waiter's re-check sees the flag. A wake that comes late (the waiter saw the
+/// flag and went on) only bumps its wake word: a later sleep of that thread
+/// returns spuriously and re-checks. (Loom: `dissemination_two_episodes`,
+/// `mcs_tree_two_episodes` in `tests/loom_rwlock_barrier.rs`, where every
+/// wait sleeps.)
+#[derive(Debug)]
+pub(crate) struct Sleeper(crate::sync::AtomicPtr<sched::ContextBlock>);
+
+impl Sleeper {
+    pub(crate) fn new() -> Self {
+        Self(crate::sync::AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    /// Whether the participant has announced that it sleeps (a snapshot).
+    #[cfg(test)]
+    pub(crate) fn is_announced(&self) -> bool {
+        // Relaxed: a snapshot for tests.
+        !self.0.load(Ordering::Relaxed).is_null()
+    }
+
+    /// The signaller's side: call after the store or increment that may end
+    /// this participant's wait.
+    #[inline]
+    pub(crate) fn signalled(&self) {
+        // [G2] SeqCst fence: pairs with [S2].
+        fence(Ordering::SeqCst);
+        // [G3] Acquire: ordered after the flag by the fences; Acquire pairs
+        // with the Release of [S1], so the block's creation (its wake word)
+        // happens before our wake.
+        let cb = self.0.load(Ordering::Acquire);
+        // SAFETY: null or the block of a live thread (`sched::current()`);
+        // context blocks are never freed.
+        if let Some(cb) = unsafe { cb.as_ref() } {
+            sched::wake(cb);
         }
-        if cfg!(loom) || now_ns().saturating_sub(start) >= SPIN_NS {
+    }
+}
+
+/// Per-thread flag waiting (dissemination, MCS tree): spins through the shared
+/// waiting policy ([`sched::Waiter`], patience [`FLAG_SPIN_NS`]) until
+/// `done()`, then sleeps on the thread's wake word, announced in `me` (see
+/// [`Sleeper`]) — a partner that is preempted can only arrive when it runs
+/// again. On an emulated virtual processor it yields instead (the
+/// pseudo-scheduler does not see a sleep; see [`Release::wait_with`]).
+pub(crate) fn wait_flag(me: &Sleeper, mut done: impl FnMut() -> bool) {
+    let mut w = sched::Waiter::with_patience_ns(FLAG_SPIN_NS);
+    loop {
+        if done() {
+            return;
+        }
+        if w.spin(None) == sched::Wait::Park {
             break;
         }
     }
-    while !done() {
-        sched::yield_now();
+    #[cfg(not(loom))]
+    if sched::emulated::is_attached(sched::current()) {
+        while !done() {
+            sched::yield_now();
+        }
+        return;
+    }
+    let cb = sched::current() as *const sched::ContextBlock as *mut sched::ContextBlock;
+    loop {
+        let t = sched::Waiter::token();
+        // [S1] Release: publishes our context block (created lazily by this
+        // thread) to the signaller's Acquire [G3]; ordered before the
+        // re-check by the fence.
+        me.0.store(cb, Ordering::Release);
+        // [S2] SeqCst fence: pairs with [G2].
+        fence(Ordering::SeqCst);
+        let over = done();
+        if !over {
+            let _ = sched::Waiter::sleep(t, None);
+        }
+        // Relaxed: a signaller that still reads the block only wakes us
+        // spuriously (see `Sleeper`).
+        me.0.store(std::ptr::null_mut(), Ordering::Relaxed);
+        if over || done() {
+            return;
+        }
     }
 }
 
@@ -338,6 +422,47 @@ mod tests {
             episodes(&Dissemination::new(n).unwrap(), e);
             episodes(&McsTree::new(n).unwrap(), e);
         }
+    }
+
+    /// Participant 0 waits for a partner that comes late: it must announce
+    /// itself and sleep (not spin or yield), and the partner's signal must
+    /// wake it.
+    fn late_partner_wakes_sleeper<B: Barrier>(b: &B, announced: impl Fn(&B) -> bool) {
+        std::thread::scope(|s| {
+            let h = s.spawn(|| b.wait(0).is_leader());
+            let start = std::time::Instant::now();
+            while !announced(b) {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(20),
+                    "participant 0 never announced a sleep"
+                );
+                std::thread::yield_now(); // the test's own polling, not a barrier's
+            }
+            // The only signal that can end its wait comes from us now.
+            assert!(!h.is_finished());
+            let _ = b.wait(1);
+            assert!(h.join().unwrap(), "participant 0 leads");
+        });
+        assert!(
+            !announced(b),
+            "the announcement is withdrawn after the wake"
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: waits out the 20 µs spin patience")]
+    fn dissemination_late_partner_wakes_sleeper() {
+        let b = Dissemination::new(2).unwrap();
+        late_partner_wakes_sleeper(&b, |b| b.announced(0));
+        episodes(&b, 20); // and the barrier goes on
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: waits out the 20 µs spin patience")]
+    fn mcs_tree_late_child_wakes_sleeping_root() {
+        let b = McsTree::new(2).unwrap();
+        late_partner_wakes_sleeper(&b, |b| b.announced(0));
+        episodes(&b, 20);
     }
 
     #[test]
