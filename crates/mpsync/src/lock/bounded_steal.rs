@@ -423,17 +423,25 @@ impl BoundedSteal {
                 continue;
             }
             if waiter.spin(self.holder()) == Wait::Park {
-                // Announce, then sleep on the word while it still says so.
+                // Announce, then sleep on the word while it still says so. A
+                // head already past the fairness bound also stops stealing as
+                // it goes to sleep: between the unlock that wakes it and its
+                // running again, nobody may take the lock past it (the check
+                // above runs only every CHECK_EVERY turns; the Waiter may
+                // advise parking sooner).
+                let sleeping = if fair.exhausted() {
+                    w | HEAD_PARKED | NO_STEAL
+                } else {
+                    w | HEAD_PARKED
+                };
                 // Relaxed: the futex re-checks the word atomically.
-                match self.word.compare_exchange(
-                    w,
-                    w | HEAD_PARKED,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
+                match self
+                    .word
+                    .compare_exchange(w, sleeping, Ordering::Relaxed, Ordering::Relaxed)
+                {
                     Ok(_) => {
                         sched::stall::point(sched::stall::WAITER_PARK);
-                        sched::park(&self.word, w | HEAD_PARKED, None);
+                        sched::park(&self.word, sleeping, None);
                         waiter.restart();
                     }
                     Err(now) => {
