@@ -23,7 +23,7 @@ use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
 use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::svg::line_chart;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "the scheduler-conscious queued reader-writer lock (RW-Smart-Q) is more \
@@ -212,17 +212,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             censored.join("; ")
         ));
     }
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-        })
-        .collect();
+    let series = Point::series(&names, &points, |q| q.normalized);
     let svg = line_chart(
         &format!(
             "{} (--preempt {}, {})",
