@@ -460,43 +460,6 @@ fn ticket_np_twice() {
     acquire_twice(TicketNp::new, 2, 3);
 }
 
-/// Ticket-np's wake slots (issue 13 §2), three threads each locking once: the
-/// first claims the free lock without a number, the second finds the number
-/// it took claimed (abandons it, takes the next), the third waits two
-/// positions back and sleeps on its slot *without* a timeout — so a wake-up
-/// lost between its announcement and the decision on the number ahead of it
-/// is a deadlock loom reports. (Under loom every spinner also sleeps near its
-/// turn, with a timeout, and every releaser meets sleeping candidates.)
-#[test]
-fn ticket_np_far_sleeper_is_woken() {
-    let mut b = loom::model::Builder::new();
-    // Bound 1: minutes at 2 (three threads, every spin a sleep near the turn).
-    b.preemption_bound = Some(1);
-    // Waiters near their turn sleep (timed: a model yield) at every spin, so
-    // an execution is long; the default 1000 branches cut some short.
-    b.max_branches = 20_000;
-    b.check(|| {
-        let shared = Arc::new((TicketNp::new(), UnsafeCell::new(0u32)));
-        let ts: Vec<_> = (0..3)
-            .map(|_| {
-                let s = shared.clone();
-                thread::spawn(move || {
-                    let g = s.0.lock();
-                    // SAFETY: the lock is held.
-                    s.1.with_mut(|p| unsafe { *p += 1 });
-                    // SAFETY: `g` came from this lock on this thread.
-                    unsafe { s.0.unlock(g) };
-                })
-            })
-            .collect();
-        for t in ts {
-            t.join().unwrap();
-        }
-        // SAFETY: all threads joined.
-        assert_eq!(shared.1.with(|p| unsafe { *p }), 3);
-    });
-}
-
 // Every lock, each of two threads acquiring twice (see `acquire_twice`). The
 // preemption bound of each is the largest that keeps it to seconds.
 macro_rules! twice {

@@ -7,7 +7,7 @@
 //! | [`TasB`]               | TAS-B              | test, backoff (cap 30 µs)                 | 003 §4.1, 000 §4        |
 //! | [`Ticket`]             | Ticket             | proportional backoff, FIFO                | 001 §3.1, 004 §3.1      |
 //! | [`TicketSplit`]        | (Ticket, split)    | as Ticket, counters on two cache lines    | 004 §3.1                |
-//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw; natively the next waiter spins, later ones sleep on wake slots | 001 §3.1 |
+//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw         | 001 §3.1                |
 //! | [`AndersonN`]          | Anderson           | spinning on its own array slot, FIFO      | 004 §3.1                |
 //! | [`Queued`]             | Queued (MCS)       | spinning on its own node, FIFO            | 003 §4.1                |
 //! | [`QueuedHandshaking`]  | Queued-Handshaking | own node; ack or be skipped               | 003 §3                  |
@@ -142,11 +142,6 @@ pub(crate) use loom_const_init;
 /// every spin is a scheduling point there.
 const LINK_SPINS: u32 = if cfg!(loom) { 1 } else { 128 };
 
-/// How long a releaser waiting for a link naps at a time, natively, once it
-/// gives its processor away (a timed sleep through `sched`; nobody wakes it —
-/// the successor that will write the link only needs a processor).
-const LINK_NAP: std::time::Duration = std::time::Duration::from_micros(50);
-
 /// A releaser's wait for the successor that has swapped itself into the tail
 /// to link its node behind ours (`link` returns the link once written) — the
 /// window marked [`QUEUE_LOCK_LINK`](crate::sched::stall::QUEUE_LOCK_LINK) in
@@ -156,20 +151,15 @@ const LINK_NAP: std::time::Duration = std::time::Duration::from_micros(50);
 /// wait is long only if the successor is preempted inside it, and then it
 /// lasts until the successor runs again — its next time slice, which spinning
 /// here can only delay when it shares our processor. So after [`LINK_SPINS`]
-/// checks the releaser gives its processor away between checks: natively it
-/// naps for [`LINK_NAP`] through [`Waiter::sleep`](crate::sched::Waiter::sleep)
-/// (blocked, not runnable: unlike `sched_yield`, the preempted successor gets
-/// the processor even where the kernel's scheduler would run a yielder again
-/// at once — issue 13 §2); a thread attached to the emulated scheduler yields
-/// to it ([`sched::yield_now`](crate::sched::yield_now)), which decides who runs
-/// there. Meanwhile this thread's outermost no-preempt request is paused
-/// (nobody but that successor can move the lock on now, and it may be waiting
-/// for our processor; an emulated yield inside a no-preempt section would be
-/// ignored). The request is resumed before returning. A holder that a
-/// Smart-Q releaser made `OtherUnpreemptable` cannot pause (only
-/// `SelfUnpreemptable` pauses): on the emulated backend its yields are
-/// ignored, and the scheduler's extension bound, which preempts it anyway, is
-/// what limits its wait.
+/// checks every further check gives the processor away through
+/// [`sched::yield_now`](crate::sched::yield_now), with this thread's outermost
+/// no-preempt request paused meanwhile (nobody but that successor can move the
+/// lock on now, and it may be waiting for our processor; an emulated yield
+/// inside a no-preempt section would be ignored). The request is resumed
+/// before returning. A holder that a Smart-Q releaser made
+/// `OtherUnpreemptable` cannot pause (only `SelfUnpreemptable` pauses): on the
+/// emulated backend its yields are ignored, and the scheduler's extension
+/// bound, which preempts it anyway, is what limits its wait.
 pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
     for _ in 0..LINK_SPINS {
         if let Some(n) = link() {
@@ -178,20 +168,12 @@ pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
         crate::sync::spin_loop();
     }
     let cb = crate::sched::current();
-    let emulated = crate::sched::emulated::is_attached(cb);
     let paused = cb.depth() > 0 && cb.pause_no_preempt();
     let n = loop {
         if let Some(n) = link() {
             break n;
         }
-        if emulated || cfg!(loom) {
-            crate::sched::yield_now();
-        } else {
-            // A token taken now: only a wake that comes later (none is
-            // expected) cuts the nap short.
-            let t = crate::sched::Waiter::token();
-            let _ = crate::sched::Waiter::sleep(t, Some(LINK_NAP));
-        }
+        crate::sched::yield_now();
     };
     if paused {
         cb.resume_no_preempt();
@@ -232,7 +214,7 @@ pub use smartq::{SmartQ, SmartQPolicy};
 pub use spin_park::{SPIN_THEN_PARK_DEFAULT_PATIENCE, SpinThenPark};
 pub use tas::Tas;
 pub use tas_b::TasB;
-pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketNpGuard, TicketSplit};
+pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketSplit};
 
 /// TAS-B with its critical section marked no-preempt (paper 003 §4.1).
 pub type TasBNp = Np<TasB>;
@@ -243,8 +225,7 @@ pub type QueuedNp = Np<Queued>;
 
 /// Locks that work when placed in memory shared by several processes (an
 /// `mmap(MAP_SHARED)` region, a `shm_open` file): they hold no pointers and no
-/// per-process state, are `#[repr(C)]`, never park on a private futex (Ticket-np's
-/// sleepers use shared futex words in the lock, which any process wakes), and are
+/// per-process state, are `#[repr(C)]`, never park (no private futex), and are
 /// valid when their bytes are a copy of an unlocked lock made by
 /// `new()` — so one process can initialize the region and others map it at any
 /// address. The shared-memory message queue (paper 004) builds on them.
@@ -276,8 +257,7 @@ unsafe impl ProcessShared for Ticket {}
 // SAFETY: see above.
 unsafe impl ProcessShared for TicketSplit {}
 // SAFETY: see above; the no-preempt request lives in each process's own
-// context block, which is per-thread state outside the lock, and its sleepers
-// park on its wake slots with shared (not private) futex operations.
+// context block, which is per-thread state outside the lock.
 unsafe impl ProcessShared for TicketNp {}
 // SAFETY: see above.
 unsafe impl<const N: usize> ProcessShared for AndersonN<N> {}

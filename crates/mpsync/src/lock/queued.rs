@@ -11,9 +11,8 @@
 //! Queue nodes come from a per-thread cache, so callers never supply one; every
 //! acquisition takes its own node (nesting works), and the guard carries it.
 //! A releaser whose successor has swapped itself in but not yet linked waits
-//! for the link, spinning and then giving its processor away
-//! ([`super::wait_for_link`]). Uses `sched`: `Waiter::sleep` natively,
-//! `yield_now` emulated (only in that wait). Progress: starvation-free, FIFO.
+//! for the link, spinning and then yielding ([`super::wait_for_link`]).
+//! Uses `sched`: `yield_now` (only in that wait). Progress: starvation-free, FIFO.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::Queued};
@@ -181,7 +180,7 @@ unsafe impl lock_api::RawMutex for Queued {
                 return;
             }
             // A successor swapped itself in and is about to link: wait for it
-            // (spin, then nap: see `wait_for_link` for what bounds this).
+            // (spin, then yield: see `wait_for_link` for what bounds this).
             // Acquire: pairs with the successor's Release store of `next`.
             next = super::wait_for_link(|| NonNull::new(me.next.load(Ordering::Acquire))).as_ptr();
         }

@@ -34,12 +34,11 @@
 //! assert_eq!(*a.lock() + *outer + *c.lock(), 6); // nested under a no-preempt lock
 //! ```
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sched::{self, ContextBlock, Wait, Waiter, stall};
+use crate::sched::{self, stall};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, spin_loop};
 use crate::util::clock::Patience;
 
@@ -217,33 +216,6 @@ const CLAIMED: u32 = 1;
 /// claims within a microsecond).
 pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 
-/// Waiters at most this many positions from the offered number spin (natively);
-/// farther ones sleep on their wake slot, and the thread that decides number
-/// `t` (claims or withdraws it) wakes the sleeper of `t + 2 * SPINNERS` — one
-/// step ahead of its turn (issue 13 §2). Under loom one position.
-const SPINNERS: i32 = 1;
-
-/// Wake slots of [`TicketNp`]: a sleeper of number `t` sleeps on slot
-/// `(t / 2) % WAKE_SLOTS`. Two sleepers share a slot only when more than this
-/// many threads wait; they are then woken together (and the one not due
-/// sleeps again).
-const WAKE_SLOTS: usize = if cfg!(loom) { 4 } else { 64 };
-
-/// A wake slot: `sequence << 16 | sleepers`. A sleeper adds one to `sleepers`
-/// before its last look at `serving` and sleeps while the word is unchanged; a
-/// waker zeroes `sleepers` and advances the sequence in one CAS, then wakes
-/// every sleeper of the slot.
-const SLEEPERS: u32 = 0xFFFF;
-const SEQUENCE_ONE: u32 = 1 << 16;
-
-/// How long a waiter that is close to its turn sleeps at most (natively) when
-/// its patience ran out with nothing moving ahead of it (the holder presumed
-/// preempted). Its wake-up normally comes from the releaser that offers it the
-/// lock; the bound covers a releaser that looked at `next` a moment too early
-/// to see it arrive (`release` reads it before its offer store, unfenced, to
-/// keep the uncontended path free of a fence).
-const NEAR_SLEEP: Duration = Duration::from_millis(1);
-
 /// The scheduler-conscious ticket lock (001 §3.1, "Ticket-np").
 ///
 /// Tickets are 31-bit numbers: `next` counts in steps of 2 and `serving` holds
@@ -252,37 +224,18 @@ const NEAR_SLEEP: Duration = Duration::from_millis(1);
 ///
 /// | `serving` | `next`  | state                                     | left by                                                       |
 /// |-----------|---------|-------------------------------------------|---------------------------------------------------------------|
-/// | `t`       | `== t`  | free: offered to whoever takes `t` next   | the taker's claim (`t → t\|1`); or a claim `t → t\|1` without a number (the uncontended path) |
+/// | `t`       | `== t`  | free: offered to whoever takes `t` next   | the taker's claim (`t → t\|1`)                                |
 /// | `t`       | `> t`   | reserved: offered to the taker of `t`     | its claim; or a withdrawal CAS `t → t+2` by the releaser (after its patience) or by the taker of `t+2` (idle lock, see `acquire`) |
-/// | `t\|1`    | any     | held (by the taker of `t`, or by a thread that claimed `t` without a number while `next == t`) | its release: the store `t+2`, or `t` if still `next == t` (the only plain stores) |
+/// | `t\|1`    | `> t`   | held by the taker of `t`                  | its release: the store `t+2` (the only plain store)           |
 ///
-/// \[1\] `serving` grows by every step but one: claim +1, release +1,
-/// withdrawal +2; the release of a holder that took no number while nobody
-/// took one since stores `t` back (−1: the lock is free again, offered as before).
+/// \[1\] `serving` only grows (claim +1, release +1, withdrawal +2; mod 2³²).
 /// \[2\] Every write but the holder's release store is a CAS from an unclaimed
 /// (even) value, so a claimed word changes only by its holder's release.
-/// \[3\] So one thread holds at a time: from its claim to its release store.
-/// The claim `t → t|1` is attempted by the taker of `t` (numbers are unique:
-/// `fetch_add`), or, on the uncontended path, by a thread that found `next ==
-/// serving == t` (then nobody is owed `t`; a thread that takes `t` meanwhile
-/// finds it claimed and takes a new number, remembering `t` as *abandoned*: if
-/// the offer `t` comes back unclaimed, it withdraws it at once). Wrap-around
-/// needs 2³⁰ hand-overs while one thread stalls between its read and its CAS.
-///
-/// # Waiting (issue 13 §2)
-///
-/// Under the emulated pseudo-scheduler a waiter waits as in the paper:
-/// proportional backoff, giving its processor away when the scheduler warns it.
-/// Natively it waits through [`sched::Waiter`]: a waiter at most `SPINNERS` (one)
-/// positions from the offer spins; farther ones sleep on a wake slot (a futex
-/// word in the lock, shared-memory safe), woken one step ahead of their turn by
-/// the thread that decides the number ahead; a spinner whose patience runs out
-/// with nothing moving (a preempted holder) sleeps too. A releaser whose offer
-/// goes to a sleeping waiter wakes it and waits no longer than for any other
-/// (its patience): only a running thread can claim, and the lock is never
-/// held by a sleeping one. The lock keeps no record
-/// of its holder (it is pointer-free, for memory shared between processes), so
-/// spinners park on their patience, not on the kernel's answer about the holder.
+/// \[3\] Only the taker of `t` (numbers are unique: `fetch_add`, or `try_lock`'s
+/// CAS on `next`) attempts the claim `t → t|1`, and by \[1\] an offer that was
+/// withdrawn is never offered again. So one thread holds at a time: from its
+/// claim to its release store. Wrap-around needs 2³⁰ hand-overs while one
+/// thread stalls between its read and its CAS.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
@@ -291,29 +244,6 @@ pub struct TicketNp {
     /// Offers withdrawn so far (diagnostic).
     withdrawn: AtomicU64,
     patience_ns: u32,
-    /// Wake slots (see [`WAKE_SLOTS`]), on their own cache lines: sleepers'
-    /// announcements do not disturb the line every acquirer reads.
-    slots: CachePadded<[AtomicU32; WAKE_SLOTS]>,
-}
-
-/// Guard state of [`TicketNp`]: the no-preempt request, carrying the thread's
-/// context block, so that a critical section looks it up once. Not `Send`.
-#[derive(Debug)]
-#[must_use = "a TicketNp guard is given back to unlock"]
-pub struct TicketNpGuard {
-    cb: &'static ContextBlock,
-    _not_send: PhantomData<*mut ()>,
-}
-
-/// The Dekker step between a sleeper (announce on its slot, then read
-/// `serving`) and a decider (change `serving`, then read the slot): both are
-/// SeqCst operations, which order them in the one total order — nothing more is
-/// needed. Loom treats SeqCst accesses as AcqRel (a documented limitation) but
-/// models SeqCst fences, so under loom the same order is stated by a fence.
-#[inline(always)]
-fn dekker_fence() {
-    #[cfg(loom)]
-    crate::sync::fence(Ordering::SeqCst);
 }
 
 impl TicketNp {
@@ -325,7 +255,6 @@ impl TicketNp {
             serving: AtomicU32::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
-            slots: CachePadded::new([const { AtomicU32::new(0) }; WAKE_SLOTS]),
         }
     }
 
@@ -337,7 +266,6 @@ impl TicketNp {
             serving: AtomicU32::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
-            slots: CachePadded::new(std::array::from_fn(|_| AtomicU32::new(0))),
         }
     }
 
@@ -355,71 +283,31 @@ impl TicketNp {
         Ok(l)
     }
 
-    /// Offers withdrawn from preempted, sleeping (or slow) acquirers since creation.
+    /// Offers withdrawn from preempted (or slow) acquirers since creation.
     pub fn withdrawn(&self) -> u64 {
         // Relaxed: a statistic.
         self.withdrawn.load(Ordering::Relaxed)
     }
 
-    /// The wake slot of number `t`.
-    #[inline]
-    fn slot(&self, t: u32) -> &AtomicU32 {
-        &self.slots[(t / 2) as usize % WAKE_SLOTS]
-    }
-
-    /// Claims the offer on a free lock (nobody took its number) without taking
-    /// a number — the uncontended path: one RMW, as the plain ticket lock's
-    /// `fetch_add`. Like every decision on a number, wakes the sleeper one
-    /// step ahead (normally there is none: nobody waits on a free lock).
-    #[inline]
-    fn claim_free(&self) -> bool {
-        // Relaxed (both): a look; the claim CAS decides and synchronizes.
-        let s = self.serving.load(Ordering::Relaxed);
-        if s & CLAIMED != 0 || self.next.load(Ordering::Relaxed) != s {
-            return false;
-        }
-        // SeqCst: a decision, before the look at the slot (Dekker with
-        // `sleep`); its Acquire orders the critical section after the previous
-        // holder's release store (or the withdrawal CAS in its release sequence).
-        if self
-            .serving
-            .compare_exchange(s, s | CLAIMED, Ordering::SeqCst, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        self.wake_ahead(s);
-        true
-    }
-
     /// Takes numbers until one is served: returns with the lock claimed.
-    fn acquire(&self, cb: &ContextBlock) {
-        let native = !sched::emulated::is_attached(cb);
-        // Emulated only: the no-preempt request is paused while we wait.
-        let mut paused = false;
-        let mut pause_tried = false;
-        // A number we took and found claimed by a thread holding no number.
-        let mut abandoned: Option<u32> = None;
+    fn acquire(&self, cb: &sched::ContextBlock) {
         'ticket: loop {
             // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
             let mine = self.next.fetch_add(2, Ordering::Relaxed);
             stall::point(stall::TICKET_NP_TAKEN);
+            // While waiting, let the scheduler preempt us (we hold no lock).
+            let paused = cb.pause_no_preempt();
             // The offer we watch when we are next in line, and since when.
             let mut watched: Option<(u32, Patience)> = None;
-            let mut waiter = Waiter::new();
-            let mut last: Option<u32> = None;
             loop {
-                // SeqCst: orders this look after a sleeper's announcement
-                // (`sleep`); otherwise Acquire: pairs with the releaser's
-                // Release offer.
-                let s = self.serving.load(Ordering::SeqCst);
-                let d = ahead(mine, s & !CLAIMED) / 2;
+                // Acquire: pairs with the releaser's Release offer.
+                let s = self.serving.load(Ordering::Acquire);
+                let d = ahead(mine, s & !CLAIMED);
                 if d < 0 || (d == 0 && s & CLAIMED != 0) {
-                    // Our number was withdrawn, or (with `d == 0` claimed)
-                    // claimed by a thread that took no number (or wrapped
+                    // Our number was withdrawn (or, with `d == 0` claimed, wrapped
                     // past): take a new one.
-                    if d == 0 {
-                        abandoned = Some(mine);
+                    if paused {
+                        cb.resume_no_preempt();
                     }
                     continue 'ticket;
                 }
@@ -429,183 +317,55 @@ impl TicketNp {
                         // never held by a preempted thread (the kernel may still
                         // withdraw our processor after the extension bound).
                         cb.resume_no_preempt();
-                        paused = false;
-                        pause_tried = false;
                     }
                     stall::point(stall::TICKET_NP_CLAIMING);
-                    // SeqCst: the decision on `mine` comes before the look at
-                    // the slot we wake (`wake_ahead`; Dekker with `sleep`); its
-                    // Acquire orders the critical section after the releaser's.
-                    if self
-                        .serving
-                        .compare_exchange(s, s | CLAIMED, Ordering::SeqCst, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        self.wake_ahead(mine);
-                        return;
+                    // Acquire: orders the critical section after the releaser's.
+                    match self.serving.compare_exchange(
+                        s,
+                        s | CLAIMED,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return,
+                        Err(_) => continue 'ticket, // withdrawn just now
                     }
-                    continue; // withdrawn just now: the next look says so
                 }
-                if !native && !pause_tried {
-                    // While waiting, let the scheduler preempt us (we hold no lock).
-                    paused = cb.pause_no_preempt();
-                    pause_tried = true;
-                }
-                if d == 1 && s & CLAIMED == 0 {
+                if d == 2 && s & CLAIMED == 0 {
                     // We are next, and the number ahead of us is on offer but not
                     // claimed: its taker may be preempted between taking it and
                     // claiming (an idle lock's releaser did not wait for it). If
-                    // it stays unclaimed past the patience — at once if it is
-                    // the number we abandoned ourselves — withdraw it.
-                    let due = if abandoned == Some(s) {
-                        true
-                    } else {
-                        match &mut watched {
-                            Some((w, p)) if *w == s => p.exhausted(),
-                            _ => {
-                                watched = Some((s, Patience::start(u64::from(self.patience_ns))));
-                                false
+                    // it stays unclaimed past the patience, withdraw it ourselves.
+                    match &mut watched {
+                        Some((w, p)) if *w == s => {
+                            if p.exhausted()
+                                && self
+                                    .serving
+                                    // Relaxed: passes no data; our claim (next
+                                    // round) is the synchronizing operation.
+                                    .compare_exchange(s, mine, Ordering::Relaxed, Ordering::Relaxed)
+                                    .is_ok()
+                            {
+                                // Relaxed: a statistic.
+                                self.withdrawn.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                    };
-                    if due {
-                        self.withdraw(s);
+                        _ => watched = Some((s, Patience::start(u64::from(self.patience_ns)))),
                     }
                     spin_loop();
                     continue;
                 }
-                if !native {
-                    if paused && cb.warned() {
-                        // The scheduler wanted our processor while we only wait.
-                        sched::yield_now();
-                    }
-                    proportional_pause(d as u32);
-                    continue;
+                if paused && cb.warned() {
+                    // The scheduler wanted our processor while we only wait.
+                    sched::yield_now();
                 }
-                if last != Some(s) {
-                    // The line moved: progress, the patience starts over.
-                    last = Some(s);
-                    waiter.restart();
-                }
-                if d > SPINNERS {
-                    self.sleep(mine, true);
-                    waiter.restart();
-                } else if waiter.spin(None) == Wait::Park {
-                    // Nothing moved ahead of us for the whole patience: the
-                    // holder is presumably preempted. Sleep; the releaser that
-                    // offers us the lock wakes us and gives us its patience to
-                    // claim (else it withdraws our number: we take a new one).
-                    self.sleep(mine, false);
-                    waiter.restart();
-                }
+                proportional_pause((d as u32) / 2);
             }
         }
     }
 
-    /// Sleeps on `mine`'s wake slot while the wait goes on: `far`, while more
-    /// than [`SPINNERS`] positions are ahead (woken by whoever decides the
-    /// number [`SPINNERS`] ahead of ours); else while our number is not on
-    /// offer (for at most [`NEAR_SLEEP`]; the releaser that offers it wakes us).
-    fn sleep(&self, mine: u32, far: bool) {
-        let w = self.slot(mine);
-        // SeqCst: the announcement precedes our look at `serving` in the total
-        // order (Dekker with `wake_slot`'s look after a decision).
-        let v = w.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
-        dekker_fence();
-        // SeqCst: see above.
-        let s = self.serving.load(Ordering::SeqCst);
-        let d = ahead(mine, s & !CLAIMED) / 2;
-        let wait_on = if far {
-            d > SPINNERS
-        } else {
-            d > 1 || (d == 1 && s & CLAIMED != 0)
-        };
-        if wait_on {
-            stall::point(stall::WAITER_PARK);
-            let timeout = (!far).then_some(NEAR_SLEEP);
-            if sched::park_shared(w, v, timeout) == sched::ParkResult::Woken
-                // Relaxed: a waker's CAS moved the sequence, and zeroed the
-                // count we added; nothing to take back.
-                && w.load(Ordering::Relaxed) & !SLEEPERS != v & !SLEEPERS
-            {
-                return;
-            }
-        }
-        // We do not sleep (any more): take our announcement back, unless a
-        // waker already cleared it with the sequence it advanced.
-        let mut cur = v;
-        // Relaxed (both): the word is only a sleepers' count; nothing is
-        // published through it.
-        while cur & !SLEEPERS == v & !SLEEPERS && cur & SLEEPERS != 0 {
-            match w.compare_exchange(cur, cur - 1, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(now) => cur = now,
-            }
-        }
-    }
-
-    /// Wakes every sleeper of `t`'s slot, if any announced itself.
-    #[inline]
-    fn wake_slot(&self, t: u32) {
-        let w = self.slot(t);
-        // SeqCst: after the decision on `serving` the caller just made (Dekker
-        // with `sleep`).
-        let mut v = w.load(Ordering::SeqCst);
-        while v & SLEEPERS != 0 {
-            // Relaxed: the futex wake is the hand-off; the sleepers re-read
-            // `serving` (SeqCst) after waking.
-            match w.compare_exchange(
-                v,
-                (v & !SLEEPERS).wrapping_add(SEQUENCE_ONE),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    stall::point(stall::WAITER_WAKE);
-                    sched::unpark_shared_all(w);
-                    return;
-                }
-                Err(now) => v = now,
-            }
-        }
-    }
-
-    /// Number `t` was just decided (claimed or withdrawn): wake the sleeper
-    /// [`SPINNERS`] positions behind it, one step ahead of its turn.
-    #[inline]
-    fn wake_ahead(&self, t: u32) {
-        dekker_fence();
-        self.wake_slot(t.wrapping_add(2 * SPINNERS as u32));
-    }
-
-    /// Withdraws the unclaimed offer `t` (which offers `t + 2`); returns
-    /// whether this CAS did it. Wakes `t`'s taker if it sleeps (it takes a new
-    /// number) and, as the decider of `t`, the sleeper one step ahead.
-    fn withdraw(&self, t: u32) -> bool {
-        // SeqCst: a decision, before the looks at the slots (Dekker with
-        // `sleep`); Release: the claimant of t + 2 reads this CAS (a
-        // release-sequence member of the previous offer store anyway).
-        if self
-            .serving
-            .compare_exchange(t, t.wrapping_add(2), Ordering::SeqCst, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        stall::point(stall::TICKET_NP_WITHDRAWN);
-        // Relaxed: a statistic.
-        self.withdrawn.fetch_add(1, Ordering::Relaxed);
-        dekker_fence();
-        self.wake_slot(t);
-        self.wake_ahead(t);
-        true
-    }
-
-    /// The releaser's side, holding `claimed` (`t|1`): if nobody took `t`
-    /// (a holder that took no number, and nobody came since), offer `t` again;
-    /// else offer the number after ours and wait briefly for its claim (waking
-    /// its taker if it sleeps). With no claim in time, withdraw the offer (the
-    /// withdrawal CAS itself offers the number after) and wait again.
+    /// The releaser's side: offer the number after ours, wait briefly for its
+    /// claim; with no claim in time, withdraw the offer — the withdrawal CAS
+    /// itself offers the number after — and wait again.
     ///
     /// The offer is stored once, over our own claim; from then on the releaser
     /// writes `serving` only by withdrawal CASes from the unclaimed offer it is
@@ -615,35 +375,11 @@ impl TicketNp {
     /// offered and claim it, and the next pass's store erased that claim and
     /// handed the lock on to a second thread (test
     /// `withdrawn_number_retaken_and_claimed_keeps_its_claim`).
-    #[inline]
-    fn release(&self, claimed: u32) {
-        let mine = claimed & !CLAIMED;
-        // Relaxed: a look; a taker that comes after it finds the offer itself
-        // (it polls `serving`), and the waiter behind it covers a stalled one.
-        let n = self.next.load(Ordering::Relaxed);
-        if n == mine {
-            // We took no number and nobody took `mine`: free it as it was.
-            // Release: publishes the critical section to the next claim.
-            self.serving.store(mine, Ordering::Release);
-            return;
-        }
-        let t = mine.wrapping_add(2);
+    fn hand_over(&self, claimed: u32) {
+        let mut t = (claimed & !CLAIMED).wrapping_add(2);
         // Release: publishes the critical section to the claimant's Acquire (its
         // claim reads this store, or a withdrawal CAS in its release sequence).
         self.serving.store(t, Ordering::Release);
-        if n != t {
-            self.hand_over(t);
-        }
-    }
-
-    /// [`release`](Self::release) after the offer `t` was stored and some
-    /// number after ours was taken: wait for `t`'s claim, withdraw as needed.
-    #[cold]
-    fn hand_over(&self, mut t: u32) {
-        // SeqCst: our offer store comes before the looks at the slots below in
-        // the total order (Dekker with `sleep`: a taker of `t` that announced
-        // it sleeps after we looked would have read our offer and not slept).
-        crate::sync::fence(Ordering::SeqCst);
         loop {
             // Nobody holds number t: the lock is free, and whoever takes t claims
             // it (the waiter behind watches that claim, see `acquire`). Relaxed:
@@ -651,15 +387,11 @@ impl TicketNp {
             if self.next.load(Ordering::Relaxed) == t {
                 return;
             }
-            // If t's taker sleeps (it ran out of patience behind a preempted
-            // holder), wake it: it may claim if it gets its processor back
-            // within our patience. It is never waited on beyond that.
-            self.wake_slot(t);
             let mut patience = Patience::start(u64::from(self.patience_ns));
             loop {
-                // Relaxed: only the CAS below (or the claimant's) decides.
-                // Any value but `t` is a later one: claimed, or withdrawn by
-                // the waiter behind, which then claims its own.
+                // Relaxed: only the CAS below (or the claimant's) decides. Any
+                // value but `t` is a later one (`serving` only grows): claimed,
+                // or withdrawn by the waiter behind, which then claims its own.
                 if self.serving.load(Ordering::Relaxed) != t {
                     return;
                 }
@@ -668,12 +400,24 @@ impl TicketNp {
                 }
                 spin_loop();
             }
-            // Withdraw t (a preempted, sleeping or slow taker), which offers t + 2.
-            if !self.withdraw(t) {
-                return; // claimed (or withdrawn by the waiter behind)
+            // Withdraw t, which offers t + 2 in the same step. Release: the
+            // claimant of t + 2 reads this CAS (a release-sequence member of our
+            // offer store anyway; explicit, for the reader).
+            match self.serving.compare_exchange(
+                t,
+                t.wrapping_add(2),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    stall::point(stall::TICKET_NP_WITHDRAWN);
+                    // Relaxed: a statistic.
+                    self.withdrawn.fetch_add(1, Ordering::Relaxed);
+                    // t + 2 is on offer now (the CAS wrote it): never store it.
+                    t = t.wrapping_add(2);
+                }
+                Err(_) => return, // claimed (or withdrawn by the waiter behind)
             }
-            // t + 2 is on offer now (the CAS wrote it): never store it.
-            t = t.wrapping_add(2);
         }
     }
 }
@@ -685,42 +429,58 @@ impl Default for TicketNp {
 }
 
 // SAFETY: mutual exclusion by [1]–[3] at `TicketNp`: a thread holds the lock
-// from its claim CAS (serving t → t|1) to its release store (t+2, or t); meanwhile
-// no other write can succeed on the claimed word, and no other claim can either.
-// The claim's Acquire reads the previous holder's Release store or a
+// from its claim CAS (serving t → t|1) to its release store (t+2); meanwhile no
+// other write can succeed on the claimed word, and no other claim can either.
+// The claim's Acquire reads the previous holder's Release offer store or a
 // withdrawal CAS after it (Release; the RMWs extend the store's release
 // sequence), so each critical section happens before the next.
 unsafe impl lock_api::RawMutex for TicketNp {
-    super::loom_const_init!(TicketNp);
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(loom)]
+    const INIT: Self = panic!("under loom, use TicketNp::new()");
 
-    type Guard = TicketNpGuard;
+    type Guard = super::np::NpToken;
 
     #[inline]
     fn lock(&self) -> Self::Guard {
-        let cb = sched::current();
-        sched::request_no_preempt_on(cb);
-        if !self.claim_free() {
-            self.acquire(cb);
-        }
-        TicketNpGuard {
-            cb,
-            _not_send: PhantomData,
-        }
+        let token = super::np::NpToken::request();
+        self.acquire(sched::current());
+        token
     }
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        let cb = sched::current();
-        sched::request_no_preempt_on(cb);
-        // Only a free lock with nobody holding a number: claim its offer.
-        if self.claim_free() {
-            return Some(TicketNpGuard {
-                cb,
-                _not_send: PhantomData,
-            });
+        let token = super::np::NpToken::request();
+        // Acquire: pairs with the releaser's Release offer.
+        let s = self.serving.load(Ordering::Acquire);
+        if s & CLAIMED == 0 {
+            // Take number s only if it is the one on offer with nobody holding
+            // it (the lock is free), then claim it. Relaxed: the claim below
+            // synchronizes.
+            if self
+                .next
+                .compare_exchange(s, s.wrapping_add(2), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Acquire: as in `acquire`. Nobody else claims s (it is our
+                // number); a releaser that saw us take it may withdraw it if we
+                // are slower than its patience, and so may the taker of s + 2.
+                if self
+                    .serving
+                    .compare_exchange(s, s | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some(token);
+                }
+                // Withdrawn in between: the number we took is already skipped
+                // (serving moved past it), and we never held it. Not acquired.
+            }
         }
         // Nothing was held: end the request without the warned thread's yield.
-        sched::cancel_no_preempt_on(cb);
+        token.cancel();
         None
     }
 
@@ -728,8 +488,8 @@ unsafe impl lock_api::RawMutex for TicketNp {
     unsafe fn unlock(&self, guard: Self::Guard) {
         // Relaxed: only the holder reads its own claimed offer.
         let s = self.serving.load(Ordering::Relaxed);
-        self.release(s);
-        sched::release_no_preempt_on(guard.cb);
+        self.hand_over(s);
+        guard.release();
     }
 
     #[inline]
@@ -753,7 +513,7 @@ mod tests {
     #[test]
     fn releaser_withdraws_a_stalled_number() {
         let l = TicketNp::with_patience(Duration::from_micros(200)).unwrap();
-        let g = l.lock_ticketed();
+        let g = l.lock();
         // The stalled waiter: takes the next number and never claims it.
         l.next.fetch_add(2, Ordering::Relaxed);
         std::thread::scope(|s| {
@@ -792,19 +552,7 @@ mod tests {
     }
 
     impl TicketNp {
-        /// `lock` through a number (the contended path even on a free lock),
-        /// as the interleavings below need a holder that took ticket 0.
-        fn lock_ticketed(&self) -> TicketNpGuard {
-            let cb = sched::current();
-            sched::request_no_preempt_on(cb);
-            self.acquire(cb);
-            TicketNpGuard {
-                cb,
-                _not_send: PhantomData,
-            }
-        }
-
-        fn unlock_now(&self, g: TicketNpGuard) {
+        fn unlock_now(&self, g: super::super::np::NpToken) {
             // SAFETY: test helper; `g` came from this lock on this thread.
             unsafe { lock_api::RawMutex::unlock(self, g) };
         }
@@ -830,7 +578,7 @@ mod tests {
             let (a_id, a_id_rx) = channel();
             let (a_go, a_go_rx) = channel::<()>();
             let a = s.spawn(move || {
-                let g = l.lock_ticketed(); // ticket 0
+                let g = l.lock(); // ticket 0
                 a_id.send(sched::current().id()).unwrap();
                 let _ = a_go_rx.recv();
                 l.unlock_now(g); // stops at TICKET_NP_WITHDRAWN
@@ -959,29 +707,6 @@ mod tests {
             b.join().unwrap();
         });
         assert!(!l.is_locked());
-    }
-
-    /// A holder that took a number and has nobody behind it frees the lock:
-    /// `serving == next` again, so `try_lock` succeeds and `is_locked` is
-    /// false. (Re-offering its own, already-served number instead — the
-    /// release of a holder that took none — leaves the lock reserved for
-    /// nobody until a waiter behind withdraws it.) And a holder that took no
-    /// number leaves `next` as it was.
-    #[test]
-    fn a_release_with_nobody_waiting_frees_the_lock() {
-        let l = TicketNp::new();
-        for _ in 0..3 {
-            let g = l.lock_ticketed();
-            l.unlock_now(g);
-            assert!(!l.is_locked(), "free after a ticketed hold");
-            let g = l.try_lock().expect("free after a ticketed hold");
-            // Relaxed: single-threaded.
-            let n = l.next.load(Ordering::Relaxed);
-            l.unlock_now(g);
-            assert_eq!(l.next.load(Ordering::Relaxed), n, "try_lock took a number");
-            assert!(!l.is_locked(), "free after an unticketed hold");
-        }
-        assert_eq!(l.withdrawn(), 0);
     }
 
     /// A number taken but not yet claimed holds an offer that reserves the lock:
