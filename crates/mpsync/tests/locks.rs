@@ -705,16 +705,29 @@ fn queued_nests_and_serves_in_fifo_order() {
         *gb += 1;
     }
     assert_eq!((*a.lock(), *b.lock()), (1, 1));
-    // FIFO: waiters enqueued in a known order acquire in that order.
+    // FIFO: waiters enqueued in a known order acquire in that order. Thread i
+    // is known to have taken its place (its tail swap) when it reaches the
+    // link window (`QUEUE_LOCK_LINK`, a trap for it alone) — no sleep that a
+    // loaded machine could outlast (CI once saw [0, 1, 3, 2] with a 20 ms one).
     let m = mpsync::Mutex::<Queued, Vec<u32>>::new(Vec::new());
     let held = m.lock();
     std::thread::scope(|s| {
         for i in 0..4u32 {
             let m = &m;
-            s.spawn(move || m.lock().push(i));
-            // Let thread i enqueue before thread i+1 starts.
-            while !m.is_locked() {}
-            std::thread::sleep(Duration::from_millis(20));
+            let (id_tx, id_rx) = std::sync::mpsc::channel();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            s.spawn(move || {
+                id_tx.send(sched::current().id()).unwrap();
+                go_rx.recv().unwrap();
+                m.lock().push(i);
+            });
+            let trap = Trap::at(stall::QUEUE_LOCK_LINK)
+                .thread(id_rx.recv().unwrap())
+                .arm();
+            go_tx.send(()).unwrap();
+            trap.wait_hit(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("waiter {i} never queued: {e}"));
+            drop(trap); // it links itself and waits, queued behind i - 1
         }
         drop(held);
     });
