@@ -861,6 +861,8 @@ impl Peer {
 
     /// Sends a one-way message without polling while waiting (for processes
     /// that only send; a receiver that never polls makes this time out).
+    /// While the queue is full it spins a little, then sleeps on the queue's
+    /// space bell until the receiver frees slots (at most 10 ms at a time).
     /// Safe to call from several threads at once.
     pub fn send(&self, handler: u16, args: &[u64], bulk: Option<&[u8]>) -> Result<(), Error> {
         let pid = std::process::id();

@@ -68,6 +68,23 @@
 //! quarter lease while a ticket is in flight) so that recovery from a sender
 //! that died between publishing and ringing still happens.
 //!
+//! Senders wait too: for space, when the ring is full. Each queue has a
+//! second bell, its *space bell* ([`ring::SpaceBell`], segment layout
+//! version 3), that a [`Peer::send`] finding the ring full sleeps on after a
+//! few backoff steps, and that the receiver rings after freeing slots
+//! ([`Endpoint::poll`] does, every 32 freed slots and when it ends) — a fence
+//! and a load, and a system call only when a sender announced that it sleeps.
+//! The same Dekker pair (announce, look at the slot again, park on the
+//! announced value; free, fence, look at the bell), loom-modelled with
+//! senders that sleep more than once and two sleepers at a time. A sender
+//! sleeps at most 10 ms at a time (a safety net against a receiver that died
+//! or a peer that scribbles on the bell) and only while it waits for the
+//! receiver (a slot whose previous lap is not yet delivered, a bulk block
+//! not yet copied out); waits that need the sender's own recovery checks
+//! keep spinning. An [`Endpoint`] that sends keeps polling its own queues
+//! while it waits (§3.1's deadlock avoidance), so it does not sleep on a
+//! peer's bell.
+//!
 //! # What was measured (issue 16, 2-core shared machine; ratios within a run)
 //!
 //! - Bulk throughput (`mpsync run lc98-bandwidth --trials 3`, cross-core,

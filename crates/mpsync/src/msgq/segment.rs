@@ -91,7 +91,7 @@ fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
-/// Offset of the receiver's doorbell (version 2): the line after the header.
+/// Offset of the receiver's doorbell (since version 2): the line after the header.
 const DOORBELL: usize = round_up_const(size_of::<Header>(), 128);
 
 /// Offset of the two queues' space bells (version 3): the lines after the
