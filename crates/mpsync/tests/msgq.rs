@@ -886,7 +886,9 @@ fn space_bell(claim: Claim, tag: &str, slow: bool) {
         .collect();
     // Writer 7 stops for good the 3rd time it is about to sleep on the full
     // ring (announced, not yet parked), and is killed there — or wherever it
-    // is once half the traffic has arrived.
+    // is — once half the traffic has arrived, or as soon as traffic stalls
+    // for 200 ms (held there it may own a bulk block the others wait for: a
+    // live claimant's block is never taken from it).
     let doomed = fork_writer_trapped(
         ep.name(),
         writers,
@@ -897,13 +899,17 @@ fn space_bell(claim: Claim, tag: &str, slow: bool) {
     let total = writers * per;
     let mut killed = false;
     let mut pauses = 0;
+    let mut progress = (0, Instant::now());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let live = log.lock().unwrap().iter().filter(|m| m.0 < writers).count() as u64;
         if live >= total {
             break;
         }
-        if !killed && live >= total / 2 {
+        if live != progress.0 {
+            progress = (live, Instant::now());
+        }
+        if !killed && (live >= total / 2 || progress.1.elapsed() > Duration::from_millis(200)) {
             // SAFETY: killing our own child.
             unsafe { libc::kill(doomed, libc::SIGKILL) };
             pids.push(doomed);
