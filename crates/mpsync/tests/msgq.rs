@@ -973,3 +973,78 @@ fn space_bell_lock_free_slow_receiver() {
 fn space_bell_posix_robust_slow_receiver() {
     space_bell(Claim::PosixRobust, "sbpxs", true);
 }
+
+/// A peer that scribbles on the request queue's space bell (the line at
+/// offset 256, after the doorbell) while writers block on a full ring and the
+/// receiver pauses now and then: rings may be skipped or spurious and sleeps
+/// may end early or last their whole 10 ms, but every message still arrives,
+/// exactly once, in order, and no writer times out.
+#[test]
+fn scribbled_space_bell_never_hangs_senders() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let _s = serial();
+    mpsync::util::busy::BusyWork::global();
+    let o = Options {
+        packets: 4,
+        blocks: 2,
+        block_bytes: 1024,
+        ..Options::default()
+    };
+    let (mut ep, log) = receiver("sbg", o);
+    let (base, len) = ep.raw_segment();
+    assert!(len >= 512);
+    // SAFETY: the request queue's space bell is the 128-aligned line at
+    // offset 256 of the live mapping (which `ep` keeps mapped until the end
+    // of the test), and it is only ever accessed atomically.
+    let bell = unsafe { &*base.add(256).cast::<AtomicU32>() };
+    let writers = 3u64;
+    let per = common::sized(300, 10);
+    let pids: Vec<_> = (0..writers)
+        .map(|id| fork_writer(ep.name(), id, per, 4))
+        .collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = mpsync::util::rng::SplitMix64::stream(6, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let v = match rng.next_u64() % 3 {
+                    0 => 0,
+                    1 => rng.next_u64() as u32 & !1,
+                    _ => rng.next_u64() as u32,
+                };
+                bell.store(v, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut polls = 0u64;
+        while (log.lock().unwrap().len() as u64) < writers * per {
+            polls += 1;
+            if ep.poll() == 0 {
+                mpsync::sched::yield_now();
+            }
+            if polls.is_multiple_of(50) {
+                // Let the ring fill, so writers sleep on the scribbled bell.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "receiver stuck at {} of {} messages: {:?}",
+                log.lock().unwrap().len(),
+                writers * per,
+                ep.stats()
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    for pid in pids {
+        let st = reap(pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "writer failed: {st:#x}"
+        );
+    }
+    let expect: Vec<_> = (0..writers).map(|id| (id, per)).collect();
+    verify(&log.lock().unwrap(), &expect);
+    assert_eq!(ep.stats().rejected, 0, "{:?}", ep.stats());
+}
