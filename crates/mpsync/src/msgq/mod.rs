@@ -147,13 +147,14 @@
 //!   was tried (A/B, interleaved, 7 runs each) and changed nothing beyond the
 //!   noise.
 //! - Many-to-one with senders that sleep on the space bell (same command,
-//!   binaries before and after back to back, twice in alternating order, the
-//!   machine heavily loaded by other builds, load ≈ 12–14, so the receiver
-//!   was on a CPU only 4–14% of every run, 1 writer or 7): with 7 writers the
-//!   lock-free claim took 0.579 and 0.491 s before, 0.415 and 0.395 s after;
-//!   the POSIX robust mutex 0.602 and 0.573 s before, 0.478 and 0.374 s
-//!   after — a ratio of 1.04× and 1.17× before, 1.15× and 0.95× after,
-//!   still about 3× short of the 3× target. Both claims got faster, and the
+//!   binaries before and after back to back, three pairs in alternating
+//!   order, the machine heavily loaded by other helpers' builds, load ≈
+//!   9–14, so the receiver was on a CPU only 4–18% of every run, 1 writer or
+//!   7): with 7 writers the lock-free claim took 0.579, 0.491 and 0.606 s
+//!   before, 0.415, 0.395 and 0.407 s after; the POSIX robust mutex 0.602,
+//!   0.573 and 0.727 s before, 0.478, 0.374 and 0.372 s after — a ratio of
+//!   1.04×, 1.17× and 1.20× before, 1.15×, 0.95× and 0.91× after: about 1×,
+//!   a factor of 3 short of the 3× target. Both claims got faster, and the
 //!   spin locks most (ticket at 7 writers 1.50 and 3.21 s before, 0.31 and
 //!   0.35 s after; Anderson once 104 s, extrapolated from a capped run,
 //!   before, 0.33 s after): a locked claim's senders sleep on the space bell
@@ -166,7 +167,8 @@
 //!   POSIX mutex is a user-space CAS with futex sleeps, not the Solaris 2.5
 //!   mutex the paper measured 4–5× slower, and what sets the rate on this
 //!   machine is the receiver's share of the CPU, which the other helpers'
-//!   load, not the writers, kept at 4–14%.
+//!   load, not the writers, kept at 4–18%. (The device machine of this
+//!   project could not give a quiet 2-CPU figure: it runs the main tree.)
 //! - iceoryx2 as a peer in `lc98-logp`: `cargo add iceoryx2` resolves here
 //!   (0.10.0, 84 crates including bindgen, clang-sys and cc) and builds, but a
 //!   release build of a bare crate depending on it took 12 min 56 s on the two
