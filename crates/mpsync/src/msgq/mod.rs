@@ -167,8 +167,7 @@
 //!   POSIX mutex is a user-space CAS with futex sleeps, not the Solaris 2.5
 //!   mutex the paper measured 4–5× slower, and what sets the rate on this
 //!   machine is the receiver's share of the CPU, which the other helpers'
-//!   load, not the writers, kept at 4–18%. (The device machine of this
-//!   project could not give a quiet 2-CPU figure: it runs the main tree.)
+//!   load, not the writers, kept at 4–18%.
 //! - iceoryx2 as a peer in `lc98-logp`: `cargo add iceoryx2` resolves here
 //!   (0.10.0, 84 crates including bindgen, clang-sys and cc) and builds, but a
 //!   release build of a bare crate depending on it took 12 min 56 s on the two
