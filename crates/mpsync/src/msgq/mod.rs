@@ -153,16 +153,19 @@
 //!   7): with 7 writers the lock-free claim took 0.579, 0.491 and 0.606 s
 //!   before, 0.415, 0.395 and 0.407 s after; the POSIX robust mutex 0.602,
 //!   0.573 and 0.727 s before, 0.478, 0.374 and 0.372 s after — a ratio of
-//!   1.04×, 1.17× and 1.20× before, 1.15×, 0.95× and 0.91× after: about 1×,
-//!   a factor of 3 short of the 3× target. Both claims got faster, and the
-//!   spin locks most (ticket at 7 writers 1.50 and 3.21 s before, 0.31 and
+//!   1.04×, 1.17× and 1.20× before, 1.15×, 0.95× and 0.91× after (and
+//!   0.80× in a fourth run after, load ≈ 15): about 1×, a factor of 3 short
+//!   of the 3× target. Both claims got faster, and the spin locks most (ticket at 7 writers 1.50 and 3.21 s before, 0.31 and
 //!   0.35 s after; Anderson once 104 s, extrapolated from a capped run,
 //!   before, 0.33 s after): a locked claim's senders sleep on the space bell
 //!   just as lock-free ones do (the receiver's rings found sleeping writers
 //!   about 1,000 times per 300,000-message run with every locked claim, but
-//!   only 13–126 times with the lock-free claim, whose senders each hold a
-//!   ticket for the next lap and mostly find their slot freed within their
-//!   spin). So the space bell removes the spinning writers' cost from every
+//!   only 13–126 times with the lock-free claim; why its writers sleep so
+//!   rarely was not measured). Revoked tickets do not explain
+//!   the lock-free claim's rate: none at 7 writers in that fourth run (a
+//!   ticket held by a sleeping lock-free writer and not claimed within a
+//!   lease would stall the receiver for that lease; `lc98-stress` now
+//!   reports them). So the space bell removes the spinning writers' cost from every
 //!   claim alike, and the ratio between claims stays near 1: on Linux the
 //!   POSIX mutex is a user-space CAS with futex sleeps, not the Solaris 2.5
 //!   mutex the paper measured 4–5× slower, and what sets the rate on this
