@@ -3,7 +3,9 @@
 //! other senders and the receiver's release (senders act twice, so a packet's
 //! second lap is exercised), the bulk-before-packet order with one block, the
 //! receiver's revocation of an unclaimed ticket racing the slow claimant's CAS,
-//! and recovery of a packet claimed by a process that dies.
+//! recovery of a packet claimed by a process that dies, and the two doorbells:
+//! the receiver's (sleeping while the ring is empty) and the senders' space
+//! bell (sleeping while it is full).
 //!
 //! Payloads are checked by value: a receiver that could read a payload not
 //! ordered after its writes (a Relaxed publish, a release before the payload is
@@ -77,7 +79,7 @@ fn send(q: &HeapQueue, pid: u32, args: &[u64], bulk: Option<&[u8]>) -> SendStats
             None,
             &out(args, bulk),
             &env,
-            &mut || {
+            &mut |_| {
                 thread::yield_now();
                 Ok(())
             },
@@ -262,5 +264,125 @@ fn loom_msgq_doorbell_no_lost_wakeup() {
         }
         assert_eq!(got, [5, 6]);
         sender.join().unwrap();
+    });
+}
+
+/// Sends one message; when the ring is full and only the receiver can free
+/// the slot, sleeps on the queue's space bell with no time limit (announce,
+/// look once more, park: [`mpsync::msgq::ring::Blocked::sleep`]) — the strict
+/// futex model blocks it until the receiver rings.
+fn send_sleeping(q: &HeapQueue, pid: u32, v: u64) {
+    let env = ModelEnv::new(None);
+    let mut st = SendStats::default();
+    q.queue()
+        .send(
+            pid,
+            None,
+            &out(&[v], None),
+            &env,
+            &mut |b| {
+                if b.can_sleep() {
+                    b.sleep(None);
+                } else {
+                    thread::yield_now();
+                }
+                Ok(())
+            },
+            &mut st,
+        )
+        .expect("send");
+}
+
+/// Receives `n` messages, ringing the space bell after every one it frees,
+/// and sleeping on its own doorbell (no time limit) while the ring is empty.
+/// Returns (pid, arg0) in delivery order.
+fn receive_sleeping(q: &HeapQueue, n: usize) -> Vec<(u32, u64)> {
+    let env = ModelEnv::new(None);
+    let mut head = Head::default();
+    let mut buf = Vec::new();
+    let mut got = Vec::new();
+    let mut take = |got: &mut Vec<(u32, u64)>| {
+        let ev = q.queue().poll_one(&mut head, &env, &mut buf);
+        match ev {
+            Event::Message(m) => {
+                got.push((m.sender_pid, m.args[0]));
+                // A slot was freed: wake senders sleeping on the full ring.
+                q.queue().wake_senders();
+                true
+            }
+            Event::Rejected(why) => panic!("rejected: {why}"),
+            _ => false,
+        }
+    };
+    while got.len() < n {
+        if take(&mut got) {
+            continue;
+        }
+        q.doorbell().announce();
+        if take(&mut got) {
+            q.doorbell().cancel();
+            continue;
+        }
+        q.doorbell().sleep(None);
+    }
+    got
+}
+
+/// The senders' space bell: one sender sends four messages through a
+/// two-packet ring, so it finds the ring full and sleeps (no time limit)
+/// on the space bell, more than once; the receiver takes messages and rings
+/// the space bell after each, and sleeps on its own doorbell while the ring
+/// is empty. A lost wake-up on either bell leaves both threads blocked,
+/// which loom reports as a deadlock. Exactly once, in order.
+#[test]
+fn loom_msgq_space_bell_no_lost_wakeup() {
+    builder().check(|| {
+        let q = Arc::new(HeapQueue::new(2, 1, 8).unwrap());
+        let sender = {
+            let q = q.clone();
+            thread::spawn(move || {
+                for v in 0..4 {
+                    send_sleeping(&q, 1, v);
+                }
+            })
+        };
+        let got = receive_sleeping(&q, 4);
+        assert_eq!(got, [(1, 0), (1, 1), (1, 2), (1, 3)]);
+        sender.join().unwrap();
+    });
+}
+
+/// Two senders, two messages each, through a two-packet ring: both may sleep
+/// on the space bell at once (one flag for all sleepers; a ring wakes every
+/// one), while the receiver frees slots and rings. No lost wake-up (loom
+/// reports one as a deadlock), exactly once, per-sender order.
+#[test]
+fn loom_msgq_space_bell_two_sleepers() {
+    let mut b = builder();
+    b.preemption_bound = Some(1);
+    b.check(|| {
+        let q = Arc::new(HeapQueue::new(2, 1, 8).unwrap());
+        let senders: Vec<_> = (1..=2u32)
+            .map(|pid| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    for i in 0..2 {
+                        send_sleeping(&q, pid, pid as u64 * 10 + i);
+                    }
+                })
+            })
+            .collect();
+        let got = receive_sleeping(&q, 4);
+        for s in senders {
+            s.join().unwrap();
+        }
+        for pid in 1..=2u32 {
+            let vals: Vec<u64> = got.iter().filter(|m| m.0 == pid).map(|m| m.1).collect();
+            assert_eq!(
+                vals,
+                [pid as u64 * 10, pid as u64 * 10 + 1],
+                "order/exactly once"
+            );
+        }
     });
 }

@@ -784,7 +784,7 @@ fn sigkill_mid_claim_posix_robust() {
 #[test]
 fn packet_stays_claimed_until_copied_out() {
     let _s = serial();
-    use mpsync::msgq::ring::{Env, Event, Head, HeapQueue, Kind, Outgoing, SendStats};
+    use mpsync::msgq::ring::{Blocked, Env, Event, Head, HeapQueue, Kind, Outgoing, SendStats};
     struct E;
     impl Env for E {
         fn now_ns(&self) -> u64 {
@@ -807,7 +807,7 @@ fn packet_stays_claimed_until_copied_out() {
         bulk: None,
     };
     let mut st = SendStats::default();
-    let mut give_up = || Err(Error::Timeout("full".into()));
+    let mut give_up = |_: &Blocked<'_>| Err(Error::Timeout("full".into()));
     q.queue()
         .send(7, None, &out(&[10]), &E, &mut give_up, &mut st)
         .unwrap();
@@ -838,7 +838,7 @@ fn packet_stays_claimed_until_copied_out() {
             None,
             &out(&[12]),
             &E,
-            &mut || {
+            &mut |_| {
                 tries += 1;
                 if tries > 1000 {
                     Err(Error::Timeout("full".into()))
@@ -859,4 +859,192 @@ fn packet_stays_claimed_until_copied_out() {
             "the message read is the one sent"
         );
     });
+}
+
+/// Writers that find the ring full sleep on its space bell and are woken by
+/// the receiver as it frees slots: seven writer processes (plus one killed
+/// while it is about to sleep) send through a four-packet ring to a receiver
+/// that, with `slow`, pauses whenever the ring is full (so writers certainly
+/// block). Every message of the live writers arrives exactly once, in order,
+/// intact; the killed one's form a gap-free prefix; nothing wedges; and with
+/// `slow` the receiver's rings woke sleeping writers.
+fn space_bell(claim: Claim, tag: &str, slow: bool) {
+    let _s = serial();
+    mpsync::util::busy::BusyWork::global();
+    let writers = 7u64;
+    let per = common::sized(400, 10);
+    let o = Options {
+        packets: 4,
+        blocks: 2,
+        block_bytes: 1024,
+        ..Options::default()
+    }
+    .claim(claim);
+    let (mut ep, log) = receiver(tag, o);
+    let mut pids: Vec<_> = (0..writers)
+        .map(|id| fork_writer(ep.name(), id, per, 5))
+        .collect();
+    // Writer 7 stops for good the 3rd time it is about to sleep on the full
+    // ring (announced, not yet parked), and is killed there — or wherever it
+    // is — once half the traffic has arrived, or as soon as traffic stalls
+    // for 200 ms (held there it may own a bulk block the others wait for: a
+    // live claimant's block is never taken from it).
+    let doomed = fork_writer_trapped(
+        ep.name(),
+        writers,
+        u64::MAX,
+        5,
+        Some((stall::MSGQ_SPACE_SLEEP, 2)),
+    );
+    let total = writers * per;
+    let mut killed = false;
+    let mut pauses = 0;
+    let mut progress = (0, Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let live = log.lock().unwrap().iter().filter(|m| m.0 < writers).count() as u64;
+        if live >= total {
+            break;
+        }
+        if live != progress.0 {
+            progress = (live, Instant::now());
+        }
+        if !killed && (live >= total / 2 || progress.1.elapsed() > Duration::from_millis(200)) {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(doomed, libc::SIGKILL) };
+            pids.push(doomed);
+            killed = true;
+        }
+        if ep.poll() == 0 {
+            mpsync::sched::yield_now();
+        }
+        if slow && pauses < 40 && ep.backlog() >= 4 {
+            // The ring is full: every writer that wants a slot now spins a
+            // little and then sleeps on the space bell.
+            pauses += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{claim:?}: receiver stuck at {live} of {total} messages; backlog {}; {:?}",
+            ep.backlog(),
+            ep.stats()
+        );
+    }
+    for pid in pids {
+        let st = reap(pid);
+        assert!(
+            pid == doomed || (libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0),
+            "writer failed: {st:#x}"
+        );
+    }
+    ep.poll();
+    let log = log.lock().unwrap();
+    let doomed_n = log.iter().filter(|m| m.0 == writers).count() as u64;
+    let mut expect: Vec<_> = (0..writers).map(|id| (id, per)).collect();
+    expect.push((writers, doomed_n));
+    verify(&log, &expect);
+    let st = ep.stats();
+    eprintln!(
+        "{claim:?} (slow receiver: {slow}): {} messages, {pauses} pauses; {st:?}",
+        log.len()
+    );
+    assert_eq!((st.rejected, st.unknown_handler), (0, 0), "{st:?}");
+    if slow {
+        assert!(
+            st.sender_wakeups > 0,
+            "{pauses} pauses with the ring full, and no ring of the space bell found a \
+             sleeping writer: {st:?}"
+        );
+    }
+}
+
+#[test]
+fn space_bell_lock_free() {
+    space_bell(Claim::LockFree, "sblf", false);
+}
+
+#[test]
+fn space_bell_lock_free_slow_receiver() {
+    space_bell(Claim::LockFree, "sblfs", true);
+}
+
+#[test]
+fn space_bell_posix_robust_slow_receiver() {
+    space_bell(Claim::PosixRobust, "sbpxs", true);
+}
+
+/// A peer that scribbles on the request queue's space bell (the line at
+/// offset 256, after the doorbell) while writers block on a full ring and the
+/// receiver pauses now and then: rings may be skipped or spurious and sleeps
+/// may end early or last their whole 10 ms, but every message still arrives,
+/// exactly once, in order, and no writer times out.
+#[test]
+fn scribbled_space_bell_never_hangs_senders() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let _s = serial();
+    mpsync::util::busy::BusyWork::global();
+    let o = Options {
+        packets: 4,
+        blocks: 2,
+        block_bytes: 1024,
+        ..Options::default()
+    };
+    let (mut ep, log) = receiver("sbg", o);
+    let (base, len) = ep.raw_segment();
+    assert!(len >= 512);
+    // SAFETY: the request queue's space bell is the 128-aligned line at
+    // offset 256 of the live mapping (which `ep` keeps mapped until the end
+    // of the test), and it is only ever accessed atomically.
+    let bell = unsafe { &*base.add(256).cast::<AtomicU32>() };
+    let writers = 3u64;
+    let per = common::sized(300, 10);
+    let pids: Vec<_> = (0..writers)
+        .map(|id| fork_writer(ep.name(), id, per, 4))
+        .collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = mpsync::util::rng::SplitMix64::stream(6, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let v = match rng.next_u64() % 3 {
+                    0 => 0,
+                    1 => rng.next_u64() as u32 & !1,
+                    _ => rng.next_u64() as u32,
+                };
+                bell.store(v, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut polls = 0u64;
+        while (log.lock().unwrap().len() as u64) < writers * per {
+            polls += 1;
+            if ep.poll() == 0 {
+                mpsync::sched::yield_now();
+            }
+            if polls.is_multiple_of(50) {
+                // Let the ring fill, so writers sleep on the scribbled bell.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "receiver stuck at {} of {} messages: {:?}",
+                log.lock().unwrap().len(),
+                writers * per,
+                ep.stats()
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    for pid in pids {
+        let st = reap(pid);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "writer failed: {st:#x}"
+        );
+    }
+    let expect: Vec<_> = (0..writers).map(|id| (id, per)).collect();
+    verify(&log.lock().unwrap(), &expect);
+    assert_eq!(ep.stats().rejected, 0, "{:?}", ep.stats());
 }

@@ -821,13 +821,15 @@ fn thread_cpu_s() -> f64 {
 
 /// One stress run: `writers` processes send `total` one-word messages in all
 /// to this process. Returns (seconds, censored: whether it hit the cap and was
-/// extrapolated, the receiver's CPU seconds during the run).
+/// extrapolated, the receiver's CPU seconds during the run, how many of the
+/// receiver's rings of the space bell found writers asleep on the full ring,
+/// how many tickets it revoked because they stayed unclaimed for a lease).
 fn stress_once(
     claim: Claim,
     writers: u64,
     total: u64,
     cap: Duration,
-) -> anyhow::Result<(f64, bool, f64)> {
+) -> anyhow::Result<(f64, bool, f64, u64, u64)> {
     let o = Options {
         timeout: Duration::from_secs(600),
         ..Options::default()
@@ -910,7 +912,13 @@ fn stress_once(
             kill_child(pid);
         }
         let got = count.load(Ordering::Relaxed).max(1);
-        return Ok((secs * total as f64 / got as f64, true, cpu));
+        return Ok((
+            secs * total as f64 / got as f64,
+            true,
+            cpu,
+            ep.stats().sender_wakeups,
+            ep.stats().revoked,
+        ));
     }
     for pid in pids {
         wait_child(pid)?;
@@ -931,8 +939,13 @@ fn stress_once(
             claim.name()
         );
     }
-    Ok((secs, false, cpu))
+    let st = ep.stats();
+    Ok((secs, false, cpu, st.sender_wakeups, st.revoked))
 }
+
+/// One stress run as the receiver saw it: (claim, writers, CPU share of the
+/// run, CPU µs per message, rings that woke sleeping writers, tickets revoked).
+type RecvRow<'a> = (&'a str, u64, f64, f64, f64, f64);
 
 fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     let started = Instant::now();
@@ -945,12 +958,13 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     let cap = Duration::from_secs(if p.quick { 5 } else { 120 });
     let pb = crate::progress(u64::from(p.trials) * writer_counts.len() as u64 * 6, exp.id);
     let mut trials = Vec::new();
-    // (claim, writers, receiver's CPU share of the run, its CPU µs per message)
-    let mut recv: Vec<(&str, u64, f64, f64)> = Vec::new();
+    // (claim, writers, receiver's CPU share of the run, its CPU µs per message,
+    // rings that woke writers asleep on the full ring, tickets revoked)
+    let mut recv: Vec<RecvRow<'_>> = Vec::new();
     for t in 0..p.trials {
         for &w in &writer_counts {
             for claim in Claim::ALL {
-                let (secs, cens, cpu) = stress_once(claim, w, total, cap)
+                let (secs, cens, cpu, woke, revoked) = stress_once(claim, w, total, cap)
                     .with_context(|| format!("lc98-stress {} with {w} writers", claim.name()))?;
                 trials.push(Trial {
                     implementation: claim.name().into(),
@@ -962,7 +976,14 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
                     ..Trial::default()
                 });
                 if !cens {
-                    recv.push((claim.name(), w, cpu / secs, cpu * 1e6 / total as f64));
+                    recv.push((
+                        claim.name(),
+                        w,
+                        cpu / secs,
+                        cpu * 1e6 / total as f64,
+                        woke as f64,
+                        revoked as f64,
+                    ));
                 }
                 pb.inc(1);
             }
@@ -970,7 +991,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     }
     pb.finish_and_clear();
     let recv_at = |n: &str, w: u64| {
-        let f = |sel: fn(&(&str, u64, f64, f64)) -> f64| {
+        let f = |sel: fn(&RecvRow<'_>) -> f64| {
             let v: Vec<f64> = recv
                 .iter()
                 .filter(|r| r.0 == n && r.1 == w)
@@ -978,7 +999,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
                 .collect();
             trimmed_mean(&v).unwrap_or(f64::NAN)
         };
-        (f(|r| r.2), f(|r| r.3))
+        (f(|r| r.2), f(|r| r.3), f(|r| r.4), f(|r| r.5))
     };
     let mut points = Vec::new();
     let w0 = writer_counts[0] as f64;
@@ -1015,9 +1036,11 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         let row: Vec<String> = writer_counts
             .iter()
             .map(|&w| {
-                let (share, us) = recv_at(c.name(), w);
+                let (share, us, woke, revoked) = recv_at(c.name(), w);
                 format!(
-                    "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message",
+                    "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message, \
+                     {woke:.0} rings woke writers asleep on the full ring, \
+                     {revoked:.0} tickets revoked (unclaimed for a lease)",
                     share * 100.0
                 )
             })
@@ -1096,8 +1119,8 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         trials,
         points,
         serde_json::json!({ "receiver": Claim::ALL.map(|c| (c.name(), writer_counts.iter().map(|&w| {
-            let (share, us) = recv_at(c.name(), w);
-            serde_json::json!({ "writers": w, "cpu_share": share, "cpu_us_per_message": us })
+            let (share, us, woke, revoked) = recv_at(c.name(), w);
+            serde_json::json!({ "writers": w, "cpu_share": share, "cpu_us_per_message": us, "sender_wakeups": woke, "revoked": revoked })
         }).collect::<Vec<_>>())).into_iter().collect::<std::collections::BTreeMap<_, _>>() }),
         verdict,
         serde_json::json!({ "messages_per_run": total, "writers": writer_counts, "cap_s": cap.as_secs() }),

@@ -1,6 +1,6 @@
 //! Endpoints, peers and handlers: the active-message API over [`super::ring`].
 
-use super::ring::{Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats};
+use super::ring::{Blocked, Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats};
 use super::segment::{RealEnv, Segment, pack_name, unpack_name};
 use super::{Claim, Error, Options};
 use crate::util::backoff::Backoff;
@@ -17,6 +17,20 @@ const MAX_PROBLEMS: usize = 64;
 /// Longest single sleep on the doorbell when nothing is in flight: a sender
 /// that dies between publishing and ringing delays its message by at most this.
 const SLEEP_CAP: Duration = Duration::from_millis(20);
+
+/// Longest single sleep of a sender on a full ring's space bell: a safety net
+/// against a receiver that dies (or a peer that scribbles on the bell) — the
+/// sender looks again at least this often, and checks its timeout.
+const SPACE_SLEEP_CAP: Duration = Duration::from_millis(10);
+
+/// Wait steps a sender spins (backing off) on a full ring before it sleeps on
+/// the space bell: about 25 µs of backoff, the time a busy receiver takes to
+/// free a few dozen slots.
+const SPINS_BEFORE_SLEEP: u32 = 6;
+
+/// The receiver rings a queue's space bell after every this many freed slots
+/// within one poll, as well as when the poll ends.
+const WAKE_EVERY: usize = 32;
 
 /// One in this many waits spins for the full [`Options::spin`](Options#structfield.spin) whatever the
 /// adaptive budget says, to find out whether spinning pays again.
@@ -105,6 +119,9 @@ pub struct Stats {
     pub wakeups: u64,
     /// Sleeps on the doorbell that ended by their time limit.
     pub sleep_timeouts: u64,
+    /// Rings of this endpoint's space bells that found senders asleep on a
+    /// full queue (and woke them).
+    pub sender_wakeups: u64,
 }
 
 /// A connection to another endpoint (its segment mapped here), for sending.
@@ -226,11 +243,25 @@ impl Core {
     /// Takes whatever sits in the reply queue (no user handlers involved).
     fn poll_replies(&mut self) -> usize {
         let mut n = 0;
+        let mut freed = 0;
         loop {
             let q = self.seg.queue(REPLIES);
             let ev = q.poll_one(&mut self.heads[REPLIES], &self.env, &mut self.bulk_buf);
+            if !matches!(ev, Event::Empty | Event::Pending) {
+                freed += 1;
+                if freed % WAKE_EVERY == 0 && q.wake_senders() {
+                    self.stats.sender_wakeups += 1;
+                }
+            }
             match ev {
-                Event::Empty | Event::Pending => return n,
+                Event::Empty | Event::Pending => {
+                    // Slots were freed since the last ring: wake senders
+                    // sleeping on the full ring.
+                    if freed % WAKE_EVERY != 0 && q.wake_senders() {
+                        self.stats.sender_wakeups += 1;
+                    }
+                    return n;
+                }
                 Event::Message(m) => {
                     n += 1;
                     self.take_reply(&m);
@@ -300,8 +331,9 @@ impl Core {
             lock.as_ref().map(|l| l as _),
             &msg,
             &env,
-            &mut || {
-                // Only replies may be taken here: we are inside a handler.
+            &mut |_| {
+                // Only replies may be taken here: we are inside a handler,
+                // and must keep taking them (§3.1): no sleeping.
                 self.poll_replies();
                 wait_step(&mut backoff, deadline, "a reply waiting for queue space")
             },
@@ -324,6 +356,37 @@ fn wait_step(backoff: &mut Backoff, deadline: Instant, what: &str) -> Result<(),
         crate::sched::yield_now();
     }
     if Instant::now() >= deadline {
+        return Err(Error::Timeout(format!(
+            "{what}: still blocked at the timeout (is the receiver polling?)"
+        )));
+    }
+    Ok(())
+}
+
+/// One wait step of a sender that polls nothing ([`Peer::send`]): spin (back
+/// off) for a few steps, then, if only the receiver can free what it waits
+/// for, sleep on the queue's space bell until the receiver frees slots (at
+/// most [`SPACE_SLEEP_CAP`] at a time); otherwise as [`wait_step`].
+fn sleep_or_step(
+    b: &Blocked<'_>,
+    spins: &mut u32,
+    backoff: &mut Backoff,
+    deadline: Instant,
+    what: &str,
+) -> Result<(), Error> {
+    if !b.can_sleep() || *spins < SPINS_BEFORE_SLEEP {
+        *spins += 1;
+        return wait_step(backoff, deadline, what);
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return wait_step(backoff, deadline, what);
+    }
+    if b.sleep(Some(left.min(SPACE_SLEEP_CAP))) {
+        // Woken (or the slot moved): the next wait, if any, spins again first.
+        *spins = 0;
+        *backoff = Backoff::new(100, 20_000);
+    } else if Instant::now() >= deadline {
         return Err(Error::Timeout(format!(
             "{what}: still blocked at the timeout (is the receiver polling?)"
         )));
@@ -424,6 +487,7 @@ impl Endpoint {
     /// kept in [`take_problems`](Self::take_problems).
     pub fn poll(&mut self) -> usize {
         let mut n = self.core.poll_replies();
+        let mut freed = 0;
         loop {
             let q = self.core.seg.queue(REQUESTS);
             let ev = q.poll_one(
@@ -431,8 +495,21 @@ impl Endpoint {
                 &self.core.env,
                 &mut self.core.bulk_buf,
             );
+            if !matches!(ev, Event::Empty | Event::Pending) {
+                freed += 1;
+                if freed % WAKE_EVERY == 0 && q.wake_senders() {
+                    self.core.stats.sender_wakeups += 1;
+                }
+            }
             match ev {
-                Event::Empty | Event::Pending => return n,
+                Event::Empty | Event::Pending => {
+                    // Slots were freed since the last ring: wake senders
+                    // sleeping on the full ring.
+                    if freed % WAKE_EVERY != 0 && q.wake_senders() {
+                        self.core.stats.sender_wakeups += 1;
+                    }
+                    return n;
+                }
                 Event::Message(m) => {
                     n += 1;
                     self.dispatch(&m);
@@ -525,7 +602,9 @@ impl Endpoint {
             lock.as_ref().map(|l| l as _),
             &msg,
             &env,
-            &mut || {
+            &mut |_| {
+                // Poll this endpoint while waiting (§3.1): no sleeping on the
+                // peer's space bell, which nobody rings for our own queues.
                 self.poll();
                 wait_step(&mut backoff, deadline, "a send waiting for queue space")
             },
@@ -782,6 +861,8 @@ impl Peer {
 
     /// Sends a one-way message without polling while waiting (for processes
     /// that only send; a receiver that never polls makes this time out).
+    /// While the queue is full it spins a little, then sleeps on the queue's
+    /// space bell until the receiver frees slots (at most 10 ms at a time).
     /// Safe to call from several threads at once.
     pub fn send(&self, handler: u16, args: &[u64], bulk: Option<&[u8]>) -> Result<(), Error> {
         let pid = std::process::id();
@@ -801,6 +882,7 @@ impl Peer {
         }
         let deadline = Instant::now() + self.timeout;
         let mut backoff = Backoff::new(100, 20_000);
+        let mut spins = 0u32;
         let mut st = SendStats::default();
         let lock = self.seg.lock(REQUESTS);
         self.seg
@@ -810,7 +892,15 @@ impl Peer {
                 lock.as_ref().map(|l| l as _),
                 &msg,
                 &self.env,
-                &mut || wait_step(&mut backoff, deadline, "a send waiting for queue space"),
+                &mut |b| {
+                    sleep_or_step(
+                        b,
+                        &mut spins,
+                        &mut backoff,
+                        deadline,
+                        "a send waiting for queue space",
+                    )
+                },
                 &mut st,
             )
             .map(|_| ())

@@ -68,6 +68,23 @@
 //! quarter lease while a ticket is in flight) so that recovery from a sender
 //! that died between publishing and ringing still happens.
 //!
+//! Senders wait too: for space, when the ring is full. Each queue has a
+//! second bell, its *space bell* ([`ring::SpaceBell`], segment layout
+//! version 3), that a [`Peer::send`] finding the ring full sleeps on after a
+//! few backoff steps, and that the receiver rings after freeing slots
+//! ([`Endpoint::poll`] does, every 32 freed slots and when it ends) — a fence
+//! and a load, and a system call only when a sender announced that it sleeps.
+//! The same Dekker pair (announce, look at the slot again, park on the
+//! announced value; free, fence, look at the bell), loom-modelled with
+//! senders that sleep more than once and two sleepers at a time. A sender
+//! sleeps at most 10 ms at a time (a safety net against a receiver that died
+//! or a peer that scribbles on the bell) and only while it waits for the
+//! receiver (a slot whose previous lap is not yet delivered, a bulk block
+//! not yet copied out); waits that need the sender's own recovery checks
+//! keep spinning. An [`Endpoint`] that sends keeps polling its own queues
+//! while it waits (§3.1's deadlock avoidance), so it does not sleep on a
+//! peer's bell.
+//!
 //! # What was measured (issue 16, 2-core shared machine; ratios within a run)
 //!
 //! - Bulk throughput (`mpsync run lc98-bandwidth --trials 3`, cross-core,
@@ -128,8 +145,32 @@
 //!   sleeps under contention, not the Solaris 2.5 mutex the paper measured 4.6×
 //!   slower. Letting lock-free senders test for space before taking a ticket
 //!   was tried (A/B, interleaved, 7 runs each) and changed nothing beyond the
-//!   noise. What is left: senders that sleep on a second doorbell while the
-//!   ring is full (a segment layout change).
+//!   noise.
+//! - Many-to-one with senders that sleep on the space bell (same command,
+//!   binaries before and after back to back, three pairs in alternating
+//!   order, the machine heavily loaded by other helpers' builds, load ≈
+//!   9–14, so the receiver was on a CPU only 4–18% of every run, 1 writer or
+//!   7): with 7 writers the lock-free claim took 0.579, 0.491 and 0.606 s
+//!   before, 0.415, 0.395 and 0.407 s after; the POSIX robust mutex 0.602,
+//!   0.573 and 0.727 s before, 0.478, 0.374 and 0.372 s after — a ratio of
+//!   1.04×, 1.17× and 1.20× before, 1.15×, 0.95× and 0.91× after (and
+//!   0.80× in a fourth run after, load ≈ 15): about 1×, a factor of 3 short
+//!   of the 3× target. Both claims got faster, and the spin locks most (ticket at 7 writers 1.50 and 3.21 s before, 0.31 and
+//!   0.35 s after; Anderson once 104 s, extrapolated from a capped run,
+//!   before, 0.33 s after): a locked claim's senders sleep on the space bell
+//!   just as lock-free ones do (the receiver's rings found sleeping writers
+//!   about 1,000 times per 300,000-message run with every locked claim, but
+//!   only 13–126 times with the lock-free claim; why its writers sleep so
+//!   rarely was not measured). Revoked tickets do not explain
+//!   the lock-free claim's rate: none at 7 writers in that fourth run (a
+//!   ticket held by a sleeping lock-free writer and not claimed within a
+//!   lease would stall the receiver for that lease; `lc98-stress` now
+//!   reports them). So the space bell removes the spinning writers' cost from every
+//!   claim alike, and the ratio between claims stays near 1: on Linux the
+//!   POSIX mutex is a user-space CAS with futex sleeps, not the Solaris 2.5
+//!   mutex the paper measured 4–5× slower, and what sets the rate on this
+//!   machine is the receiver's share of the CPU, which the other helpers'
+//!   load, not the writers, kept at 4–18%.
 //! - iceoryx2 as a peer in `lc98-logp`: `cargo add iceoryx2` resolves here
 //!   (0.10.0, 84 crates including bindgen, clang-sys and cc) and builds, but a
 //!   release build of a bare crate depending on it took 12 min 56 s on the two

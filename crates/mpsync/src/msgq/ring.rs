@@ -214,6 +214,149 @@ impl Default for Doorbell {
     }
 }
 
+/// The low bit of a [`SpaceBell`] word: some sender announced that it sleeps.
+const SLEEPERS: u32 = 1;
+
+/// The senders' doorbell of one queue (nothing in the paper, whose senders
+/// spin while the queue is full): one futex word, on its own line, that a
+/// sender finding the ring full parks on, and that the receiver rings after
+/// freeing slots — with a system call only when a sender announced that it
+/// sleeps.
+///
+/// The word is an epoch (the upper 31 bits, bumped by every ring that wakes)
+/// and a *sleepers* flag (bit 0). The two sides are the same Dekker pair as
+/// the receiver's [`Doorbell`]: a sender sets the flag ([`announce`](Self::announce),
+/// an RMW and a SeqCst fence) and then looks at the slot it waits for once
+/// more; the receiver frees slots (Release CASes on their type words),
+/// fences (SeqCst) and then loads the word ([`ring`](Self::ring)). Either the
+/// sender's second look sees a freed slot, or the receiver sees the flag,
+/// clears it and bumps the epoch, and wakes every sleeper. A sender sleeps
+/// only while the word still holds the value its announcement left, so a ring
+/// between its announcement and its sleep ends the sleep at once (the futex
+/// compares the word): no lost wake-up, however many senders sleep.
+///
+/// The flag is never taken back: a sender that finds space after announcing,
+/// times out, or is killed while asleep leaves it set, which costs the next
+/// ring one spurious wake call, nothing more. Peers are untrusted: a peer that
+/// writes the word can cost senders spurious wake-ups or a sleep until their
+/// timeout (senders always sleep with one), never a hang.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct SpaceBell {
+    word: AtomicU32,
+}
+
+impl SpaceBell {
+    /// A bell with no sleepers.
+    pub fn new() -> Self {
+        Self {
+            word: AtomicU32::new(0),
+        }
+    }
+
+    /// The receiver's half, after it freed slots: wakes every sender that
+    /// announced that it sleeps. Returns whether a sender had announced
+    /// (and so a wake call was made).
+    pub fn ring(&self) -> bool {
+        // SeqCst fence: pairs with the one in `announce`; orders the
+        // receiver's Release CASes that freed slots (before the call) before
+        // the load below (see the type's doc).
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence above orders it; a stale clear flag is
+        // impossible by the Dekker argument.
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if w & SLEEPERS == 0 {
+                return false;
+            }
+            // Relaxed: a sleeper's futex compares the word itself; what it
+            // looks at after waking (the slot's type word) is ordered by
+            // that slot's own Release/Acquire pair.
+            match self.word.compare_exchange_weak(
+                w,
+                (w & !SLEEPERS).wrapping_add(2),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => w = now,
+            }
+        }
+        crate::sched::unpark_shared_all(&self.word);
+        true
+    }
+
+    /// A sender's first half: announces that it is about to sleep and
+    /// returns the word to sleep on. The sender must then look at the slot
+    /// it waits for once more, and call [`sleep`](Self::sleep) only if it is
+    /// still taken.
+    pub fn announce(&self) -> u32 {
+        // Relaxed RMW, then a SeqCst fence: pairs with the fence in `ring`;
+        // orders the flag's store before the sender's next load of the slot.
+        let w = self.word.fetch_or(SLEEPERS, Ordering::Relaxed) | SLEEPERS;
+        fence(Ordering::SeqCst);
+        w
+    }
+
+    /// A sender's second half: sleeps while the word is still `announced`
+    /// (what [`announce`](Self::announce) returned) — until the receiver
+    /// rings, a signal, or `timeout` (None: no limit; real senders always
+    /// give one). Returns whether the bell was rung (the epoch moved).
+    pub fn sleep(&self, announced: u32, timeout: Option<Duration>) -> bool {
+        let _ = crate::sched::park_shared(&self.word, announced, timeout);
+        // Relaxed: only compares epochs; see `ring`.
+        self.word.load(Ordering::Relaxed) & !SLEEPERS != announced & !SLEEPERS
+    }
+
+    /// The raw word (for tests that play a misbehaving peer).
+    pub fn word(&self) -> &AtomicU32 {
+        &self.word
+    }
+}
+
+impl Default for SpaceBell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Why a send waits, handed to its wait hook: the word of the slot it waits
+/// for as last seen, and — when only the receiver can free that slot and the
+/// queue has a [`SpaceBell`] — a way to sleep until it does.
+#[derive(Debug, Clone, Copy)]
+pub struct Blocked<'a> {
+    word: &'a AtomicU64,
+    seen: u64,
+    bell: Option<&'a SpaceBell>,
+}
+
+impl Blocked<'_> {
+    /// Whether [`sleep`](Self::sleep) can sleep: the queue has a space bell
+    /// and the slot waits for the receiver (not, say, for a sender's
+    /// recovery, which needs the waiter itself to act now and then).
+    pub fn can_sleep(&self) -> bool {
+        self.bell.is_some()
+    }
+
+    /// Announces on the space bell, looks at the slot once more and, if it
+    /// is unchanged, sleeps until the receiver frees slots or `timeout`
+    /// passes (None: no limit, for models). Returns whether the slot changed
+    /// or the bell was rung (as opposed to a timeout, or no bell).
+    pub fn sleep(&self, timeout: Option<Duration>) -> bool {
+        let Some(bell) = self.bell else {
+            return false;
+        };
+        let announced = bell.announce();
+        // Acquire: pairs with the receiver's Release CAS that frees the slot
+        // (ordered before its look at the bell by the Dekker fences).
+        if self.word.load(Ordering::Acquire) != self.seen {
+            return true;
+        }
+        crate::sched::stall::point(crate::sched::stall::MSGQ_SPACE_SLEEP);
+        bell.sleep(announced, timeout)
+    }
+}
+
 /// The senders' side of a queue: packet and bulk tails (§2: "queue tail
 /// information, accessed only by senders").
 #[repr(C)]
@@ -359,6 +502,7 @@ pub struct SendStats {
 pub struct QueueRef<'a> {
     ctl: &'a QueueCtl,
     bell: Option<&'a Doorbell>,
+    space: Option<&'a SpaceBell>,
     packets: &'a [Packet],
     blocks: &'a [BlockHdr],
     data: &'a [AtomicU64],
@@ -428,6 +572,7 @@ impl<'a> QueueRef<'a> {
         Ok(Self {
             ctl,
             bell: None,
+            space: None,
             packets,
             blocks,
             data,
@@ -439,6 +584,23 @@ impl<'a> QueueRef<'a> {
     pub fn with_doorbell(mut self, bell: &'a Doorbell) -> Self {
         self.bell = Some(bell);
         self
+    }
+
+    /// This queue with its senders' space bell: a send that finds the ring
+    /// full may sleep on it ([`Blocked::sleep`]), and the receiver rings it
+    /// ([`wake_senders`](Self::wake_senders)) after freeing slots.
+    pub fn with_space_bell(mut self, bell: &'a SpaceBell) -> Self {
+        self.space = Some(bell);
+        self
+    }
+
+    /// The receiver's half of the space bell: call after freeing slots
+    /// (delivering, recovering or rejecting messages); wakes the senders
+    /// that sleep because the ring was full. A fence and a load, and a
+    /// system call only when a sender announced that it sleeps. Returns
+    /// whether it made one.
+    pub fn wake_senders(&self) -> bool {
+        self.space.is_some_and(SpaceBell::ring)
     }
 
     /// The packet tail as senders left it (a hint: peers may write anything).
@@ -472,16 +634,17 @@ impl<'a> QueueRef<'a> {
     }
 
     /// Sends one message: bulk block first, then the packet (§3.2). `wait` is
-    /// called whenever the sender must wait (queue full, slot busy); it polls
-    /// the sender's own endpoint (§3.1's deadlock avoidance) and backs off, and
-    /// returns an error to give up (a timeout).
+    /// called whenever the sender must wait (queue full, slot busy), with what
+    /// it waits for; it polls the sender's own endpoint (§3.1's deadlock
+    /// avoidance), backs off or sleeps ([`Blocked::sleep`]), and returns an
+    /// error to give up (a timeout).
     pub fn send(
         &self,
         pid: u32,
         lock: Option<&dyn ClaimLock>,
         msg: &Outgoing<'_>,
         env: &dyn Env,
-        wait: &mut dyn FnMut() -> Result<(), Error>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
         stats: &mut SendStats,
     ) -> Result<u64, Error> {
         if !word::pid_fits(pid) {
@@ -590,7 +753,7 @@ impl<'a> QueueRef<'a> {
     fn claim_packet_lockfree(
         &self,
         pid: u32,
-        wait: &mut dyn FnMut() -> Result<(), Error>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
         stats: &mut SendStats,
     ) -> Result<u64, Error> {
         'ticket: loop {
@@ -635,7 +798,9 @@ impl<'a> QueueRef<'a> {
                     stats.retries += 1;
                     continue 'ticket;
                 }
-                wait()?; // the previous lap is still in use: the queue is full
+                // The previous lap is still in use: the queue is full, and
+                // only the receiver frees the slot.
+                wait(&self.blocked(&p.ty, w, true))?;
             }
         }
     }
@@ -646,10 +811,11 @@ impl<'a> QueueRef<'a> {
         &self,
         pid: u32,
         lock: &dyn ClaimLock,
-        wait: &mut dyn FnMut() -> Result<(), Error>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
     ) -> Result<u64, Error> {
         loop {
             let mut got = None;
+            let mut full = (0, 0);
             lock.with_lock(&mut || {
                 loop {
                     // Relaxed: the lock orders the tail between senders.
@@ -682,13 +848,15 @@ impl<'a> QueueRef<'a> {
                         self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
                         continue;
                     }
+                    full = (t, w);
                     return; // full: the previous lap is still in use
                 }
             })?;
             if let Some(t) = got {
                 return Ok(t);
             }
-            wait()?;
+            let (t, w) = full;
+            wait(&self.blocked(&self.packet(t).ty, w, true))?;
         }
     }
 
@@ -720,7 +888,7 @@ impl<'a> QueueRef<'a> {
         &self,
         pid: u32,
         env: &dyn Env,
-        wait: &mut dyn FnMut() -> Result<(), Error>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
         stats: &mut SendStats,
     ) -> Result<u64, Error> {
         'ticket: loop {
@@ -766,7 +934,9 @@ impl<'a> QueueRef<'a> {
                     stats.recovered_blocks += 1;
                     continue;
                 }
-                wait()?;
+                // Sleep only while the receiver holds the block (SENT): a
+                // claimed or revoked one needs this sender's recovery checks.
+                wait(&self.blocked(&blk.word, w, word::state(w) == SENT))?;
             }
         }
     }
@@ -776,7 +946,7 @@ impl<'a> QueueRef<'a> {
         pid: u32,
         lock: &dyn ClaimLock,
         env: &dyn Env,
-        wait: &mut dyn FnMut() -> Result<(), Error>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
         stats: &mut SendStats,
     ) -> Result<u64, Error> {
         let mut stuck = Stuck::default();
@@ -832,7 +1002,20 @@ impl<'a> QueueRef<'a> {
                     }
                 }
             }
-            wait()?;
+            // As in the lock-free claim: sleep only while the receiver holds it.
+            let seen = got.err().unwrap_or_default();
+            let blk = self.block(word::seq(seen));
+            wait(&self.blocked(&blk.word, seen, word::state(seen) == SENT))?;
+        }
+    }
+
+    /// What a waiting sender waits for: `word`, last seen as `seen`; with the
+    /// space bell when `for_receiver` (only the receiver can free the slot).
+    fn blocked<'b>(&'b self, word: &'b AtomicU64, seen: u64, for_receiver: bool) -> Blocked<'b> {
+        Blocked {
+            word,
+            seen,
+            bell: self.space.filter(|_| for_receiver),
         }
     }
 
@@ -1080,6 +1263,7 @@ fn copy_from_words(src: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
 pub struct HeapQueue {
     ctl: QueueCtl,
     bell: Doorbell,
+    space: SpaceBell,
     packets: Vec<Packet>,
     blocks: Vec<BlockHdr>,
     data: Vec<AtomicU64>,
@@ -1102,6 +1286,7 @@ impl HeapQueue {
         Ok(Self {
             ctl: QueueCtl::new(),
             bell: Doorbell::new(),
+            space: SpaceBell::new(),
             packets: (0..packets as u64).map(Packet::new).collect(),
             blocks: (0..blocks as u64).map(BlockHdr::new).collect(),
             data: (0..blocks * block_bytes / 8)
@@ -1126,11 +1311,18 @@ impl HeapQueue {
         &self.bell
     }
 
-    /// The queue (with its doorbell).
+    /// The senders' space bell, which a send that finds the ring full may
+    /// sleep on and [`QueueRef::wake_senders`] rings.
+    pub fn space_bell(&self) -> &SpaceBell {
+        &self.space
+    }
+
+    /// The queue (with its doorbell and space bell).
     pub fn queue(&self) -> QueueRef<'_> {
         QueueRef {
             ctl: &self.ctl,
             bell: Some(&self.bell),
+            space: Some(&self.space),
             packets: &self.packets,
             blocks: &self.blocks,
             data: &self.data,
@@ -1186,7 +1378,7 @@ mod tests {
         }
     }
 
-    fn no_wait() -> Result<(), Error> {
+    fn no_wait(_: &Blocked<'_>) -> Result<(), Error> {
         Err(Error::Timeout("full".into()))
     }
 
@@ -1307,6 +1499,84 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "futex system calls")]
+    fn space_bell_wakes_only_announced_sleepers() {
+        let b = SpaceBell::new();
+        assert!(!b.ring(), "nobody announced: no wake call");
+        let a = b.announce();
+        assert_eq!(b.announce(), a, "a second sleeper shares the announcement");
+        assert!(
+            !b.sleep(a, Some(Duration::from_millis(1))),
+            "not rung: timed out"
+        );
+        assert!(b.ring(), "announced: rung");
+        assert!(!b.ring(), "one ring per announcement");
+        assert!(
+            b.sleep(a, Some(Duration::from_secs(10))),
+            "rung between announcement and sleep: no sleep at all"
+        );
+        // A ring from another thread ends a sleep with no time limit.
+        std::thread::scope(|s| {
+            let a = b.announce();
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                assert!(b.ring());
+            });
+            assert!(b.sleep(a, None));
+        });
+        // A peer scribbling on the word: a sleep ends at once (the word is
+        // not what was announced), and the next ring is at most spurious.
+        let a = b.announce();
+        b.word().store(77, Ordering::Relaxed);
+        assert!(b.sleep(a, Some(Duration::from_secs(10))));
+        b.ring();
+        assert!(!b.ring(), "the ring cleared the sleepers flag");
+    }
+
+    #[test]
+    fn full_ring_sleeps_on_the_space_bell_until_freed() {
+        let hq = HeapQueue::new(2, 1, 64).unwrap();
+        let q = hq.queue();
+        let env = FakeEnv::new();
+        let mut st = SendStats::default();
+        for i in 0..2 {
+            q.send(5, None, &msg(&[i], None), &env, &mut no_wait, &mut st)
+                .unwrap();
+        }
+        // The third send finds the ring full: it may sleep, but a look after
+        // the announcement that finds the slot freed ends the sleep at once.
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        let mut slept = 0;
+        q.send(
+            5,
+            None,
+            &msg(&[2], None),
+            &env,
+            &mut |b| {
+                assert!(b.can_sleep(), "a full ring waits for the receiver");
+                if let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+                    got.push(m.args[0]);
+                }
+                // Freed above (and no ring): no sleep, whatever the limit.
+                assert!(b.sleep(None), "the slot was freed before the sleep");
+                slept += 1;
+                Ok(())
+            },
+            &mut st,
+        )
+        .unwrap();
+        assert_eq!(slept, 1);
+        while let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+            got.push(m.args[0]);
+        }
+        assert_eq!(got, [0, 1, 2]);
+        assert!(q.wake_senders(), "the sender's announcement is still up");
+        assert!(!q.wake_senders());
+    }
+
+    #[test]
     fn full_queue_waits_and_keeps_order() {
         let hq = HeapQueue::new(2, 1, 64).unwrap();
         let q = hq.queue();
@@ -1325,7 +1595,7 @@ mod tests {
             None,
             &msg(&[2], None),
             &env,
-            &mut || {
+            &mut |_| {
                 if let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
                     got.push(m.args[0]);
                 }
@@ -1443,7 +1713,7 @@ mod tests {
             None,
             &msg(&[], Some(&data)),
             &env,
-            &mut || {
+            &mut |_| {
                 env.advance(300);
                 Ok(())
             },

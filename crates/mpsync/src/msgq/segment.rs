@@ -2,7 +2,7 @@
 //! a validated header, two queues laid out at offsets computed from the
 //! geometry (nothing in the segment is a pointer), and the claim locks.
 
-use super::ring::{BlockHdr, ClaimLock, Doorbell, Env, Packet, QueueCtl, QueueRef};
+use super::ring::{BlockHdr, ClaimLock, Doorbell, Env, Packet, QueueCtl, QueueRef, SpaceBell};
 use super::{Claim, Error, Options};
 use crate::lock::{AndersonN, Tas, TasB, Ticket};
 use crate::sync::{AtomicU64, Ordering};
@@ -13,7 +13,7 @@ use std::mem::{align_of, size_of};
 /// "MPSYNCMQ".
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"MPSYNCMQ");
 /// Bumped whenever the layout changes.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 /// Longest endpoint name (it travels in two packet words for replies).
 pub const MAX_NAME: usize = 16;
 
@@ -91,8 +91,12 @@ fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
-/// Offset of the receiver's doorbell (version 2): the line after the header.
+/// Offset of the receiver's doorbell (since version 2): the line after the header.
 const DOORBELL: usize = round_up_const(size_of::<Header>(), 128);
+
+/// Offset of the two queues' space bells (version 3): the lines after the
+/// doorbell, requests' first.
+const SPACE_BELLS: usize = round_up_const(DOORBELL + size_of::<Doorbell>(), 128);
 
 const fn round_up_const(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
@@ -100,7 +104,7 @@ const fn round_up_const(x: usize, a: usize) -> usize {
 
 /// The two queues' layouts and the total size.
 fn layout(packets: u32, blocks: u32, block_bytes: u32) -> ([QueueLayout; 2], usize) {
-    let mut off = round_up(DOORBELL + size_of::<Doorbell>(), 128);
+    let mut off = round_up(SPACE_BELLS + 2 * size_of::<SpaceBell>(), 128);
     let mut q = [QueueLayout {
         ctl: 0,
         lock: 0,
@@ -327,13 +331,18 @@ impl Segment {
     /// # Safety
     /// Only the creator, before anyone else can validate the segment.
     unsafe fn init(&self, o: &Options, size: usize) {
-        // SAFETY: offset from `layout`'s reserved line, inside the mapping,
-        // 128-aligned; nobody else uses it yet.
+        // SAFETY: offsets of `layout`'s reserved lines (the doorbell and the
+        // two space bells), inside the mapping, 128-aligned; nobody else uses
+        // them yet.
         unsafe {
             self.base
                 .add(DOORBELL)
                 .cast::<Doorbell>()
-                .write(Doorbell::new())
+                .write(Doorbell::new());
+            // Likewise the space bells' two lines (`SPACE_BELLS`).
+            let bells = self.base.add(SPACE_BELLS).cast::<SpaceBell>();
+            bells.write(SpaceBell::new());
+            bells.add(1).write(SpaceBell::new());
         };
         for q in &self.queues {
             // SAFETY (all writes): offsets from `layout`, inside the mapping and
@@ -556,7 +565,18 @@ impl Segment {
         unsafe { &*self.base.add(DOORBELL).cast::<Doorbell>() }
     }
 
-    /// Queue `i` (0: requests, 1: replies), with the doorbell.
+    /// The space bell of queue `i` (0: requests, 1: replies), which senders
+    /// that find it full sleep on and its receiver rings.
+    pub fn space_bell(&self, i: usize) -> &SpaceBell {
+        assert!(i < 2, "two queues");
+        // SAFETY: the reserved lines of `layout` (two bells from
+        // SPACE_BELLS), inside the mapping (at least the layout's size),
+        // 128-aligned, initialized by the creator before it published the
+        // magic, accessed only atomically.
+        unsafe { &*self.base.add(SPACE_BELLS).cast::<SpaceBell>().add(i) }
+    }
+
+    /// Queue `i` (0: requests, 1: replies), with the doorbell and its space bell.
     pub fn queue(&self, i: usize) -> QueueRef<'_> {
         let q = &self.queues[i];
         let g = &self.geom;
@@ -583,6 +603,7 @@ impl Segment {
         }
         .expect("validated geometry")
         .with_doorbell(self.doorbell())
+        .with_space_bell(self.space_bell(i))
     }
 
     /// The claim lock of queue `i` (`None` for the lock-free claim).

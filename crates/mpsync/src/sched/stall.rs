@@ -206,6 +206,11 @@ points! {
     /// its payload not yet copied out (it must not be released before).
     MSGQ_TAKE = "msgq.take",
         "msgq poll: head packet READY, payload not yet copied";
+    /// Shared-memory message queue, sender: the ring was full, the sender
+    /// announced on the space bell and looked once more, and has not yet
+    /// parked (the receiver's ring may come here: the sleep must end at once).
+    MSGQ_SPACE_SLEEP = "msgq.space_sleep",
+        "msgq send: ring full, sleep announced, not yet parked", boost 4;
     // lock_api completeness (issue 13 §4):
     /// A timed lock acquisition (`try_lock_for`/`try_lock_until`) has seen its
     /// deadline pass and is about to return `None`: nothing may be held or
