@@ -55,10 +55,20 @@
 //! its deadline.
 //!
 //! Left for the next session: timed acquisition for Ticket-np and CLH-TP.
-//! Ticket-np could withdraw as its skipped waiters do (re-take a number);
-//! CLH-TP's withdrawn node would have to be unlinked by its successor, and a
-//! withdrawn *tail* leaves a free lock whose tail is not null (its `try_lock`
-//! and `is_locked` read the tail), which needs a protocol of its own.
+//! Ticket-np never hands the lock over (the releaser offers a number; its
+//! taker holds the lock only by its own claim CAS), so a timed taker could
+//! simply leave its number to be withdrawn like a preempted taker's. But a
+//! releaser that finds the lock idle returns after a *relaxed* look at `next`,
+//! and in a store-buffer race that look misses a taker that has just taken the
+//! offered number; an untimed taker claims it later, a timed one that left
+//! does not, and the offer is stranded — the lock reads held, and waiters more
+//! than one number back never withdraw it (loom found the stranded offer;
+//! letting every waiter withdraw a stale offer hung the 8-thread torture).
+//! Closing the race costs the untimed unlock a fence or an RMW, to be measured
+//! against `lock-oversub`. CLH-TP's withdrawn node would have to be unlinked
+//! by its successor, and a withdrawn *tail* leaves a free lock whose tail is
+//! not null (its `try_lock` and `is_locked` read the tail), which needs a
+//! protocol of its own.
 //!
 //! ```
 //! use mpsync::{Mutex, MutexGuard, lock::{BoundedSteal, Native, NativeNp, Ticket}};
