@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
 use mpsync::Mutex;
 use mpsync::lock::{
-    BoundedSteal, Condvar, Native, NativeNp, Np, QueuedNp, SmartQ, SpinThenPark, TasB, TasBNp,
-    Ticket,
+    BoundedSteal, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking, QueuedNp, SmartQ,
+    SpinThenPark, TasB, TasBNp, Ticket,
 };
 use mpsync::sched;
+use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::sched::stall::{self, Trap};
 
 /// How long a test waits for threads that should finish in well under a
@@ -333,6 +334,9 @@ fn timed_waiter_gets_a_lock_released_before_its_deadline() {
     timed_waiter_gets_a_released_lock::<BoundedSteal>("BoundedSteal");
     timed_waiter_gets_a_released_lock::<NativeNp>("Native-np");
     timed_waiter_gets_a_released_lock::<TasBNp>("TAS-B-np");
+    timed_waiter_gets_a_released_lock::<SmartQ>("Smart-Q");
+    timed_waiter_gets_a_released_lock::<QueuedHandshaking>("Queued-Handshaking");
+    timed_waiter_gets_a_released_lock::<McsTp>("MCS-TP");
 }
 
 /// 8 threads on the machine's cores: half acquire with `lock`, half with short
@@ -421,6 +425,305 @@ fn timed_torture_tas_b() {
 #[test]
 fn timed_torture_np_bounded_steal() {
     timed_torture::<Np<BoundedSteal>>("BoundedSteal-np");
+}
+
+#[test]
+fn timed_torture_smart_q() {
+    timed_torture::<SmartQ>("Smart-Q");
+}
+
+#[test]
+fn timed_torture_handshaking() {
+    timed_torture::<QueuedHandshaking>("Queued-Handshaking");
+}
+
+#[test]
+fn timed_torture_mcs_tp() {
+    timed_torture::<McsTp>("MCS-TP");
+}
+
+#[test]
+fn timed_torture_np_mcs_tp() {
+    timed_torture::<Np<McsTp>>("MCS-TP-np");
+}
+
+// --- timed acquisition of the self-withdrawing queue locks -----------------
+
+/// Timed waiters queued behind a holder *and* behind plain waiters all time out
+/// while the holder keeps the lock (it releases only once every timed waiter
+/// has returned), and withdraw without disturbing the queue: the plain waiters
+/// queued around them then each get the lock once, and the lock ends free.
+fn timed_waiters_withdraw_from_the_queue<L>(name: &str)
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let m = Arc::new(Mutex::<L, u64>::new(0));
+    let m2 = m.clone();
+    let gave_up = within_deadline(name, move || {
+        let g = m2.lock();
+        let plain = |m: &Arc<Mutex<L, u64>>| {
+            let m = m.clone();
+            thread::spawn(move || *m.lock() += 1)
+        };
+        // Plain waiters first, then timed ones behind them, then more plain
+        // ones behind those (the sleeps only order the arrivals; nothing
+        // depends on them being long enough).
+        let mut ps: Vec<_> = (0..2).map(|_| plain(&m2)).collect();
+        thread::sleep(Duration::from_millis(10));
+        let timed: Vec<_> = (0..3u64)
+            .map(|i| {
+                let m = m2.clone();
+                thread::spawn(move || {
+                    m.try_lock_for(Duration::from_millis(5 + 5 * i))
+                        .map(|mut g| *g += 1000)
+                        .is_none()
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(10));
+        ps.extend((0..2).map(|_| plain(&m2)));
+        // The holder keeps the lock until every timed waiter has returned.
+        let gave_up = timed
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|&none| none)
+            .count();
+        drop(g);
+        for p in ps {
+            p.join().unwrap();
+        }
+        gave_up
+    });
+    assert_eq!(
+        gave_up, 3,
+        "{name}: a timed waiter got a lock its holder never released"
+    );
+    assert!(!m.is_locked(), "{name}: lock left held");
+    assert_eq!(
+        *m.lock(),
+        4,
+        "{name}: the plain waiters did not each get it"
+    );
+}
+
+#[test]
+fn timed_queue_waiters_withdraw() {
+    timed_waiters_withdraw_from_the_queue::<SmartQ>("Smart-Q");
+    timed_waiters_withdraw_from_the_queue::<QueuedHandshaking>("Queued-Handshaking");
+    timed_waiters_withdraw_from_the_queue::<McsTp>("MCS-TP");
+}
+
+/// The grant arrives exactly as a timed waiter gives up: the waiter is stopped
+/// at `timed_lock.gave_up`, right before its withdrawing CAS, while queued
+/// behind a holder; a helper keeps the stopped waiter's heartbeat fresh (so
+/// that a releaser judging by heartbeats sees it running, and claims it); the
+/// holder releases, which grants the lock to the waiter (or skips it, if the
+/// releaser judged it stalled or, Handshaking, got no acknowledgement). Then
+/// the waiter goes on. Either outcome is correct, but it must be consistent:
+/// if the grant won, the waiter returns the guard (and runs its section); if it
+/// returns `None`, nobody holds the lock. A waiter that withdrew over a grant
+/// leaves the lock held forever, which the bounded `try_lock_for` below
+/// reports. Rounds repeat (at most `rounds`) until one saw the grant win.
+/// Returns how many rounds the grant won.
+fn grant_as_timed_waiter_gives_up<L>(name: &str, rounds: u32) -> u32
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let mut won = 0;
+    for round in 0..rounds {
+        let m = Arc::new(Mutex::<L, u64>::new(0));
+        let inside = Arc::new(AtomicBool::new(false));
+        let holder_go = Arc::new(Barrier::new(2));
+        let (holding, hg, hin) = (m.clone(), holder_go.clone(), inside.clone());
+        let (held_tx, held_rx) = channel();
+        let holder = thread::spawn(move || {
+            let mut g = holding.lock();
+            assert!(!hin.swap(true, Ordering::Acquire), "two holders");
+            held_tx.send(()).unwrap();
+            hg.wait();
+            *g += 1;
+            hin.store(false, Ordering::Release);
+        });
+        held_rx.recv().unwrap();
+        let (id_tx, id_rx) = channel();
+        let (res_tx, res_rx) = channel();
+        let (w, win) = (m.clone(), inside.clone());
+        let (go_tx, go_rx) = channel::<()>();
+        thread::spawn(move || {
+            let cb = sched::current();
+            id_tx.send((cb.id(), cb)).unwrap();
+            go_rx.recv().unwrap(); // the trap is armed
+            // A deadline already due: the waiter gives up at its first look,
+            // while spinning (WAITING), not after parking (a releaser that
+            // finds a parked waiter wakes it and skips it rather than grant).
+            let got = w.try_lock_for(Duration::ZERO).map(|mut g| {
+                assert!(!win.swap(true, Ordering::Acquire), "two holders");
+                *g += 100;
+                win.store(false, Ordering::Release);
+            });
+            res_tx.send(got.is_some()).unwrap();
+        });
+        let (id, cb) = id_rx.recv().unwrap();
+        let trap = Trap::at(stall::TIMED_GAVE_UP).thread(id).arm();
+        go_tx.send(()).unwrap();
+        trap.wait_hit(STUCK)
+            .unwrap_or_else(|e| panic!("{name}: the timed waiter never gave up: {e:?}"));
+        // Keep the stopped waiter looking alive while the holder releases.
+        let stop = Arc::new(AtomicBool::new(false));
+        let keeper = {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    cb.publish_heartbeat();
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        holder_go.wait();
+        holder.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        keeper.join().unwrap();
+        trap.release();
+        let got = res_rx.recv_timeout(STUCK).unwrap_or_else(|_| {
+            panic!("{name}: the timed waiter never returned after the trap was released")
+        });
+        // The lock must be free now (the waiter dropped the guard it got, or
+        // holds nothing): a plain thread gets it within a generous bound.
+        let probe = m.clone();
+        let free = thread::spawn(move || {
+            probe
+                .try_lock_for(Duration::from_secs(20))
+                .map(|mut g| *g += 10)
+                .is_some()
+        })
+        .join()
+        .unwrap();
+        assert!(
+            free,
+            "{name}, round {round}: the lock stayed held after the timed waiter returned {}",
+            if got { "the guard" } else { "None" }
+        );
+        assert!(!m.is_locked(), "{name}: lock left held");
+        assert_eq!(
+            *m.lock(),
+            1 + 10 + if got { 100 } else { 0 },
+            "{name}: lost or extra critical sections (waiter got: {got})"
+        );
+        if got {
+            won += 1;
+            break;
+        }
+    }
+    eprintln!("{name}: the grant won the race in {won} round(s)");
+    won
+}
+
+#[test]
+fn timed_queue_waiter_grant_races_withdrawal() {
+    grant_as_timed_waiter_gives_up::<SmartQ>("Smart-Q", 20);
+    grant_as_timed_waiter_gives_up::<McsTp>("MCS-TP", 20);
+    // The releaser waits for an acknowledgement the stopped waiter cannot
+    // give: it rescinds, and the waiter finds FAILURE.
+    grant_as_timed_waiter_gives_up::<QueuedHandshaking>("Queued-Handshaking", 3);
+}
+
+/// Serialises the tests that run the emulated pseudo-scheduler (one at a time
+/// per process).
+static EMU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Timed and plain acquisitions under the emulated pseudo-scheduler (MP 3, a
+/// short quantum): threads are preempted and warned while they wait and while
+/// they hold the lock; exclusion (an in-section flag) and the count hold, and
+/// the lock ends free.
+fn timed_torture_emulated<L>(name: &str)
+where
+    L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let _serial = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let procs = thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4) as u32;
+    let cfg = EmulatedConfig::new(procs, 3.0)
+        .expect("valid config")
+        .quantum(Duration::from_millis(2))
+        .extension_bound(Duration::from_micros(500))
+        .seed(13);
+    let emu = Arc::new(Emulated::start(cfg).expect("pseudo-scheduler starts"));
+    let iters = common::sized(2_000, 10);
+    let m = Arc::new(Mutex::<L, u64>::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let successes = Arc::new(AtomicU64::new(0));
+    let timeouts = Arc::new(AtomicU64::new(0));
+    let (m2, in2, s2, t2, e2) = (
+        m.clone(),
+        inside.clone(),
+        successes.clone(),
+        timeouts.clone(),
+        emu.clone(),
+    );
+    within_deadline(name, move || {
+        let ts: Vec<_> = (0..procs * 2)
+            .map(|i| {
+                let (m, inside, s, t, emu) =
+                    (m2.clone(), in2.clone(), s2.clone(), t2.clone(), e2.clone());
+                thread::spawn(move || {
+                    let _att = emu.attach(i % procs).expect("attach");
+                    for k in 0..iters {
+                        let g = if i % 2 == 0 {
+                            Some(m.lock())
+                        } else {
+                            m.try_lock_for(Duration::from_micros(1 << (k % 9)))
+                        };
+                        let Some(mut g) = g else {
+                            t.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        };
+                        assert!(!inside.swap(true, Ordering::Acquire), "two holders");
+                        *g += 1;
+                        for _ in 0..(k % 16) * 8 {
+                            std::hint::spin_loop();
+                        }
+                        inside.store(false, Ordering::Release);
+                        drop(g);
+                        s.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+    });
+    let emu = Arc::try_unwrap(emu).unwrap_or_else(|_| panic!("{name}: emulator still shared"));
+    let stats = emu.stop();
+    assert!(!m.is_locked(), "{name}: lock left held");
+    assert_eq!(*m.lock(), successes.load(Ordering::Relaxed), "{name}");
+    eprintln!(
+        "{name} (emulated): {} critical sections, {} timed attempts gave up, {} preemptions, {} warnings",
+        successes.load(Ordering::Relaxed),
+        timeouts.load(Ordering::Relaxed),
+        stats.preemptions,
+        stats.warnings
+    );
+    assert!(
+        stats.preemptions + stats.warnings > 0,
+        "{name}: the pseudo-scheduler never intervened: {stats:?}"
+    );
+}
+
+#[test]
+fn timed_torture_emulated_smart_q() {
+    timed_torture_emulated::<SmartQ>("Smart-Q");
+}
+
+#[test]
+fn timed_torture_emulated_handshaking() {
+    timed_torture_emulated::<QueuedHandshaking>("Queued-Handshaking");
+}
+
+#[test]
+fn timed_torture_emulated_mcs_tp() {
+    timed_torture_emulated::<McsTp>("MCS-TP");
 }
 
 // --- fair unlocks ----------------------------------------------------------

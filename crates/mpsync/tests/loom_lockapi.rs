@@ -2,7 +2,7 @@
 //! wait/notify protocol (the futex is modelled strictly under loom: a parked
 //! thread sleeps until a wake on its word picks it, so a lost wake-up is a
 //! deadlock loom reports), BoundedSteal's fair unlock, and timed acquisitions
-//! racing plain ones.
+//! racing plain ones (for the skipping queue locks: grant racing withdrawal).
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --release --target-dir target/loom --test loom_lockapi -- --test-threads=1`
 #![cfg(loom)]
@@ -14,7 +14,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 use mpsync::Mutex;
-use mpsync::lock::{BoundedSteal, Condvar, Native, SpinThenPark};
+use mpsync::lock::{BoundedSteal, Condvar, McsTp, Native, SmartQ, SpinThenPark};
 
 fn builder(preemptions: usize) -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
@@ -159,6 +159,25 @@ fn loom_spin_then_park_timed_races_plain() {
 #[test]
 fn loom_bounded_steal_timed_races_plain() {
     timed_races_plain(BoundedSteal::new);
+}
+
+/// The skipping queue's grant (the releaser's claim CAS, `WAITING` →
+/// `CLAIMED`) racing a timed waiter's withdrawal (`WAITING` → `ABANDONED`):
+/// the timed thread queues behind the plain one and gives up at its first look;
+/// a withdrawal that overwrote a claim would leave the lock granted to nobody
+/// (the plain thread's second `lock` then sleeps forever: a deadlock loom
+/// reports), and one that returned `None` after the grant the same.
+#[test]
+fn loom_mcs_tp_timed_grant_races_withdrawal() {
+    timed_races_plain(McsTp::new);
+}
+
+/// The same for Smart-Q, whose grant also makes the waiter
+/// `OtherUnpreemptable` (its no-preempt request paused while it waits, and
+/// cancelled when it withdraws).
+#[test]
+fn loom_smart_q_timed_grant_races_withdrawal() {
+    timed_races_plain(SmartQ::new);
 }
 
 /// `MutexGuard::unlocked_fair` round trip on the lock_api wrapper (the path a

@@ -51,10 +51,33 @@ impl WaitTimeoutResult {
 /// 2³² notifications `seq` wraps.
 ///
 /// **Waking.** `notify_all` wakes every waiter and they take the mutex one after
-/// another — there is no requeueing onto the mutex, which for an arbitrary `L`
-/// has no queue the condvar could use. Waiting releases the mutex through `L`'s
-/// own unlock, so with an -np lock the no-preempt request ends before the
-/// thread sleeps, and is made again when it re-locks.
+/// another — there is no requeueing onto the mutex. A requeue
+/// (`FUTEX_CMP_REQUEUE`, as glibc and parking_lot do) moves sleepers from the
+/// condvar's futex word onto *the mutex's* futex word, to be woken one at a
+/// time by its unlocks; it needs a mutex whose waiters all sleep on one futex
+/// word that its unlock wakes. Of mpsync's locks only [`Native`](super::Native)
+/// and [`SpinThenPark`](super::SpinThenPark) are built so (and the notifier
+/// would first have to mark their word contended, or an unlock would not
+/// wake the moved sleepers): the queue locks park each waiter on its own wake
+/// word and hand the lock over in queue order (a requeued thread would have no
+/// place in the queue), BoundedSteal's sleepers are queue nodes too, and
+/// TAS/ticket/Anderson waiters spin. And the condvar is not tied to one mutex
+/// (it never learns the mutex's word). What
+/// the herd costs, measured with `cargo run --release -p mpsync --example
+/// condvar_herd` (8 waiters on `Mutex<Native>`, 1 µs critical sections, 2
+/// cores under a load average of 12 from other builds — noisy): per round,
+/// `notify_all` 34–35 µs and 9 context switches (one wake per waiter: most
+/// woken waiters get the mutex in Native's spin instead of sleeping again),
+/// against 43–55 µs and 10–13 switches for a chain of `notify_one`s that wakes
+/// one waiter at a time, the best a requeue could do. With 4 waiters: 19–30 µs
+/// and 5 switches against 31–33 µs and 7–8. So on this machine the herd costs
+/// no extra sleeps, and a requeueing `notify_all` (which still wakes each
+/// waiter once, from the mutex's unlock) has nothing to save; it is not
+/// implemented.
+///
+/// Waiting releases the mutex through `L`'s own unlock, so with an -np lock
+/// the no-preempt request ends before the thread sleeps, and is made again
+/// when it re-locks.
 ///
 /// A condvar is not tied to one mutex: waiting on it with different mutexes is
 /// allowed (and a notification then wakes waiters of all of them). Uses

@@ -5,7 +5,8 @@
 //! | lock                                      | `RawMutexFair`                              | `RawMutexTimed`                          |
 //! |-------------------------------------------|---------------------------------------------|------------------------------------------|
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock (FIFO hand-off) | no: a taken ticket or queued node cannot be withdrawn |
-//! | [`TicketNp`], [`SmartQ`], [`QueuedHandshaking`], [`McsTp`], [`ClhTp`] | yes: the plain unlock (queue order, skipping preempted waiters) | not yet (see below) |
+//! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order, skipping preempted waiters) | yes: a waiter that gives up withdraws by CAS, as against a releaser's claim |
+//! | [`TicketNp`], [`ClhTp`]                   | yes: the plain unlock (queue order, skipping preempted waiters) | not yet (see below) |
 //! | [`BoundedSteal`]                          | yes: the queue head gets the lock, stealing is off | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`]              | no: the word names no waiter to hand to     | yes: a waiter that gives up just stops   |
 //! | [`TasB`]                                  | no: nobody is known to wait                 | yes: a waiter that gives up stops backing off |
@@ -44,11 +45,30 @@
 //! place in the queue: while a starved head has turned stealing off it waits,
 //! and it may time out while queued waiters proceed.
 //!
-//! Left for the next session: timed acquisition for Ticket-np, Smart-Q,
-//! Queued-Handshaking, MCS-TP and CLH-TP, whose waiting loops are being
-//! rewritten (issue 13 §2); each can withdraw (Ticket-np re-takes a number,
-//! MCS-TP and CLH-TP remove timed-out nodes), and the timed form has to reuse
-//! that withdrawal.
+//! The skipping queue locks (Smart-Q, Queued-Handshaking, MCS-TP) grant only to
+//! a waiter the releaser *claimed* by CAS from `WAITING`; a timed waiter whose
+//! deadline passes withdraws by a CAS from the same states (`WAITING`,
+//! `PARKED`, `WOKEN` → `ABANDONED`), so exactly one of grant and withdrawal
+//! wins. A withdrawn node stays linked until the next releaser walks past it,
+//! as past a preempted waiter, and that releaser frees it. A waiter whose
+//! withdrawal lost to the grant holds the lock and returns it, possibly after
+//! its deadline.
+//!
+//! Left for the next session: timed acquisition for Ticket-np and CLH-TP.
+//! Ticket-np never hands the lock over (the releaser offers a number; its
+//! taker holds the lock only by its own claim CAS), so a timed taker could
+//! simply leave its number to be withdrawn like a preempted taker's. But a
+//! releaser that finds the lock idle returns after a *relaxed* look at `next`,
+//! and in a store-buffer race that look misses a taker that has just taken the
+//! offered number; an untimed taker claims it later, a timed one that left
+//! does not, and the offer is stranded — the lock reads held, and waiters more
+//! than one number back never withdraw it (loom found the stranded offer;
+//! letting every waiter withdraw a stale offer hung the 8-thread torture).
+//! Closing the race costs the untimed unlock a fence or an RMW, to be measured
+//! against `lock-oversub`. CLH-TP's withdrawn node would have to be unlinked
+//! by its successor, and a withdrawn *tail* leaves a free lock whose tail is
+//! not null (its `try_lock` and `is_locked` read the tail), which needs a
+//! protocol of its own.
 //!
 //! ```
 //! use mpsync::{Mutex, MutexGuard, lock::{BoundedSteal, Native, NativeNp, Ticket}};
@@ -202,6 +222,29 @@ macro_rules! timed_by_lock_slow {
 }
 
 timed_by_lock_slow!(Native, TasB, SpinThenPark);
+
+// SAFETY: a timed waiter takes the lock only as `lock` does (the tail swap on
+// an empty queue, or a SUCCESS verdict on a node the releaser claimed); when it
+// gives up it withdraws by CAS against the releaser's claim (skipq.rs, "Timed
+// acquisition"), so a releaser never hands the lock to a waiter that left, and
+// a waiter whose withdrawal lost to a SUCCESS returns the guard.
+unsafe impl<P: SkipPolicy> RawMutexTimed for SkipQueue<P> {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    #[inline]
+    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
+        match deadline_after(timeout) {
+            Some(d) => self.try_lock_until(d),
+            None => Some(self.lock()),
+        }
+    }
+
+    #[inline]
+    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
+        self.acquire(Some(deadline))
+    }
+}
 
 /// Longest nap of a timed BoundedSteal acquirer that sees a held lock whose
 /// holder is preempted or slow: short enough to notice the lock coming free
@@ -368,6 +411,10 @@ mod tests {
         timed_spin_then_park: SpinThenPark,
         timed_bounded_steal: BoundedSteal,
         timed_native_np: super::super::NativeNp,
-        timed_bounded_steal_np: Np<BoundedSteal>
+        timed_bounded_steal_np: Np<BoundedSteal>,
+        timed_smart_q: SmartQ,
+        timed_handshaking: QueuedHandshaking,
+        timed_mcs_tp: McsTp,
+        timed_mcs_tp_np: Np<McsTp>
     );
 }

@@ -38,6 +38,7 @@
 //! | `CLAIMED` | the releaser is deciding: the waiter may not park | releaser → `SUCCESS`/`FAILURE` |
 //! | `SUCCESS` | holds the lock                                | —                           |
 //! | `FAILURE` | skipped: re-enqueue                           | —                           |
+//! | `ABANDONED` | a timed waiter gave up and left             | — (the releaser that skips it frees it) |
 //!
 //! The releaser grants only to a waiter it *claimed* from `WAITING`, i.e. one
 //! that was spinning; a `PARKED` candidate is woken and given the releaser's
@@ -45,6 +46,19 @@
 //! preempted one (woken, it finds `FAILURE` and re-enqueues). A new holder
 //! wakes its successor **one step ahead** of its turn (`PARKED` → `WOKEN`), so
 //! that it is spinning again by the time the lock is handed over.
+//!
+//! # Timed acquisition (issue 13 §4)
+//!
+//! A timed waiter ([`lock_api::RawMutexTimed`]) whose deadline passes withdraws
+//! with the same kind of CAS the releaser grants with: `WAITING`/`PARKED`/`WOKEN`
+//! → `ABANDONED`. The releaser claims only from `WAITING` (`WAITING` →
+//! `CLAIMED`), so exactly one of the two CASes wins: if the waiter's wins, the
+//! releaser finds `ABANDONED` and skips the node as it skips a preempted one
+//! (and, being the last to read it, frees it); if the claim won, the waiter
+//! cannot withdraw while `CLAIMED` — the releaser's verdict follows within its
+//! patience — and a `SUCCESS` verdict makes the late waiter the holder (its
+//! `try_lock_until` returns `Some`, past the deadline). A waiter skipped with
+//! `FAILURE` after its deadline gives up holding nothing.
 //!
 //! Uses `sched`: [`Waiter`], [`wake`](sched::wake), [`is_preempted`](sched::is_preempted),
 //! `request/release_no_preempt`, `pause/resume_no_preempt`,
@@ -67,6 +81,7 @@
 
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
+use std::time::Instant;
 
 use super::np::NpToken;
 use crate::sched::{self, ContextBlock, Wait, Waiter, stall, waiter::CHECK_EVERY};
@@ -84,6 +99,10 @@ pub(super) const CLAIMED: u32 = 3;
 pub(super) const SUCCESS: u32 = 4;
 /// Skipped: removed from the queue, try again.
 pub(super) const FAILURE: u32 = 5;
+/// Withdrawn by a timed waiter that gave up (by CAS from `WAITING`, `PARKED`
+/// or `WOKEN`): the node stays linked until a releaser walks past it, and that
+/// releaser owns it then.
+pub(super) const ABANDONED: u32 = 6;
 
 /// A queue node: one per acquisition attempt in progress.
 #[derive(Debug)]
@@ -272,20 +291,44 @@ impl<P: SkipPolicy> SkipQueue<P> {
         }
     }
 
-    /// Waits for the verdict on `me` (SUCCESS or FAILURE). `retry`: this
-    /// thread was skipped before in this acquisition.
-    fn wait(&self, me: &SkipNode, cb: &'static ContextBlock, retry: bool) -> u32 {
+    /// Waits for the verdict on `me` (SUCCESS or FAILURE), or, past
+    /// `deadline`, withdraws (ABANDONED: the node is no longer ours). `retry`:
+    /// this thread was skipped before in this acquisition.
+    fn wait(
+        &self,
+        me: &SkipNode,
+        cb: &'static ContextBlock,
+        retry: bool,
+        deadline: Option<Instant>,
+    ) -> u32 {
         if sched::emulated::is_attached(cb) {
-            self.wait_emulated(me, cb)
+            self.wait_emulated(me, cb, deadline)
         } else {
-            self.wait_native(me, cb, retry)
+            self.wait_native(me, cb, retry, deadline)
         }
+    }
+
+    /// A timed waiter whose deadline passed leaves the queue: `me`'s state
+    /// `from` (`WAITING`, `PARKED` or `WOKEN`) → `ABANDONED` by CAS, against
+    /// the releaser's claim (`WAITING` → `CLAIMED`) or verdict. `true`: withdrawn,
+    /// the node belongs to whichever releaser skips it; `false`: a releaser
+    /// moved the state first (re-read it: a claim is decided within the
+    /// releaser's patience, `SUCCESS` means we hold the lock).
+    #[inline]
+    fn withdraw(me: &SkipNode, from: u32) -> bool {
+        stall::point(stall::TIMED_GAVE_UP);
+        // Release: our last touch of the node happens before the releaser that
+        // finds ABANDONED (Acquire in `try_grant`/`fail`) reuses it. Acquire on
+        // failure: pairs with the releaser's Release verdict.
+        me.state
+            .compare_exchange(from, ABANDONED, Ordering::Release, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The papers' waiting, under the emulated scheduler: spin, publish
     /// heartbeats, give the processor away when warned (with the no-preempt
     /// request paused) or — MCS-TP — when the holder is preempted.
-    fn wait_emulated(&self, me: &SkipNode, cb: &ContextBlock) -> u32 {
+    fn wait_emulated(&self, me: &SkipNode, cb: &ContextBlock, deadline: Option<Instant>) -> u32 {
         let mut paused = P::NO_PREEMPT && cb.pause_no_preempt();
         let mut spins = 0u32;
         loop {
@@ -301,6 +344,12 @@ impl<P: SkipPolicy> SkipQueue<P> {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(CHECK_EVERY) {
                 cb.publish_heartbeat();
+                if v == WAITING && past(deadline) && Self::withdraw(me, WAITING) {
+                    if paused {
+                        cb.resume_no_preempt();
+                    }
+                    return ABANDONED;
+                }
                 let give_up = if P::NO_PREEMPT {
                     // The scheduler wanted our processor while we only wait.
                     paused && cb.warned()
@@ -321,7 +370,13 @@ impl<P: SkipPolicy> SkipQueue<P> {
     /// preempted: else a releaser could meet it parked again and again, each
     /// skip sending it behind the releaser's walk (a livelock the loom model
     /// `skipq_park_vs_grant` finds, where every waiter parks at once).
-    fn wait_native(&self, me: &SkipNode, cb: &ContextBlock, retry: bool) -> u32 {
+    fn wait_native(
+        &self,
+        me: &SkipNode,
+        cb: &ContextBlock,
+        retry: bool,
+        deadline: Option<Instant>,
+    ) -> u32 {
         let mut paused = P::NO_PREEMPT && cb.pause_no_preempt();
         let mut waiter = Waiter::new();
         let mut spins = 0u32;
@@ -342,6 +397,15 @@ impl<P: SkipPolicy> SkipQueue<P> {
                     spin_loop();
                 }
                 PARKED | WOKEN => {
+                    if past(deadline) {
+                        if Self::withdraw(me, v) {
+                            if paused {
+                                cb.resume_no_preempt();
+                            }
+                            return ABANDONED;
+                        }
+                        continue;
+                    }
                     // Back from sleeping (woken, or spuriously): running again.
                     // Relaxed: a failure means a releaser moved the state on,
                     // which the Acquire load above re-reads.
@@ -353,11 +417,24 @@ impl<P: SkipPolicy> SkipQueue<P> {
                 }
                 _ => {
                     spins = spins.wrapping_add(1);
-                    if spins.is_multiple_of(CHECK_EVERY) {
+                    let look = spins.is_multiple_of(CHECK_EVERY);
+                    if look {
                         // For the heartbeat fallback of `is_preempted`.
                         cb.publish_heartbeat();
                     }
-                    if waiter.spin(self.holder()) == Wait::Park
+                    let advice = waiter.spin(self.holder());
+                    // A timed waiter reads the clock at each look and before
+                    // it would park (never on the untimed path).
+                    if deadline.is_some() && (look || advice == Wait::Park) && past(deadline) {
+                        if Self::withdraw(me, WAITING) {
+                            if paused {
+                                cb.resume_no_preempt();
+                            }
+                            return ABANDONED;
+                        }
+                        continue;
+                    }
+                    if advice == Wait::Park
                         && (!retry || self.holder().is_some_and(sched::is_preempted))
                     {
                         // Token first, then the announcement: a wake after the
@@ -372,12 +449,88 @@ impl<P: SkipPolicy> SkipQueue<P> {
                             .is_ok()
                         {
                             stall::point(stall::WAITER_PARK);
-                            Waiter::sleep(t, None);
+                            // A timed waiter sleeps at most to its deadline
+                            // (then withdraws from PARKED above).
+                            Waiter::sleep(
+                                t,
+                                deadline.map(|d| d.saturating_duration_since(Instant::now())),
+                            );
                         }
                     }
                 }
             }
         }
+    }
+
+    /// `lock`, or with a `deadline` the timed form: `None` after withdrawing
+    /// (module doc, "Timed acquisition"), holding nothing.
+    #[inline]
+    pub(super) fn acquire(&self, deadline: Option<Instant>) -> Option<SkipGuard> {
+        let token = P::NO_PREEMPT.then(NpToken::request);
+        let cb = sched::current();
+        let node = take_node();
+        // SAFETY: our node, valid until we give it back; shared fields are atomics.
+        let me = unsafe { node.as_ref() };
+        let mut retry = false;
+        loop {
+            Self::prepare(me, cb);
+            // If we will wait, a fresh heartbeat before anyone can judge us by it
+            // (a releaser sees our node only through the link below, which the
+            // Release store publishes after this) — and before the swap, so the
+            // clock read does not widen the window between the swap and the link
+            // that a releaser may be waiting on. Not on the uncontended path: only
+            // if the lock looks held. Relaxed: a hint (see below if it was wrong).
+            // (Under loom, where heartbeats are not part of the model, after
+            // the link: the look would only add a scheduling point.)
+            let contended = !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null();
+            if contended {
+                cb.publish_heartbeat();
+            }
+            // AcqRel: Release publishes the node's fields to the next acquirer;
+            // Acquire orders us after the predecessor's enqueue.
+            let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
+            if pred.is_null() {
+                break;
+            }
+            // The window a releaser may wait on (`wait_next`).
+            stall::point(stall::QUEUE_LOCK_LINK);
+            // SAFETY: the predecessor's node stays valid until its holder (or a
+            // releaser skipping it) has read the link we write here.
+            // Release: publishes our node to whoever reads the link.
+            unsafe { (*pred).next.store(node.as_ptr(), Ordering::Release) };
+            if !contended {
+                // Taken between our look and our swap: publish now. A releaser
+                // that judged us by an old heartbeat meanwhile skipped us, which
+                // only sends us round again.
+                cb.publish_heartbeat();
+            }
+            match self.wait(me, cb, retry, deadline) {
+                SUCCESS => break,
+                ABANDONED => {
+                    // Withdrawn: the node is the releaser's now; nothing held.
+                    if let Some(t) = token {
+                        t.cancel();
+                    }
+                    return None;
+                }
+                _ => {}
+            }
+            // FAILURE: skipped while we looked preempted or slept; nobody
+            // refers to our node any more. Enqueue again — unless the deadline
+            // passed meanwhile.
+            if past(deadline) {
+                stall::point(stall::TIMED_GAVE_UP);
+                // SAFETY: skipped: no queue refers to our node.
+                unsafe { return_node(node) };
+                if let Some(t) = token {
+                    t.cancel();
+                }
+                return None;
+            }
+            retry = true;
+        }
+        self.acquired(me, cb);
+        Some(Self::guard(node, token))
     }
 
     /// Releaser side: hand the lock to `c` (`true`) or decide to skip it.
@@ -406,6 +559,8 @@ impl<P: SkipPolicy> SkipQueue<P> {
                 PARKED => {
                     wake_if_parked(c);
                 }
+                // A timed waiter withdrew: skip it (`fail` frees the node).
+                ABANDONED => return false,
                 _ => {} // WOKEN: give it the time to get its processor back.
             }
             if waiter.spin(None) == Wait::Park {
@@ -415,19 +570,35 @@ impl<P: SkipPolicy> SkipQueue<P> {
     }
 
     /// Releaser side, done with `c` (skipped): the verdict FAILURE, and a wake
-    /// if it sleeps. After this nothing of `c` is touched.
-    fn fail(&self, c: &SkipNode) {
-        let cb = c.owner();
+    /// if it sleeps; or, if its timed waiter withdrew (before or while we
+    /// decided), the node is ours to free. After this nothing of `c` is touched.
+    fn fail(&self, c: NonNull<SkipNode>) {
+        // SAFETY: `c` has no verdict yet: its owner does not reuse it before
+        // the swap below, and a withdrawn node is ours.
+        let cr = unsafe { c.as_ref() };
+        let cb = cr.owner();
         // Relaxed: a statistic.
         self.skipped.fetch_add(1, Ordering::Relaxed);
         // AcqRel: Release pairs with the owner's Acquire verdict load; Acquire
-        // pairs with its announcement, so its token came before our wake.
-        let old = c.state.swap(FAILURE, Ordering::AcqRel);
+        // pairs with its announcement, so its token came before our wake, and
+        // with its withdrawal, so its last touch came before our reuse.
+        let old = cr.state.swap(FAILURE, Ordering::AcqRel);
         if old == PARKED || old == WOKEN {
             stall::point(stall::WAITER_WAKE);
             sched::wake(cb);
+        } else if old == ABANDONED {
+            // SAFETY: the waiter left for good and we are the last to read the
+            // node (its successor's link is read, or the queue emptied behind it).
+            unsafe { return_node(c) };
         }
     }
+}
+
+/// Whether `deadline` (if any) has passed. Reads the clock only for a timed
+/// acquisition.
+#[inline]
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 /// Wakes `s`'s owner if `s` announced it sleeps (`PARKED` → `WOKEN`).
@@ -467,54 +638,12 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
 
     type Guard = SkipGuard;
 
+    #[inline]
     fn lock(&self) -> Self::Guard {
-        let token = P::NO_PREEMPT.then(NpToken::request);
-        let cb = sched::current();
-        let node = take_node();
-        // SAFETY: our node, valid until we give it back; shared fields are atomics.
-        let me = unsafe { node.as_ref() };
-        let mut retry = false;
-        loop {
-            Self::prepare(me, cb);
-            // If we will wait, a fresh heartbeat before anyone can judge us by it
-            // (a releaser sees our node only through the link below, which the
-            // Release store publishes after this) — and before the swap, so the
-            // clock read does not widen the window between the swap and the link
-            // that a releaser may be waiting on. Not on the uncontended path: only
-            // if the lock looks held. Relaxed: a hint (see below if it was wrong).
-            // (Under loom, where heartbeats are not part of the model, after
-            // the link: the look would only add a scheduling point.)
-            let contended = !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null();
-            if contended {
-                cb.publish_heartbeat();
-            }
-            // AcqRel: Release publishes the node's fields to the next acquirer;
-            // Acquire orders us after the predecessor's enqueue.
-            let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
-            if pred.is_null() {
-                break;
-            }
-            // The window a releaser may wait on (`wait_next`).
-            stall::point(stall::QUEUE_LOCK_LINK);
-            // SAFETY: the predecessor's node stays valid until its holder (or a
-            // releaser skipping it) has read the link we write here.
-            // Release: publishes our node to whoever reads the link.
-            unsafe { (*pred).next.store(node.as_ptr(), Ordering::Release) };
-            if !contended {
-                // Taken between our look and our swap: publish now. A releaser
-                // that judged us by an old heartbeat meanwhile skipped us, which
-                // only sends us round again.
-                cb.publish_heartbeat();
-            }
-            if self.wait(me, cb, retry) == SUCCESS {
-                break;
-            }
-            retry = true;
-            // FAILURE: skipped while we looked preempted or slept; nobody
-            // refers to our node any more. Enqueue again.
+        match self.acquire(None) {
+            Some(g) => g,
+            None => unreachable!("an acquisition without a deadline never gives up"),
         }
-        self.acquired(me, cb);
-        Self::guard(node, token)
     }
 
     fn try_lock(&self) -> Option<Self::Guard> {
@@ -605,13 +734,13 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
                         )
                         .is_ok()
                     {
-                        self.fail(c);
+                        self.fail(cand);
                         break;
                     }
                     Self::wait_next(c)
                 }
             };
-            self.fail(c);
+            self.fail(cand);
             cand = after;
         }
         if let Some(t) = guard.token {
