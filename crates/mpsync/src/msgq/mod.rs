@@ -130,11 +130,13 @@
 //!   was tried (A/B, interleaved, 7 runs each) and changed nothing beyond the
 //!   noise. What is left: senders that sleep on a second doorbell while the
 //!   ring is full (a segment layout change).
-//! - iceoryx2 as a peer in `lc98-logp`: `cargo add iceoryx2` resolves here
-//!   (0.10.0, 84 crates including bindgen, clang-sys and cc) and builds, but a
+//! - iceoryx2 as a peer in `lc98-logp` and `lc98-stress`: iceoryx2 0.10.0
+//!   (84 crates including bindgen, clang-sys and cc) builds here, but a
 //!   release build of a bare crate depending on it took 12 min 56 s on the two
 //!   shared cores (load ≈ 14) — far over the 3 minutes of extra CI compile
-//!   this project allows — so it is not a dependency and not a peer.
+//!   this project allows — so it is an optional dependency of the harness,
+//!   behind its cargo feature `iceoryx2`, not in the default build nor in CI:
+//!   `cargo run --release -p mpsync-cli --features iceoryx2 -- run lc98-logp`.
 
 pub mod ring;
 pub mod word;
