@@ -484,6 +484,12 @@ fn stress_subscriber(
         "stress subscriber",
     )?;
     put(ready, &[1])?;
+    // Every publisher exists now: connect to each before any sends (a
+    // publisher that finds the buffer full and no connected subscriber drops
+    // the sample rather than wait).
+    take(go)?;
+    ix(sub.update_connections(), "connect to the publishers")?;
+    put(ready, &[1])?;
     take(go)?;
     let start = Instant::now();
     let cpu0 = thread_cpu_s();
@@ -578,14 +584,18 @@ pub(super) fn stress_once(
         r: mut ready_r,
         w: ready_wf,
     } = Pipe::new()?;
-    let (go, done, mut report) = (Pipe::new()?, Pipe::new()?, Pipe::new()?);
+    // The subscriber's signals come through a pipe of its own, the
+    // publishers' through `go`.
+    let (sgo, go) = (Pipe::new()?, Pipe::new()?);
+    let (done, mut report) = (Pipe::new()?, Pipe::new()?);
     let fd = |f: &File| f.as_raw_fd();
-    let (ready_w, go_r, done_r, report_w) = (fd(&ready_wf), fd(&go.r), fd(&done.r), fd(&report.w));
+    let (ready_w, sgo_r, go_r) = (fd(&ready_wf), fd(&sgo.r), fd(&go.r));
+    let (done_r, report_w) = (fd(&done.r), fd(&report.w));
     let mut pids = Vec::new();
     let prefix = scope.prefix.clone();
     pids.push(fork_child(None, move || {
         child("iceoryx2 stress subscriber", || {
-            stress_subscriber(&prefix, writers, total, cap, ready_w, go_r, report_w)
+            stress_subscriber(&prefix, writers, total, cap, ready_w, sgo_r, report_w)
         })
     })?);
     // Only the subscriber holds the report's write end: its exit is EOF there.
@@ -622,7 +632,15 @@ pub(super) fn stress_once(
                 "iceoryx2 publishers ready",
             )?;
         }
-        put(go.w.as_raw_fd(), &vec![1u8; writers as usize + 1])?;
+        put(sgo.w.as_raw_fd(), &[1])?;
+        read_within(
+            &mut ready_r,
+            &mut b,
+            Duration::from_secs(60),
+            "iceoryx2 subscriber connected",
+        )?;
+        put(sgo.w.as_raw_fd(), &[1])?;
+        put(go.w.as_raw_fd(), &vec![1u8; writers as usize])?;
         let mut rep = [0u8; 8 * REPORT_WORDS];
         read_within(
             &mut report.r,
