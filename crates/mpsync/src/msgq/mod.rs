@@ -139,11 +139,15 @@
 //!   `cargo run --release -p mpsync-cli --features iceoryx2 -- run lc98-logp`.
 //!   The peer is two publish-subscribe services (ping, pong) carrying the
 //!   same 64-byte message in loaned samples, busy polling like the msgq
-//!   runs. Measured 2026-11-26 on the 2 shared cores under heavy load (load
-//!   15–19 from other builds; `lc98-logp --trials 5`): cross-core, lock-free
-//!   RTT 12.0 µs against iceoryx2's 29.4 µs (0.41×; trials 4.9–17.0 against
-//!   10.5–47.7 µs), same-core 77 against 110 µs (0.70×) — the target
-//!   (≤ 1.0× iceoryx2's) met at both placements; no quiet-machine figures.
+//!   runs. Measured 2026-11-26 on the 2 cores shared with other builds (no
+//!   quiet-machine figures), four `lc98-logp` runs (trimmed means of 5, 7, 7
+//!   and 7 trials), lock-free RTT against iceoryx2's: cross-core 12.0/29.4 µs
+//!   = 0.41× (load 15–19), 4.70/4.06 µs = 1.16× (load 10–13), 3.25/3.54 µs =
+//!   0.92× (load 7–13), 2.11/2.99 µs = 0.70× (load 5–7; trials 1.5–4.0
+//!   against 2.1–3.7 µs); same-core 0.70×, 0.68×, 0.72×, 0.76× (e.g. 31.5
+//!   against 41.4 µs). So the target (≤ 1.0× iceoryx2's) held in 3 of 4 runs
+//!   cross-core, the miss within the noise of that load (fastest trials 2.21
+//!   against 2.32 µs), and in every run same-core.
 
 pub mod ring;
 pub mod word;
