@@ -26,7 +26,7 @@ use experiments::{Experiment, PAPERS, Params, catalog};
 /// Every run writes `OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}`
 /// and regenerates `OUT/report.html`.
 #[derive(Debug, Parser)]
-#[command(name = "mpsync", version, about, long_about = None, after_help = "Start with: mpsync repro all --quick")]
+#[command(name = "mpsync", version, about, long_about = None, after_help = "Start with: mpsync repro all --quick\n\nlc98-logp and lc98-stress add iceoryx2 publish-subscribe as a peer in a binary built with\n`--features iceoryx2` (see `mpsync run --help`).")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -37,6 +37,12 @@ enum Cmd {
     /// List the implemented experiments (id, paper, what it measures).
     List,
     /// Run one experiment by id (see `mpsync list`).
+    ///
+    /// lc98-logp and lc98-stress measure iceoryx2 publish-subscribe as a
+    /// peer only in a binary built with the cargo feature `iceoryx2` (not in
+    /// the default build: ~13 min to compile on 2 cores):
+    /// `cargo run --release -p mpsync-cli --features iceoryx2 -- run lc98-logp`.
+    /// Without it their verdicts say "iceoryx2 not built".
     Run {
         /// Experiment id, e.g. wks94-mplevel.
         id: String,

@@ -310,6 +310,36 @@ fn tiny_lc98_runs() {
             "{id}: {}",
             j["verdict"]
         );
+        if id != "lc98-bandwidth" {
+            // The iceoryx2 peer: measured and judged where built in, said
+            // to be absent (and how to build it) where not; never silently.
+            let details = j["verdict"]["details"].to_string();
+            if cfg!(feature = "iceoryx2") {
+                let csv = std::fs::read_to_string(out.join(format!("{id}@none/data.csv")))
+                    .expect("data.csv");
+                assert!(
+                    csv.contains("iceoryx2 pub-sub"),
+                    "{id}: no iceoryx2 rows in {csv}"
+                );
+                if id == "lc98-logp" {
+                    assert!(
+                        details.contains("x iceoryx2 pub-sub RTT: ")
+                            && !details.contains("not judged"),
+                        "{id}: {details}"
+                    );
+                }
+            } else {
+                let want = if id == "lc98-logp" {
+                    "x iceoryx2 pub-sub RTT: not judged: iceoryx2 not built (cargo feature `iceoryx2`"
+                } else {
+                    "iceoryx2 pub-sub: not run: iceoryx2 not built (cargo feature `iceoryx2`"
+                };
+                assert!(
+                    details.contains(want),
+                    "{id}: {want} missing from {details}"
+                );
+            }
+        }
         let _ = std::fs::remove_dir_all(&out);
     }
 }

@@ -1,7 +1,9 @@
 //! `lc98-logp`, `lc98-bandwidth`, `lc98-stress`: Lumetta & Culler (IPPS/SPDP
 //! 1998, papers/004) §4.1–4.2 with separate OS processes, per claim algorithm
 //! of `mpsync::msgq`, and (LogP) a Unix-domain socket and a pipe carrying the
-//! same 64-byte message, same-core and cross-core.
+//! same 64-byte message, same-core and cross-core; with the cargo feature
+//! `iceoryx2`, also iceoryx2 publish-subscribe (LogP round trip and stress;
+//! see `lc98_iceoryx2`).
 //!
 //! Processes are forked; a child only maps segments, sends or serves, and
 //! `_exit`s (it dies with the harness: `PR_SET_PDEATHSIG`).
@@ -82,7 +84,7 @@ pub(super) fn fork_child(
     Ok(pid)
 }
 
-fn wait_child(pid: libc::pid_t) -> anyhow::Result<()> {
+pub(super) fn wait_child(pid: libc::pid_t) -> anyhow::Result<()> {
     let mut st = 0;
     // SAFETY: waiting for our own child.
     let r = unsafe { libc::waitpid(pid, &mut st, 0) };
@@ -145,6 +147,37 @@ const SINK: u16 = 2;
 const REPORT: u16 = 3;
 const RESET: u16 = 4;
 const STOP: u16 = 5;
+
+/// The iceoryx2 peer's name, where it is built in (cargo feature `iceoryx2`).
+#[cfg(feature = "iceoryx2")]
+const ICEORYX2: Option<&str> = Some(super::lc98_iceoryx2::NAME);
+/// The iceoryx2 peer's name, where it is built in (cargo feature `iceoryx2`).
+#[cfg(not(feature = "iceoryx2"))]
+const ICEORYX2: Option<&str> = None;
+
+/// What the verdicts of experiment `id` say where the iceoryx2 peer is not
+/// built in.
+fn iceoryx2_not_built(id: &str) -> String {
+    format!(
+        "iceoryx2 not built (cargo feature `iceoryx2`: \
+         cargo run --release -p mpsync-cli --features iceoryx2 -- run {id})"
+    )
+}
+
+/// The verdict clause of the target "lock-free round trip <= 1.0 x
+/// iceoryx2's" at one placement: judged where iceoryx2's round trip `iox` was
+/// measured, said to be not judged (and why) where it was not.
+fn iceoryx2_target(label: &str, lock_free: f64, iox: Option<f64>) -> String {
+    let what = format!("{label}: target lock-free RTT <= 1.0 x iceoryx2 pub-sub RTT");
+    match iox {
+        Some(i) => format!(
+            "{what}: {lock_free:.2} / {i:.2} µs = {:.3}: {}",
+            lock_free / i,
+            yes(lock_free <= i)
+        ),
+        None => format!("{what}: not judged: {}", iceoryx2_not_built("lc98-logp")),
+    }
+}
 
 /// The implementation name of the lock-free claim with sleeping receivers.
 const DOORBELL: &str = "lock-free+doorbell";
@@ -422,7 +455,11 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     let started = Instant::now();
     let rounds = ((20_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(200);
     let places = placements()?;
-    let pb = crate::progress(u64::from(p.trials) * places.len() as u64 * 9, exp.id);
+    let per_place = 9 + u64::from(ICEORYX2.is_some());
+    let pb = crate::progress(
+        u64::from(p.trials) * places.len() as u64 * per_place,
+        exp.id,
+    );
     let mut trials = Vec::new();
     let mut table = serde_json::Map::new();
     let mut logps: Vec<(String, f64, LogP)> = Vec::new();
@@ -440,6 +477,7 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     names.push(DOORBELL.into());
     names.push("unix-socket".into());
     names.push("pipe".into());
+    names.extend(ICEORYX2.map(String::from));
     let mut points = Vec::new();
     let mut details = Vec::new();
     let mut holds = true;
@@ -521,6 +559,14 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
             uds,
             rtt("lock-free") / uds
         ));
+        let iox = ICEORYX2.map(|n| mean_of(&trials, n, x).unwrap_or(f64::NAN));
+        if let Some(i) = iox {
+            details.push(format!(
+                "{label}: iceoryx2 pub-sub (two services, ping and pong, 64-byte loaned samples, busy polling): RTT {i:.2} µs = {:.3} x unix-socket",
+                i / uds
+            ));
+        }
+        details.push(iceoryx2_target(label, rtt("lock-free"), iox));
         details.push(format!(
             "{label}: lock-free with the doorbell (receivers spin up to {} µs, adaptively, then sleep until rung): RTT {:.2} µs = {:.3} x unix-socket, {:.3} x busy-polling lock-free",
             DOORBELL_SPIN.as_micros(),
@@ -529,12 +575,13 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
             rtt(DOORBELL) / rtt("lock-free")
         ));
     }
-    details.push(
-        "iceoryx2 publish-subscribe peer: not run — iceoryx2 0.10.0 builds here, but its release \
-         build alone (84 crates, bindgen and cc included) took 12 min 56 s on the 2 shared cores, \
-         far over the 3 minutes of extra CI compile allowed (see mpsync::msgq's docs)"
-            .into(),
-    );
+    if ICEORYX2.is_none() {
+        details.push(format!(
+            "iceoryx2 publish-subscribe peer: not run: {}; not in the default build because \
+             its release build alone took ~13 min on 2 shared cores",
+            iceoryx2_not_built(exp.id)
+        ));
+    }
     let bars: Vec<(String, f64)> = points
         .iter()
         .filter(|pt| pt.x == (places.len() - 1) as f64)
@@ -562,7 +609,7 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         "unix-socket round trip at the same placement",
         trials,
         points,
-        serde_json::json!({ "logp_us": table }),
+        serde_json::json!({ "logp_us": table, "iceoryx2_built": ICEORYX2.is_some() }),
         verdict,
         serde_json::json!({ "round_trips": rounds, "placements": places.iter().map(|p| p.0).collect::<Vec<_>>() }),
     );
@@ -608,6 +655,20 @@ fn logp_trials(
                     stream_rtt(s, rounds, make).with_context(|| format!("{name} round trip"))?;
                 trials.push(Trial {
                     implementation: name.into(),
+                    x,
+                    trial: t,
+                    value: us,
+                    ..Trial::default()
+                });
+                pb.inc(1);
+            }
+            #[cfg(feature = "iceoryx2")]
+            {
+                let us = super::lc98_iceoryx2::round_trip(c, s, rounds).with_context(|| {
+                    format!("lc98-logp {} trial {t}", super::lc98_iceoryx2::NAME)
+                })?;
+                trials.push(Trial {
+                    implementation: super::lc98_iceoryx2::NAME.into(),
                     x,
                     trial: t,
                     value: us,
@@ -809,7 +870,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
 }
 
 /// CPU time of the calling thread, seconds.
-fn thread_cpu_s() -> f64 {
+pub(super) fn thread_cpu_s() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -956,7 +1017,11 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         |t| t.iter().map(|&x| u64::from(x)).collect(),
     );
     let cap = Duration::from_secs(if p.quick { 5 } else { 120 });
-    let pb = crate::progress(u64::from(p.trials) * writer_counts.len() as u64 * 6, exp.id);
+    let per_count = 6 + u64::from(ICEORYX2.is_some());
+    let pb = crate::progress(
+        u64::from(p.trials) * writer_counts.len() as u64 * per_count,
+        exp.id,
+    );
     let mut trials = Vec::new();
     // (claim, writers, receiver's CPU share of the run, its CPU µs per message,
     // rings that woke writers asleep on the full ring, tickets revoked)
@@ -987,8 +1052,35 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
                 }
                 pb.inc(1);
             }
+            #[cfg(feature = "iceoryx2")]
+            {
+                let n = super::lc98_iceoryx2::NAME;
+                let (secs, cens, cpu) = super::lc98_iceoryx2::stress_once(w, total, cap)
+                    .with_context(|| format!("lc98-stress {n} with {w} publishers"))?;
+                trials.push(Trial {
+                    implementation: n.into(),
+                    x: w as f64,
+                    trial: t,
+                    value: secs,
+                    procs: Some(p.cores),
+                    censored_at: cens.then_some(cap.as_secs_f64()),
+                    ..Trial::default()
+                });
+                if !cens {
+                    // No space bell and no tickets: NaN, left out of the details.
+                    let per_msg = cpu * 1e6 / total as f64;
+                    recv.push((n, w, cpu / secs, per_msg, f64::NAN, f64::NAN));
+                }
+                pb.inc(1);
+            }
         }
     }
+    // The claims, then the peer where it is built in.
+    let impls: Vec<&str> = Claim::ALL
+        .iter()
+        .map(|c| c.name())
+        .chain(ICEORYX2)
+        .collect();
     pb.finish_and_clear();
     let recv_at = |n: &str, w: u64| {
         let f = |sel: fn(&RecvRow<'_>) -> f64| {
@@ -1003,12 +1095,12 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     };
     let mut points = Vec::new();
     let w0 = writer_counts[0] as f64;
-    for c in Claim::ALL {
+    for &c in &impls {
         for &w in &writer_counts {
-            if let Some(v) = mean_of(&trials, c.name(), w as f64) {
-                let base = mean_of(&trials, c.name(), w0).unwrap_or(v);
+            if let Some(v) = mean_of(&trials, c, w as f64) {
+                let base = mean_of(&trials, c, w0).unwrap_or(v);
                 points.push(Point {
-                    implementation: c.name().into(),
+                    implementation: c.into(),
                     x: w as f64,
                     value: v,
                     normalized: v / base,
@@ -1023,29 +1115,35 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         p.cores,
         p.cores.saturating_sub(1)
     )];
-    for c in Claim::ALL {
+    for &c in &impls {
         let row: Vec<String> = writer_counts
             .iter()
-            .map(|&w| format!("{w}: {:.3} s", at(c.name(), w)))
+            .map(|&w| format!("{w}: {:.3} s", at(c, w)))
             .collect();
-        details.push(format!("{}: {}", c.name(), row.join(", ")));
+        details.push(format!("{c}: {}", row.join(", ")));
     }
     // Where the time goes: a receiver that is on a CPU only part of the run
     // bounds every claim alike (2 cores shared by writers + 1 processes).
-    for c in Claim::ALL {
+    for &c in &impls {
         let row: Vec<String> = writer_counts
             .iter()
             .map(|&w| {
-                let (share, us, woke, revoked) = recv_at(c.name(), w);
+                let (share, us, woke, revoked) = recv_at(c, w);
+                let msgq = if woke.is_nan() {
+                    String::new() // the iceoryx2 peer: no space bell, no tickets
+                } else {
+                    format!(
+                        ", {woke:.0} rings woke writers asleep on the full ring, \
+                         {revoked:.0} tickets revoked (unclaimed for a lease)"
+                    )
+                };
                 format!(
-                    "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message, \
-                     {woke:.0} rings woke writers asleep on the full ring, \
-                     {revoked:.0} tickets revoked (unclaimed for a lease)",
+                    "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message{msgq}",
                     share * 100.0
                 )
             })
             .collect();
-        details.push(format!("{} receiver: {}", c.name(), row.join("; ")));
+        details.push(format!("{c} receiver: {}", row.join("; ")));
     }
     let lf_faster = at("lock-free", hi) <= at("lock-free", lo);
     details.push(format!(
@@ -1077,19 +1175,37 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         "target: lock-free throughput >= 3 x POSIX mutex with {hi} writers: {:.2} x",
         at("posix-mutex", hi) / at("lock-free", hi)
     ));
+    #[cfg(feature = "iceoryx2")]
+    {
+        let n = super::lc98_iceoryx2::NAME;
+        details.push(format!(
+            "{n} ({hi} publisher processes to one subscriber process, a service that never \
+             overflows: a publisher retries while the subscriber's {}-sample buffer is full; \
+             clock from a start signal after every process connected): lock-free takes {:.2} x \
+             its time with {hi} writers, {:.2} x with {lo}",
+            super::lc98_iceoryx2::STRESS_BUFFER,
+            at("lock-free", hi) / at(n, hi),
+            at("lock-free", lo) / at(n, lo)
+        ));
+    }
+    #[cfg(not(feature = "iceoryx2"))]
+    details.push(format!(
+        "iceoryx2 pub-sub: not run: {}",
+        iceoryx2_not_built(exp.id)
+    ));
     if trials.iter().any(|t| t.censored_at.is_some()) {
         details.push(format!(
             "some runs hit the {} s cap and were extrapolated from the fraction delivered (censored_at in data.csv)",
             cap.as_secs()
         ));
     }
-    let series: Vec<Series> = Claim::ALL
+    let series: Vec<Series> = impls
         .iter()
-        .map(|c| Series {
-            label: c.name().into(),
+        .map(|&c| Series {
+            label: c.into(),
             points: writer_counts
                 .iter()
-                .map(|&w| (w as f64, at(c.name(), w)))
+                .map(|&w| (w as f64, at(c, w)))
                 .collect(),
         })
         .collect();
@@ -1118,12 +1234,36 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         "the same claim with the fewest writers",
         trials,
         points,
-        serde_json::json!({ "receiver": Claim::ALL.map(|c| (c.name(), writer_counts.iter().map(|&w| {
-            let (share, us, woke, revoked) = recv_at(c.name(), w);
+        serde_json::json!({ "receiver": impls.iter().map(|&c| (c, writer_counts.iter().map(|&w| {
+            let (share, us, woke, revoked) = recv_at(c, w);
             serde_json::json!({ "writers": w, "cpu_share": share, "cpu_us_per_message": us, "sender_wakeups": woke, "revoked": revoked })
-        }).collect::<Vec<_>>())).into_iter().collect::<std::collections::BTreeMap<_, _>>() }),
+        }).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>() }),
         verdict,
         serde_json::json!({ "messages_per_run": total, "writers": writer_counts, "cap_s": cap.as_secs() }),
     );
     Ok((rec, svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iceoryx2_target_is_judged_when_measured_and_explained_when_not() {
+        let met = iceoryx2_target("cross-core", 0.9, Some(1.0));
+        assert!(met.ends_with("= 0.900: yes"), "{met}");
+        let equal = iceoryx2_target("cross-core", 1.0, Some(1.0));
+        assert!(equal.ends_with(": yes"), "{equal}");
+        let missed = iceoryx2_target("cross-core", 1.5, Some(1.0));
+        assert!(missed.ends_with("= 1.500: NO"), "{missed}");
+        let absent = iceoryx2_target("same-core", 0.9, None);
+        assert!(
+            absent.contains("not judged: iceoryx2 not built (cargo feature `iceoryx2`"),
+            "{absent}"
+        );
+        assert!(
+            absent.contains("--features iceoryx2 -- run lc98-logp"),
+            "{absent}"
+        );
+    }
 }

@@ -9,6 +9,8 @@ pub mod hart_hash;
 pub mod latency;
 pub mod lc98;
 pub mod lc98_apps;
+#[cfg(feature = "iceoryx2")]
+pub mod lc98_iceoryx2;
 pub mod locks;
 pub mod ms97;
 pub mod oversub;
@@ -372,7 +374,7 @@ pub fn catalog() -> Vec<Experiment> {
             id: "lc98-logp",
             paper: "lc98",
             reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.1 Table 1 (papers/004)",
-            title: "one client and one server process: L, o_s, o_r, g and the 64-byte round trip per claim algorithm, beside a Unix-domain socket and a pipe, same-core and cross-core",
+            title: "one client and one server process: L, o_s, o_r, g and the 64-byte round trip per claim algorithm, beside a Unix-domain socket and a pipe (and iceoryx2 publish-subscribe in a build with `--features iceoryx2`), same-core and cross-core",
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: lc98::run,
@@ -390,7 +392,7 @@ pub fn catalog() -> Vec<Experiment> {
             id: "lc98-stress",
             paper: "lc98",
             reference: "Lumetta & Culler, IPPS/SPDP 1998, §4.2 Table 2 (papers/004)",
-            title: "1, 3 and 7 writer processes send 1,000,000 one-word messages in all (x --scale; --quick a tenth) to one receiver, per claim algorithm (--threads sets the writer counts)",
+            title: "1, 3 and 7 writer processes send 1,000,000 one-word messages in all (x --scale; --quick a tenth) to one receiver, per claim algorithm (--threads sets the writer counts; iceoryx2 publishers to one subscriber too in a build with `--features iceoryx2`)",
             default_preempt: Preempt::None,
             uses_preempt: false,
             run: lc98::run,
