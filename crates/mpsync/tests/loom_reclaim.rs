@@ -114,7 +114,7 @@ fn hp_protect_vs_retire_and_scan() {
         |d, src| {
             let mut l = HazardPointers::register(d);
             let mut g = l.enter();
-            let p = g.protect(0, src);
+            let p = g.protect_raw(0, src);
             read(p);
         },
         |d, src| {
@@ -137,7 +137,7 @@ fn hp_protect_into_a_slot_allocated_on_demand_vs_scan() {
         |d, src| {
             let mut l = HazardPointers::register(d);
             let mut g = l.enter();
-            let p = g.protect(5, src); // K = 1: slot 5 is in a second block
+            let p = g.protect_raw(5, src); // K = 1: slot 5 is in a second block
             read(p);
         },
         |d, src| {
@@ -155,7 +155,7 @@ fn ebr_protect_vs_retire_and_advance() {
         |d, src| {
             let mut l = Ebr::register(d);
             let mut g = l.enter();
-            let p = g.protect(0, src);
+            let p = g.protect_raw(0, src);
             read(p);
         },
         |d, src| {
@@ -174,7 +174,7 @@ fn qsbr_protect_vs_retire_and_quiescent_states() {
         Qsbr::new,
         |d, src| {
             let mut l = Qsbr::register(d);
-            let p = l.enter().protect(0, src);
+            let p = l.enter().protect_raw(0, src);
             read(p);
             l.quiescent();
         },
@@ -202,7 +202,7 @@ fn qsbr_parked_registration_rejoins_before_reading() {
             l.park();
             {
                 let mut g = l.enter();
-                let p = g.protect(0, src);
+                let p = g.protect_raw(0, src);
                 read(p);
             }
             l.park();
@@ -231,7 +231,7 @@ fn ebr_leave_hands_over_concurrently() {
         },
         |d, src| {
             let mut l = Ebr::register(d);
-            let p = l.enter().protect(0, src);
+            let p = l.enter().protect_raw(0, src);
             let _ = p; // not dereferenced after the guard: only leaving matters here
             l.try_reclaim();
             drop(l);
@@ -264,7 +264,7 @@ fn ebr_pin_window_vs_advances() {
                     for _ in 0..3 {
                         r.try_reclaim();
                     }
-                    read(r.enter().protect(0, &src));
+                    read(r.enter().protect_raw(0, &src));
                     r
                 })
             };
@@ -290,7 +290,7 @@ fn qsbr_register_window_vs_advances() {
                 for _ in 0..3 {
                     r.quiescent();
                 }
-                read(r.enter().protect(0, &src));
+                read(r.enter().protect_raw(0, &src));
                 r
             })
         };

@@ -1109,9 +1109,9 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
                 // (the hazards a search leaves behind when it stops).
                 let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));
                 {
-                    let mut g = local.enter();
-                    g.protect(0, &dummy);
-                    g.protect(1, &dummy);
+                    let g = local.enter();
+                    g.protect_raw(0, &dummy);
+                    g.protect_raw(1, &dummy);
                     // Release: the sampler starts once we are in place.
                     stalled.store(true, Ordering::Release);
                     // Acquire: pairs with the sampler's Release stop store.

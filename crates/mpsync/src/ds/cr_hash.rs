@@ -211,11 +211,6 @@ unsafe fn free_table<K, V, L: RawMutex, A: NodeAlloc>(p: *mut u8) {
 
 const MARK: usize = 1;
 
-#[inline(always)]
-fn marked<T>(p: *mut T) -> bool {
-    p.addr() & MARK != 0
-}
-
 /// Drops a node's key and value and gives its memory back to `A`.
 ///
 /// # Safety
@@ -519,7 +514,7 @@ where
         self.nbuckets.store(buckets, Ordering::Relaxed);
         self.table.store(Box::into_raw(new), Ordering::Release);
         drop(held);
-        let mut g = local.enter();
+        let g = local.enter();
         // SAFETY: `old` is no longer the current table, so no new operation
         // reaches it or its nodes; it is retired once (by the resizer that
         // replaced it); `free_table` frees what `Box::new` made, with its
@@ -540,12 +535,11 @@ where
     /// The current table, protected by `g` (hazard slot [`TABLE_SLOT`]) for
     /// as long as `g` lives.
     #[inline]
-    fn current<'g, G: Guard>(&self, g: &mut G) -> &'g Table<K, V, L, A> {
-        let t = g.protect(TABLE_SLOT, &self.table);
+    fn current<'g, G: Guard>(&self, g: &'g G) -> &'g Table<K, V, L, A> {
         // SAFETY: protected (validated against the table pointer: not retired
-        // then), so not freed while `g` holds it; the caller does not let the
-        // reference outlive `g`. Never null: a map always has a table.
-        let t = unsafe { &*t };
+        // then), so not freed while `g` holds it (nothing else protects into
+        // `TABLE_SLOT`). Never null: a map always has a table.
+        let t = unsafe { g.protect(TABLE_SLOT, &self.table).deref() };
         t.live.check();
         t
     }
@@ -554,7 +548,7 @@ where
     /// table it is in, and `key`'s hash.
     fn lock_bucket<'g, G: Guard>(
         &self,
-        g: &mut G,
+        g: &'g G,
         key: &K,
     ) -> (&'g Bucket<K, V, L>, lock_api::MutexGuard<'g, L, ()>) {
         let h = self.hasher.hash_one(key);
@@ -573,34 +567,32 @@ where
     }
 
     /// The reader's search: `key`'s node, protected by `g` (slots 0 and 1, hand
-    /// over hand), or null.
-    fn search<G: Guard>(b: &Bucket<K, V, L>, key: &K, g: &mut G) -> *mut Node<K, V> {
+    /// over hand; until `g` protects into them again), or `None`.
+    fn search<'g, G: Guard>(b: &'g Bucket<K, V, L>, key: &K, g: &'g G) -> Option<&'g Node<K, V>> {
         'retry: loop {
-            let mut link: *const AtomicPtr<Node<K, V>> = &b.head;
+            // [1] `link` is the bucket's head or the `next` of the node protected
+            // by slot `s_prev` (see [2]).
+            let mut link: &'g AtomicPtr<Node<K, V>> = &b.head;
             let (mut s_cur, mut s_prev) = (0usize, 1usize);
             loop {
-                // SAFETY: [1] `link` is the bucket's head or the `next` of the node
-                // protected by slot `s_prev` (see [2]).
-                let cur = g.protect(s_cur, unsafe { &*link });
-                if marked(cur) {
+                let cur = g.protect(s_cur, link);
+                if cur.tag() & MARK != 0 {
                     // The node we stand on was removed: its successor may be freed.
                     continue 'retry;
                 }
-                if cur.is_null() {
-                    return cur;
-                }
-                // SAFETY: [2] `cur` is protected by `s_cur`, validated against an
+                // SAFETY: [2] `cur` is protected by `s_cur` (not protected into
+                // again before the swap below moves on), validated against an
                 // unmarked `link`: the node holding `link` was not removed then, so
                 // `cur` was in the chain, not retired, and is not freed while the
                 // slot holds it (nor while the table, protected too, lives).
-                let c = unsafe { &*cur };
+                let c = unsafe { cur.as_ref() }?;
                 c.live.check();
                 // Present: `cur` was reached through a validated, unmarked link, so
                 // it was in the chain then. (A remove linearizes at its unlink; a
                 // reader that finds the node marked but still linked overlaps that
                 // remove, so reporting it present is linearizable — no mark check.)
                 if c.key == *key {
-                    return cur;
+                    return Some(c);
                 }
                 link = &c.next;
                 std::mem::swap(&mut s_cur, &mut s_prev);
@@ -627,13 +619,10 @@ where
     /// If `local` is registered with another domain.
     pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "CrHashMap::get");
-        let mut g = local.enter();
+        let g = local.enter();
         let h = self.hasher.hash_one(key);
-        let b = self.current(&mut g).bucket(h);
-        let n = Self::search(b, key, &mut g);
-        (!n.is_null()).then(|| {
-            // SAFETY: protected by `g` (see `search`, [2]), which outlives `f`'s call.
-            let n = unsafe { &*n };
+        let b = self.current(&g).bucket(h);
+        Self::search(b, key, &g).map(|n| {
             n.live.check();
             f(&n.value)
         })
@@ -645,10 +634,10 @@ where
     /// If `local` is registered with another domain.
     pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "CrHashMap::contains_key");
-        let mut g = local.enter();
+        let g = local.enter();
         let h = self.hasher.hash_one(key);
-        let b = self.current(&mut g).bucket(h);
-        !Self::search(b, key, &mut g).is_null()
+        let b = self.current(&g).bucket(h);
+        Self::search(b, key, &g).is_some()
     }
 
     /// Inserts `key → value` if `key` is absent (under the bucket's lock);
@@ -659,8 +648,8 @@ where
     /// If `local` is registered with another domain.
     pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
-        let mut g = local.enter();
-        let (b, w) = self.lock_bucket(&mut g, &key);
+        let g = local.enter();
+        let (b, w) = self.lock_bucket(&g, &key);
         // Relaxed (in this walk): we hold the lock, and every change to this chain
         // is made under it, so our loads see the chain as the last writer left it.
         let head = b.head.load(Ordering::Relaxed);
@@ -699,8 +688,8 @@ where
         V: Clone,
     {
         check_local(&*self.domain, local, "CrHashMap::remove");
-        let mut g = local.enter();
-        let (b, w) = self.lock_bucket(&mut g, key);
+        let g = local.enter();
+        let (b, w) = self.lock_bucket(&g, key);
         let mut link: &AtomicPtr<Node<K, V>> = &b.head;
         // Relaxed: as in `insert` (the lock orders writers).
         let mut p = link.load(Ordering::Relaxed);
@@ -823,8 +812,10 @@ where
         V: Clone,
     {
         check_local(&*self.domain, local, "CrHashMap::iter");
-        let mut guard = local.enter();
-        let table: *const Table<K, V, L, A> = self.current(&mut guard);
+        let guard = local.enter();
+        // Raw: the iterator keeps the table beside the guard that protects it
+        // (a borrow of the guard cannot live in the same struct); see `next`.
+        let table: *const Table<K, V, L, A> = guard.protect_raw(TABLE_SLOT, &self.table);
         Iter {
             map: self,
             guard,
@@ -896,23 +887,22 @@ where
     /// One pass over bucket `b`'s chain into a fresh buffer, restarting (and
     /// emptying the buffer) when the node it stands on is removed, as `search`.
     fn fill(&mut self, b: &Bucket<K, V, L>) -> Vec<(K, V)> {
-        let g = &mut self.guard;
+        let g = &self.guard;
         let mut out = Vec::new();
         'retry: loop {
             out.clear();
-            let mut link: *const AtomicPtr<Node<K, V>> = &b.head;
+            // As in `search`, [1].
+            let mut link = &b.head;
             let (mut s_cur, mut s_prev) = (0usize, 1usize);
             loop {
-                // SAFETY: as in `search`, [1].
-                let cur = g.protect(s_cur, unsafe { &*link });
-                if marked(cur) {
+                let cur = g.protect(s_cur, link);
+                if cur.tag() & MARK != 0 {
                     continue 'retry;
                 }
-                if cur.is_null() {
-                    return out;
-                }
                 // SAFETY: as in `search`, [2].
-                let c = unsafe { &*cur };
+                let Some(c) = (unsafe { cur.as_ref() }) else {
+                    return out;
+                };
                 c.live.check();
                 out.push((c.key.clone(), c.value.clone()));
                 link = &c.next;

@@ -238,8 +238,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let root = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let root = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             // Merge with the private singleton: copy the path down while the
             // version's node is not larger; the singleton then takes the rest as its
             // left subtree (merge(x, h) = x{left: h} when x is smaller).
@@ -308,8 +311,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let root = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let root = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             if root.is_null() {
                 return None; // `at`'s drop frees the candidate, if one was made
             }
@@ -464,8 +470,8 @@ mod tests {
             h.insert(&mut b, Dropped(v, drops.clone()));
         }
         let mut a = HazardPointers::register(&domain);
-        let mut ga = a.enter();
-        let held = ga.protect(0, &h.current);
+        let ga = a.enter();
+        let held = ga.protect_raw(0, &h.current);
         // Replaced before `held` was current: freed already, or by the next scan.
         b.scan();
         let before = drops.load(Ordering::Relaxed);

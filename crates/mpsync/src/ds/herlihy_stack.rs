@@ -121,8 +121,11 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let top = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let top = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             // SAFETY: `node` is still private to this thread.
             unsafe { (*node).next = top };
             // AcqRel on success: the Release publishes `node` and `cand` to the
@@ -156,8 +159,11 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let top = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let top = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             if top.is_null() {
                 if !cand.is_null() {
                     // SAFETY: `cand` was never published.

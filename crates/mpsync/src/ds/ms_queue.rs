@@ -135,7 +135,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
         check_local(&*self.domain, local, "MsQueue::enqueue");
         let node = Node::alloc::<A>(ValueCell::new(value));
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
             let t = g.protect(0, &self.tail);
@@ -143,7 +143,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
             // it is not freed while the guard holds it (it cannot have been retired
             // before: a node is retired only after `head`, and so `tail`, passed it,
             // and `protect` validated that `tail` still pointed to it).
-            let tr = unsafe { &*t };
+            let tr = unsafe { t.deref() };
+            let t = t.as_ptr();
             tr.live.check();
             // Acquire: pairs with the Release CAS that linked `next`, so a later
             // Release swing of `tail` to it carries the node's initialization.
@@ -185,10 +186,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "MsQueue::dequeue");
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
-            let h = g.protect(0, &self.head);
+            let hp = g.protect(0, &self.head);
+            let h = hp.as_ptr();
             // Acquire: [2] the `tail` we read is at least as new as every swing of
             // `tail` that happened before `h` became the head (the dequeuer that
             // installed `h` saw `tail` past its predecessor, and our `protect`
@@ -197,9 +199,10 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
             let t = self.tail.load(Ordering::Acquire);
             // SAFETY: `h` is protected by slot 0 and was validated as the head
             // (see [1] in `enqueue`, with `head` for `tail`).
-            let hr = unsafe { &*h };
+            let hr = unsafe { hp.deref() };
             hr.live.check();
-            let next = g.protect(1, &hr.next);
+            let np = g.protect(1, &hr.next);
+            let next = np.as_ptr();
             // Acquire: as `protect`'s own load. `head` still `h` after `next` was
             // protected means `next` was not yet retired then (it is retired only
             // after `head` moves past `h` and then past `next`), so it stays valid.
@@ -229,7 +232,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
             {
                 stall::point(stall::MS_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
-                let n = unsafe { &*next };
+                let n = unsafe { np.deref() };
                 n.live.check();
                 // SAFETY: `next` is protected by slot 1 ([3]), holds a value (only
                 // the dummy is empty and `next` was not yet the dummy), and our CAS
@@ -253,10 +256,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn is_empty(&self, local: &mut R::Local) -> bool {
         check_local(&*self.domain, local, "MsQueue::is_empty");
-        let mut g = local.enter();
-        let h = g.protect(0, &self.head);
+        let g = local.enter();
         // SAFETY: protected and validated, as in `dequeue`.
-        let hr = unsafe { &*h };
+        let hr = unsafe { g.protect(0, &self.head).deref() };
         hr.live.check();
         // Acquire: the node it leads to, if any, was published by a Release link.
         hr.next.load(Ordering::Acquire).is_null()

@@ -60,7 +60,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Local, Protected, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -85,10 +85,11 @@ impl<T> Node<T> {
 }
 
 /// A consistent view of the queue: `head` and `tail` did not change while
-/// `tail_next` was read. `head` is protected by slot 0, `tail` by slot 1.
-struct Snapshot<T> {
-    head: *mut Node<T>,
-    tail: *mut Node<T>,
+/// `tail_next` was read. `head` is protected by slot 0, `tail` by slot 1 (until
+/// the guard `'g` protects into that slot again).
+struct Snapshot<'g, T> {
+    head: Protected<'g, Node<T>>,
+    tail: Protected<'g, Node<T>>,
     tail_next: *mut Node<T>,
 }
 
@@ -142,7 +143,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     }
 
     /// Step 1: a consistent snapshot (see the module doc).
-    fn snapshot<G: Guard>(&self, g: &mut G) -> Snapshot<T> {
+    fn snapshot<'g, G: Guard>(&self, g: &'g G) -> Snapshot<'g, T> {
         loop {
             let head = g.protect(0, &self.head);
             let tail = g.protect(1, &self.tail);
@@ -150,7 +151,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // the tail after publishing the hazard; a node is retired only after
             // `head` passed it, and `head` never passes `tail`, so it was not
             // retired before and is not freed while protected.
-            let t = unsafe { &*tail };
+            let t = unsafe { tail.deref() };
             t.live.check();
             // Acquire: pairs with the Release CAS that linked the successor, so
             // helping (a Release swing of `tail`) passes its contents on.
@@ -158,8 +159,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // Acquire: as `protect`'s loads. Both unchanged: the triple held at the
             // load of `tail_next` (pointers only move forward and protected nodes
             // are not reused, so there was no change-and-back).
-            if self.head.load(Ordering::Acquire) == head
-                && self.tail.load(Ordering::Acquire) == tail
+            if self.head.load(Ordering::Acquire) == head.as_ptr()
+                && self.tail.load(Ordering::Acquire) == tail.as_ptr()
             {
                 return Snapshot {
                     head,
@@ -172,15 +173,18 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
 
     /// Step 2: completes the enqueue in progress that `s` shows, if any.
     /// Returns whether there was one.
-    fn help(&self, s: &Snapshot<T>) -> bool {
+    fn help(&self, s: &Snapshot<'_, T>) -> bool {
         if s.tail_next.is_null() {
             return false;
         }
         // Release: publishes the linked node (acquired in `snapshot`) to whoever
         // loads `tail` next. Failure Relaxed: somebody else completed it.
-        let _ =
-            self.tail
-                .compare_exchange(s.tail, s.tail_next, Ordering::Release, Ordering::Relaxed);
+        let _ = self.tail.compare_exchange(
+            s.tail.as_ptr(),
+            s.tail_next,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
         true
     }
 
@@ -192,15 +196,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
         check_local(&*self.domain, local, "PljQueue::enqueue");
         let node = Node::alloc::<A>(ValueCell::new(value));
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
-            let s = self.snapshot(&mut g);
+            let s = self.snapshot(&g);
             if self.help(&s) {
                 continue;
             }
             // Step 3. SAFETY: `s.tail` is protected (see `snapshot`).
-            let t = unsafe { &*s.tail };
+            let t = unsafe { s.tail.deref() };
             t.live.check();
             // Release: publishes the node's fields to the Acquire loads of this
             // `next`. Failure Relaxed: only a new snapshot follows.
@@ -210,9 +214,12 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             {
                 // Our own completion; others may have done it already.
                 // Release/Relaxed: as in `help`.
-                let _ =
-                    self.tail
-                        .compare_exchange(s.tail, node, Ordering::Release, Ordering::Relaxed);
+                let _ = self.tail.compare_exchange(
+                    s.tail.as_ptr(),
+                    node,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
                 return;
             }
             backoff.spin();
@@ -226,10 +233,10 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "PljQueue::dequeue");
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
-            let s = self.snapshot(&mut g);
+            let s = self.snapshot(&g);
             if self.help(&s) {
                 continue;
             }
@@ -241,14 +248,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // Step 3: `head` is strictly before `tail`, so it has a successor.
             // SAFETY: `s.head` is protected by slot 0 and validated (as `tail` in
             // `snapshot`).
-            let h = unsafe { &*s.head };
+            let h = unsafe { s.head.deref() };
             h.live.check();
             // Slot 1 now protects the successor instead of `tail` (no longer used).
-            let next = g.protect(1, &h.next);
+            let np = g.protect(1, &h.next);
+            let next = np.as_ptr();
             // Acquire: as `protect`'s loads. `head` still the same after `next`
             // was protected: `next` was not retired then (that needs `head` to pass
             // it), so it stays valid while protected.
-            if self.head.load(Ordering::Acquire) != s.head {
+            if self.head.load(Ordering::Acquire) != s.head.as_ptr() {
                 continue;
             }
             debug_assert!(!next.is_null(), "head before tail has a successor");
@@ -257,12 +265,12 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // a new snapshot follows.
             if self
                 .head
-                .compare_exchange(s.head, next, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(s.head.as_ptr(), next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 stall::point(stall::PLJ_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
-                let n = unsafe { &*next };
+                let n = unsafe { np.deref() };
                 n.live.check();
                 // SAFETY: `next` is protected (slot 1), was not the dummy before our
                 // CAS, so it holds a value, which our CAS gave to us alone; its write
@@ -271,7 +279,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 // SAFETY: the old dummy is unlinked (`head` moved past it; `tail`
                 // was already past it), retired once by the CAS winner, and
                 // `A::free` does not touch its (empty) value.
-                unsafe { g.retire_raw(s.head.cast(), A::free::<Node<T>>) };
+                unsafe { g.retire_raw(s.head.as_ptr().cast(), A::free::<Node<T>>) };
                 return Some(v);
             }
             backoff.spin();
@@ -284,9 +292,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn is_empty(&self, local: &mut R::Local) -> bool {
         check_local(&*self.domain, local, "PljQueue::is_empty");
-        let mut g = local.enter();
+        let g = local.enter();
         loop {
-            let s = self.snapshot(&mut g);
+            let s = self.snapshot(&g);
             if !self.help(&s) {
                 return s.head == s.tail;
             }

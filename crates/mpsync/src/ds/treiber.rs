@@ -149,17 +149,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "TreiberStack::pop");
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
             let top = g.protect(0, &self.head);
-            if top.is_null() {
-                return None;
-            }
             stall::point(stall::TREIBER_POP_READ);
             // SAFETY: [1] `top` is protected (slot 0), validated as the head after
             // the protection was published, so it is not freed while we hold it.
-            let t = unsafe { &*top };
+            let t = unsafe { top.as_ref() }?;
+            let top = top.as_ptr();
             t.live.check();
             // Relaxed: `next` was written before `top` was published, and our
             // Acquire load of `head` in `protect` synchronized with that.

@@ -18,7 +18,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
 use super::limbo::Retired;
-use super::{Guard, Local, ReclaimError, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalRef, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Critical sections between epoch-advance attempts by default.
 pub const EBR_DEFAULT_ADVANCE_EVERY: u32 = 100;
@@ -157,7 +157,9 @@ impl Local for EbrLocal {
             self.countdown = self.domain.advance_every;
             self.thread.collect(&self.domain.core);
         }
-        EbrGuard { local: self }
+        EbrGuard {
+            local: LocalRef::new(self),
+        }
     }
 
     /// A no-op: EBR detects grace periods itself.
@@ -173,12 +175,12 @@ impl Drop for EbrLocal {
 /// An EBR critical section; dropping it unpins the thread.
 #[derive(Debug)]
 pub struct EbrGuard<'a> {
-    local: &'a mut EbrLocal,
+    local: LocalRef<'a, EbrLocal>,
 }
 
 impl Guard for EbrGuard<'_> {
     #[inline]
-    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+    fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node. The
         // pin (a SeqCst fence) already keeps the node alive for the whole guard.
         src.load(Ordering::Acquire)
@@ -187,14 +189,15 @@ impl Guard for EbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.thread.retire(Retired::with(ptr, arg, free));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local
+            .with(|l| l.thread.retire(Retired::with(ptr, arg, free)));
     }
 }
 
 impl Drop for EbrGuard<'_> {
     fn drop(&mut self) {
-        self.local.thread.unpin();
+        self.local.with(|l| l.thread.unpin());
     }
 }
 
@@ -212,7 +215,7 @@ mod tests {
     }
 
     fn retire_one(l: &mut EbrLocal) {
-        let mut g = l.enter();
+        let g = l.enter();
         // SAFETY: a fresh box nobody else can reach.
         unsafe { g.retire_box(Box::into_raw(Box::new(Counted))) };
     }

@@ -22,6 +22,7 @@
 //! at most `H` per thread handed over by threads that left, which the next scan
 //! adopts. Uses `sched`: nothing.
 
+use std::cell::Cell;
 use std::ptr::{self, NonNull};
 
 use crate::sched::stall;
@@ -29,7 +30,7 @@ use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering, fence};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
-use super::{Guard, Local, ReclaimError, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalRef, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Most hazard slots a thread may have: slots are allocated on demand, and this
 /// bound only turns a runaway slot index (a bug) into a clear panic instead of an
@@ -110,12 +111,13 @@ impl Drop for HpRecord {
 /// let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap()); // scan at every retire
 /// let shared = AtomicPtr::new(Box::into_raw(Box::new(41u64)));
 /// let (mut reader, mut writer) = (HazardPointers::register(&hp), HazardPointers::register(&hp));
-/// let mut r = reader.enter();
+/// let r = reader.enter();
 /// let p = r.protect(0, &shared);
 /// let old = shared.swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
 /// // SAFETY: `old` is unlinked, retired once, made by `Box`.
 /// unsafe { writer.enter().retire_box(old) };
-/// assert_eq!(unsafe { *p }, 41); // still protected: not freed
+/// // SAFETY: protected by slot 0 and validated while `shared` still held it.
+/// assert_eq!(unsafe { p.as_ref() }, Some(&41)); // still protected: not freed
 /// assert_eq!(hp.stats().pending, 1);
 /// drop(r);
 /// writer.scan();
@@ -417,9 +419,9 @@ impl Local for HpLocal {
     #[inline]
     fn enter(&mut self) -> HpGuard<'_> {
         HpGuard {
-            local: self,
-            used: 0,
-            high: 0,
+            local: LocalRef::new(self),
+            used: Cell::new(0),
+            high: Cell::new(0),
         }
     }
 
@@ -441,23 +443,35 @@ impl Drop for HpLocal {
 }
 
 /// One operation's hazard slots; dropping it clears the slots it used.
+///
+/// Holds its registration's exclusive borrow (`'a`) as a pointer, so that
+/// [`protect`](Guard::protect) can take `&self` (the protected pointers it returns
+/// borrow the guard shared, and a traversal holds several) and still allocate
+/// slots and note which it used.
 #[derive(Debug)]
 pub struct HpGuard<'a> {
-    local: &'a mut HpLocal,
+    /// The registration, borrowed exclusively for `'a`.
+    local: LocalRef<'a, HpLocal>,
     /// Bit `i` set: slot `i` (< 64) may be non-null.
-    used: u64,
+    used: Cell<u64>,
     /// One past the highest slot >= 64 used (0: none).
-    high: usize,
+    high: Cell<usize>,
 }
 
 impl HpGuard<'_> {
+    /// Runs `f` on the registration.
+    #[inline(always)]
+    fn local<T>(&self, f: impl FnOnce(&mut HpLocal) -> T) -> T {
+        self.local.with(f)
+    }
+
     /// Notes that slot `i` may be non-null, for the guard's drop.
     #[inline]
-    fn mark_used(&mut self, i: usize) {
+    fn mark_used(&self, i: usize) {
         if i < 64 {
-            self.used |= 1 << i;
+            self.used.set(self.used.get() | 1 << i);
         } else {
-            self.high = self.high.max(i + 1);
+            self.high.set(self.high.get().max(i + 1));
         }
     }
 }
@@ -465,30 +479,32 @@ impl HpGuard<'_> {
 impl Guard for HpGuard<'_> {
     /// Slot `slot` is allocated if this thread does not have it yet (see the
     /// module doc; panics only at [`HP_MAX_SLOTS`]).
-    fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
-        if slot >= self.local.wanted {
-            self.local.want(slot); // may panic: before the guard notes the slot
-        }
-        self.mark_used(slot);
+    fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
         let mask = std::mem::align_of::<T>() - 1;
-        let hp = self.local.slot(slot);
-        // Relaxed: only a candidate; it is validated below after the hazard is set.
-        let mut p = src.load(Ordering::Relaxed);
-        loop {
-            stall::point(stall::HP_PROTECT_LOADED);
-            // Release: accesses made under this slot's previous protection happen
-            // before a scanner that reads this value (its Acquire load in `scan`).
-            hp.store(p.cast::<u8>().map_addr(|a| a & !mask), Ordering::Release);
-            // SeqCst fence: pairs with the fence in `scan` (see there).
-            fence(Ordering::SeqCst);
-            stall::point(stall::HP_PROTECT_PUBLISHED);
-            // Acquire: pairs with the Release store/CAS that published the node.
-            let q = src.load(Ordering::Acquire);
-            if q == p {
-                return p;
+        self.local(|l| {
+            if slot >= l.wanted {
+                l.want(slot); // may panic: before the guard notes the slot
             }
-            p = q;
-        }
+            self.mark_used(slot);
+            let hp = l.slot(slot);
+            // Relaxed: only a candidate; it is validated below after the hazard is set.
+            let mut p = src.load(Ordering::Relaxed);
+            loop {
+                stall::point(stall::HP_PROTECT_LOADED);
+                // Release: accesses made under this slot's previous protection happen
+                // before a scanner that reads this value (its Acquire load in `scan`).
+                hp.store(p.cast::<u8>().map_addr(|a| a & !mask), Ordering::Release);
+                // SeqCst fence: pairs with the fence in `scan` (see there).
+                fence(Ordering::SeqCst);
+                stall::point(stall::HP_PROTECT_PUBLISHED);
+                // Acquire: pairs with the Release store/CAS that published the node.
+                let q = src.load(Ordering::Acquire);
+                if q == p {
+                    return p;
+                }
+                p = q;
+            }
+        })
     }
 
     fn release(&mut self, slot: usize) {
@@ -496,20 +512,21 @@ impl Guard for HpGuard<'_> {
             slot < HP_MAX_SLOTS,
             "hazard slot {slot} out of range: a thread may have at most {HP_MAX_SLOTS}"
         );
-        if slot >= self.local.capacity() {
-            return; // never allocated, so never set
-        }
-        // Release: the accesses made under this protection happen before a scanner
-        // that reads the null (its Acquire load in `scan`).
-        self.local
-            .slot(slot)
-            .store(ptr::null_mut(), Ordering::Release);
-        if slot < 64 {
-            self.used &= !(1 << slot);
+        let cleared = self.local(|l| {
+            if slot >= l.capacity() {
+                return false; // never allocated, so never set
+            }
+            // Release: the accesses made under this protection happen before a
+            // scanner that reads the null (its Acquire load in `scan`).
+            l.slot(slot).store(ptr::null_mut(), Ordering::Release);
+            true
+        });
+        if cleared && slot < 64 {
+            self.used.set(self.used.get() & !(1 << slot));
         }
     }
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
         // SAFETY: the caller's contract.
         unsafe { self.retire(Retired::with(ptr, arg, free)) }
     }
@@ -518,29 +535,32 @@ impl Guard for HpGuard<'_> {
 impl HpGuard<'_> {
     /// # Safety
     /// As [`Guard::retire_raw`], for the retired record.
-    unsafe fn retire(&mut self, r: Retired) {
-        let l = &mut *self.local;
-        l.rlist.push(r);
-        l.record().counters.retired(1);
-        if l.rlist.len() >= l.domain.scan_threshold() {
-            l.scan();
-        }
+    unsafe fn retire(&self, r: Retired) {
+        self.local(|l| {
+            l.rlist.push(r);
+            l.record().counters.retired(1);
+            if l.rlist.len() >= l.domain.scan_threshold() {
+                l.scan();
+            }
+        })
     }
 }
 
 impl Drop for HpGuard<'_> {
     fn drop(&mut self) {
-        let mut used = self.used;
-        while used != 0 {
-            let i = used.trailing_zeros() as usize;
-            used &= used - 1;
-            // Release: as in `release`.
-            self.local.slot(i).store(ptr::null_mut(), Ordering::Release);
-        }
-        for i in 64..self.high {
-            // Release: as in `release`.
-            self.local.slot(i).store(ptr::null_mut(), Ordering::Release);
-        }
+        let (mut used, high) = (self.used.get(), self.high.get());
+        self.local(|l| {
+            while used != 0 {
+                let i = used.trailing_zeros() as usize;
+                used &= used - 1;
+                // Release: as in `release`.
+                l.slot(i).store(ptr::null_mut(), Ordering::Release);
+            }
+            for i in 64..high {
+                // Release: as in `release`.
+                l.slot(i).store(ptr::null_mut(), Ordering::Release);
+            }
+        })
     }
 }
 
@@ -591,7 +611,7 @@ mod tests {
         // A tagged pointer (low bit set) protects its node.
         let src = AtomicPtr::new(n.map_addr(|a| a | 1));
         let mut g = r.enter();
-        let p = g.protect(1, &src);
+        let p = g.protect_raw(1, &src);
         assert_eq!(p.map_addr(|a| a & !1), n);
         // SAFETY: `n` is unlinked (we pretend `src` no longer leads to it), retired once.
         unsafe { w.enter().retire_box(n) };
@@ -613,8 +633,8 @@ mod tests {
         let mut w = HazardPointers::register(&d);
         let n = boxed(2);
         let src = AtomicPtr::new(n);
-        let mut g = r.enter();
-        g.protect(0, &src);
+        let g = r.enter();
+        g.protect_raw(0, &src);
         // SAFETY: as above.
         unsafe { w.enter().retire_box(n) };
         drop(w); // scans, cannot free, hands over
@@ -622,7 +642,7 @@ mod tests {
         drop(g);
         assert_eq!(r.scan(), 1, "adopted and freed");
         // A node left pending when the domain drops is freed by it (Miri: no leak).
-        let mut g = r.enter();
+        let g = r.enter();
         // SAFETY: as above.
         unsafe { g.retire_box(boxed(3)) };
         drop(g);
@@ -637,7 +657,7 @@ mod tests {
         let d = Arc::new(HazardPointers::new(1).unwrap());
         let mut l = HazardPointers::register(&d);
         let src = AtomicPtr::new(ptr::null_mut::<u64>());
-        l.enter().protect(HP_MAX_SLOTS, &src);
+        l.enter().protect_raw(HP_MAX_SLOTS, &src);
     }
 
     #[test]
@@ -653,7 +673,7 @@ mod tests {
         let srcs: Vec<AtomicPtr<u64>> = nodes.iter().map(|&n| AtomicPtr::new(n)).collect();
         let mut g = r.enter();
         for (i, s) in srcs.iter().enumerate() {
-            assert_eq!(g.protect(i, s), nodes[i]);
+            assert_eq!(g.protect_raw(i, s), nodes[i]);
         }
         assert_eq!(
             d.total_slots(),
@@ -684,8 +704,8 @@ mod tests {
         // ... and its inherited high slots protect (they are in the scanned chain).
         let n = boxed(7);
         let src = AtomicPtr::new(n);
-        let mut g = r2.enter();
-        assert_eq!(g.protect(N - 1, &src), n);
+        let g = r2.enter();
+        assert_eq!(g.protect_raw(N - 1, &src), n);
         // SAFETY: as above.
         unsafe { w.enter().retire_box(n) };
         assert_eq!(w.scan(), 0, "protected by an inherited slot");

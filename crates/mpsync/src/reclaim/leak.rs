@@ -13,7 +13,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
-use super::{Guard, Local, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalRef, ReclaimStats, Reclaimer};
 
 /// A domain that frees retired nodes only when it is dropped.
 ///
@@ -113,7 +113,9 @@ impl Local for LeakLocal {
 
     #[inline]
     fn enter(&mut self) -> LeakGuard<'_> {
-        LeakGuard { local: self }
+        LeakGuard {
+            local: LocalRef::new(self),
+        }
     }
 
     /// A no-op.
@@ -132,12 +134,12 @@ impl Drop for LeakLocal {
 /// A [`Leak`] operation: loads are plain, retires are kept.
 #[derive(Debug)]
 pub struct LeakGuard<'a> {
-    local: &'a mut LeakLocal,
+    local: LocalRef<'a, LeakLocal>,
 }
 
 impl Guard for LeakGuard<'_> {
     #[inline]
-    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+    fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node; nodes
         // are never freed while the domain lives.
         src.load(Ordering::Acquire)
@@ -146,9 +148,11 @@ impl Guard for LeakGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.retired.push(Retired::with(ptr, arg, free));
-        self.local.counters().retired(1);
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local.with(|l| {
+            l.retired.push(Retired::with(ptr, arg, free));
+            l.counters().retired(1);
+        });
     }
 }
 

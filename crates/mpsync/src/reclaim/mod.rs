@@ -20,7 +20,12 @@
 //!   frees them later (nothing leaks); the domain's own `Drop` frees what is left;
 //! - a **[`Guard`]** per operation, from [`Local::enter`]: [`protect`](Guard::protect)
 //!   loads a pointer from shared memory so that it stays valid until the guard is
-//!   dropped or the slot [released](Guard::release), and
+//!   dropped or the slot [released](Guard::release), and returns it as a
+//!   [`Protected`] pointer that borrows the guard — the borrow checker stops it, and
+//!   the references made from it, outliving the guard (or a slot's release while it
+//!   lives); [`protect_raw`](Guard::protect_raw) returns the bare pointer for the
+//!   rare place a borrow cannot go. Protecting and retiring take `&self`, so a
+//!   traversal holds several protected pointers while it retires; and
 //!   [`retire_box`](Guard::retire_box)/[`retire_raw`](Guard::retire_raw) hand over a
 //!   node that was unlinked, to be freed when no thread can reach it;
 //!   [`retire_with`](Guard::retire_with) retires a node with a closure that frees
@@ -73,17 +78,19 @@
 //! }
 //!
 //! fn pop<R: Reclaimer>(head: &AtomicPtr<Node>, local: &mut R::Local) -> Option<u32> {
-//!     let mut g = local.enter();
+//!     let g = local.enter();
 //!     loop {
+//!         // A `Protected<'_, Node>`: it borrows `g`, so it cannot outlive it.
 //!         let top = g.protect(0, head);
-//!         if top.is_null() {
+//!         // SAFETY: `top` is protected (slot 0) and was validated as the head, and
+//!         // a node is retired only after it left the head: not freed.
+//!         let Some(node) = (unsafe { top.as_ref() }) else {
 //!             return None;
-//!         }
-//!         // SAFETY: `top` is protected, so it has not been freed.
-//!         let (value, next) = unsafe { ((*top).value, (*top).next) };
-//!         if head.compare_exchange(top, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+//!         };
+//!         let (value, next) = (node.value, node.next);
+//!         if head.compare_exchange(top.as_ptr(), next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
 //!             // SAFETY: `top` is unlinked, retired once, and was made by `Box`.
-//!             unsafe { g.retire_box(top) };
+//!             unsafe { g.retire_box(top.as_ptr()) };
 //!             return Some(value);
 //!         }
 //!     }
@@ -123,6 +130,8 @@ pub use ebr::{EBR_DEFAULT_ADVANCE_EVERY, Ebr, EbrGuard, EbrLocal};
 pub use hp::{HP_BLOCK_SLOTS, HP_DEFAULT_SLOTS, HP_MAX_SLOTS, HazardPointers, HpGuard, HpLocal};
 pub use leak::{Leak, LeakGuard, LeakLocal};
 pub use qsbr::{Qsbr, QsbrGuard, QsbrLocal};
+
+use std::marker::PhantomData;
 
 use crate::sync::{Arc, AtomicPtr};
 
@@ -224,7 +233,14 @@ pub trait Local {
 /// One operation's access to the domain.
 pub trait Guard {
     /// Loads `src` and protects the loaded node until the guard drops or `slot` is
-    /// released (or reused), and returns it.
+    /// released (or protected into again), and returns it as a [`Protected`]
+    /// pointer, which borrows the guard: the borrow checker stops it (and any
+    /// reference [`Protected::as_ref`] makes from it) outliving the guard, and
+    /// stops [`release`](Self::release) of any slot while it lives.
+    ///
+    /// Takes `&self`, so a traversal holds several protected pointers at once
+    /// (hand over hand: a predecessor and the current node) and retires nodes
+    /// while holding them.
     ///
     /// Hazard pointers publish the pointer in `slot`, fence, and reload `src` until
     /// it is stable (Michael's set / fence / validate loop); the address is stored
@@ -233,14 +249,27 @@ pub trait Guard {
     ///
     /// The algorithm must still check, as with Michael's hazard pointers, that the
     /// node it reached is still linked where it needs it to be (e.g. that a list
-    /// predecessor is unmarked) before following its fields to other nodes.
+    /// predecessor is unmarked) before following its fields to other nodes: that
+    /// check is what [`Protected::as_ref`]'s safety contract asks for.
     ///
     /// # Panics
     /// Hazard pointers allocate `slot` if the thread does not have it yet, and
     /// panic only if it is not below [`HP_MAX_SLOTS`].
-    fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T;
+    #[inline]
+    fn protect<'g, T>(&'g self, slot: usize, src: &AtomicPtr<T>) -> Protected<'g, T> {
+        Protected::new(self.protect_raw(slot, src))
+    }
+
+    /// [`protect`](Self::protect) returning the bare pointer, whose validity the
+    /// borrow checker does not track: for the rare place that must keep a protected
+    /// pointer where a borrow of the guard cannot go (a loom model's liveness
+    /// check, a structure field). The pointer is protected exactly as by
+    /// `protect`; the caller keeps it no longer than the guard, and under hazard
+    /// pointers no longer than `slot` holds it.
+    fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T;
 
     /// Stops protecting the node in `slot` (hazard pointers; no-op otherwise).
+    /// `&mut self`: no [`Protected`] pointer of the guard may live across it.
     fn release(&mut self, slot: usize);
 
     /// Retires `ptr`: `free(ptr)` runs once no thread can reach it (possibly on
@@ -249,7 +278,7 @@ pub trait Guard {
     /// # Safety
     /// `ptr` is unlinked (no new operation can reach it), retired once, and
     /// `free(ptr)` is sound to call from any thread, at any later time.
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+    unsafe fn retire_raw(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
         // SAFETY: the caller's contract, with `arg = ptr`.
         unsafe { self.retire_raw_with(ptr, ptr, free) }
     }
@@ -263,7 +292,7 @@ pub trait Guard {
     /// # Safety
     /// `ptr` is null, or unlinked and retired once; `free(arg)` is sound to call
     /// once from any thread, at any later time after no thread can reach `ptr`.
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8));
 
     /// Retires `ptr` with a closure: `f` runs once no thread can reach `ptr`
     /// (under hazard pointers: once no hazard slot holds it; under the epoch
@@ -283,8 +312,8 @@ pub trait Guard {
     /// let len = 8;
     /// let array: *mut [u64] = Box::into_raw(vec![7u64; len].into_boxed_slice());
     /// let shared = AtomicPtr::new(array.cast::<u64>());
-    /// let mut g = r.enter();
-    /// let p = g.protect(0, &shared);
+    /// let g = r.enter();
+    /// let p = g.protect_raw(0, &shared); // raw: indexed past the node below
     /// let old = shared.swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
     /// let addr = old as usize; // the closure must be `Send`: carry an address
     /// // SAFETY: `old` is unlinked and retired once; the closure frees exactly
@@ -306,7 +335,7 @@ pub trait Guard {
     /// `f` is sound once no thread can reach `ptr` (a safe closure that only frees
     /// what it owns is always sound; one that frees through raw pointers must only
     /// free what is reachable through `ptr` alone).
-    unsafe fn retire_with<F: FnOnce() + Send + 'static>(&mut self, ptr: *mut u8, f: F) {
+    unsafe fn retire_with<F: FnOnce() + Send + 'static>(&self, ptr: *mut u8, f: F) {
         // SAFETY: the caller's contract; `run_boxed::<F>` runs and frees exactly
         // the box made here, once.
         unsafe { self.retire_raw_with(ptr, boxed(f), run_boxed::<F>) }
@@ -340,7 +369,7 @@ pub trait Guard {
     /// }
     /// assert!(ran.load(Ordering::Relaxed));
     /// ```
-    fn defer<F: FnOnce() + Send + 'static>(&mut self, f: F) {
+    fn defer<F: FnOnce() + Send + 'static>(&self, f: F) {
         // SAFETY: `ptr` is null (nothing to compare); `run_boxed::<F>` runs a safe
         // `'static + Send` closure, sound at any time on any thread, and frees
         // exactly the box made here, once.
@@ -352,7 +381,7 @@ pub trait Guard {
     /// # Safety
     /// As [`retire_raw`](Self::retire_raw): `ptr` came from `Box::into_raw`, is
     /// unlinked, retired once, and whatever `T` borrows outlives the domain.
-    unsafe fn retire_box<T: Send>(&mut self, ptr: *mut T) {
+    unsafe fn retire_box<T: Send>(&self, ptr: *mut T) {
         /// # Safety
         /// `p` came from `Box::<T>::into_raw` and is freed once.
         unsafe fn free_box<T>(p: *mut u8) {
@@ -377,6 +406,179 @@ unsafe fn run_boxed<F: FnOnce()>(p: *mut u8) {
     // SAFETY: the contract: a `Box<F>` made by `boxed`, taken back once.
     let f = unsafe { Box::from_raw(p.cast::<F>()) };
     f();
+}
+
+/// A pointer protected by a guard ([`Guard::protect`]): it cannot outlive the
+/// guard `'g` it borrows (shared), so neither can the references
+/// [`as_ref`](Self::as_ref) makes from it. Like crossbeam-epoch's `Shared<'g, T>`.
+/// `Copy`; may carry tag bits below `T`'s alignment (a list's mark bit), which
+/// [`as_ref`](Self::as_ref) ignores.
+///
+/// ```compile_fail,E0597
+/// use mpsync::reclaim::{Ebr, Guard, Local, Reclaimer};
+/// use mpsync::sync::{Arc, AtomicPtr};
+/// let d = Arc::new(Ebr::new());
+/// let mut l = Ebr::register(&d);
+/// let src = AtomicPtr::new(Box::into_raw(Box::new(1u64)));
+/// let p = {
+///     let g = l.enter();
+///     g.protect(0, &src) // error: `g` does not live long enough
+/// };
+/// ```
+///
+/// ```compile_fail,E0502
+/// use mpsync::reclaim::{HazardPointers, Guard, Local, Reclaimer};
+/// use mpsync::sync::{Arc, AtomicPtr};
+/// let d = Arc::new(HazardPointers::new(1).unwrap());
+/// let mut l = HazardPointers::register(&d);
+/// let src = AtomicPtr::new(Box::into_raw(Box::new(1u64)));
+/// let mut g = l.enter();
+/// let p = g.protect(0, &src);
+/// g.release(0); // error: the slot cannot be released while `p` lives
+/// let _ = p.is_null();
+/// ```
+pub struct Protected<'g, T> {
+    ptr: *mut T,
+    _guard: PhantomData<&'g T>,
+}
+
+impl<'g, T> Protected<'g, T> {
+    #[inline(always)]
+    fn new(ptr: *mut T) -> Self {
+        Self {
+            ptr,
+            _guard: PhantomData,
+        }
+    }
+
+    /// The null pointer (a protected pointer that protects nothing).
+    #[inline(always)]
+    pub fn null() -> Self {
+        Self::new(std::ptr::null_mut())
+    }
+
+    /// The pointer, tag bits included.
+    #[inline(always)]
+    pub fn as_ptr(self) -> *mut T {
+        self.ptr
+    }
+
+    /// Whether the pointer is null, ignoring tag bits.
+    #[inline(always)]
+    pub fn is_null(self) -> bool {
+        self.untagged().ptr.is_null()
+    }
+
+    /// The tag: the pointer's low bits below `T`'s alignment.
+    #[inline(always)]
+    pub fn tag(self) -> usize {
+        self.ptr.addr() & Self::MASK
+    }
+
+    /// The same pointer with its tag bits cleared.
+    #[inline(always)]
+    pub fn untagged(self) -> Self {
+        Self::new(self.ptr.map_addr(|a| a & !Self::MASK))
+    }
+
+    /// Bits below `T`'s alignment.
+    const MASK: usize = std::mem::align_of::<T>() - 1;
+
+    /// The node, for as long as the guard lives (`None` if the pointer is null;
+    /// tag bits are ignored).
+    ///
+    /// # Safety
+    /// The node was not yet retired when [`protect`](Guard::protect) returned it —
+    /// the algorithm's own check, e.g. that `src` is a root that never points to
+    /// a retired node, or that a list predecessor was unmarked (see `protect`) —
+    /// and, under hazard pointers, the guard has not protected into this pointer's
+    /// slot again since (the borrow checker already rules out its release). Under
+    /// schemes that protect everything reachable ([`ProtectsReachable`]) the second
+    /// condition is void.
+    #[inline(always)]
+    pub unsafe fn as_ref(self) -> Option<&'g T> {
+        // SAFETY: the contract: the node was live when protected and stays
+        // protected while the guard `'g` lives.
+        unsafe { self.untagged().ptr.as_ref() }
+    }
+
+    /// As [`as_ref`](Self::as_ref), for a pointer known to be non-null.
+    ///
+    /// # Safety
+    /// As [`as_ref`](Self::as_ref), and the pointer is not null.
+    #[inline(always)]
+    pub unsafe fn deref(self) -> &'g T {
+        // SAFETY: the contract.
+        unsafe { &*self.untagged().ptr }
+    }
+}
+
+impl<T> Clone for Protected<'_, T> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Protected<'_, T> {}
+
+impl<T> PartialEq for Protected<'_, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+}
+
+impl<T> Eq for Protected<'_, T> {}
+
+impl<T> std::fmt::Debug for Protected<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Protected").field(&self.ptr).finish()
+    }
+}
+
+impl<T> std::fmt::Pointer for Protected<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Pointer::fmt(&self.ptr, f)
+    }
+}
+
+/// A guard's exclusive borrow of its registration, usable from the guard's `&self`
+/// methods (protect and retire take `&self`, so that the [`Protected`] pointers
+/// they hand out can borrow the guard shared). `!Sync`; `Send` where `L` is.
+struct LocalRef<'a, L> {
+    ptr: std::ptr::NonNull<L>,
+    _borrow: PhantomData<(&'a mut L, std::cell::Cell<()>)>,
+}
+
+// SAFETY: the exclusive borrow of a `Send` registration; sending it moves the
+// borrow, as sending `&'a mut L` would (still `!Sync`, by the `Cell`).
+unsafe impl<L: Send> Send for LocalRef<'_, L> {}
+
+impl<'a, L> LocalRef<'a, L> {
+    fn new(l: &'a mut L) -> Self {
+        Self {
+            ptr: std::ptr::NonNull::from(l),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Runs `f` on the registration. Callers (the guards of this module) never
+    /// call `with` inside `f`.
+    #[inline(always)]
+    fn with<T>(&self, f: impl FnOnce(&mut L) -> T) -> T {
+        // SAFETY: `ptr` came from an `&'a mut L` held for the life of `self`, so
+        // nothing else reaches the registration; `self` is `!Sync`, and `with` is
+        // not re-entered (its callers' bodies do not call it; what `f` may run —
+        // node destructors, deferred closures — is `Send + 'static` or reaches no
+        // guard, which is `!Sync`), so this `&mut` is the only reference.
+        f(unsafe { &mut *self.ptr.as_ptr() })
+    }
+}
+
+impl<L: std::fmt::Debug> std::fmt::Debug for LocalRef<'_, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LocalRef(..)")
+    }
 }
 
 /// Node counts of a domain.
@@ -501,8 +703,8 @@ mod tests {
         let node = Box::into_raw(Box::new(9u64));
         let src = AtomicPtr::new(node);
         let freed = std::sync::Arc::new(AtomicBool::new(false));
-        let mut g = r.enter();
-        assert_eq!(g.protect(0, &src), node);
+        let g = r.enter();
+        assert_eq!(g.protect_raw(0, &src), node);
         src.store(std::ptr::null_mut(), Ordering::Release); // unlink
         /// The node's address, `Send` (keeps its provenance, unlike a `usize`).
         struct Owned(*mut u64);

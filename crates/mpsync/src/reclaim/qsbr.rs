@@ -21,7 +21,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
 use super::limbo::Retired;
-use super::{Guard, Local, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalRef, ReclaimStats, Reclaimer};
 
 /// A quiescent-state-based reclamation domain.
 ///
@@ -127,7 +127,9 @@ impl Local for QsbrLocal {
         if !self.thread.is_pinned() {
             self.thread.pin(&self.domain.core);
         }
-        QsbrGuard { local: self }
+        QsbrGuard {
+            local: LocalRef::new(self),
+        }
     }
 
     /// Announces a quiescent state: re-pins at the current epoch, and, if this
@@ -157,12 +159,12 @@ impl Drop for QsbrLocal {
 /// A QSBR operation: no state of its own (the thread is online throughout).
 #[derive(Debug)]
 pub struct QsbrGuard<'a> {
-    local: &'a mut QsbrLocal,
+    local: LocalRef<'a, QsbrLocal>,
 }
 
 impl Guard for QsbrGuard<'_> {
     #[inline]
-    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+    fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node. The
         // node stays allocated until this thread's next quiescent state.
         src.load(Ordering::Acquire)
@@ -171,8 +173,9 @@ impl Guard for QsbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.thread.retire(Retired::with(ptr, arg, free));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local
+            .with(|l| l.thread.retire(Retired::with(ptr, arg, free)));
     }
 }
 
