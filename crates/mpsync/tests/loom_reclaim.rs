@@ -113,7 +113,7 @@ fn hp_protect_vs_retire_and_scan() {
         || HazardPointers::with_threshold(1, 1).unwrap(),
         |d, src| {
             let mut l = HazardPointers::register(d);
-            let mut g = l.enter();
+            let g = l.enter();
             let p = g.protect_raw(0, src);
             read(p);
         },
@@ -136,7 +136,7 @@ fn hp_protect_into_a_slot_allocated_on_demand_vs_scan() {
         || HazardPointers::with_threshold(1, 1).unwrap(),
         |d, src| {
             let mut l = HazardPointers::register(d);
-            let mut g = l.enter();
+            let g = l.enter();
             let p = g.protect_raw(5, src); // K = 1: slot 5 is in a second block
             read(p);
         },
@@ -154,7 +154,7 @@ fn ebr_protect_vs_retire_and_advance() {
         || Ebr::with_advance_every(1).unwrap(),
         |d, src| {
             let mut l = Ebr::register(d);
-            let mut g = l.enter();
+            let g = l.enter();
             let p = g.protect_raw(0, src);
             read(p);
         },
@@ -201,7 +201,7 @@ fn qsbr_parked_registration_rejoins_before_reading() {
             let mut l = Qsbr::register(d);
             l.park();
             {
-                let mut g = l.enter();
+                let g = l.enter();
                 let p = g.protect_raw(0, src);
                 read(p);
             }

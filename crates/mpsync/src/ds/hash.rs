@@ -60,7 +60,7 @@ pub struct LfHashMap<K, V, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc, S = R
     /// Not padded: a table sized for its keys has many buckets, and a cache line
     /// per bucket would multiply its footprint by 16 (reads would miss in cache
     /// far more than updates of neighbouring buckets would contend).
-    buckets: Box<[Head<K, V>]>,
+    buckets: Box<[Head<K, V, R>]>,
     hasher: S,
     domain: Arc<R>,
     /// Owns `K`s and `V`s (drop check); `A` only names the allocator.
@@ -141,7 +141,7 @@ where
     A: NodeAlloc,
     S: BuildHasher,
 {
-    fn bucket(&self, key: &K) -> &AtomicPtr<Node<K, V>> {
+    fn bucket(&self, key: &K) -> &AtomicPtr<Node<K, V, R>> {
         let h = self.hasher.hash_one(key);
         // Multiply-shift: the high bits of `h · n` are uniform in `0..n`.
         let i = ((u128::from(h) * self.buckets.len() as u128) >> 64) as usize;
@@ -360,7 +360,7 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S> Drop for LfHashMap<K, V, R, A, S> {
         for b in self.buckets.iter() {
             // SAFETY: `&mut self`: no thread uses the table any more; retired nodes
             // belong to the domain, which frees them.
-            unsafe { hm_list::free_all::<K, V, A>(b) };
+            unsafe { hm_list::free_all::<K, V, R, A>(b) };
         }
     }
 }

@@ -11,7 +11,7 @@ use std::fmt;
 use std::ptr;
 
 use super::lf::{CasBackoff, check_local};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::handle::{Handle, Registered};
@@ -53,16 +53,16 @@ impl<T> Node<T> {
 /// succeeds), insert's new node and the candidate version. All of it is private
 /// until the winning CAS publishes it ([`publish`](Self::publish)); until then
 /// `Drop` frees it, so a `Clone` or `Ord` that panics mid-attempt leaks nothing.
-struct Attempt<T> {
+struct Attempt<T, R: Reclaimer> {
     copies: Vec<*mut Node<T>>,
     replaced: Vec<*mut Node<T>>,
     /// Insert's node holding the new value (null for delete_min, or published).
     single: *mut Node<T>,
     /// The candidate version (null until made, or published).
-    cand: *mut Version<Node<T>>,
+    cand: *mut Version<Node<T>, R>,
 }
 
-impl<T> Attempt<T> {
+impl<T, R: Reclaimer> Attempt<T, R> {
     fn new() -> Self {
         Self {
             copies: Vec::new(),
@@ -91,7 +91,7 @@ impl<T> Attempt<T> {
     }
 }
 
-impl<T> Drop for Attempt<T> {
+impl<T, R: Reclaimer> Drop for Attempt<T, R> {
     fn drop(&mut self) {
         self.abandon();
         if !self.single.is_null() {
@@ -106,7 +106,7 @@ impl<T> Drop for Attempt<T> {
     }
 }
 
-impl<T: Ord + Clone> Attempt<T> {
+impl<T: Ord + Clone, R: Reclaimer> Attempt<T, R> {
     /// A copy of `orig` (a node of the protected version) with new children.
     ///
     /// # Safety
@@ -179,7 +179,7 @@ impl<T: Ord + Clone> Attempt<T> {
 /// assert_eq!(h.delete_min(&mut local), Some("a"));
 /// ```
 pub struct HerlihySkewHeap<T, R: Reclaimer = Ebr> {
-    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>>>>,
+    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>, R>>>,
     domain: Arc<R>,
 }
 
@@ -232,7 +232,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
         check_local(&*self.domain, local, "HerlihySkewHeap::insert");
         let mut at = Attempt::new();
         at.single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
-        at.cand = Version::candidate(ptr::null_mut());
+        at.cand = Version::candidate(Header::of_local(&*local), ptr::null_mut());
         let (single, cand) = (at.single, at.cand);
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
@@ -327,7 +327,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             let new_root = unsafe { at.merge((*root).left, (*root).right) };
             at.replaced.push(root);
             if at.cand.is_null() {
-                at.cand = Version::candidate(new_root);
+                at.cand = Version::candidate(Header::new(&g), new_root);
             } else {
                 // SAFETY: `cand` is still private.
                 unsafe { (*at.cand).root = new_root };

@@ -51,23 +51,26 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-struct Node<T> {
+struct Node<T, R: Reclaimer> {
     live: Liveness,
-    next: AtomicPtr<Node<T>>,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
+    next: AtomicPtr<Node<T, R>>,
     value: ValueCell<T>,
 }
 
-impl<T> Node<T> {
-    fn alloc<A: NodeAlloc>(value: ValueCell<T>) -> *mut Self {
+impl<T, R: Reclaimer> Node<T, R> {
+    fn alloc<A: NodeAlloc>(hdr: Header<R>, value: ValueCell<T>) -> *mut Self {
         A::alloc(Node {
             live: Liveness::new(),
+            hdr,
             next: AtomicPtr::new(ptr::null_mut()),
             value,
         })
@@ -79,9 +82,9 @@ impl<T> Node<T> {
 /// allocator `A` (see the [module documentation](self)).
 pub struct MsQueue<T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
     /// The dummy node. Never null.
-    head: CachePadded<AtomicPtr<Node<T>>>,
+    head: CachePadded<AtomicPtr<Node<T, R>>>,
     /// The last or second-to-last node. Never null, never behind `head`.
-    tail: CachePadded<AtomicPtr<Node<T>>>,
+    tail: CachePadded<AtomicPtr<Node<T, R>>>,
     domain: Arc<R>,
     /// Owns `T`s (drop check); `A` only names the allocator.
     _owns: PhantomData<(T, A)>,
@@ -113,7 +116,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// may share). With hazard pointers the domain needs at least 2 slots per
     /// thread.
     pub fn with_domain(domain: Arc<R>) -> Self {
-        let dummy = Node::<T>::alloc::<A>(ValueCell::empty());
+        let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
         Self {
             head: CachePadded::new(AtomicPtr::new(dummy)),
             tail: CachePadded::new(AtomicPtr::new(dummy)),
@@ -134,7 +137,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
         check_local(&*self.domain, local, "MsQueue::enqueue");
-        let node = Node::alloc::<A>(ValueCell::new(value));
+        let node = Node::alloc::<A>(Header::of_local(local), ValueCell::new(value));
         let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
@@ -241,9 +244,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
                 let v = unsafe { n.value.take() };
                 // SAFETY: `h` is unlinked (head moved past it; tail was already past
                 // it), retired once (only the CAS winner retires), and
-                // `A::free::<Node<T>>` frees what `A::alloc` made without touching
+                // `A::free::<Node<T, R>>` frees what `A::alloc` made without touching
                 // the (empty) value, from any thread.
-                unsafe { g.retire_raw(h.cast(), A::free::<Node<T>>) };
+                unsafe { g.retire_raw(h.cast(), A::free::<Node<T, R>>) };
                 return Some(v);
             }
             backoff.spin();
@@ -287,8 +290,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> Drop for MsQueue<T, R, A> {
                 drop(unsafe { n.value.take() });
             }
             dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T>>(p.cast()) };
+            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
+            unsafe { A::free::<Node<T, R>>(p.cast()) };
             p = next;
         }
     }
@@ -347,6 +350,36 @@ mod tests {
     use crate::ds::alloc::MagazineAlloc;
     use crate::reclaim::{HazardPointers, Leak, Qsbr};
     use std::sync::atomic::AtomicUsize;
+
+    /// The per-node header is free for today's schemes: a node is exactly as
+    /// large (and as aligned) as the same fields without it.
+    #[test]
+    fn the_node_header_adds_nothing() {
+        #[repr(C)]
+        struct Bare {
+            live: Liveness,
+            next: AtomicPtr<u8>,
+            value: ValueCell<[u8; 3]>,
+        }
+        fn check<R: Reclaimer>() {
+            assert_eq!(
+                size_of::<Node<[u8; 3], R>>(),
+                size_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+            assert_eq!(
+                align_of::<Node<[u8; 3], R>>(),
+                align_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+        }
+        check::<Qsbr>();
+        check::<Ebr>();
+        check::<HazardPointers>();
+        check::<Leak>();
+    }
 
     /// Counts its drops in a shared counter.
     struct Counted<'a>(u32, &'a AtomicUsize);

@@ -60,23 +60,26 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
-use crate::reclaim::{Ebr, Guard, Local, Protected, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Protected, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-struct Node<T> {
+struct Node<T, R: Reclaimer> {
     live: Liveness,
-    next: AtomicPtr<Node<T>>,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
+    next: AtomicPtr<Node<T, R>>,
     value: ValueCell<T>,
 }
 
-impl<T> Node<T> {
-    fn alloc<A: NodeAlloc>(value: ValueCell<T>) -> *mut Self {
+impl<T, R: Reclaimer> Node<T, R> {
+    fn alloc<A: NodeAlloc>(hdr: Header<R>, value: ValueCell<T>) -> *mut Self {
         A::alloc(Node {
             live: Liveness::new(),
+            hdr,
             next: AtomicPtr::new(ptr::null_mut()),
             value,
         })
@@ -87,19 +90,19 @@ impl<T> Node<T> {
 /// A consistent view of the queue: `head` and `tail` did not change while
 /// `tail_next` was read. `head` is protected by slot 0, `tail` by slot 1 (until
 /// the guard `'g` protects into that slot again).
-struct Snapshot<'g, T> {
-    head: Protected<'g, Node<T>>,
-    tail: Protected<'g, Node<T>>,
-    tail_next: *mut Node<T>,
+struct Snapshot<'g, T, R: Reclaimer> {
+    head: Protected<'g, Node<T, R>>,
+    tail: Protected<'g, Node<T, R>>,
+    tail_next: *mut Node<T, R>,
 }
 
 /// The Prakash–Lee–Johnson non-blocking FIFO queue over reclaimer `R` and node
 /// allocator `A` (see the [module documentation](self)).
 pub struct PljQueue<T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
     /// The dummy node. Never null.
-    head: CachePadded<AtomicPtr<Node<T>>>,
+    head: CachePadded<AtomicPtr<Node<T, R>>>,
     /// The last node, or the second-to-last while an enqueue is in progress.
-    tail: CachePadded<AtomicPtr<Node<T>>>,
+    tail: CachePadded<AtomicPtr<Node<T, R>>>,
     domain: Arc<R>,
     /// Owns `T`s (drop check); `A` only names the allocator.
     _owns: PhantomData<(T, A)>,
@@ -128,7 +131,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// An empty queue whose retired nodes go to `domain` (hazard pointers: at
     /// least 2 slots per thread).
     pub fn with_domain(domain: Arc<R>) -> Self {
-        let dummy = Node::<T>::alloc::<A>(ValueCell::empty());
+        let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
         Self {
             head: CachePadded::new(AtomicPtr::new(dummy)),
             tail: CachePadded::new(AtomicPtr::new(dummy)),
@@ -143,7 +146,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     }
 
     /// Step 1: a consistent snapshot (see the module doc).
-    fn snapshot<'g, G: Guard>(&self, g: &'g G) -> Snapshot<'g, T> {
+    fn snapshot<'g, G: Guard>(&self, g: &'g G) -> Snapshot<'g, T, R> {
         loop {
             let head = g.protect(0, &self.head);
             let tail = g.protect(1, &self.tail);
@@ -173,7 +176,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
 
     /// Step 2: completes the enqueue in progress that `s` shows, if any.
     /// Returns whether there was one.
-    fn help(&self, s: &Snapshot<'_, T>) -> bool {
+    fn help(&self, s: &Snapshot<'_, T, R>) -> bool {
         if s.tail_next.is_null() {
             return false;
         }
@@ -195,7 +198,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
         check_local(&*self.domain, local, "PljQueue::enqueue");
-        let node = Node::alloc::<A>(ValueCell::new(value));
+        let node = Node::alloc::<A>(Header::of_local(local), ValueCell::new(value));
         let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
@@ -279,7 +282,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 // SAFETY: the old dummy is unlinked (`head` moved past it; `tail`
                 // was already past it), retired once by the CAS winner, and
                 // `A::free` does not touch its (empty) value.
-                unsafe { g.retire_raw(s.head.as_ptr().cast(), A::free::<Node<T>>) };
+                unsafe { g.retire_raw(s.head.as_ptr().cast(), A::free::<Node<T, R>>) };
                 return Some(v);
             }
             backoff.spin();
@@ -324,8 +327,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> Drop for PljQueue<T, R, A> {
                 drop(unsafe { n.value.take() });
             }
             dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T>>(p.cast()) };
+            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
+            unsafe { A::free::<Node<T, R>>(p.cast()) };
             p = next;
         }
     }

@@ -94,6 +94,8 @@ impl Default for Ebr {
 
 impl Reclaimer for Ebr {
     type Local = EbrLocal;
+    /// Zero-sized: EBR keep nothing per node.
+    type Header = ();
     const NAME: &'static str = "EBR";
 
     #[cfg(not(loom))]
@@ -148,7 +150,11 @@ impl EbrLocal {
 }
 
 impl Local for EbrLocal {
+    type Header = ();
     type Guard<'a> = EbrGuard<'a>;
+
+    #[inline(always)]
+    fn header(&self) {}
 
     fn enter(&mut self) -> EbrGuard<'_> {
         self.thread.pin(&self.domain.core);
@@ -179,6 +185,11 @@ pub struct EbrGuard<'a> {
 }
 
 impl Guard for EbrGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
     fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node. The

@@ -198,6 +198,8 @@ impl Default for HazardPointers {
 
 impl Reclaimer for HazardPointers {
     type Local = HpLocal;
+    /// Zero-sized: hazard pointers keep nothing per node.
+    type Header = ();
     const NAME: &'static str = "HP";
 
     #[cfg(not(loom))]
@@ -413,7 +415,11 @@ impl HpLocal {
 }
 
 impl Local for HpLocal {
+    type Header = ();
     type Guard<'a> = HpGuard<'a>;
+
+    #[inline(always)]
+    fn header(&self) {}
 
     /// Nothing to do until `protect`; the guard clears its slots when dropped.
     #[inline]
@@ -477,6 +483,11 @@ impl HpGuard<'_> {
 }
 
 impl Guard for HpGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     /// Slot `slot` is allocated if this thread does not have it yet (see the
     /// module doc; panics only at [`HP_MAX_SLOTS`]).
     fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T {

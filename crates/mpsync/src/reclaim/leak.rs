@@ -53,6 +53,8 @@ impl Default for Leak {
 
 impl Reclaimer for Leak {
     type Local = LeakLocal;
+    /// Zero-sized: the leaking baseline keeps nothing per node.
+    type Header = ();
     const NAME: &'static str = "Leak";
 
     #[cfg(not(loom))]
@@ -109,7 +111,11 @@ impl LeakLocal {
 }
 
 impl Local for LeakLocal {
+    type Header = ();
     type Guard<'a> = LeakGuard<'a>;
+
+    #[inline(always)]
+    fn header(&self) {}
 
     #[inline]
     fn enter(&mut self) -> LeakGuard<'_> {
@@ -138,6 +144,11 @@ pub struct LeakGuard<'a> {
 }
 
 impl Guard for LeakGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
     fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node; nodes

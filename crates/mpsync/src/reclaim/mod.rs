@@ -142,7 +142,16 @@ use crate::sync::{Arc, AtomicPtr};
 pub trait Reclaimer: Send + Sync + 'static {
     /// The per-thread registration handle. Dropping it leaves the domain. `Send`,
     /// so a handle may be made on one thread and used on another (one at a time).
-    type Local: Local + Send;
+    type Local: Local<Header = Self::Header> + Send;
+
+    /// What the scheme keeps in every node (a [`Header<Self>`] field of each
+    /// structure's nodes): zero-sized (`()`) for QSBR, EBR, hazard pointers and
+    /// [`Leak`]; an interval-based scheme (IBR, Hazard Eras) keeps the node's
+    /// birth era here, stamped by [`Guard::header`] when the node is made, so it
+    /// can be added without touching the structures.
+    /// `Default`: the header of a node made before any thread registered (a
+    /// queue's first dummy), which must be conservative (IBR: born at era 0).
+    type Header: Default + Send + Sync + 'static;
 
     /// The scheme's short name, as in the paper's figures: `"QSBR"`, `"EBR"`,
     /// `"HP"`, `"Leak"`.
@@ -206,10 +215,18 @@ unsafe impl ProtectsReachable for Leak {}
 /// A thread's registration in a domain. `!Sync`: one thread uses it at a time.
 /// Dropping it leaves the domain and hands its unreclaimed nodes to the domain.
 pub trait Local {
+    /// The scheme's per-node header ([`Reclaimer::Header`]).
+    type Header;
+
     /// The handle for one operation.
-    type Guard<'a>: Guard
+    type Guard<'a>: Guard<Header = Self::Header>
     where
         Self: 'a;
+
+    /// The header of a node made outside an operation (a push that needs no
+    /// guard): as [`Guard::header`]. Structures call it through
+    /// [`Header::of_local`].
+    fn header(&self) -> Self::Header;
 
     /// Starts an operation. EBR enters a critical section (pins the epoch) until
     /// the guard drops; QSBR and hazard pointers do nothing here. Hazard pointers
@@ -232,6 +249,14 @@ pub trait Local {
 
 /// One operation's access to the domain.
 pub trait Guard {
+    /// The scheme's per-node header ([`Reclaimer::Header`]).
+    type Header;
+
+    /// The header of a node this operation makes (an interval-based scheme's
+    /// birth era); `()` for today's schemes. Structures call it through
+    /// [`Header::new`].
+    fn header(&self) -> Self::Header;
+
     /// Loads `src` and protects the loaded node until the guard drops or `slot` is
     /// released (or protected into again), and returns it as a [`Protected`]
     /// pointer, which borrows the guard: the borrow checker stops it (and any
@@ -539,6 +564,57 @@ impl<T> std::fmt::Debug for Protected<'_, T> {
 impl<T> std::fmt::Pointer for Protected<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         std::fmt::Pointer::fmt(&self.ptr, f)
+    }
+}
+
+/// The per-node header of scheme `R` ([`Reclaimer::Header`]), which every node of
+/// every structure in [`ds`](crate::ds) embeds, so that an interval-based scheme
+/// (IBR, Hazard Eras) can stamp birth eras without touching the structures.
+/// Zero-sized for today's schemes: a node is no larger for it.
+///
+/// ```
+/// use mpsync::reclaim::{Ebr, HazardPointers, Header, Leak, Qsbr};
+/// assert_eq!(std::mem::size_of::<Header<Ebr>>(), 0);
+/// assert_eq!(std::mem::size_of::<Header<Qsbr>>(), 0);
+/// assert_eq!(std::mem::size_of::<Header<HazardPointers>>(), 0);
+/// assert_eq!(std::mem::size_of::<Header<Leak>>(), 0);
+/// ```
+#[repr(transparent)]
+pub struct Header<R: Reclaimer>(R::Header);
+
+impl<R: Reclaimer> Header<R> {
+    /// The header of a node made under guard `g` ([`Guard::header`]).
+    #[inline(always)]
+    pub fn new<G: Guard<Header = R::Header>>(g: &G) -> Self {
+        Self(g.header())
+    }
+
+    /// The header of a node made outside an operation, by `l`'s thread
+    /// ([`Local::header`]).
+    #[inline(always)]
+    pub fn of_local<L: Local<Header = R::Header>>(l: &L) -> Self {
+        Self(l.header())
+    }
+
+    /// The scheme's header value.
+    #[inline(always)]
+    pub fn get(&self) -> &R::Header {
+        &self.0
+    }
+}
+
+impl<R: Reclaimer> Default for Header<R> {
+    /// The header of a node made before any operation (a structure's first
+    /// dummy node): the scheme's conservative `Default`.
+    #[inline(always)]
+    fn default() -> Self {
+        Self(R::Header::default())
+    }
+}
+
+impl<R: Reclaimer> std::fmt::Debug for Header<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Header<{}>", R::NAME)
     }
 }
 

@@ -70,6 +70,8 @@ impl Default for Qsbr {
 
 impl Reclaimer for Qsbr {
     type Local = QsbrLocal;
+    /// Zero-sized: QSBR keep nothing per node.
+    type Header = ();
     const NAME: &'static str = "QSBR";
 
     #[cfg(not(loom))]
@@ -118,7 +120,11 @@ impl QsbrLocal {
 }
 
 impl Local for QsbrLocal {
+    type Header = ();
     type Guard<'a> = QsbrGuard<'a>;
+
+    #[inline(always)]
+    fn header(&self) {}
 
     /// Nothing to do while the thread is online; after [`park`](Local::park),
     /// re-joins at the current epoch first (a validated pin).
@@ -163,6 +169,11 @@ pub struct QsbrGuard<'a> {
 }
 
 impl Guard for QsbrGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
     fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node. The
