@@ -505,7 +505,7 @@ fn ebr_pin_that_read_a_stale_epoch_frees_nothing_early() {
         2,
         "T1, stopped before its pin, blocks no advance"
     );
-    let mut t4 = Ebr::register(&d);
+    let t4 = Ebr::register(&d);
     let g4 = t4.enter();
     let x = g4.protect_raw(0, &slot);
     check(x);
@@ -611,7 +611,7 @@ fn hp_protect_revalidates_after_publishing_the_hazard() {
         }
     });
     trap.wait_hit(STOPPED_IN_TIME).unwrap();
-    let mut w = HazardPointers::register(&d);
+    let w = HazardPointers::register(&d);
     // Twice: the first retire's scan still sees `w`'s own hazard on the node.
     unlink_and_retire(&mut w.enter(), &slot, sink);
     unlink_and_retire(&mut w.enter(), &slot, sink);

@@ -462,7 +462,7 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
         {
             let (domain, stop, stalled) = (&domain, &stop, &stalled);
             s.spawn(move || {
-                let mut local = R::register(domain);
+                let local = R::register(domain);
                 let dummy = Box::into_raw(Box::new(0u64));
                 let slot = mpsync::sync::AtomicPtr::new(dummy);
                 {

@@ -1104,7 +1104,7 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
         {
             let (m, stop, stalled) = (&m, &stop, &stalled);
             s.spawn(move || {
-                let mut local = R::register(m.domain());
+                let local = R::register(m.domain());
                 // Whatever the table's head bucket holds, protected in both slots
                 // (the hazards a search leaves behind when it stops).
                 let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));

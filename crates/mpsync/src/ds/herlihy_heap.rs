@@ -469,7 +469,7 @@ mod tests {
         for v in [5, 3, 8, 1, 9, 2, 7] {
             h.insert(&mut b, Dropped(v, drops.clone()));
         }
-        let mut a = HazardPointers::register(&domain);
+        let a = HazardPointers::register(&domain);
         let ga = a.enter();
         let held = ga.protect_raw(0, &h.current);
         // Replaced before `held` was current: freed already, or by the next scan.

@@ -18,7 +18,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
 use super::limbo::Retired;
-use super::{Guard, Local, LocalRef, ReclaimError, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Critical sections between epoch-advance attempts by default.
 pub const EBR_DEFAULT_ADVANCE_EVERY: u32 = 100;
@@ -122,16 +122,27 @@ impl Reclaimer for Ebr {
 #[derive(Debug)]
 pub struct EbrLocal {
     domain: Arc<Ebr>,
+    state: LocalCell<EbrState>,
+}
+
+/// What an [`EbrLocal`] and its guards change.
+#[derive(Debug)]
+struct EbrState {
     thread: EpochThread,
     /// Critical sections until the next advance attempt.
     countdown: u32,
+    /// Live guards: the thread is pinned while this is non-zero.
+    depth: usize,
 }
 
 impl EbrLocal {
     fn new(domain: &Arc<Ebr>) -> Self {
         Self {
-            thread: EpochThread::join(&domain.core),
-            countdown: domain.advance_every,
+            state: LocalCell::new(EbrState {
+                thread: EpochThread::join(&domain.core),
+                countdown: domain.advance_every,
+                depth: 0,
+            }),
             domain: domain.clone(),
         }
     }
@@ -140,12 +151,12 @@ impl EbrLocal {
     /// thread's limbo lists and nodes of threads that left). Returns the number
     /// of nodes freed. Call it outside any critical section.
     pub fn try_reclaim(&mut self) -> u64 {
-        self.thread.collect(&self.domain.core)
+        self.state.get_mut().thread.collect(&self.domain.core)
     }
 
     /// Nodes this thread retired that are not yet freed.
     pub fn pending(&self) -> usize {
-        self.thread.pending()
+        self.state.with(|s| s.thread.pending())
     }
 }
 
@@ -156,16 +167,24 @@ impl Local for EbrLocal {
     #[inline(always)]
     fn header(&self) {}
 
-    fn enter(&mut self) -> EbrGuard<'_> {
-        self.thread.pin(&self.domain.core);
-        self.countdown -= 1;
-        if self.countdown == 0 {
-            self.countdown = self.domain.advance_every;
-            self.thread.collect(&self.domain.core);
-        }
-        EbrGuard {
-            local: LocalRef::new(self),
-        }
+    /// Pins the epoch, unless a guard of this registration already holds it
+    /// pinned (nested guards share the outermost pin: re-pinning at a newer
+    /// epoch would let the nodes the outer guard reads be freed).
+    fn enter(&self) -> EbrGuard<'_> {
+        let core = &self.domain.core;
+        let advance_every = self.domain.advance_every;
+        self.state.with(|s| {
+            if s.depth == 0 {
+                s.thread.pin(core);
+                s.countdown -= 1;
+                if s.countdown == 0 {
+                    s.countdown = advance_every;
+                    s.thread.collect(core);
+                }
+            }
+            s.depth += 1;
+        });
+        EbrGuard { local: self }
     }
 
     /// A no-op: EBR detects grace periods itself.
@@ -174,14 +193,15 @@ impl Local for EbrLocal {
 
 impl Drop for EbrLocal {
     fn drop(&mut self) {
-        self.thread.leave(&self.domain.core);
+        self.state.get_mut().thread.leave(&self.domain.core);
     }
 }
 
-/// An EBR critical section; dropping it unpins the thread.
+/// An EBR critical section; dropping the last live guard of a registration
+/// unpins the thread.
 #[derive(Debug)]
 pub struct EbrGuard<'a> {
-    local: LocalRef<'a, EbrLocal>,
+    local: &'a EbrLocal,
 }
 
 impl Guard for EbrGuard<'_> {
@@ -202,13 +222,19 @@ impl Guard for EbrGuard<'_> {
 
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
         self.local
-            .with(|l| l.thread.retire(Retired::with(ptr, arg, free)));
+            .state
+            .with(|s| s.thread.retire(Retired::with(ptr, arg, free)));
     }
 }
 
 impl Drop for EbrGuard<'_> {
     fn drop(&mut self) {
-        self.local.with(|l| l.thread.unpin());
+        self.local.state.with(|s| {
+            s.depth -= 1;
+            if s.depth == 0 {
+                s.thread.unpin();
+            }
+        });
     }
 }
 
@@ -235,7 +261,7 @@ mod tests {
     fn frees_after_three_advances_and_not_while_another_is_pinned() {
         let d = Arc::new(Ebr::with_advance_every(1).unwrap());
         let mut a = Ebr::register(&d);
-        let mut b = Ebr::register(&d);
+        let b = Ebr::register(&d);
         let before = DROPS.load(std::sync::atomic::Ordering::Relaxed);
         let held = b.enter(); // b is pinned at the current epoch
         retire_one(&mut a);

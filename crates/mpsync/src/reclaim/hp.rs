@@ -30,7 +30,7 @@ use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering, fence};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
-use super::{Guard, Local, LocalRef, ReclaimError, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Most hazard slots a thread may have: slots are allocated on demand, and this
 /// bound only turns a runaway slot index (a bug) into a clear panic instead of an
@@ -72,6 +72,11 @@ impl SlotBlock {
 /// A thread's hazard slots (a chain of blocks) and counters.
 struct HpRecord {
     first: SlotBlock,
+    /// The blocks of the guards entered while another guard of the owner lives
+    /// (block `b - 1` for the guard in bank `b`), a chain of its own that only
+    /// grows: null until the owner appends one (Release), read by scanners
+    /// (Acquire).
+    banks: AtomicPtr<SlotBlock>,
     /// Slots the record's owners asked for (the high-water mark, at least `K`
     /// once owned): what `H` counts. Written by the owner only; Relaxed, a size.
     wanted: AtomicUsize,
@@ -82,9 +87,22 @@ impl Default for HpRecord {
     fn default() -> Self {
         Self {
             first: SlotBlock::new(),
+            banks: AtomicPtr::new(ptr::null_mut()),
             wanted: AtomicUsize::new(0),
             counters: Counters::default(),
         }
+    }
+}
+
+impl HpRecord {
+    /// Every block of slots: the main chain, then the bank chain (Acquire: as in
+    /// [`SlotBlock::chain`]).
+    fn all_blocks(&self) -> impl Iterator<Item = &SlotBlock> {
+        // SAFETY: a bank block lives as long as the record (see `Drop`).
+        let banks = unsafe { self.banks.load(Ordering::Acquire).as_ref() };
+        self.first
+            .chain()
+            .chain(banks.into_iter().flat_map(SlotBlock::chain))
     }
 }
 
@@ -92,12 +110,15 @@ impl Drop for HpRecord {
     fn drop(&mut self) {
         // `&mut self`: the registry is dropping, nobody reads the chain. Relaxed:
         // exclusive access.
-        let mut b = self.first.next.load(Ordering::Relaxed);
-        while !b.is_null() {
-            // SAFETY: every block after the first was made by `Box::into_raw` in
-            // `HpLocal::grow`, linked once, and is freed only here.
-            let blk = unsafe { Box::from_raw(b) };
-            b = blk.next.load(Ordering::Relaxed);
+        for head in [&self.first.next, &self.banks] {
+            let mut b = head.load(Ordering::Relaxed);
+            while !b.is_null() {
+                // SAFETY: every block after the first, and every bank block, was
+                // made by `Box::into_raw` in `HpState::grow`/`grow_bank`, linked
+                // once, and is freed only here.
+                let blk = unsafe { Box::from_raw(b) };
+                b = blk.next.load(Ordering::Relaxed);
+            }
         }
     }
 }
@@ -204,17 +225,21 @@ impl Reclaimer for HazardPointers {
 
     #[cfg(not(loom))]
     fn register(self: &Arc<Self>) -> HpLocal {
-        HpLocal::new(self)
+        HpLocal {
+            state: LocalCell::new(HpState::new(self)),
+        }
     }
 
     #[cfg(loom)]
     fn register(this: &Arc<Self>) -> HpLocal {
-        HpLocal::new(this)
+        HpLocal {
+            state: LocalCell::new(HpState::new(this)),
+        }
     }
 
     #[inline]
     fn owns(&self, local: &HpLocal) -> bool {
-        std::ptr::eq(self, &*local.domain)
+        local.state.with(|l| std::ptr::eq(self, &*l.domain))
     }
 
     fn stats(&self) -> ReclaimStats {
@@ -232,6 +257,32 @@ impl Reclaimer for HazardPointers {
 /// protected to the domain.
 #[derive(Debug)]
 pub struct HpLocal {
+    /// Shared with the live guards.
+    state: LocalCell<HpState>,
+}
+
+impl HpLocal {
+    /// Nodes this thread retired (or adopted) that are not yet freed.
+    pub fn pending(&self) -> usize {
+        self.state.with(|l| l.pending())
+    }
+
+    /// Hazard slots this thread has asked for so far (at least the domain's `K`;
+    /// what it counts towards `H`; the blocks of further guards not included).
+    pub fn slots(&self) -> usize {
+        self.state.with(|l| l.slots())
+    }
+
+    /// Michael's `Scan`: adopts nodes of threads that left, then frees every
+    /// retired node that no hazard slot holds. Returns the number freed.
+    pub fn scan(&mut self) -> u64 {
+        self.state.get_mut().scan()
+    }
+}
+
+/// What an [`HpLocal`] and its guards change.
+#[derive(Debug)]
+struct HpState {
     domain: Arc<HazardPointers>,
     rec: NonNull<Record<HpRecord>>,
     /// The record's blocks after its first, in chain order (a cache of the chain,
@@ -242,14 +293,19 @@ pub struct HpLocal {
     rlist: Vec<Retired>,
     /// The scan's array of hazards, kept to avoid reallocating.
     scratch: Vec<*mut u8>,
+    /// Bit `b`: a live guard uses bank `b` (0: the slots `0, 1, …`; `b >= 1`: the
+    /// `b - 1`th block of the record's bank chain).
+    live: u64,
+    /// The record's bank blocks, in chain order (a cache of the chain).
+    bank_blocks: Vec<NonNull<SlotBlock>>,
 }
 
 // SAFETY: the record (and its blocks) is owned by this handle (its `in_use` flag)
 // and lives as long as the domain, which the handle keeps alive; retired nodes are
 // `Send`; `scratch` holds addresses only, never dereferenced.
-unsafe impl Send for HpLocal {}
+unsafe impl Send for HpState {}
 
-impl HpLocal {
+impl HpState {
     fn new(domain: &Arc<HazardPointers>) -> Self {
         let rec = domain.registry.acquire();
         // SAFETY: the record lives as long as the domain; we own it now.
@@ -268,6 +324,13 @@ impl HpLocal {
             wanted = domain.k;
             data.wanted.store(wanted, Ordering::Relaxed);
         }
+        // SAFETY: as in `HpRecord::all_blocks`.
+        let banks = unsafe { data.banks.load(Ordering::Acquire).as_ref() };
+        let bank_blocks = banks
+            .into_iter()
+            .flat_map(SlotBlock::chain)
+            .map(NonNull::from)
+            .collect();
         Self {
             rec,
             domain: domain.clone(),
@@ -275,6 +338,8 @@ impl HpLocal {
             wanted,
             rlist: Vec::new(),
             scratch: Vec::new(),
+            live: 0,
+            bank_blocks,
         }
     }
 
@@ -352,9 +417,65 @@ impl HpLocal {
         self.blocks.push(new);
     }
 
+    /// Takes the lowest free bank for a new guard, with its block of slots.
+    ///
+    /// # Panics
+    /// With 64 guards of the registration alive.
+    fn open_bank(&mut self) -> usize {
+        let b = (!self.live).trailing_zeros() as usize;
+        assert!(
+            b < 64,
+            "64 hazard-pointer guards of one registration alive at once: too many \
+             (each further guard takes {HP_BLOCK_SLOTS} slots of its own)"
+        );
+        self.live |= 1 << b;
+        while self.bank_blocks.len() < b {
+            self.grow_bank();
+        }
+        b
+    }
+
+    /// Gives bank `b` back (its guard dropped, its slots cleared).
+    fn close_bank(&mut self, b: usize) {
+        self.live &= !(1 << b);
+    }
+
+    /// Slot `i` of bank `b >= 1` (a guard entered while another lives).
+    ///
+    /// # Panics
+    /// If `i >= HP_BLOCK_SLOTS`.
+    fn bank_slot(&self, b: usize, i: usize) -> &AtomicPtr<u8> {
+        assert!(
+            i < HP_BLOCK_SLOTS,
+            "hazard slot {i} out of range for a guard entered while another guard of \
+             the same registration lives: such a guard has {HP_BLOCK_SLOTS} slots"
+        );
+        // SAFETY: bank blocks live as long as the record, which lives as long as
+        // the domain `self` holds; `open_bank` grew the chain past `b - 1`.
+        &unsafe { self.bank_blocks[b - 1].as_ref() }.slots[i]
+    }
+
+    /// Appends a block of null slots to the record's bank chain, counted
+    /// towards `H`.
+    fn grow_bank(&mut self) {
+        let new = NonNull::from(Box::leak(Box::new(SlotBlock::new())));
+        let link = match self.bank_blocks.last() {
+            // SAFETY: as in `bank_slot`.
+            Some(b) => &unsafe { b.as_ref() }.next,
+            None => &self.record().banks,
+        };
+        // Release: as in `grow` (a scanner that reaches the block sees it null).
+        link.store(new.as_ptr(), Ordering::Release);
+        self.bank_blocks.push(new);
+        // Relaxed: a size for the scan threshold (as in `want`).
+        self.domain
+            .extra
+            .fetch_add(HP_BLOCK_SLOTS, Ordering::Relaxed);
+    }
+
     /// Clears every slot of the record (all blocks).
     fn clear_all(&self) {
-        for b in self.record().first.chain() {
+        for b in self.record().all_blocks() {
             for s in &b.slots {
                 // Release: as in `HpGuard::release`.
                 s.store(ptr::null_mut(), Ordering::Release);
@@ -383,7 +504,7 @@ impl HpLocal {
         fence(Ordering::SeqCst);
         self.scratch.clear();
         for r in d.registry.iter() {
-            for b in r.data.first.chain() {
+            for b in r.data.all_blocks() {
                 for s in &b.slots {
                     // Acquire: pairs with the Release stores to slots in `protect`,
                     // `release` and the guard's drop, so the accesses made under an
@@ -421,11 +542,15 @@ impl Local for HpLocal {
     #[inline(always)]
     fn header(&self) {}
 
-    /// Nothing to do until `protect`; the guard clears its slots when dropped.
+    /// Nothing to do until `protect` but take a bank of slots: the first live
+    /// guard the slots `0, 1, …` (on demand), each further one a block of
+    /// [`HP_BLOCK_SLOTS`] of its own. The guard clears its slots when dropped.
     #[inline]
-    fn enter(&mut self) -> HpGuard<'_> {
+    fn enter(&self) -> HpGuard<'_> {
+        let bank = self.state.with(HpState::open_bank);
         HpGuard {
-            local: LocalRef::new(self),
+            local: self,
+            bank,
             used: Cell::new(0),
             high: Cell::new(0),
         }
@@ -435,7 +560,7 @@ impl Local for HpLocal {
     fn quiescent(&mut self) {}
 }
 
-impl Drop for HpLocal {
+impl Drop for HpState {
     fn drop(&mut self) {
         self.scan();
         let rest = std::mem::take(&mut self.rlist);
@@ -450,14 +575,14 @@ impl Drop for HpLocal {
 
 /// One operation's hazard slots; dropping it clears the slots it used.
 ///
-/// Holds its registration's exclusive borrow (`'a`) as a pointer, so that
-/// [`protect`](Guard::protect) can take `&self` (the protected pointers it returns
-/// borrow the guard shared, and a traversal holds several) and still allocate
-/// slots and note which it used.
+/// [`protect`](Guard::protect) takes `&self` (the protected pointers it returns
+/// borrow the guard shared, and a traversal holds several) and still allocates
+/// slots and notes which it used, in the registration's shared state.
 #[derive(Debug)]
 pub struct HpGuard<'a> {
-    /// The registration, borrowed exclusively for `'a`.
-    local: LocalRef<'a, HpLocal>,
+    local: &'a HpLocal,
+    /// The guard's bank of slots (see [`HpLocal::enter`](Local::enter)).
+    bank: usize,
     /// Bit `i` set: slot `i` (< 64) may be non-null.
     used: Cell<u64>,
     /// One past the highest slot >= 64 used (0: none).
@@ -467,8 +592,8 @@ pub struct HpGuard<'a> {
 impl HpGuard<'_> {
     /// Runs `f` on the registration.
     #[inline(always)]
-    fn local<T>(&self, f: impl FnOnce(&mut HpLocal) -> T) -> T {
-        self.local.with(f)
+    fn local<T>(&self, f: impl FnOnce(&mut HpState) -> T) -> T {
+        self.local.state.with(f)
     }
 
     /// Notes that slot `i` may be non-null, for the guard's drop.
@@ -493,11 +618,15 @@ impl Guard for HpGuard<'_> {
     fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
         let mask = std::mem::align_of::<T>() - 1;
         self.local(|l| {
-            if slot >= l.wanted {
-                l.want(slot); // may panic: before the guard notes the slot
-            }
+            let hp = if self.bank == 0 {
+                if slot >= l.wanted {
+                    l.want(slot); // may panic: before the guard notes the slot
+                }
+                l.slot(slot)
+            } else {
+                l.bank_slot(self.bank, slot) // may panic, as `want`
+            };
             self.mark_used(slot);
-            let hp = l.slot(slot);
             // Relaxed: only a candidate; it is validated below after the hazard is set.
             let mut p = src.load(Ordering::Relaxed);
             loop {
@@ -523,13 +652,18 @@ impl Guard for HpGuard<'_> {
             slot < HP_MAX_SLOTS,
             "hazard slot {slot} out of range: a thread may have at most {HP_MAX_SLOTS}"
         );
+        let bank = self.bank;
         let cleared = self.local(|l| {
-            if slot >= l.capacity() {
+            let hp = if bank == 0 && slot < l.capacity() {
+                l.slot(slot)
+            } else if bank > 0 && slot < HP_BLOCK_SLOTS {
+                l.bank_slot(bank, slot)
+            } else {
                 return false; // never allocated, so never set
-            }
+            };
             // Release: the accesses made under this protection happen before a
             // scanner that reads the null (its Acquire load in `scan`).
-            l.slot(slot).store(ptr::null_mut(), Ordering::Release);
+            hp.store(ptr::null_mut(), Ordering::Release);
             true
         });
         if cleared && slot < 64 {
@@ -559,18 +693,24 @@ impl HpGuard<'_> {
 
 impl Drop for HpGuard<'_> {
     fn drop(&mut self) {
-        let (mut used, high) = (self.used.get(), self.high.get());
+        let (mut used, high, bank) = (self.used.get(), self.high.get(), self.bank);
         self.local(|l| {
             while used != 0 {
                 let i = used.trailing_zeros() as usize;
                 used &= used - 1;
+                let hp = if bank == 0 {
+                    l.slot(i)
+                } else {
+                    l.bank_slot(bank, i)
+                };
                 // Release: as in `release`.
-                l.slot(i).store(ptr::null_mut(), Ordering::Release);
+                hp.store(ptr::null_mut(), Ordering::Release);
             }
             for i in 64..high {
                 // Release: as in `release`.
                 l.slot(i).store(ptr::null_mut(), Ordering::Release);
             }
+            l.close_bank(bank);
         })
     }
 }
@@ -616,7 +756,7 @@ mod tests {
     #[test]
     fn protected_nodes_survive_scans_and_tagged_pointers_protect() {
         let d = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
-        let mut r = HazardPointers::register(&d);
+        let r = HazardPointers::register(&d);
         let mut w = HazardPointers::register(&d);
         let n = boxed(1);
         // A tagged pointer (low bit set) protects its node.
@@ -641,7 +781,7 @@ mod tests {
     fn leaving_hands_protected_nodes_over_and_the_next_scan_adopts_them() {
         let d = Arc::new(HazardPointers::new(1).unwrap());
         let mut r = HazardPointers::register(&d);
-        let mut w = HazardPointers::register(&d);
+        let w = HazardPointers::register(&d);
         let n = boxed(2);
         let src = AtomicPtr::new(n);
         let g = r.enter();
@@ -666,7 +806,7 @@ mod tests {
     #[should_panic(expected = "out of range")]
     fn slot_out_of_range_panics() {
         let d = Arc::new(HazardPointers::new(1).unwrap());
-        let mut l = HazardPointers::register(&d);
+        let l = HazardPointers::register(&d);
         let src = AtomicPtr::new(ptr::null_mut::<u64>());
         l.enter().protect_raw(HP_MAX_SLOTS, &src);
     }
@@ -678,7 +818,7 @@ mod tests {
         // bit mask), the writer retires them all and scans at every retire.
         const N: usize = 70;
         let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
-        let mut r = HazardPointers::register(&d);
+        let r = HazardPointers::register(&d);
         let mut w = HazardPointers::register(&d);
         let nodes: Vec<*mut u64> = (0..N as u64).map(boxed).collect();
         let srcs: Vec<AtomicPtr<u64>> = nodes.iter().map(|&n| AtomicPtr::new(n)).collect();
@@ -708,7 +848,7 @@ mod tests {
         assert_eq!(r.slots(), N);
         drop(r);
         // The record, with its blocks, is reused by the next thread: no new slots.
-        let mut r2 = HazardPointers::register(&d);
+        let r2 = HazardPointers::register(&d);
         assert_eq!(d.records(), 2);
         assert_eq!(r2.slots(), N);
         assert_eq!(d.total_slots(), 1 + 1 + (N - 1));

@@ -13,7 +13,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
-use super::{Guard, Local, LocalRef, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimStats, Reclaimer};
 
 /// A domain that frees retired nodes only when it is dropped.
 ///
@@ -88,7 +88,8 @@ impl Reclaimer for Leak {
 pub struct LeakLocal {
     domain: Arc<Leak>,
     rec: NonNull<Record<Counters>>,
-    retired: Vec<Retired>,
+    /// Shared with the live guards, which retire into it.
+    retired: LocalCell<Vec<Retired>>,
 }
 
 // SAFETY: the record is owned by this handle and lives as long as the domain,
@@ -100,7 +101,7 @@ impl LeakLocal {
         Self {
             rec: domain.registry.acquire(),
             domain: domain.clone(),
-            retired: Vec::new(),
+            retired: LocalCell::new(Vec::new()),
         }
     }
 
@@ -118,10 +119,8 @@ impl Local for LeakLocal {
     fn header(&self) {}
 
     #[inline]
-    fn enter(&mut self) -> LeakGuard<'_> {
-        LeakGuard {
-            local: LocalRef::new(self),
-        }
+    fn enter(&self) -> LeakGuard<'_> {
+        LeakGuard { local: self }
     }
 
     /// A no-op.
@@ -130,7 +129,7 @@ impl Local for LeakLocal {
 
 impl Drop for LeakLocal {
     fn drop(&mut self) {
-        let nodes = std::mem::take(&mut self.retired);
+        let nodes = std::mem::take(self.retired.get_mut());
         self.domain.orphans.push(nodes, 0, self.counters());
         // SAFETY: `rec` came from this registry and is no longer used.
         unsafe { self.domain.registry.release(self.rec) };
@@ -140,7 +139,7 @@ impl Drop for LeakLocal {
 /// A [`Leak`] operation: loads are plain, retires are kept.
 #[derive(Debug)]
 pub struct LeakGuard<'a> {
-    local: LocalRef<'a, LeakLocal>,
+    local: &'a LeakLocal,
 }
 
 impl Guard for LeakGuard<'_> {
@@ -160,10 +159,10 @@ impl Guard for LeakGuard<'_> {
     fn release(&mut self, _slot: usize) {}
 
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.with(|l| {
-            l.retired.push(Retired::with(ptr, arg, free));
-            l.counters().retired(1);
-        });
+        self.local
+            .retired
+            .with(|r| r.push(Retired::with(ptr, arg, free)));
+        self.local.counters().retired(1);
     }
 }
 

@@ -231,7 +231,15 @@ pub trait Local {
     /// Starts an operation. EBR enters a critical section (pins the epoch) until
     /// the guard drops; QSBR and hazard pointers do nothing here. Hazard pointers
     /// clear the guard's slots when it drops.
-    fn enter(&mut self) -> Self::Guard<'_>;
+    ///
+    /// `&self`: a thread may hold **several guards** of one registration at once
+    /// (a reference from a map's `get` kept while doing another operation). EBR
+    /// counts nested guards and stays pinned until the last one drops; QSBR and
+    /// [`Leak`] need nothing; hazard pointers give each live guard its own slots
+    /// (the first guard the slots `0, 1, …` on demand, each further one a block
+    /// of [`HP_BLOCK_SLOTS`] slots of its own). [`quiescent`](Self::quiescent)
+    /// and [`park`](Self::park) take `&mut self`, so no guard lives across them.
+    fn enter(&self) -> Self::Guard<'_>;
 
     /// Announces a quiescent state: this thread holds no reference to any node of
     /// the domain. QSBR's only way to make progress; a no-op for the other schemes.
@@ -618,42 +626,44 @@ impl<R: Reclaimer> std::fmt::Debug for Header<R> {
     }
 }
 
-/// A guard's exclusive borrow of its registration, usable from the guard's `&self`
-/// methods (protect and retire take `&self`, so that the [`Protected`] pointers
-/// they hand out can borrow the guard shared). `!Sync`; `Send` where `L` is.
-struct LocalRef<'a, L> {
-    ptr: std::ptr::NonNull<L>,
-    _borrow: PhantomData<(&'a mut L, std::cell::Cell<()>)>,
-}
+/// A registration's mutable state, shared by the registration and its live
+/// guards ([`Local::enter`] takes `&self`, so one thread may hold several guards,
+/// and a guard's `protect`/retire take `&self`, so the [`Protected`] pointers it
+/// hands out can borrow it shared). `!Sync`: only the registration's thread
+/// reaches it; `Send` where the state is.
+struct LocalCell<S>(std::cell::UnsafeCell<S>);
 
-// SAFETY: the exclusive borrow of a `Send` registration; sending it moves the
-// borrow, as sending `&'a mut L` would (still `!Sync`, by the `Cell`).
-unsafe impl<L: Send> Send for LocalRef<'_, L> {}
+// SAFETY: moving the cell moves the state; it stays `!Sync` (the `UnsafeCell`).
+unsafe impl<S: Send> Send for LocalCell<S> {}
 
-impl<'a, L> LocalRef<'a, L> {
-    fn new(l: &'a mut L) -> Self {
-        Self {
-            ptr: std::ptr::NonNull::from(l),
-            _borrow: PhantomData,
-        }
+impl<S> LocalCell<S> {
+    fn new(s: S) -> Self {
+        Self(std::cell::UnsafeCell::new(s))
     }
 
-    /// Runs `f` on the registration. Callers (the guards of this module) never
-    /// call `with` inside `f`.
+    /// The state, through an exclusive borrow of the registration (no guard lives).
     #[inline(always)]
-    fn with<T>(&self, f: impl FnOnce(&mut L) -> T) -> T {
-        // SAFETY: `ptr` came from an `&'a mut L` held for the life of `self`, so
-        // nothing else reaches the registration; `self` is `!Sync`, and `with` is
-        // not re-entered (its callers' bodies do not call it; what `f` may run —
-        // node destructors, deferred closures — is `Send + 'static` or reaches no
-        // guard, which is `!Sync`), so this `&mut` is the only reference.
-        f(unsafe { &mut *self.ptr.as_ptr() })
+    fn get_mut(&mut self) -> &mut S {
+        self.0.get_mut()
+    }
+
+    /// Runs `f` on the state. Callers (the registrations and guards of this
+    /// module) never call `with` inside `f`.
+    #[inline(always)]
+    fn with<T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
+        // SAFETY: the cell is `!Sync`, so only this thread reaches it; `with` is
+        // not re-entered (its callers' bodies do not call it, and what `f` may run
+        // — node destructors, deferred closures — is `Send + 'static`, so it
+        // cannot hold a reference to this `!Sync` cell or its registration), and
+        // no reference into the state outlives `f`: this `&mut` is the only
+        // reference to the state while it lives.
+        f(unsafe { &mut *self.0.get() })
     }
 }
 
-impl<L: std::fmt::Debug> std::fmt::Debug for LocalRef<'_, L> {
+impl<S> std::fmt::Debug for LocalCell<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LocalRef(..)")
+        f.write_str("LocalCell(..)")
     }
 }
 
@@ -760,7 +770,7 @@ mod tests {
     fn leak_runs_deferred_closures_when_the_domain_drops() {
         let runs = std::sync::Arc::new(AtomicUsize::new(0));
         let d = Arc::new(Leak::new());
-        let mut l = Leak::register(&d);
+        let l = Leak::register(&d);
         l.enter().defer(counting(&runs));
         // A zero-sized closure: `Box` allocates nothing, and still runs once.
         l.enter().defer(|| ());
@@ -774,7 +784,7 @@ mod tests {
     #[test]
     fn retire_with_waits_for_the_hazard_on_its_node() {
         let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
-        let mut r = HazardPointers::register(&d);
+        let r = HazardPointers::register(&d);
         let mut w = HazardPointers::register(&d);
         let node = Box::into_raw(Box::new(9u64));
         let src = AtomicPtr::new(node);
@@ -814,6 +824,128 @@ mod tests {
         assert!(freed.load(StdOrdering::Relaxed));
         let s = d.stats();
         assert_eq!((s.retired, s.freed, s.pending), (2, 2, 0));
+    }
+
+    /// A node whose drop is counted.
+    struct Tracked(std::sync::Arc<AtomicUsize>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, StdOrdering::Relaxed);
+        }
+    }
+
+    /// Lets `w` reclaim whatever it can: critical sections (EBR advances),
+    /// quiescent states (QSBR) and a deferred no-op each (hazard pointers with
+    /// threshold 1 scan at every retire).
+    fn reclaim_hard<L: Local>(w: &mut L) {
+        for _ in 0..10 {
+            w.enter().defer(|| ());
+            w.quiescent();
+        }
+    }
+
+    /// Two guards of one registration at once: the first protects node 1 (slot
+    /// 0), the second, entered while the first lives, protects nodes 2 and 3 in
+    /// its own slots 0 and 1 and drops first (more come and go inside it). While the first guard lives,
+    /// node 1, unlinked and retired by another thread, is not freed however much
+    /// that thread reclaims — before, between and after the second guard — and
+    /// it is freed once the first guard drops too.
+    fn two_guards_at_once<R: Reclaimer>(d: Arc<R>) {
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
+        let node = |_: u8| Box::into_raw(Box::new(Tracked(drops.clone())));
+        let srcs = [node(1), node(2), node(3)].map(AtomicPtr::new);
+        let r = R::register(&d);
+        let mut w = R::register(&d);
+        let g1 = r.enter();
+        let p1 = g1.protect(0, &srcs[0]);
+        let old = srcs[0].swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
+        // SAFETY: unlinked above, retired once, made by `Box`.
+        unsafe { w.enter().retire_box(old) };
+        reclaim_hard(&mut w);
+        {
+            let g2 = r.enter();
+            let p2 = g2.protect(0, &srcs[1]);
+            let p3 = g2.protect(1, &srcs[2]);
+            reclaim_hard(&mut w);
+            // More guards, one at a time, with the first two alive: the epoch
+            // has moved on since the first guard pinned it (EBR), and must not
+            // move on twice more while it lives (a nested guard that re-pinned
+            // would let it, by one epoch per guard).
+            for _ in 0..4 {
+                let g3 = r.enter();
+                reclaim_hard(&mut w);
+                drop(g3);
+                reclaim_hard(&mut w);
+            }
+            // SAFETY: protected by `g2`'s slots, validated, never retired.
+            assert!(unsafe { p2.as_ref().is_some() && p3.as_ref().is_some() });
+        }
+        reclaim_hard(&mut w);
+        assert_eq!(
+            drops.load(StdOrdering::Relaxed),
+            0,
+            "{}: node 1 freed while the first guard protects it",
+            R::NAME
+        );
+        // SAFETY: protected by `g1` (slot 0), validated before the unlink.
+        assert!(unsafe { p1.as_ref() }.is_some());
+        drop(g1);
+        drop(r); // QSBR: the reader's leaving is its last quiescent state
+        reclaim_hard(&mut w);
+        // The leaking baseline frees only when the domain drops.
+        let freed = usize::from(R::NAME != "Leak");
+        assert_eq!(
+            drops.load(StdOrdering::Relaxed),
+            freed,
+            "{}: node 1 not freed",
+            R::NAME
+        );
+        drop((w, d));
+        assert_eq!(drops.load(StdOrdering::Relaxed), 1, "{}", R::NAME);
+        for s in &srcs[1..] {
+            // SAFETY: never shared beyond this test; freed once, here.
+            drop(unsafe { Box::from_raw(s.load(Ordering::Relaxed)) });
+        }
+    }
+
+    #[test]
+    fn two_guards_at_once_under_every_scheme() {
+        two_guards_at_once(Arc::new(Qsbr::new()));
+        two_guards_at_once(Arc::new(Ebr::with_advance_every(1).unwrap()));
+        two_guards_at_once(Arc::new(HazardPointers::with_threshold(1, 1).unwrap()));
+        two_guards_at_once(Arc::new(Leak::new()));
+    }
+
+    /// Under hazard pointers each live guard has its own slots: a guard entered
+    /// while another lives takes a block of its own (counted in `H`), and gives
+    /// it back when it drops, for the next such guard to reuse.
+    #[test]
+    fn hp_guards_alive_together_use_disjoint_slots() {
+        let d = Arc::new(HazardPointers::new(2).unwrap());
+        let l = HazardPointers::register(&d);
+        assert_eq!(d.total_slots(), 2);
+        let g1 = l.enter();
+        let g2 = l.enter();
+        let g3 = l.enter();
+        assert_eq!(d.total_slots(), 2 + 2 * HP_BLOCK_SLOTS, "two bank blocks");
+        drop(g2);
+        let g4 = l.enter(); // reuses g2's bank
+        assert_eq!(d.total_slots(), 2 + 2 * HP_BLOCK_SLOTS);
+        drop((g1, g3, g4));
+        let _g = l.enter();
+        assert_eq!(d.total_slots(), 2 + 2 * HP_BLOCK_SLOTS, "blocks are kept");
+    }
+
+    #[test]
+    #[should_panic(expected = "such a guard has 4 slots")]
+    fn a_second_hp_guard_has_one_block() {
+        let d = Arc::new(HazardPointers::new(1).unwrap());
+        let l = HazardPointers::register(&d);
+        let src = AtomicPtr::new(std::ptr::null_mut::<u64>());
+        let _g1 = l.enter();
+        let g2 = l.enter();
+        g2.protect(HP_BLOCK_SLOTS, &src);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
 use super::limbo::Retired;
-use super::{Guard, Local, LocalRef, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimStats, Reclaimer};
 
 /// A quiescent-state-based reclamation domain.
 ///
@@ -99,7 +99,8 @@ impl Reclaimer for Qsbr {
 #[derive(Debug)]
 pub struct QsbrLocal {
     domain: Arc<Qsbr>,
-    thread: EpochThread,
+    /// The epoch record, shared with the live guards (which retire into it).
+    thread: LocalCell<EpochThread>,
 }
 
 impl QsbrLocal {
@@ -109,13 +110,13 @@ impl QsbrLocal {
         thread.pin(&domain.core);
         Self {
             domain: domain.clone(),
-            thread,
+            thread: LocalCell::new(thread),
         }
     }
 
     /// Nodes this thread retired that are not yet freed.
     pub fn pending(&self) -> usize {
-        self.thread.pending()
+        self.thread.with(|t| t.pending())
     }
 }
 
@@ -127,15 +128,18 @@ impl Local for QsbrLocal {
     fn header(&self) {}
 
     /// Nothing to do while the thread is online; after [`park`](Local::park),
-    /// re-joins at the current epoch first (a validated pin).
+    /// re-joins at the current epoch first (a validated pin). Several guards
+    /// need nothing more: the thread stays online until `quiescent` or `park`,
+    /// which take `&mut self` and so wait for every guard to drop.
     #[inline]
-    fn enter(&mut self) -> QsbrGuard<'_> {
-        if !self.thread.is_pinned() {
-            self.thread.pin(&self.domain.core);
-        }
-        QsbrGuard {
-            local: LocalRef::new(self),
-        }
+    fn enter(&self) -> QsbrGuard<'_> {
+        let core = &self.domain.core;
+        self.thread.with(|t| {
+            if !t.is_pinned() {
+                t.pin(core);
+            }
+        });
+        QsbrGuard { local: self }
     }
 
     /// Announces a quiescent state: re-pins at the current epoch, and, if this
@@ -143,29 +147,30 @@ impl Local for QsbrLocal {
     /// epoch and frees what expired.
     fn quiescent(&mut self) {
         let core = &self.domain.core;
-        self.thread.pin(core);
-        if self.thread.pending() > 0 || core.has_orphans() {
-            self.thread.collect(core);
+        let t = self.thread.get_mut();
+        t.pin(core);
+        if t.pending() > 0 || core.has_orphans() {
+            t.collect(core);
         }
     }
 
     /// Offline until the next `enter` or `quiescent`: an unpin, so the epoch can
     /// advance past this thread while it does nothing.
     fn park(&mut self) {
-        self.thread.unpin();
+        self.thread.get_mut().unpin();
     }
 }
 
 impl Drop for QsbrLocal {
     fn drop(&mut self) {
-        self.thread.leave(&self.domain.core);
+        self.thread.get_mut().leave(&self.domain.core);
     }
 }
 
 /// A QSBR operation: no state of its own (the thread is online throughout).
 #[derive(Debug)]
 pub struct QsbrGuard<'a> {
-    local: LocalRef<'a, QsbrLocal>,
+    local: &'a QsbrLocal,
 }
 
 impl Guard for QsbrGuard<'_> {
@@ -186,7 +191,8 @@ impl Guard for QsbrGuard<'_> {
 
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
         self.local
-            .with(|l| l.thread.retire(Retired::with(ptr, arg, free)));
+            .thread
+            .with(|t| t.retire(Retired::with(ptr, arg, free)));
     }
 }
 
