@@ -40,6 +40,16 @@
 //! neither, and frees the node. Hazard slots are allocated on demand, so a
 //! traversal may use as many as it needs.
 //!
+//! Several guards of one registration may live at once ([`Local::enter`] takes
+//! `&self`): a reference handed out under one guard stays valid while the thread
+//! runs other operations under others. EBR counts nested guards and keeps the
+//! outermost pin; hazard pointers give each further live guard a block of
+//! [`HP_BLOCK_SLOTS`] slots of its own.
+//!
+//! Every node of every structure embeds the scheme's [`Header`] (zero-sized for
+//! the schemes here), so that interval-based schemes (IBR, Hazard Eras) can
+//! stamp birth eras ([`Guard::header`]) without touching the structures.
+//!
 //! A registration kept across operations (a cached one, as
 //! [`ds::handle::Auto`](crate::ds::handle::Auto) keeps) calls [`Local::park`] after
 //! each: QSBR then goes offline, so an idle thread never holds reclamation up.
