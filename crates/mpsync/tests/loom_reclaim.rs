@@ -112,7 +112,7 @@ fn hp_protect_vs_retire_and_scan() {
     model(
         || HazardPointers::with_threshold(1, 1).unwrap(),
         |d, src| {
-            let mut l = HazardPointers::register(d);
+            let l = HazardPointers::register(d);
             let g = l.enter();
             let p = g.protect_raw(0, src);
             read(p);
@@ -135,7 +135,7 @@ fn hp_protect_into_a_slot_allocated_on_demand_vs_scan() {
     model(
         || HazardPointers::with_threshold(1, 1).unwrap(),
         |d, src| {
-            let mut l = HazardPointers::register(d);
+            let l = HazardPointers::register(d);
             let g = l.enter();
             let p = g.protect_raw(5, src); // K = 1: slot 5 is in a second block
             read(p);
@@ -153,7 +153,7 @@ fn ebr_protect_vs_retire_and_advance() {
     model(
         || Ebr::with_advance_every(1).unwrap(),
         |d, src| {
-            let mut l = Ebr::register(d);
+            let l = Ebr::register(d);
             let g = l.enter();
             let p = g.protect_raw(0, src);
             read(p);
@@ -225,7 +225,7 @@ fn ebr_leave_hands_over_concurrently() {
     model(
         || Ebr::with_advance_every(1).unwrap(),
         |d, src| {
-            let mut l = Ebr::register(d);
+            let l = Ebr::register(d);
             unlink_and_retire(&mut l.enter(), src);
             drop(l);
         },
@@ -256,7 +256,7 @@ fn ebr_pin_window_vs_advances() {
         || Ebr::with_advance_every(1000).unwrap(),
         2,
         |d, src| {
-            let mut w = Ebr::register(d);
+            let w = Ebr::register(d);
             let mut r = Ebr::register(d);
             let t = {
                 let src = src.clone();
