@@ -444,11 +444,11 @@ fn hp_bound_holds_while_a_thread_stalls_inside_an_operation() {
         {
             let (domain, stalled, release) = (&domain, &stalled, &release);
             sc.spawn(move || {
-                let mut local = HazardPointers::register(domain);
+                let local = HazardPointers::register(domain);
                 let mine = AtomicPtr::new(Box::into_raw(Box::new(7u64)));
-                let mut g = local.enter();
-                g.protect(0, &mine);
-                g.protect(1, &mine);
+                let g = local.enter();
+                g.protect_raw(0, &mine);
+                g.protect_raw(1, &mine);
                 stalled.wait();
                 release.wait();
                 drop(g);

@@ -112,9 +112,9 @@ fn hp_protect_vs_retire_and_scan() {
     model(
         || HazardPointers::with_threshold(1, 1).unwrap(),
         |d, src| {
-            let mut l = HazardPointers::register(d);
-            let mut g = l.enter();
-            let p = g.protect(0, src);
+            let l = HazardPointers::register(d);
+            let g = l.enter();
+            let p = g.protect_raw(0, src);
             read(p);
         },
         |d, src| {
@@ -135,9 +135,9 @@ fn hp_protect_into_a_slot_allocated_on_demand_vs_scan() {
     model(
         || HazardPointers::with_threshold(1, 1).unwrap(),
         |d, src| {
-            let mut l = HazardPointers::register(d);
-            let mut g = l.enter();
-            let p = g.protect(5, src); // K = 1: slot 5 is in a second block
+            let l = HazardPointers::register(d);
+            let g = l.enter();
+            let p = g.protect_raw(5, src); // K = 1: slot 5 is in a second block
             read(p);
         },
         |d, src| {
@@ -153,9 +153,9 @@ fn ebr_protect_vs_retire_and_advance() {
     model(
         || Ebr::with_advance_every(1).unwrap(),
         |d, src| {
-            let mut l = Ebr::register(d);
-            let mut g = l.enter();
-            let p = g.protect(0, src);
+            let l = Ebr::register(d);
+            let g = l.enter();
+            let p = g.protect_raw(0, src);
             read(p);
         },
         |d, src| {
@@ -174,7 +174,7 @@ fn qsbr_protect_vs_retire_and_quiescent_states() {
         Qsbr::new,
         |d, src| {
             let mut l = Qsbr::register(d);
-            let p = l.enter().protect(0, src);
+            let p = l.enter().protect_raw(0, src);
             read(p);
             l.quiescent();
         },
@@ -201,8 +201,8 @@ fn qsbr_parked_registration_rejoins_before_reading() {
             let mut l = Qsbr::register(d);
             l.park();
             {
-                let mut g = l.enter();
-                let p = g.protect(0, src);
+                let g = l.enter();
+                let p = g.protect_raw(0, src);
                 read(p);
             }
             l.park();
@@ -225,13 +225,13 @@ fn ebr_leave_hands_over_concurrently() {
     model(
         || Ebr::with_advance_every(1).unwrap(),
         |d, src| {
-            let mut l = Ebr::register(d);
+            let l = Ebr::register(d);
             unlink_and_retire(&mut l.enter(), src);
             drop(l);
         },
         |d, src| {
             let mut l = Ebr::register(d);
-            let p = l.enter().protect(0, src);
+            let p = l.enter().protect_raw(0, src);
             let _ = p; // not dereferenced after the guard: only leaving matters here
             l.try_reclaim();
             drop(l);
@@ -256,7 +256,7 @@ fn ebr_pin_window_vs_advances() {
         || Ebr::with_advance_every(1000).unwrap(),
         2,
         |d, src| {
-            let mut w = Ebr::register(d);
+            let w = Ebr::register(d);
             let mut r = Ebr::register(d);
             let t = {
                 let src = src.clone();
@@ -264,7 +264,7 @@ fn ebr_pin_window_vs_advances() {
                     for _ in 0..3 {
                         r.try_reclaim();
                     }
-                    read(r.enter().protect(0, &src));
+                    read(r.enter().protect_raw(0, &src));
                     r
                 })
             };
@@ -290,7 +290,7 @@ fn qsbr_register_window_vs_advances() {
                 for _ in 0..3 {
                     r.quiescent();
                 }
-                read(r.enter().protect(0, &src));
+                read(r.enter().protect_raw(0, &src));
                 r
             })
         };

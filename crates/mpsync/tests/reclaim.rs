@@ -116,7 +116,7 @@ fn replace_one<R: Reclaimer>(
     sink: &'static Sink,
     spread: usize,
 ) -> bool {
-    let mut g = local.enter();
+    let g = local.enter();
     let a = (rng.next() % SLOTS as u64) as usize;
     let b = (rng.next() % SLOTS as u64) as usize;
     let (h0, h1) = if spread > 1 {
@@ -127,9 +127,9 @@ fn replace_one<R: Reclaimer>(
         (0, 1)
     };
     // A second protected node that someone else may retire meanwhile.
-    let other = g.protect(h1, &slots[b]);
+    let other = g.protect_raw(h1, &slots[b]);
     check(other);
-    let p = g.protect(h0, &slots[a]);
+    let p = g.protect_raw(h0, &slots[a]);
     check(p);
     let new = Node::new(sink);
     let ok = slots[a]
@@ -344,9 +344,9 @@ fn stalled<R: Reclaimer>(domain: R) -> (u64, ReclaimStats, ReclaimStats) {
         let slots = slots.clone();
         thread::spawn(move || {
             let mut local = stall_local;
-            let mut g = local.enter();
-            let a = g.protect(0, &slots[0]);
-            let b = g.protect(1, &slots[1]);
+            let g = local.enter();
+            let a = g.protect_raw(0, &slots[0]);
+            let b = g.protect_raw(1, &slots[1]);
             stalled_tx.send(()).unwrap();
             resume_rx.recv().unwrap(); // "preempted forever" until the test says
             check(a);
@@ -465,7 +465,7 @@ fn ebr_grows_without_bound_while_a_thread_stalls_in_a_critical_section() {
 
 /// Unlinks the node in `slot` (putting a fresh one there) and retires it.
 fn unlink_and_retire<G: Guard>(g: &mut G, slot: &AtomicPtr<Node>, sink: &'static Sink) {
-    let x = g.protect(0, slot);
+    let x = g.protect_raw(0, slot);
     let new = Node::new(sink);
     slot.compare_exchange(x, new, Ordering::AcqRel, Ordering::Acquire)
         .expect("only this thread writes the slot");
@@ -505,9 +505,9 @@ fn ebr_pin_that_read_a_stale_epoch_frees_nothing_early() {
         2,
         "T1, stopped before its pin, blocks no advance"
     );
-    let mut t4 = Ebr::register(&d);
-    let mut g4 = t4.enter();
-    let x = g4.protect(0, &slot);
+    let t4 = Ebr::register(&d);
+    let g4 = t4.enter();
+    let x = g4.protect_raw(0, &slot);
     check(x);
     trap.release();
     t1.wait();
@@ -557,7 +557,7 @@ fn qsbr_register_stale_window(leave: bool) {
         "T1, stopped before its pin, blocks no advance"
     );
     let mut t4 = Qsbr::register(&d);
-    let x = t4.enter().protect(0, &slot);
+    let x = t4.enter().protect_raw(0, &slot);
     check(x);
     trap.release();
     t1.wait();
@@ -602,8 +602,8 @@ fn hp_protect_revalidates_after_publishing_the_hazard() {
     t1.start({
         let slot = slot.clone();
         move |l: &mut HpLocal| {
-            let mut g = l.enter();
-            let p = g.protect(0, &slot);
+            let g = l.enter();
+            let p = g.protect_raw(0, &slot);
             // SAFETY: protected (or, if `protect` is broken, poisoned but never
             // deallocated before `bury`).
             tx.send(unsafe { (*p).magic.load(Ordering::Relaxed) })
@@ -611,7 +611,7 @@ fn hp_protect_revalidates_after_publishing_the_hazard() {
         }
     });
     trap.wait_hit(STOPPED_IN_TIME).unwrap();
-    let mut w = HazardPointers::register(&d);
+    let w = HazardPointers::register(&d);
     // Twice: the first retire's scan still sees `w`'s own hazard on the node.
     unlink_and_retire(&mut w.enter(), &slot, sink);
     unlink_and_retire(&mut w.enter(), &slot, sink);

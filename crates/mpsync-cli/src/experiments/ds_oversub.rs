@@ -63,6 +63,17 @@ pub const TARGETS: &[(Kind, &str, &str)] = &[
     (Kind::Stack, "Treiber (HP)", "haphazard Treiber"),
 ];
 
+/// Each handle-free (`Auto`) row and the explicit-handle row of the same
+/// structure it is reported against.
+pub const AUTO_PAIRS: &[(Kind, &str, &str)] = &[
+    (
+        Kind::Queue,
+        "MS non-blocking (EBR)",
+        "MS non-blocking (EBR, Auto)",
+    ),
+    (Kind::Stack, "Treiber (EBR)", "Treiber (EBR, Auto)"),
+];
+
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let cores = p.cores.max(1);
@@ -180,6 +191,24 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             ));
         }
     }
+    // What the handle-free API's thread-local cache costs: each `Auto` row over
+    // the same structure with an explicit handle (a measurement, no target).
+    for &(kind, handle, auto) in AUTO_PAIRS {
+        let (handle, auto) = (&qualified(kind, handle), &qualified(kind, auto));
+        let parts: Vec<String> = threads
+            .iter()
+            .filter_map(|&n| {
+                let x = f64::from(n);
+                Some(format!("{n} threads {:.2}", at(auto, x)? / at(handle, x)?))
+            })
+            .collect();
+        if !parts.is_empty() {
+            details.push(format!(
+                "{auto} / {handle} throughput (the cached registration's cost): {}",
+                parts.join(", ")
+            ));
+        }
+    }
     for kind in [Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter] {
         let Some(&last) = threads.last() else { break };
         let x = f64::from(last);
@@ -269,6 +298,14 @@ mod tests {
         }
         for k in [Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter] {
             assert!(table.iter().any(|i| i.kind == k && i.name == reference(k)));
+        }
+        for (kind, handle, auto) in AUTO_PAIRS {
+            for row in [handle, auto] {
+                assert!(
+                    table.iter().any(|i| i.kind == *kind && i.name == *row),
+                    "{row}"
+                );
+            }
         }
     }
 }

@@ -462,13 +462,13 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
         {
             let (domain, stop, stalled) = (&domain, &stop, &stalled);
             s.spawn(move || {
-                let mut local = R::register(domain);
+                let local = R::register(domain);
                 let dummy = Box::into_raw(Box::new(0u64));
                 let slot = mpsync::sync::AtomicPtr::new(dummy);
                 {
-                    let mut g = local.enter();
-                    g.protect(0, &slot);
-                    g.protect(1, &slot);
+                    let g = local.enter();
+                    g.protect_raw(0, &slot);
+                    g.protect_raw(1, &slot);
                     // Release: the sampler starts once we are in place.
                     stalled.store(true, Ordering::Release);
                     // Acquire: pairs with the sampler's Release stop store.

@@ -1104,14 +1104,14 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
         {
             let (m, stop, stalled) = (&m, &stop, &stalled);
             s.spawn(move || {
-                let mut local = R::register(m.domain());
+                let local = R::register(m.domain());
                 // Whatever the table's head bucket holds, protected in both slots
                 // (the hazards a search leaves behind when it stops).
                 let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));
                 {
-                    let mut g = local.enter();
-                    g.protect(0, &dummy);
-                    g.protect(1, &dummy);
+                    let g = local.enter();
+                    g.protect_raw(0, &dummy);
+                    g.protect_raw(1, &dummy);
                     // Release: the sampler starts once we are in place.
                     stalled.store(true, Ordering::Release);
                     // Acquire: pairs with the sampler's Release stop store.

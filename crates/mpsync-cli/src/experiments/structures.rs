@@ -11,6 +11,7 @@ use mpsync::util::rng::SplitMix64;
 
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
+use mpsync::ds::handle::Auto;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
@@ -105,6 +106,36 @@ impl<S: SharedDs> BenchDs for S {
 
 /// Operations between two quiescent-state announcements (Hart 2005 §5.1.3).
 pub const OPS_PER_QUIESCENT: u64 = 100;
+
+/// The handle-free (`Auto`) MS queue over EBR: the same queue as the row
+/// "MS non-blocking (EBR)", each operation through the thread's cached
+/// registration (a thread-local lookup per operation) instead of an explicit
+/// handle, so the two rows show what the cache costs.
+impl<A: NodeAlloc> SharedDs for Auto<MsQueue<u64, Ebr, A>> {
+    fn create() -> Self {
+        Auto::new(MsQueue::new())
+    }
+    fn put(&self, v: u64) {
+        self.enqueue(v);
+    }
+    fn take(&self) -> Option<u64> {
+        self.dequeue()
+    }
+}
+
+/// The handle-free (`Auto`) Treiber stack over EBR, beside "Treiber (EBR)"
+/// (see the queue's).
+impl<A: NodeAlloc> SharedDs for Auto<TreiberStack<u64, Ebr, A>> {
+    fn create() -> Self {
+        Auto::new(TreiberStack::new())
+    }
+    fn put(&self, v: u64) {
+        self.push(v);
+    }
+    fn take(&self) -> Option<u64> {
+        self.pop()
+    }
+}
 
 /// `Mutex<VecDeque>` (std).
 #[derive(Debug, Default)]
@@ -529,6 +560,8 @@ macro_rules! lf_row {
 /// TAS-B with bounded backoff, ordinary or preemption-safe (PS = `TasBNp`); the
 /// lock-free rows reclaim with QSBR unless the name says otherwise and take their
 /// nodes from `--alloc`'s allocator (the lock-based ones and Herlihy's from `Box`).
+/// An `Auto` row is the structure of the row named without `Auto`, each operation
+/// through the thread's cached registration instead of an explicit handle.
 pub fn ds_table() -> Vec<DsImpl> {
     use Kind::*;
     use Origin::{Paper, Peer};
@@ -561,6 +594,7 @@ pub fn ds_table() -> Vec<DsImpl> {
             MsQueue,
             HazardPointers
         ),
+        lf_row!("MS non-blocking (EBR, Auto)", Queue, Auto, MsQueue, Ebr),
         lf_row!("PLJ non-blocking", Queue, QueueRow, PljQueue, Qsbr),
         row!(
             "single lock",
@@ -583,6 +617,7 @@ pub fn ds_table() -> Vec<DsImpl> {
             TreiberStack,
             HazardPointers
         ),
+        lf_row!("Treiber (EBR, Auto)", Stack, Auto, TreiberStack, Ebr),
         row!("Herlihy", Paper, Stack, StackRow<HerlihyStack<u64, Qsbr>>),
         row!(
             "single lock",

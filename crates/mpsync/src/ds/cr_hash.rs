@@ -110,7 +110,7 @@ use lock_api::{Mutex, RawMutex};
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{Liveness, check_local};
 use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering};
 use crate::util::CachePadded;
@@ -122,30 +122,32 @@ const TABLE_SLOT: usize = 2;
 /// A chain node. `#[repr(C)]` with the [`Liveness`] first (the loom test
 /// allocator relies on it).
 #[repr(C)]
-struct Node<K, V> {
+struct Node<K, V, R: Reclaimer> {
     live: Liveness,
-    next: AtomicPtr<Node<K, V>>,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
+    next: AtomicPtr<Node<K, V, R>>,
     key: K,
     value: V,
 }
 
 /// A bucket: the writers' lock and the chain's head.
-struct Bucket<K, V, L: RawMutex> {
+struct Bucket<K, V, L: RawMutex, R: Reclaimer> {
     lock: Mutex<L, ()>,
-    head: AtomicPtr<Node<K, V>>,
+    head: AtomicPtr<Node<K, V, R>>,
 }
 
 /// A bucket array and, through it, the nodes on its chains, which it owns: a
 /// table retired by a resize frees them with it. `#[repr(C)]` with the
 /// [`Liveness`] first (under loom a freed table is marked dead, not freed).
 #[repr(C)]
-struct Table<K, V, L: RawMutex, A: NodeAlloc> {
+struct Table<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> {
     live: Liveness,
-    buckets: Box<[Bucket<K, V, L>]>,
+    buckets: Box<[Bucket<K, V, L, R>]>,
     _owns: PhantomData<(K, V, A)>,
 }
 
-impl<K, V, L: RawMutex, A: NodeAlloc> Table<K, V, L, A> {
+impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Table<K, V, L, R, A> {
     fn new(n: usize) -> Self {
         Self {
             live: Liveness::new(),
@@ -161,7 +163,7 @@ impl<K, V, L: RawMutex, A: NodeAlloc> Table<K, V, L, A> {
 
     /// Key hash `h`'s bucket (multiply-shift: any bucket count).
     #[inline]
-    fn bucket(&self, h: u64) -> &Bucket<K, V, L> {
+    fn bucket(&self, h: u64) -> &Bucket<K, V, L, R> {
         &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
     }
 
@@ -175,7 +177,7 @@ impl<K, V, L: RawMutex, A: NodeAlloc> Table<K, V, L, A> {
                 // once; removed ones belong to the domain.
                 let next = unsafe { &*p }.next.load(Ordering::Relaxed);
                 // SAFETY: as above; freed once, here.
-                unsafe { free_node::<K, V, A>(p.cast()) };
+                unsafe { free_node::<K, V, R, A>(p.cast()) };
                 p = next;
             }
             b.head.store(ptr::null_mut(), Ordering::Relaxed);
@@ -183,7 +185,7 @@ impl<K, V, L: RawMutex, A: NodeAlloc> Table<K, V, L, A> {
     }
 }
 
-impl<K, V, L: RawMutex, A: NodeAlloc> Drop for Table<K, V, L, A> {
+impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Drop for Table<K, V, L, R, A> {
     fn drop(&mut self) {
         self.free_chains();
     }
@@ -194,10 +196,10 @@ impl<K, V, L: RawMutex, A: NodeAlloc> Drop for Table<K, V, L, A> {
 /// the model (its nodes go to `A`, which the loom tests make poisoning too).
 ///
 /// # Safety
-/// `p` came from `Box::<Table<K, V, L, A>>::into_raw`, no thread can reach it or
+/// `p` came from `Box::<Table<K, V, L, R, A>>::into_raw`, no thread can reach it or
 /// its nodes any more, and it is freed once.
-unsafe fn free_table<K, V, L: RawMutex, A: NodeAlloc>(p: *mut u8) {
-    let t = p.cast::<Table<K, V, L, A>>();
+unsafe fn free_table<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc>(p: *mut u8) {
+    let t = p.cast::<Table<K, V, L, R, A>>();
     #[cfg(not(loom))]
     // SAFETY: the contract: a box nobody reaches, dropped (with its chains) once.
     drop(unsafe { Box::from_raw(t) });
@@ -211,23 +213,18 @@ unsafe fn free_table<K, V, L: RawMutex, A: NodeAlloc>(p: *mut u8) {
 
 const MARK: usize = 1;
 
-#[inline(always)]
-fn marked<T>(p: *mut T) -> bool {
-    p.addr() & MARK != 0
-}
-
 /// Drops a node's key and value and gives its memory back to `A`.
 ///
 /// # Safety
-/// `p` came from `A::alloc::<Node<K, V>>`, no thread can reach it any more, and it
+/// `p` came from `A::alloc::<Node<K, V, R>>`, no thread can reach it any more, and it
 /// is freed once.
-unsafe fn free_node<K, V, A: NodeAlloc>(p: *mut u8) {
-    let n = p.cast::<Node<K, V>>();
+unsafe fn free_node<K, V, R: Reclaimer, A: NodeAlloc>(p: *mut u8) {
+    let n = p.cast::<Node<K, V, R>>();
     // SAFETY: the contract: a live node nobody else reaches, dropped and freed once.
     unsafe {
         ptr::drop_in_place(&raw mut (*n).key);
         ptr::drop_in_place(&raw mut (*n).value);
-        A::free::<Node<K, V>>(p);
+        A::free::<Node<K, V, R>>(p);
     }
 }
 
@@ -309,7 +306,7 @@ pub struct CrHashMap<
     A: NodeAlloc = SystemAlloc,
     S = RandomState,
 > {
-    table: AtomicPtr<Table<K, V, L, A>>,
+    table: AtomicPtr<Table<K, V, L, R, A>>,
     /// The current table's bucket count (for [`buckets`](Self::buckets)).
     nbuckets: AtomicUsize,
     /// Entries, counted under the bucket locks (resizing tables only).
@@ -493,7 +490,7 @@ where
         let held: Vec<_> = t.buckets.iter().map(|b| b.lock.lock()).collect();
         // [2] Copy. A panicking `clone` drops `new` (freeing its copies) and
         // `held` (unlocking): the table is as it was.
-        let new = Box::new(Table::<K, V, L, A>::new(buckets));
+        let new = Box::new(Table::<K, V, L, R, A>::new(buckets));
         for b in t.buckets.iter() {
             // Relaxed: under the bucket lock, as in `insert`.
             let mut p = b.head.load(Ordering::Relaxed);
@@ -505,6 +502,7 @@ where
                 let head = nb.head.load(Ordering::Relaxed);
                 let copy = A::alloc(Node {
                     live: Liveness::new(),
+                    hdr: Header::of_local(&*local),
                     next: AtomicPtr::new(head),
                     key: n.key.clone(),
                     value: n.value.clone(),
@@ -519,12 +517,12 @@ where
         self.nbuckets.store(buckets, Ordering::Relaxed);
         self.table.store(Box::into_raw(new), Ordering::Release);
         drop(held);
-        let mut g = local.enter();
+        let g = local.enter();
         // SAFETY: `old` is no longer the current table, so no new operation
         // reaches it or its nodes; it is retired once (by the resizer that
         // replaced it); `free_table` frees what `Box::new` made, with its
         // chains, from any thread (`K`, `V`, `L`: `Send`).
-        unsafe { g.retire_raw(old.cast(), free_table::<K, V, L, A>) };
+        unsafe { g.retire_raw(old.cast(), free_table::<K, V, L, R, A>) };
     }
 }
 
@@ -540,12 +538,11 @@ where
     /// The current table, protected by `g` (hazard slot [`TABLE_SLOT`]) for
     /// as long as `g` lives.
     #[inline]
-    fn current<'g, G: Guard>(&self, g: &mut G) -> &'g Table<K, V, L, A> {
-        let t = g.protect(TABLE_SLOT, &self.table);
+    fn current<'g, G: Guard>(&self, g: &'g G) -> &'g Table<K, V, L, R, A> {
         // SAFETY: protected (validated against the table pointer: not retired
-        // then), so not freed while `g` holds it; the caller does not let the
-        // reference outlive `g`. Never null: a map always has a table.
-        let t = unsafe { &*t };
+        // then), so not freed while `g` holds it (nothing else protects into
+        // `TABLE_SLOT`). Never null: a map always has a table.
+        let t = unsafe { g.protect(TABLE_SLOT, &self.table).deref() };
         t.live.check();
         t
     }
@@ -554,12 +551,12 @@ where
     /// table it is in, and `key`'s hash.
     fn lock_bucket<'g, G: Guard>(
         &self,
-        g: &mut G,
+        g: &'g G,
         key: &K,
-    ) -> (&'g Bucket<K, V, L>, lock_api::MutexGuard<'g, L, ()>) {
+    ) -> (&'g Bucket<K, V, L, R>, lock_api::MutexGuard<'g, L, ()>) {
         let h = self.hasher.hash_one(key);
         loop {
-            let t: &'g Table<K, V, L, A> = self.current(g);
+            let t: &'g Table<K, V, L, R, A> = self.current(g);
             let b = t.bucket(h);
             let w = b.lock.lock();
             // Relaxed: a resizer changes the pointer only while it holds every
@@ -573,34 +570,36 @@ where
     }
 
     /// The reader's search: `key`'s node, protected by `g` (slots 0 and 1, hand
-    /// over hand), or null.
-    fn search<G: Guard>(b: &Bucket<K, V, L>, key: &K, g: &mut G) -> *mut Node<K, V> {
+    /// over hand; until `g` protects into them again), or `None`.
+    fn search<'g, G: Guard>(
+        b: &'g Bucket<K, V, L, R>,
+        key: &K,
+        g: &'g G,
+    ) -> Option<&'g Node<K, V, R>> {
         'retry: loop {
-            let mut link: *const AtomicPtr<Node<K, V>> = &b.head;
+            // [1] `link` is the bucket's head or the `next` of the node protected
+            // by slot `s_prev` (see [2]).
+            let mut link: &'g AtomicPtr<Node<K, V, R>> = &b.head;
             let (mut s_cur, mut s_prev) = (0usize, 1usize);
             loop {
-                // SAFETY: [1] `link` is the bucket's head or the `next` of the node
-                // protected by slot `s_prev` (see [2]).
-                let cur = g.protect(s_cur, unsafe { &*link });
-                if marked(cur) {
+                let cur = g.protect(s_cur, link);
+                if cur.tag() & MARK != 0 {
                     // The node we stand on was removed: its successor may be freed.
                     continue 'retry;
                 }
-                if cur.is_null() {
-                    return cur;
-                }
-                // SAFETY: [2] `cur` is protected by `s_cur`, validated against an
+                // SAFETY: [2] `cur` is protected by `s_cur` (not protected into
+                // again before the swap below moves on), validated against an
                 // unmarked `link`: the node holding `link` was not removed then, so
                 // `cur` was in the chain, not retired, and is not freed while the
                 // slot holds it (nor while the table, protected too, lives).
-                let c = unsafe { &*cur };
+                let c = unsafe { cur.as_ref() }?;
                 c.live.check();
                 // Present: `cur` was reached through a validated, unmarked link, so
                 // it was in the chain then. (A remove linearizes at its unlink; a
                 // reader that finds the node marked but still linked overlaps that
                 // remove, so reporting it present is linearizable — no mark check.)
                 if c.key == *key {
-                    return cur;
+                    return Some(c);
                 }
                 link = &c.next;
                 std::mem::swap(&mut s_cur, &mut s_prev);
@@ -627,13 +626,10 @@ where
     /// If `local` is registered with another domain.
     pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "CrHashMap::get");
-        let mut g = local.enter();
+        let g = local.enter();
         let h = self.hasher.hash_one(key);
-        let b = self.current(&mut g).bucket(h);
-        let n = Self::search(b, key, &mut g);
-        (!n.is_null()).then(|| {
-            // SAFETY: protected by `g` (see `search`, [2]), which outlives `f`'s call.
-            let n = unsafe { &*n };
+        let b = self.current(&g).bucket(h);
+        Self::search(b, key, &g).map(|n| {
             n.live.check();
             f(&n.value)
         })
@@ -645,10 +641,10 @@ where
     /// If `local` is registered with another domain.
     pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "CrHashMap::contains_key");
-        let mut g = local.enter();
+        let g = local.enter();
         let h = self.hasher.hash_one(key);
-        let b = self.current(&mut g).bucket(h);
-        !Self::search(b, key, &mut g).is_null()
+        let b = self.current(&g).bucket(h);
+        Self::search(b, key, &g).is_some()
     }
 
     /// Inserts `key → value` if `key` is absent (under the bucket's lock);
@@ -659,8 +655,8 @@ where
     /// If `local` is registered with another domain.
     pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
-        let mut g = local.enter();
-        let (b, w) = self.lock_bucket(&mut g, &key);
+        let g = local.enter();
+        let (b, w) = self.lock_bucket(&g, &key);
         // Relaxed (in this walk): we hold the lock, and every change to this chain
         // is made under it, so our loads see the chain as the last writer left it.
         let head = b.head.load(Ordering::Relaxed);
@@ -676,6 +672,7 @@ where
         }
         let node = A::alloc(Node {
             live: Liveness::new(),
+            hdr: Header::new(&g),
             next: AtomicPtr::new(head),
             key,
             value,
@@ -699,9 +696,9 @@ where
         V: Clone,
     {
         check_local(&*self.domain, local, "CrHashMap::remove");
-        let mut g = local.enter();
-        let (b, w) = self.lock_bucket(&mut g, key);
-        let mut link: &AtomicPtr<Node<K, V>> = &b.head;
+        let g = local.enter();
+        let (b, w) = self.lock_bucket(&g, key);
+        let mut link: &AtomicPtr<Node<K, V, R>> = &b.head;
         // Relaxed: as in `insert` (the lock orders writers).
         let mut p = link.load(Ordering::Relaxed);
         while !p.is_null() {
@@ -718,7 +715,7 @@ where
                 drop(w);
                 // SAFETY: unlinked by us ([2]) under the lock, so retired once;
                 // `free_node` frees what `A::alloc` made, from any thread.
-                unsafe { g.retire_raw(p.cast(), free_node::<K, V, A>) };
+                unsafe { g.retire_raw(p.cast(), free_node::<K, V, R, A>) };
                 drop(g);
                 self.maybe_resize(local, len);
                 return Some(v);
@@ -823,8 +820,10 @@ where
         V: Clone,
     {
         check_local(&*self.domain, local, "CrHashMap::iter");
-        let mut guard = local.enter();
-        let table: *const Table<K, V, L, A> = self.current(&mut guard);
+        let guard = local.enter();
+        // Raw: the iterator keeps the table beside the guard that protects it
+        // (a borrow of the guard cannot live in the same struct); see `next`.
+        let table: *const Table<K, V, L, R, A> = guard.protect_raw(TABLE_SLOT, &self.table);
         Iter {
             map: self,
             guard,
@@ -880,7 +879,7 @@ where
     map: &'m CrHashMap<K, V, L, R, A, S>,
     guard: GuardOf<'l, R>,
     /// The table walked: protected by `guard` (slot [`TABLE_SLOT`]).
-    table: *const Table<K, V, L, A>,
+    table: *const Table<K, V, L, R, A>,
     next_bucket: usize,
     buf: std::vec::IntoIter<(K, V)>,
 }
@@ -895,24 +894,23 @@ where
 {
     /// One pass over bucket `b`'s chain into a fresh buffer, restarting (and
     /// emptying the buffer) when the node it stands on is removed, as `search`.
-    fn fill(&mut self, b: &Bucket<K, V, L>) -> Vec<(K, V)> {
-        let g = &mut self.guard;
+    fn fill(&mut self, b: &Bucket<K, V, L, R>) -> Vec<(K, V)> {
+        let g = &self.guard;
         let mut out = Vec::new();
         'retry: loop {
             out.clear();
-            let mut link: *const AtomicPtr<Node<K, V>> = &b.head;
+            // As in `search`, [1].
+            let mut link = &b.head;
             let (mut s_cur, mut s_prev) = (0usize, 1usize);
             loop {
-                // SAFETY: as in `search`, [1].
-                let cur = g.protect(s_cur, unsafe { &*link });
-                if marked(cur) {
+                let cur = g.protect(s_cur, link);
+                if cur.tag() & MARK != 0 {
                     continue 'retry;
                 }
-                if cur.is_null() {
-                    return out;
-                }
                 // SAFETY: as in `search`, [2].
-                let c = unsafe { &*cur };
+                let Some(c) = (unsafe { cur.as_ref() }) else {
+                    return out;
+                };
                 c.live.check();
                 out.push((c.key.clone(), c.value.clone()));
                 link = &c.next;
@@ -1019,6 +1017,30 @@ mod tests {
     use crate::ds::map::MapHandle;
     use crate::lock::TasB;
     use crate::reclaim::{HazardPointers, Leak, Qsbr};
+
+    /// The per-node header is free for today's schemes (see `ds::hm_list`).
+    #[test]
+    fn the_node_header_adds_nothing() {
+        #[repr(C)]
+        struct Bare {
+            live: Liveness,
+            next: AtomicPtr<u8>,
+            key: u64,
+            value: u8,
+        }
+        fn check<R: Reclaimer>() {
+            assert_eq!(
+                size_of::<Node<u64, u8, R>>(),
+                size_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+        }
+        check::<Qsbr>();
+        check::<Ebr>();
+        check::<HazardPointers>();
+        check::<Leak>();
+    }
     use std::sync::atomic::AtomicUsize;
 
     fn sequential<R: Reclaimer + Default>() {

@@ -60,7 +60,7 @@ pub struct LfHashMap<K, V, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc, S = R
     /// Not padded: a table sized for its keys has many buckets, and a cache line
     /// per bucket would multiply its footprint by 16 (reads would miss in cache
     /// far more than updates of neighbouring buckets would contend).
-    buckets: Box<[Head<K, V>]>,
+    buckets: Box<[Head<K, V, R>]>,
     hasher: S,
     domain: Arc<R>,
     /// Owns `K`s and `V`s (drop check); `A` only names the allocator.
@@ -141,7 +141,7 @@ where
     A: NodeAlloc,
     S: BuildHasher,
 {
-    fn bucket(&self, key: &K) -> &AtomicPtr<Node<K, V>> {
+    fn bucket(&self, key: &K) -> &AtomicPtr<Node<K, V, R>> {
         let h = self.hasher.hash_one(key);
         // Multiply-shift: the high bits of `h · n` are uniform in `0..n`.
         let i = ((u128::from(h) * self.buckets.len() as u128) >> 64) as usize;
@@ -157,8 +157,8 @@ where
     pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "LfHashMap::insert");
         let b = self.bucket(&key);
-        let mut g = local.enter();
-        hm_list::insert::<K, V, R, A>(b, key, value, &mut g).is_ok()
+        let g = local.enter();
+        hm_list::insert::<K, V, R, A>(b, key, value, &g).is_ok()
     }
 
     /// Removes `key`, returning a clone of its value if it was present.
@@ -170,8 +170,8 @@ where
         V: Clone,
     {
         check_local(&*self.domain, local, "LfHashMap::remove");
-        let mut g = local.enter();
-        hm_list::remove::<K, V, R, A>(self.bucket(key), key, &mut g)
+        let g = local.enter();
+        hm_list::remove::<K, V, R, A>(self.bucket(key), key, &g)
     }
 
     /// A clone of `key`'s value, if present.
@@ -202,8 +202,8 @@ where
     /// If `local` is registered with another domain.
     pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "LfHashMap::get");
-        let mut g = local.enter();
-        hm_list::get_with::<K, V, R, A, T>(self.bucket(key), key, &mut g, f)
+        let g = local.enter();
+        hm_list::get_with::<K, V, R, A, T>(self.bucket(key), key, &g, f)
     }
 
     /// Whether `key` is present.
@@ -212,8 +212,8 @@ where
     /// If `local` is registered with another domain.
     pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "LfHashMap::contains_key");
-        let mut g = local.enter();
-        hm_list::contains::<K, V, R, A>(self.bucket(key), key, &mut g)
+        let g = local.enter();
+        hm_list::contains::<K, V, R, A>(self.bucket(key), key, &g)
     }
 
     /// The number of entries: exact when no thread changes the table meanwhile,
@@ -256,8 +256,8 @@ where
         for b in self.buckets.iter() {
             // One guard per bucket: under EBR a walk of the whole table would
             // otherwise hold the epoch back for its whole length.
-            let mut g = local.enter();
-            hm_list::for_each::<K, V, R>(b, &mut g, &mut f);
+            let g = local.enter();
+            hm_list::for_each::<K, V, R>(b, &g, &mut f);
         }
     }
 
@@ -338,8 +338,8 @@ where
             let b = self.map.buckets.get(self.next_bucket)?;
             self.next_bucket += 1;
             let mut out = Vec::new();
-            let mut g = self.local.enter();
-            hm_list::for_each::<K, V, R>(b, &mut g, &mut |k, v| out.push((k.clone(), v.clone())));
+            let g = self.local.enter();
+            hm_list::for_each::<K, V, R>(b, &g, &mut |k, v| out.push((k.clone(), v.clone())));
             drop(g);
             self.buf = out.into_iter();
         }
@@ -360,7 +360,7 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S> Drop for LfHashMap<K, V, R, A, S> {
         for b in self.buckets.iter() {
             // SAFETY: `&mut self`: no thread uses the table any more; retired nodes
             // belong to the domain, which frees them.
-            unsafe { hm_list::free_all::<K, V, A>(b) };
+            unsafe { hm_list::free_all::<K, V, R, A>(b) };
         }
     }
 }

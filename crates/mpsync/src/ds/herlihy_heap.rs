@@ -11,7 +11,7 @@ use std::fmt;
 use std::ptr;
 
 use super::lf::{CasBackoff, check_local};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::handle::{Handle, Registered};
@@ -53,16 +53,16 @@ impl<T> Node<T> {
 /// succeeds), insert's new node and the candidate version. All of it is private
 /// until the winning CAS publishes it ([`publish`](Self::publish)); until then
 /// `Drop` frees it, so a `Clone` or `Ord` that panics mid-attempt leaks nothing.
-struct Attempt<T> {
+struct Attempt<T, R: Reclaimer> {
     copies: Vec<*mut Node<T>>,
     replaced: Vec<*mut Node<T>>,
     /// Insert's node holding the new value (null for delete_min, or published).
     single: *mut Node<T>,
     /// The candidate version (null until made, or published).
-    cand: *mut Version<Node<T>>,
+    cand: *mut Version<Node<T>, R>,
 }
 
-impl<T> Attempt<T> {
+impl<T, R: Reclaimer> Attempt<T, R> {
     fn new() -> Self {
         Self {
             copies: Vec::new(),
@@ -91,7 +91,7 @@ impl<T> Attempt<T> {
     }
 }
 
-impl<T> Drop for Attempt<T> {
+impl<T, R: Reclaimer> Drop for Attempt<T, R> {
     fn drop(&mut self) {
         self.abandon();
         if !self.single.is_null() {
@@ -106,7 +106,7 @@ impl<T> Drop for Attempt<T> {
     }
 }
 
-impl<T: Ord + Clone> Attempt<T> {
+impl<T: Ord + Clone, R: Reclaimer> Attempt<T, R> {
     /// A copy of `orig` (a node of the protected version) with new children.
     ///
     /// # Safety
@@ -179,7 +179,7 @@ impl<T: Ord + Clone> Attempt<T> {
 /// assert_eq!(h.delete_min(&mut local), Some("a"));
 /// ```
 pub struct HerlihySkewHeap<T, R: Reclaimer = Ebr> {
-    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>>>>,
+    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>, R>>>,
     domain: Arc<R>,
 }
 
@@ -232,14 +232,17 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
         check_local(&*self.domain, local, "HerlihySkewHeap::insert");
         let mut at = Attempt::new();
         at.single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
-        at.cand = Version::candidate(ptr::null_mut());
+        at.cand = Version::candidate(Header::of_local(&*local), ptr::null_mut());
         let (single, cand) = (at.single, at.cand);
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let root = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let root = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             // Merge with the private singleton: copy the path down while the
             // version's node is not larger; the singleton then takes the rest as its
             // left subtree (merge(x, h) = x{left: h} when x is smaller).
@@ -308,8 +311,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let root = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let root = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             if root.is_null() {
                 return None; // `at`'s drop frees the candidate, if one was made
             }
@@ -321,7 +327,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             let new_root = unsafe { at.merge((*root).left, (*root).right) };
             at.replaced.push(root);
             if at.cand.is_null() {
-                at.cand = Version::candidate(new_root);
+                at.cand = Version::candidate(Header::new(&g), new_root);
             } else {
                 // SAFETY: `cand` is still private.
                 unsafe { (*at.cand).root = new_root };
@@ -463,9 +469,9 @@ mod tests {
         for v in [5, 3, 8, 1, 9, 2, 7] {
             h.insert(&mut b, Dropped(v, drops.clone()));
         }
-        let mut a = HazardPointers::register(&domain);
-        let mut ga = a.enter();
-        let held = ga.protect(0, &h.current);
+        let a = HazardPointers::register(&domain);
+        let ga = a.enter();
+        let held = ga.protect_raw(0, &h.current);
         // Replaced before `held` was current: freed already, or by the next scan.
         b.scan();
         let before = drops.load(Ordering::Relaxed);

@@ -11,7 +11,7 @@ use std::mem::ManuallyDrop;
 use std::ptr;
 
 use super::lf::{CasBackoff, check_local};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::handle::{Handle, Registered};
@@ -61,7 +61,7 @@ unsafe impl<T: Send> Send for Node<T> {}
 /// assert_eq!(s.pop(&mut local), None);
 /// ```
 pub struct HerlihyStack<T, R: Reclaimer = Ebr> {
-    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>>>>,
+    current: crate::util::CachePadded<AtomicPtr<Version<Node<T>, R>>>,
     domain: Arc<R>,
 }
 
@@ -116,13 +116,16 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
             next: ptr::null_mut(),
             dead_next: AtomicPtr::new(ptr::null_mut()),
         }));
-        let cand = Version::candidate(node);
+        let cand = Version::candidate(Header::of_local(&*local), node);
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let top = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let top = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             // SAFETY: `node` is still private to this thread.
             unsafe { (*node).next = top };
             // AcqRel on success: the Release publishes `node` and `cand` to the
@@ -151,13 +154,16 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "HerlihyStack::pop");
-        let mut cand: *mut Version<Node<T>> = ptr::null_mut();
+        let mut cand: *mut Version<Node<T>, R> = ptr::null_mut();
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
             let cur = g.protect(0, &self.current);
-            // SAFETY: `cur` is protected, so not freed; `root` is immutable.
-            let top = unsafe { (*cur).root };
+            // SAFETY: `cur` is protected (slot 0) and was validated as the current
+            // version, which is retired only once replaced, so it is not freed; `root`
+            // is immutable.
+            let top = unsafe { cur.deref() }.root;
+            let cur = cur.as_ptr();
             if top.is_null() {
                 if !cand.is_null() {
                     // SAFETY: `cand` was never published.
@@ -170,7 +176,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
             // released (ds/version.rs), and `cur` is protected. `next` is immutable.
             let next = unsafe { (*top).next };
             if cand.is_null() {
-                cand = Version::candidate(next);
+                cand = Version::candidate(Header::new(&g), next);
             } else {
                 // SAFETY: `cand` is still private to this thread.
                 unsafe { (*cand).root = next };

@@ -34,17 +34,19 @@ use std::ptr;
 
 use super::alloc::NodeAlloc;
 use super::lf::{CasBackoff, Liveness};
-use crate::reclaim::{Guard, Local, ProtectsReachable, Reclaimer};
+use crate::reclaim::{Guard, Header, Local, Protected, ProtectsReachable, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-pub(crate) struct Node<K, V> {
+pub(crate) struct Node<K, V, R: Reclaimer> {
     live: Liveness,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
     /// The successor, bit 0 = this node is deleted (see the module's table).
-    next: AtomicPtr<Node<K, V>>,
+    next: AtomicPtr<Node<K, V, R>>,
     key: K,
     value: V,
 }
@@ -53,7 +55,7 @@ pub(crate) struct Node<K, V> {
 type GuardOf<'l, R> = <<R as Reclaimer>::Local as Local>::Guard<'l>;
 
 /// A bucket: the head of a list.
-pub(crate) type Head<K, V> = crate::sync::AtomicPtr<Node<K, V>>;
+pub(crate) type Head<K, V, R> = crate::sync::AtomicPtr<Node<K, V, R>>;
 
 /// Bit 0 of a `next`: the node holding it is deleted.
 const MARK: usize = 1;
@@ -76,69 +78,69 @@ fn unmarked<T>(p: *mut T) -> *mut T {
 /// Drops a node's key and value and gives its memory back to `A`.
 ///
 /// # Safety
-/// `p` came from `A::alloc::<Node<K, V>>`, no thread can reach it any more, and it
+/// `p` came from `A::alloc::<Node<K, V, R>>`, no thread can reach it any more, and it
 /// is freed once.
-unsafe fn free_node<K, V, A: NodeAlloc>(p: *mut u8) {
-    let n = p.cast::<Node<K, V>>();
+unsafe fn free_node<K, V, R: Reclaimer, A: NodeAlloc>(p: *mut u8) {
+    let n = p.cast::<Node<K, V, R>>();
     // SAFETY: the contract: `n` is a live node nobody else reaches; its key and
     // value are dropped once, here, and the memory is freed right after.
     unsafe {
         ptr::drop_in_place(&raw mut (*n).key);
         ptr::drop_in_place(&raw mut (*n).value);
-        A::free::<Node<K, V>>(p);
+        A::free::<Node<K, V, R>>(p);
     }
 }
 
 /// Where a search stopped: `prev` is the link (a list head or a node's `next`) that
 /// pointed, unmarked, to `cur`; `cur` is the first node with a key `>= key` (or
-/// null). Both are protected by the guard the search ran under.
-struct Pos<K, V> {
-    prev: *const AtomicPtr<Node<K, V>>,
-    cur: *mut Node<K, V>,
-    found: bool,
+/// null), and `node` the same node as a reference. Both nodes are protected by the
+/// guard `'g` the search ran under (slots `0` and `1`), until its next search.
+struct Pos<'g, K, V, R: Reclaimer> {
+    prev: &'g AtomicPtr<Node<K, V, R>>,
+    cur: Protected<'g, Node<K, V, R>>,
+    /// `cur`, if it is the node with the key searched for.
+    node: Option<&'g Node<K, V, R>>,
 }
 
 /// Michael's `Find` (SPAA 2002, Figure 4): the position of `key` in the list at
 /// `head`, unlinking (and retiring) the marked nodes on the way. Uses hazard slots
 /// `0` and `1` of `g`.
-fn find<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
-    head: &AtomicPtr<Node<K, V>>,
+fn find<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
+    head: &'g AtomicPtr<Node<K, V, R>>,
     key: &K,
-    g: &mut GuardOf<'_, R>,
-) -> Pos<K, V> {
+    g: &'g GuardOf<'_, R>,
+) -> Pos<'g, K, V, R> {
     'retry: loop {
-        let mut prev: *const AtomicPtr<Node<K, V>> = head;
+        // [1] `prev` is the head (owned by the caller's structure, which outlives
+        // the guard) or the `next` field of the node protected by slot `s_prev`.
+        let mut prev: &'g AtomicPtr<Node<K, V, R>> = head;
         // The slot protecting `cur` and the one protecting the node holding `prev`.
         let (mut s_cur, mut s_prev) = (0usize, 1usize);
-        // SAFETY: [1] `prev` is the head (owned by the caller's structure) or the
-        // `next` field of a node protected by slot `s_prev` (see [2]).
-        let mut cur = g.protect(s_cur, unsafe { &*prev });
-        // The node holding `prev` (null: `prev` is the head), for loom's liveness
+        let mut cur = g.protect(s_cur, prev);
+        // The node holding `prev` (`None`: `prev` is the head), for loom's liveness
         // check only: it must still be protected (by `s_prev`) after `protect`
         // re-read its link.
-        let mut prev_node: *const Node<K, V> = ptr::null();
+        let mut prev_node: Option<&'g Node<K, V, R>> = None;
         loop {
-            // SAFETY: `prev_node` is null or protected by slot `s_prev` ([2]).
-            if let Some(p) = unsafe { prev_node.as_ref() } {
+            if let Some(p) = prev_node {
                 p.live.check();
             }
-            if marked(cur) {
+            if cur.tag() & MARK != 0 {
                 // The node holding `prev` was deleted under us: its successor may
                 // be unlinked and freed (hazard pointers); start again.
                 continue 'retry;
             }
-            if cur.is_null() {
+            // SAFETY: [2] `cur` is protected by slot `s_cur` (not protected into
+            // again until we step past it), and `protect` validated that `prev`
+            // still pointed to it, unmarked: the node holding `prev` was not
+            // deleted then, so `cur` was linked and not yet retired.
+            let Some(c) = (unsafe { cur.as_ref() }) else {
                 return Pos {
                     prev,
                     cur,
-                    found: false,
+                    node: None,
                 };
-            }
-            // SAFETY: [2] `cur` is protected by slot `s_cur`, and `protect` validated
-            // that `prev` still pointed to it, unmarked: the node holding `prev` was
-            // not deleted then, so `cur` was linked and not yet retired, and it is
-            // not freed while the slot holds it.
-            let c = unsafe { &*cur };
+            };
             c.live.check();
             // Acquire: pairs with the Release CAS that linked the successor, so its
             // key and value are visible once we step onto it.
@@ -149,11 +151,11 @@ fn find<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
             let next = c.next.load(Ordering::Acquire);
             if !marked(next) {
                 if c.key >= *key {
-                    let found = c.key == *key;
-                    return Pos { prev, cur, found };
+                    let node = (c.key == *key).then_some(c);
+                    return Pos { prev, cur, node };
                 }
                 prev = &c.next;
-                prev_node = c;
+                prev_node = Some(c);
                 // Hand over hand: the slot that protects `cur` now protects the node
                 // holding `prev`; the old predecessor's slot is free for the next node.
                 std::mem::swap(&mut s_cur, &mut s_prev);
@@ -163,9 +165,8 @@ fn find<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
                 // new (the successor was published by its own link) but keeps the
                 // link chain a release sequence for readers; Acquire orders our later
                 // reads of the successor. Failure Relaxed: we restart.
-                // SAFETY: as [1].
-                match unsafe { &*prev }.compare_exchange(
-                    cur,
+                match prev.compare_exchange(
+                    cur.as_ptr(),
                     unmarked(next),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
@@ -174,30 +175,30 @@ fn find<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
                     // link after it, and it was linked only from `prev`); only the
                     // winner of that CAS retires it; `free_node` frees what
                     // `A::alloc` made, from any thread.
-                    Ok(_) => unsafe { g.retire_raw(cur.cast(), free_node::<K, V, A>) },
+                    Ok(_) => unsafe { g.retire_raw(cur.as_ptr().cast(), free_node::<K, V, R, A>) },
                     Err(_) => continue 'retry,
                 }
             }
-            // SAFETY: as [1] (`prev` is the head or protected by `s_prev`).
-            cur = g.protect(s_cur, unsafe { &*prev });
+            cur = g.protect(s_cur, prev);
         }
     }
 }
 
 /// Inserts `(key, value)` unless `key` is present; returns the pair back if it was.
 pub(crate) fn insert<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: K,
     value: V,
-    g: &mut GuardOf<'_, R>,
+    g: &GuardOf<'_, R>,
 ) -> Result<(), (K, V)> {
     let pos = find::<K, V, R, A>(head, &key, g);
-    if pos.found {
+    if pos.node.is_some() {
         return Err((key, value));
     }
     // The pair moves into a node only once an insert will be tried.
     let node = A::alloc(Node {
         live: Liveness::new(),
+        hdr: Header::new(g),
         next: AtomicPtr::new(ptr::null_mut()),
         key,
         value,
@@ -208,11 +209,11 @@ pub(crate) fn insert<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
 
 /// Links `node` at `pos` (from a search for its key), searching again until it is
 /// linked or its key is found present.
-fn insert_node<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
-    head: &AtomicPtr<Node<K, V>>,
-    node: *mut Node<K, V>,
-    mut pos: Pos<K, V>,
-    g: &mut GuardOf<'_, R>,
+fn insert_node<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
+    head: &'g AtomicPtr<Node<K, V, R>>,
+    node: *mut Node<K, V, R>,
+    mut pos: Pos<'g, K, V, R>,
+    g: &'g GuardOf<'_, R>,
     backoff: &mut CasBackoff,
 ) -> Result<(), (K, V)> {
     loop {
@@ -222,45 +223,42 @@ fn insert_node<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
         backoff.spin();
         // SAFETY: `node` is ours, not yet shared.
         pos = find::<K, V, R, A>(head, unsafe { &(*node).key }, g);
-        if pos.found {
+        if pos.node.is_some() {
             // SAFETY: `node` was never shared; its key and value move back out once
             // and its memory is freed once.
             let kv = unsafe { (ptr::read(&(*node).key), ptr::read(&(*node).value)) };
             // SAFETY: made by `A::alloc`, contents moved out, freed once.
-            unsafe { A::free::<Node<K, V>>(node.cast()) };
+            unsafe { A::free::<Node<K, V, R>>(node.cast()) };
             return Err(kv);
         }
     }
 }
 
 /// One attempt to link the unshared `node` between `pos.prev` and `pos.cur`.
-fn try_link<K, V>(node: *mut Node<K, V>, pos: &Pos<K, V>) -> bool {
+fn try_link<K, V, R: Reclaimer>(node: *mut Node<K, V, R>, pos: &Pos<'_, K, V, R>) -> bool {
     // SAFETY: `node` is ours, not yet shared. Relaxed: published by the CAS below.
-    unsafe { &*node }.next.store(pos.cur, Ordering::Relaxed);
+    unsafe { &*node }
+        .next
+        .store(pos.cur.as_ptr(), Ordering::Relaxed);
     // Release: publishes the node's key, value and `next` to every Acquire load of
     // this link (traversals, `protect`). Failure Relaxed: the caller searches again.
-    // SAFETY: `pos.prev` is the head or the `next` of a node protected by the guard
-    // the search ran under, which is still alive.
-    unsafe { &*pos.prev }
-        .compare_exchange(pos.cur, node, Ordering::Release, Ordering::Relaxed)
+    pos.prev
+        .compare_exchange(pos.cur.as_ptr(), node, Ordering::Release, Ordering::Relaxed)
         .is_ok()
 }
 
 /// Removes `key`; returns a clone of its value if it was present (the value itself
 /// is dropped when the node is freed: concurrent readers may still be cloning it).
 pub(crate) fn remove<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: &K,
-    g: &mut GuardOf<'_, R>,
+    g: &GuardOf<'_, R>,
 ) -> Option<V> {
     let mut backoff = CasBackoff::new();
     loop {
         let pos = find::<K, V, R, A>(head, key, g);
-        if !pos.found {
-            return None;
-        }
-        // SAFETY: `pos.cur` is protected by the guard (see `find`, [2]).
-        let c = unsafe { &*pos.cur };
+        // Protected by the guard (see `find`, [2]).
+        let c = pos.node?;
         c.live.check();
         // Acquire: as in `find`.
         let next = c.next.load(Ordering::Acquire);
@@ -284,13 +282,13 @@ pub(crate) fn remove<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>
         c.live.check();
         let v = c.value.clone();
         // Unlink. AcqRel/Relaxed as the helping CAS in `find`.
-        // SAFETY: `pos.prev` is the head or the `next` of a node the guard protects.
-        if unsafe { &*pos.prev }
-            .compare_exchange(pos.cur, next, Ordering::AcqRel, Ordering::Relaxed)
+        if pos
+            .prev
+            .compare_exchange(pos.cur.as_ptr(), next, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
             // SAFETY: unlinked by our CAS (see `find`); only the CAS winner retires.
-            unsafe { g.retire_raw(pos.cur.cast(), free_node::<K, V, A>) };
+            unsafe { g.retire_raw(pos.cur.as_ptr().cast(), free_node::<K, V, R, A>) };
         } else {
             // Somebody changed `prev`: a search unlinks our marked node for us.
             let _ = find::<K, V, R, A>(head, key, g);
@@ -301,30 +299,34 @@ pub(crate) fn remove<K: Ord + Send, V: Send + Clone, R: Reclaimer, A: NodeAlloc>
 
 /// `f` of `key`'s value, if present: Michael's search (helps unlink marked nodes).
 pub(crate) fn get_with<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc, T>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: &K,
-    g: &mut GuardOf<'_, R>,
+    g: &GuardOf<'_, R>,
     f: impl FnOnce(&V) -> T,
 ) -> Option<T> {
-    let pos = find::<K, V, R, A>(head, key, g);
-    if pos.found {
-        // SAFETY: protected by the guard (see `find`, [2]), which outlives `f`'s
-        // call: the reference does not escape it.
-        let c = unsafe { &*pos.cur };
-        c.live.check();
-        Some(f(&c.value))
-    } else {
-        None
-    }
+    get::<K, V, R, A>(head, key, g).map(f)
+}
+
+/// `key`'s value, if present, borrowed for as long as the guard lives (Michael's
+/// search; the node stays protected by slot `0` or `1` until the guard's next
+/// search of this list).
+pub(crate) fn get<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
+    head: &'g AtomicPtr<Node<K, V, R>>,
+    key: &K,
+    g: &'g GuardOf<'_, R>,
+) -> Option<&'g V> {
+    let c = find::<K, V, R, A>(head, key, g).node?;
+    c.live.check();
+    Some(&c.value)
 }
 
 /// Whether `key` is present (Michael's search, as [`get_with`]).
 pub(crate) fn contains<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: &K,
-    g: &mut GuardOf<'_, R>,
+    g: &GuardOf<'_, R>,
 ) -> bool {
-    find::<K, V, R, A>(head, key, g).found
+    find::<K, V, R, A>(head, key, g).node.is_some()
 }
 
 /// Hart's fast read (Figure 5.16): walks the list ignoring marks — no validation,
@@ -332,10 +334,10 @@ pub(crate) fn contains<K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
 /// schemes that protect everything reachable (the bound), under a live guard `g`
 /// of that scheme; the node is valid while `g` lives.
 fn search_fast<'g, K: Ord, V, R: ProtectsReachable>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: &K,
     _g: &'g GuardOf<'_, R>,
-) -> Option<&'g Node<K, V>> {
+) -> Option<&'g Node<K, V, R>> {
     // Acquire (here and below): pairs with the Release link of each node.
     let mut cur = unmarked(head.load(Ordering::Acquire));
     while !cur.is_null() {
@@ -345,7 +347,7 @@ fn search_fast<'g, K: Ord, V, R: ProtectsReachable>(
         // is unlinked after it). The scheme frees no node retired after the guard
         // began before the guard ends (`R: ProtectsReachable`), so `cur` is valid
         // for `'g`.
-        let c: &'g Node<K, V> = unsafe { &*cur };
+        let c: &'g Node<K, V, R> = unsafe { &*cur };
         c.live.check();
         let next = c.next.load(Ordering::Acquire);
         if c.key >= *key {
@@ -360,7 +362,7 @@ fn search_fast<'g, K: Ord, V, R: ProtectsReachable>(
 
 /// `f` of `key`'s value by a fast read ([`search_fast`]).
 pub(crate) fn get_fast_with<K: Ord, V, R: ProtectsReachable, T>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: &K,
     g: &GuardOf<'_, R>,
     f: impl FnOnce(&V) -> T,
@@ -373,7 +375,7 @@ pub(crate) fn get_fast_with<K: Ord, V, R: ProtectsReachable, T>(
 
 /// Whether `key` is present, by a fast read ([`search_fast`]).
 pub(crate) fn contains_fast<K: Ord, V, R: ProtectsReachable>(
-    head: &AtomicPtr<Node<K, V>>,
+    head: &AtomicPtr<Node<K, V, R>>,
     key: &K,
     g: &GuardOf<'_, R>,
 ) -> bool {
@@ -386,7 +388,7 @@ pub(crate) fn contains_fast<K: Ord, V, R: ProtectsReachable>(
 /// # Safety
 /// No other thread uses the list, now or later; nodes still linked are freed
 /// here, retired ones by their domain.
-pub(crate) unsafe fn free_all<K, V, A: NodeAlloc>(head: &AtomicPtr<Node<K, V>>) {
+pub(crate) unsafe fn free_all<K, V, R: Reclaimer, A: NodeAlloc>(head: &AtomicPtr<Node<K, V, R>>) {
     // Relaxed: exclusive access (the contract).
     let mut p = unmarked(head.load(Ordering::Relaxed));
     while !p.is_null() {
@@ -394,7 +396,7 @@ pub(crate) unsafe fn free_all<K, V, A: NodeAlloc>(head: &AtomicPtr<Node<K, V>>) 
         // no longer reachable), owned by the list, and visited once.
         let next = unmarked(unsafe { &*p }.next.load(Ordering::Relaxed));
         // SAFETY: linked, so never retired; freed once, here.
-        unsafe { free_node::<K, V, A>(p.cast()) };
+        unsafe { free_node::<K, V, R, A>(p.cast()) };
         p = next;
     }
 }
@@ -405,26 +407,26 @@ pub(crate) unsafe fn free_all<K, V, A: NodeAlloc>(head: &AtomicPtr<Node<K, V>>) 
 /// predecessor was deleted under it), the walk restarts from the head and skips
 /// the keys up to the last one reported.
 pub(crate) fn for_each<K: Ord + Send + Clone, V: Send, R: Reclaimer>(
-    head: &AtomicPtr<Node<K, V>>,
-    g: &mut GuardOf<'_, R>,
+    head: &AtomicPtr<Node<K, V, R>>,
+    g: &GuardOf<'_, R>,
     f: &mut dyn FnMut(&K, &V),
 ) {
     let mut last: Option<K> = None;
     'retry: loop {
-        let mut prev: *const AtomicPtr<Node<K, V>> = head;
+        // `prev` is the head or the `next` of the node protected by `s_prev` (as
+        // in `find`, [1]).
+        let mut prev = head;
         let (mut s_cur, mut s_prev) = (0usize, 1usize);
         loop {
-            // SAFETY: `prev` is the head or the `next` of the node protected by
-            // `s_prev` (as in `find`, [1]).
-            let cur = g.protect(s_cur, unsafe { &*prev });
-            if marked(cur) {
+            let cur = g.protect(s_cur, prev);
+            if cur.tag() & MARK != 0 {
                 continue 'retry;
             }
-            if cur.is_null() {
+            // SAFETY: protected (slot `s_cur`, not protected into again before the
+            // swap below moves on) and validated, as in `find`, [2].
+            let Some(c) = (unsafe { cur.as_ref() }) else {
                 return;
-            }
-            // SAFETY: protected and validated, as in `find`, [2].
-            let c = unsafe { &*cur };
+            };
             c.live.check();
             // Acquire: as in `find`.
             let live = !marked(c.next.load(Ordering::Acquire));
@@ -435,5 +437,42 @@ pub(crate) fn for_each<K: Ord + Send + Clone, V: Send, R: Reclaimer>(
             prev = &c.next;
             std::mem::swap(&mut s_cur, &mut s_prev);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::reclaim::{Ebr, HazardPointers, Leak, Qsbr};
+
+    /// The per-node header is free for today's schemes: a node is exactly as
+    /// large (and as aligned) as the same fields without it.
+    #[test]
+    fn the_node_header_adds_nothing() {
+        #[repr(C)]
+        struct Bare {
+            live: Liveness,
+            next: AtomicPtr<u8>,
+            key: u64,
+            value: [u8; 5],
+        }
+        fn check<R: Reclaimer>() {
+            assert_eq!(
+                size_of::<Node<u64, [u8; 5], R>>(),
+                size_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+            assert_eq!(
+                align_of::<Node<u64, [u8; 5], R>>(),
+                align_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+        }
+        check::<Qsbr>();
+        check::<Ebr>();
+        check::<HazardPointers>();
+        check::<Leak>();
     }
 }

@@ -51,23 +51,26 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-struct Node<T> {
+struct Node<T, R: Reclaimer> {
     live: Liveness,
-    next: AtomicPtr<Node<T>>,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
+    next: AtomicPtr<Node<T, R>>,
     value: ValueCell<T>,
 }
 
-impl<T> Node<T> {
-    fn alloc<A: NodeAlloc>(value: ValueCell<T>) -> *mut Self {
+impl<T, R: Reclaimer> Node<T, R> {
+    fn alloc<A: NodeAlloc>(hdr: Header<R>, value: ValueCell<T>) -> *mut Self {
         A::alloc(Node {
             live: Liveness::new(),
+            hdr,
             next: AtomicPtr::new(ptr::null_mut()),
             value,
         })
@@ -79,9 +82,9 @@ impl<T> Node<T> {
 /// allocator `A` (see the [module documentation](self)).
 pub struct MsQueue<T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
     /// The dummy node. Never null.
-    head: CachePadded<AtomicPtr<Node<T>>>,
+    head: CachePadded<AtomicPtr<Node<T, R>>>,
     /// The last or second-to-last node. Never null, never behind `head`.
-    tail: CachePadded<AtomicPtr<Node<T>>>,
+    tail: CachePadded<AtomicPtr<Node<T, R>>>,
     domain: Arc<R>,
     /// Owns `T`s (drop check); `A` only names the allocator.
     _owns: PhantomData<(T, A)>,
@@ -113,7 +116,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// may share). With hazard pointers the domain needs at least 2 slots per
     /// thread.
     pub fn with_domain(domain: Arc<R>) -> Self {
-        let dummy = Node::<T>::alloc::<A>(ValueCell::empty());
+        let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
         Self {
             head: CachePadded::new(AtomicPtr::new(dummy)),
             tail: CachePadded::new(AtomicPtr::new(dummy)),
@@ -134,8 +137,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
         check_local(&*self.domain, local, "MsQueue::enqueue");
-        let node = Node::alloc::<A>(ValueCell::new(value));
-        let mut g = local.enter();
+        let node = Node::alloc::<A>(Header::of_local(local), ValueCell::new(value));
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
             let t = g.protect(0, &self.tail);
@@ -143,7 +146,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
             // it is not freed while the guard holds it (it cannot have been retired
             // before: a node is retired only after `head`, and so `tail`, passed it,
             // and `protect` validated that `tail` still pointed to it).
-            let tr = unsafe { &*t };
+            let tr = unsafe { t.deref() };
+            let t = t.as_ptr();
             tr.live.check();
             // Acquire: pairs with the Release CAS that linked `next`, so a later
             // Release swing of `tail` to it carries the node's initialization.
@@ -185,10 +189,11 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "MsQueue::dequeue");
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
-            let h = g.protect(0, &self.head);
+            let hp = g.protect(0, &self.head);
+            let h = hp.as_ptr();
             // Acquire: [2] the `tail` we read is at least as new as every swing of
             // `tail` that happened before `h` became the head (the dequeuer that
             // installed `h` saw `tail` past its predecessor, and our `protect`
@@ -197,9 +202,10 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
             let t = self.tail.load(Ordering::Acquire);
             // SAFETY: `h` is protected by slot 0 and was validated as the head
             // (see [1] in `enqueue`, with `head` for `tail`).
-            let hr = unsafe { &*h };
+            let hr = unsafe { hp.deref() };
             hr.live.check();
-            let next = g.protect(1, &hr.next);
+            let np = g.protect(1, &hr.next);
+            let next = np.as_ptr();
             // Acquire: as `protect`'s own load. `head` still `h` after `next` was
             // protected means `next` was not yet retired then (it is retired only
             // after `head` moves past `h` and then past `next`), so it stays valid.
@@ -229,7 +235,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
             {
                 stall::point(stall::MS_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
-                let n = unsafe { &*next };
+                let n = unsafe { np.deref() };
                 n.live.check();
                 // SAFETY: `next` is protected by slot 1 ([3]), holds a value (only
                 // the dummy is empty and `next` was not yet the dummy), and our CAS
@@ -238,9 +244,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
                 let v = unsafe { n.value.take() };
                 // SAFETY: `h` is unlinked (head moved past it; tail was already past
                 // it), retired once (only the CAS winner retires), and
-                // `A::free::<Node<T>>` frees what `A::alloc` made without touching
+                // `A::free::<Node<T, R>>` frees what `A::alloc` made without touching
                 // the (empty) value, from any thread.
-                unsafe { g.retire_raw(h.cast(), A::free::<Node<T>>) };
+                unsafe { g.retire_raw(h.cast(), A::free::<Node<T, R>>) };
                 return Some(v);
             }
             backoff.spin();
@@ -253,10 +259,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn is_empty(&self, local: &mut R::Local) -> bool {
         check_local(&*self.domain, local, "MsQueue::is_empty");
-        let mut g = local.enter();
-        let h = g.protect(0, &self.head);
+        let g = local.enter();
         // SAFETY: protected and validated, as in `dequeue`.
-        let hr = unsafe { &*h };
+        let hr = unsafe { g.protect(0, &self.head).deref() };
         hr.live.check();
         // Acquire: the node it leads to, if any, was published by a Release link.
         hr.next.load(Ordering::Acquire).is_null()
@@ -285,8 +290,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> Drop for MsQueue<T, R, A> {
                 drop(unsafe { n.value.take() });
             }
             dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T>>(p.cast()) };
+            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
+            unsafe { A::free::<Node<T, R>>(p.cast()) };
             p = next;
         }
     }
@@ -345,6 +350,36 @@ mod tests {
     use crate::ds::alloc::MagazineAlloc;
     use crate::reclaim::{HazardPointers, Leak, Qsbr};
     use std::sync::atomic::AtomicUsize;
+
+    /// The per-node header is free for today's schemes: a node is exactly as
+    /// large (and as aligned) as the same fields without it.
+    #[test]
+    fn the_node_header_adds_nothing() {
+        #[repr(C)]
+        struct Bare {
+            live: Liveness,
+            next: AtomicPtr<u8>,
+            value: ValueCell<[u8; 3]>,
+        }
+        fn check<R: Reclaimer>() {
+            assert_eq!(
+                size_of::<Node<[u8; 3], R>>(),
+                size_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+            assert_eq!(
+                align_of::<Node<[u8; 3], R>>(),
+                align_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+        }
+        check::<Qsbr>();
+        check::<Ebr>();
+        check::<HazardPointers>();
+        check::<Leak>();
+    }
 
     /// Counts its drops in a shared counter.
     struct Counted<'a>(u32, &'a AtomicUsize);

@@ -60,23 +60,26 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentQueue, QueueHandle};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Protected, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A list node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-struct Node<T> {
+struct Node<T, R: Reclaimer> {
     live: Liveness,
-    next: AtomicPtr<Node<T>>,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
+    next: AtomicPtr<Node<T, R>>,
     value: ValueCell<T>,
 }
 
-impl<T> Node<T> {
-    fn alloc<A: NodeAlloc>(value: ValueCell<T>) -> *mut Self {
+impl<T, R: Reclaimer> Node<T, R> {
+    fn alloc<A: NodeAlloc>(hdr: Header<R>, value: ValueCell<T>) -> *mut Self {
         A::alloc(Node {
             live: Liveness::new(),
+            hdr,
             next: AtomicPtr::new(ptr::null_mut()),
             value,
         })
@@ -85,20 +88,21 @@ impl<T> Node<T> {
 }
 
 /// A consistent view of the queue: `head` and `tail` did not change while
-/// `tail_next` was read. `head` is protected by slot 0, `tail` by slot 1.
-struct Snapshot<T> {
-    head: *mut Node<T>,
-    tail: *mut Node<T>,
-    tail_next: *mut Node<T>,
+/// `tail_next` was read. `head` is protected by slot 0, `tail` by slot 1 (until
+/// the guard `'g` protects into that slot again).
+struct Snapshot<'g, T, R: Reclaimer> {
+    head: Protected<'g, Node<T, R>>,
+    tail: Protected<'g, Node<T, R>>,
+    tail_next: *mut Node<T, R>,
 }
 
 /// The Prakash–Lee–Johnson non-blocking FIFO queue over reclaimer `R` and node
 /// allocator `A` (see the [module documentation](self)).
 pub struct PljQueue<T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
     /// The dummy node. Never null.
-    head: CachePadded<AtomicPtr<Node<T>>>,
+    head: CachePadded<AtomicPtr<Node<T, R>>>,
     /// The last node, or the second-to-last while an enqueue is in progress.
-    tail: CachePadded<AtomicPtr<Node<T>>>,
+    tail: CachePadded<AtomicPtr<Node<T, R>>>,
     domain: Arc<R>,
     /// Owns `T`s (drop check); `A` only names the allocator.
     _owns: PhantomData<(T, A)>,
@@ -127,7 +131,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// An empty queue whose retired nodes go to `domain` (hazard pointers: at
     /// least 2 slots per thread).
     pub fn with_domain(domain: Arc<R>) -> Self {
-        let dummy = Node::<T>::alloc::<A>(ValueCell::empty());
+        let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
         Self {
             head: CachePadded::new(AtomicPtr::new(dummy)),
             tail: CachePadded::new(AtomicPtr::new(dummy)),
@@ -142,7 +146,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     }
 
     /// Step 1: a consistent snapshot (see the module doc).
-    fn snapshot<G: Guard>(&self, g: &mut G) -> Snapshot<T> {
+    fn snapshot<'g, G: Guard>(&self, g: &'g G) -> Snapshot<'g, T, R> {
         loop {
             let head = g.protect(0, &self.head);
             let tail = g.protect(1, &self.tail);
@@ -150,7 +154,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // the tail after publishing the hazard; a node is retired only after
             // `head` passed it, and `head` never passes `tail`, so it was not
             // retired before and is not freed while protected.
-            let t = unsafe { &*tail };
+            let t = unsafe { tail.deref() };
             t.live.check();
             // Acquire: pairs with the Release CAS that linked the successor, so
             // helping (a Release swing of `tail`) passes its contents on.
@@ -158,8 +162,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // Acquire: as `protect`'s loads. Both unchanged: the triple held at the
             // load of `tail_next` (pointers only move forward and protected nodes
             // are not reused, so there was no change-and-back).
-            if self.head.load(Ordering::Acquire) == head
-                && self.tail.load(Ordering::Acquire) == tail
+            if self.head.load(Ordering::Acquire) == head.as_ptr()
+                && self.tail.load(Ordering::Acquire) == tail.as_ptr()
             {
                 return Snapshot {
                     head,
@@ -172,15 +176,18 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
 
     /// Step 2: completes the enqueue in progress that `s` shows, if any.
     /// Returns whether there was one.
-    fn help(&self, s: &Snapshot<T>) -> bool {
+    fn help(&self, s: &Snapshot<'_, T, R>) -> bool {
         if s.tail_next.is_null() {
             return false;
         }
         // Release: publishes the linked node (acquired in `snapshot`) to whoever
         // loads `tail` next. Failure Relaxed: somebody else completed it.
-        let _ =
-            self.tail
-                .compare_exchange(s.tail, s.tail_next, Ordering::Release, Ordering::Relaxed);
+        let _ = self.tail.compare_exchange(
+            s.tail.as_ptr(),
+            s.tail_next,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
         true
     }
 
@@ -191,16 +198,16 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn enqueue(&self, local: &mut R::Local, value: T) {
         check_local(&*self.domain, local, "PljQueue::enqueue");
-        let node = Node::alloc::<A>(ValueCell::new(value));
-        let mut g = local.enter();
+        let node = Node::alloc::<A>(Header::of_local(local), ValueCell::new(value));
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
-            let s = self.snapshot(&mut g);
+            let s = self.snapshot(&g);
             if self.help(&s) {
                 continue;
             }
             // Step 3. SAFETY: `s.tail` is protected (see `snapshot`).
-            let t = unsafe { &*s.tail };
+            let t = unsafe { s.tail.deref() };
             t.live.check();
             // Release: publishes the node's fields to the Acquire loads of this
             // `next`. Failure Relaxed: only a new snapshot follows.
@@ -210,9 +217,12 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             {
                 // Our own completion; others may have done it already.
                 // Release/Relaxed: as in `help`.
-                let _ =
-                    self.tail
-                        .compare_exchange(s.tail, node, Ordering::Release, Ordering::Relaxed);
+                let _ = self.tail.compare_exchange(
+                    s.tail.as_ptr(),
+                    node,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
                 return;
             }
             backoff.spin();
@@ -226,10 +236,10 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "PljQueue::dequeue");
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
-            let s = self.snapshot(&mut g);
+            let s = self.snapshot(&g);
             if self.help(&s) {
                 continue;
             }
@@ -241,14 +251,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // Step 3: `head` is strictly before `tail`, so it has a successor.
             // SAFETY: `s.head` is protected by slot 0 and validated (as `tail` in
             // `snapshot`).
-            let h = unsafe { &*s.head };
+            let h = unsafe { s.head.deref() };
             h.live.check();
             // Slot 1 now protects the successor instead of `tail` (no longer used).
-            let next = g.protect(1, &h.next);
+            let np = g.protect(1, &h.next);
+            let next = np.as_ptr();
             // Acquire: as `protect`'s loads. `head` still the same after `next`
             // was protected: `next` was not retired then (that needs `head` to pass
             // it), so it stays valid while protected.
-            if self.head.load(Ordering::Acquire) != s.head {
+            if self.head.load(Ordering::Acquire) != s.head.as_ptr() {
                 continue;
             }
             debug_assert!(!next.is_null(), "head before tail has a successor");
@@ -257,12 +268,12 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
             // a new snapshot follows.
             if self
                 .head
-                .compare_exchange(s.head, next, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(s.head.as_ptr(), next, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 stall::point(stall::PLJ_DEQUEUE_SWUNG);
                 // SAFETY: `next` is protected by slot 1 (see the comment on the take).
-                let n = unsafe { &*next };
+                let n = unsafe { np.deref() };
                 n.live.check();
                 // SAFETY: `next` is protected (slot 1), was not the dummy before our
                 // CAS, so it holds a value, which our CAS gave to us alone; its write
@@ -271,7 +282,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 // SAFETY: the old dummy is unlinked (`head` moved past it; `tail`
                 // was already past it), retired once by the CAS winner, and
                 // `A::free` does not touch its (empty) value.
-                unsafe { g.retire_raw(s.head.cast(), A::free::<Node<T>>) };
+                unsafe { g.retire_raw(s.head.as_ptr().cast(), A::free::<Node<T, R>>) };
                 return Some(v);
             }
             backoff.spin();
@@ -284,9 +295,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn is_empty(&self, local: &mut R::Local) -> bool {
         check_local(&*self.domain, local, "PljQueue::is_empty");
-        let mut g = local.enter();
+        let g = local.enter();
         loop {
-            let s = self.snapshot(&mut g);
+            let s = self.snapshot(&g);
             if !self.help(&s) {
                 return s.head == s.tail;
             }
@@ -316,8 +327,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> Drop for PljQueue<T, R, A> {
                 drop(unsafe { n.value.take() });
             }
             dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T>>(p.cast()) };
+            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
+            unsafe { A::free::<Node<T, R>>(p.cast()) };
             p = next;
         }
     }

@@ -45,18 +45,20 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
 use super::{ConcurrentStack, StackHandle};
-use crate::reclaim::{Ebr, Guard, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 /// A stack node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-struct Node<T> {
+struct Node<T, R: Reclaimer> {
     live: Liveness,
+    /// The scheme's per-node header (zero-sized today).
+    hdr: Header<R>,
     /// Written before the node is published, read by poppers; atomic so that a
     /// popper's read of a node another popper is unlinking is not a data race.
-    next: AtomicPtr<Node<T>>,
+    next: AtomicPtr<Node<T, R>>,
     value: ValueCell<T>,
 }
 
@@ -64,7 +66,7 @@ struct Node<T> {
 /// (see the [module documentation](self)).
 pub struct TreiberStack<T, R: Reclaimer = Ebr, A: NodeAlloc = SystemAlloc> {
     /// The top node, null when empty.
-    head: CachePadded<AtomicPtr<Node<T>>>,
+    head: CachePadded<AtomicPtr<Node<T, R>>>,
     domain: Arc<R>,
     /// Owns `T`s (drop check); `A` only names the allocator.
     _owns: PhantomData<(T, A)>,
@@ -116,6 +118,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
         check_local(&*self.domain, local, "TreiberStack::push");
         let node = A::alloc(Node {
             live: Liveness::new(),
+            hdr: Header::of_local(local),
             next: AtomicPtr::new(ptr::null_mut()),
             value: ValueCell::new(value),
         })
@@ -149,17 +152,15 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &mut R::Local) -> Option<T> {
         check_local(&*self.domain, local, "TreiberStack::pop");
-        let mut g = local.enter();
+        let g = local.enter();
         let mut backoff = CasBackoff::new();
         loop {
             let top = g.protect(0, &self.head);
-            if top.is_null() {
-                return None;
-            }
             stall::point(stall::TREIBER_POP_READ);
             // SAFETY: [1] `top` is protected (slot 0), validated as the head after
             // the protection was published, so it is not freed while we hold it.
-            let t = unsafe { &*top };
+            let t = unsafe { top.as_ref() }?;
+            let top = top.as_ptr();
             t.live.check();
             // Relaxed: `next` was written before `top` was published, and our
             // Acquire load of `head` in `protect` synchronized with that.
@@ -179,7 +180,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
                 let v = unsafe { t.value.take() };
                 // SAFETY: `top` is unlinked (no new operation can reach it), retired
                 // once (by the CAS winner); `A::free` does not touch the taken value.
-                unsafe { g.retire_raw(top.cast(), A::free::<Node<T>>) };
+                unsafe { g.retire_raw(top.cast(), A::free::<Node<T, R>>) };
                 return Some(v);
             }
             backoff.spin();
@@ -212,8 +213,8 @@ impl<T, R: Reclaimer, A: NodeAlloc> Drop for TreiberStack<T, R, A> {
             let next = n.next.load(Ordering::Relaxed);
             // SAFETY: a linked node holds a value not yet taken.
             drop(unsafe { n.value.take() });
-            // SAFETY: made by `A::alloc::<Node<T>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T>>(p.cast()) };
+            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
+            unsafe { A::free::<Node<T, R>>(p.cast()) };
             p = next;
         }
     }
@@ -271,6 +272,36 @@ mod tests {
     use crate::ds::alloc::MagazineAlloc;
     use crate::reclaim::{HazardPointers, Leak, Qsbr};
     use std::sync::atomic::AtomicUsize;
+
+    /// The per-node header is free for today's schemes: a node is exactly as
+    /// large (and as aligned) as the same fields without it.
+    #[test]
+    fn the_node_header_adds_nothing() {
+        #[repr(C)]
+        struct Bare {
+            live: Liveness,
+            next: AtomicPtr<u8>,
+            value: ValueCell<[u8; 3]>,
+        }
+        fn check<R: Reclaimer>() {
+            assert_eq!(
+                size_of::<Node<[u8; 3], R>>(),
+                size_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+            assert_eq!(
+                align_of::<Node<[u8; 3], R>>(),
+                align_of::<Bare>(),
+                "{}",
+                R::NAME
+            );
+        }
+        check::<Qsbr>();
+        check::<Ebr>();
+        check::<HazardPointers>();
+        check::<Leak>();
+    }
 
     struct Counted<'a>(u32, &'a AtomicUsize);
     impl Drop for Counted<'_> {

@@ -37,7 +37,7 @@
 use std::marker::PhantomData;
 use std::ptr;
 
-use crate::reclaim::Guard;
+use crate::reclaim::{Guard, Header, Reclaimer};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// A node that can be put on a version's dead list, and freed with `Box::from_raw`.
@@ -49,38 +49,44 @@ pub(crate) trait DeadNode: Sized {
 
 /// One version of a Herlihy-style object: its root and, once replaced, the nodes
 /// the replacement removed.
-pub(crate) struct Version<N: DeadNode> {
+pub(crate) struct Version<N: DeadNode, R: Reclaimer> {
+    /// The scheme's per-node header (zero-sized today): a version is what is
+    /// protected and retired. Read by no scheme yet (an interval-based one would
+    /// read it when the version is retired).
+    #[allow(dead_code)]
+    hdr: Header<R>,
     /// The version's root node (stack top, heap root); immutable once published.
     pub(crate) root: *mut N,
     /// `Dk`: the nodes that the transition out of this version removed.
     dead: AtomicPtr<N>,
     /// The version that replaced this one (null while current).
-    succ: AtomicPtr<Version<N>>,
+    succ: AtomicPtr<Version<N, R>>,
     /// References: the reclaimer's (or the structure's, while current) and the
     /// predecessor's (until the predecessor is freed).
     refs: AtomicUsize,
     _owns: PhantomData<N>,
 }
 
-impl<N: DeadNode> std::fmt::Debug for Version<N> {
+impl<N: DeadNode, R: Reclaimer> std::fmt::Debug for Version<N, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Version").field("root", &self.root).finish()
     }
 }
 
-impl<N: DeadNode> Version<N> {
+impl<N: DeadNode, R: Reclaimer> Version<N, R> {
     /// The first version of an object: it has no predecessor.
     pub(crate) fn first(root: *mut N) -> *mut Self {
-        Self::alloc(root, 1)
+        Self::alloc(Header::default(), root, 1)
     }
 
     /// A candidate successor, private to its builder until the CAS publishes it.
-    pub(crate) fn candidate(root: *mut N) -> *mut Self {
-        Self::alloc(root, 2)
+    pub(crate) fn candidate(hdr: Header<R>, root: *mut N) -> *mut Self {
+        Self::alloc(hdr, root, 2)
     }
 
-    fn alloc(root: *mut N, refs: usize) -> *mut Self {
+    fn alloc(hdr: Header<R>, root: *mut N, refs: usize) -> *mut Self {
         Box::into_raw(Box::new(Self {
+            hdr,
             root,
             dead: AtomicPtr::new(ptr::null_mut()),
             succ: AtomicPtr::new(ptr::null_mut()),

@@ -18,7 +18,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
 use super::limbo::Retired;
-use super::{Guard, Local, ReclaimError, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Critical sections between epoch-advance attempts by default.
 pub const EBR_DEFAULT_ADVANCE_EVERY: u32 = 100;
@@ -94,6 +94,8 @@ impl Default for Ebr {
 
 impl Reclaimer for Ebr {
     type Local = EbrLocal;
+    /// Zero-sized: EBR keep nothing per node.
+    type Header = ();
     const NAME: &'static str = "EBR";
 
     #[cfg(not(loom))]
@@ -120,16 +122,27 @@ impl Reclaimer for Ebr {
 #[derive(Debug)]
 pub struct EbrLocal {
     domain: Arc<Ebr>,
+    state: LocalCell<EbrState>,
+}
+
+/// What an [`EbrLocal`] and its guards change.
+#[derive(Debug)]
+struct EbrState {
     thread: EpochThread,
     /// Critical sections until the next advance attempt.
     countdown: u32,
+    /// Live guards: the thread is pinned while this is non-zero.
+    depth: usize,
 }
 
 impl EbrLocal {
     fn new(domain: &Arc<Ebr>) -> Self {
         Self {
-            thread: EpochThread::join(&domain.core),
-            countdown: domain.advance_every,
+            state: LocalCell::new(EbrState {
+                thread: EpochThread::join(&domain.core),
+                countdown: domain.advance_every,
+                depth: 0,
+            }),
             domain: domain.clone(),
         }
     }
@@ -138,25 +151,39 @@ impl EbrLocal {
     /// thread's limbo lists and nodes of threads that left). Returns the number
     /// of nodes freed. Call it outside any critical section.
     pub fn try_reclaim(&mut self) -> u64 {
-        self.thread.collect(&self.domain.core)
+        self.state.get_mut().thread.collect(&self.domain.core)
     }
 
     /// Nodes this thread retired that are not yet freed.
     pub fn pending(&self) -> usize {
-        self.thread.pending()
+        self.state.with(|s| s.thread.pending())
     }
 }
 
 impl Local for EbrLocal {
+    type Header = ();
     type Guard<'a> = EbrGuard<'a>;
 
-    fn enter(&mut self) -> EbrGuard<'_> {
-        self.thread.pin(&self.domain.core);
-        self.countdown -= 1;
-        if self.countdown == 0 {
-            self.countdown = self.domain.advance_every;
-            self.thread.collect(&self.domain.core);
-        }
+    #[inline(always)]
+    fn header(&self) {}
+
+    /// Pins the epoch, unless a guard of this registration already holds it
+    /// pinned (nested guards share the outermost pin: re-pinning at a newer
+    /// epoch would let the nodes the outer guard reads be freed).
+    fn enter(&self) -> EbrGuard<'_> {
+        let core = &self.domain.core;
+        let advance_every = self.domain.advance_every;
+        self.state.with(|s| {
+            if s.depth == 0 {
+                s.thread.pin(core);
+                s.countdown -= 1;
+                if s.countdown == 0 {
+                    s.countdown = advance_every;
+                    s.thread.collect(core);
+                }
+            }
+            s.depth += 1;
+        });
         EbrGuard { local: self }
     }
 
@@ -166,19 +193,25 @@ impl Local for EbrLocal {
 
 impl Drop for EbrLocal {
     fn drop(&mut self) {
-        self.thread.leave(&self.domain.core);
+        self.state.get_mut().thread.leave(&self.domain.core);
     }
 }
 
-/// An EBR critical section; dropping it unpins the thread.
+/// An EBR critical section; dropping the last live guard of a registration
+/// unpins the thread.
 #[derive(Debug)]
 pub struct EbrGuard<'a> {
-    local: &'a mut EbrLocal,
+    local: &'a EbrLocal,
 }
 
 impl Guard for EbrGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
-    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+    fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node. The
         // pin (a SeqCst fence) already keeps the node alive for the whole guard.
         src.load(Ordering::Acquire)
@@ -187,14 +220,21 @@ impl Guard for EbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.thread.retire(Retired::with(ptr, arg, free));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local
+            .state
+            .with(|s| s.thread.retire(Retired::with(ptr, arg, free)));
     }
 }
 
 impl Drop for EbrGuard<'_> {
     fn drop(&mut self) {
-        self.local.thread.unpin();
+        self.local.state.with(|s| {
+            s.depth -= 1;
+            if s.depth == 0 {
+                s.thread.unpin();
+            }
+        });
     }
 }
 
@@ -212,7 +252,7 @@ mod tests {
     }
 
     fn retire_one(l: &mut EbrLocal) {
-        let mut g = l.enter();
+        let g = l.enter();
         // SAFETY: a fresh box nobody else can reach.
         unsafe { g.retire_box(Box::into_raw(Box::new(Counted))) };
     }
@@ -221,7 +261,7 @@ mod tests {
     fn frees_after_three_advances_and_not_while_another_is_pinned() {
         let d = Arc::new(Ebr::with_advance_every(1).unwrap());
         let mut a = Ebr::register(&d);
-        let mut b = Ebr::register(&d);
+        let b = Ebr::register(&d);
         let before = DROPS.load(std::sync::atomic::Ordering::Relaxed);
         let held = b.enter(); // b is pinned at the current epoch
         retire_one(&mut a);

@@ -22,6 +22,7 @@
 //! at most `H` per thread handed over by threads that left, which the next scan
 //! adopts. Uses `sched`: nothing.
 
+use std::cell::Cell;
 use std::ptr::{self, NonNull};
 
 use crate::sched::stall;
@@ -29,7 +30,7 @@ use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering, fence};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
-use super::{Guard, Local, ReclaimError, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Most hazard slots a thread may have: slots are allocated on demand, and this
 /// bound only turns a runaway slot index (a bug) into a clear panic instead of an
@@ -71,6 +72,11 @@ impl SlotBlock {
 /// A thread's hazard slots (a chain of blocks) and counters.
 struct HpRecord {
     first: SlotBlock,
+    /// The blocks of the guards entered while another guard of the owner lives
+    /// (block `b - 1` for the guard in bank `b`), a chain of its own that only
+    /// grows: null until the owner appends one (Release), read by scanners
+    /// (Acquire).
+    banks: AtomicPtr<SlotBlock>,
     /// Slots the record's owners asked for (the high-water mark, at least `K`
     /// once owned): what `H` counts. Written by the owner only; Relaxed, a size.
     wanted: AtomicUsize,
@@ -81,9 +87,22 @@ impl Default for HpRecord {
     fn default() -> Self {
         Self {
             first: SlotBlock::new(),
+            banks: AtomicPtr::new(ptr::null_mut()),
             wanted: AtomicUsize::new(0),
             counters: Counters::default(),
         }
+    }
+}
+
+impl HpRecord {
+    /// Every block of slots: the main chain, then the bank chain (Acquire: as in
+    /// [`SlotBlock::chain`]).
+    fn all_blocks(&self) -> impl Iterator<Item = &SlotBlock> {
+        // SAFETY: a bank block lives as long as the record (see `Drop`).
+        let banks = unsafe { self.banks.load(Ordering::Acquire).as_ref() };
+        self.first
+            .chain()
+            .chain(banks.into_iter().flat_map(SlotBlock::chain))
     }
 }
 
@@ -91,12 +110,15 @@ impl Drop for HpRecord {
     fn drop(&mut self) {
         // `&mut self`: the registry is dropping, nobody reads the chain. Relaxed:
         // exclusive access.
-        let mut b = self.first.next.load(Ordering::Relaxed);
-        while !b.is_null() {
-            // SAFETY: every block after the first was made by `Box::into_raw` in
-            // `HpLocal::grow`, linked once, and is freed only here.
-            let blk = unsafe { Box::from_raw(b) };
-            b = blk.next.load(Ordering::Relaxed);
+        for head in [&self.first.next, &self.banks] {
+            let mut b = head.load(Ordering::Relaxed);
+            while !b.is_null() {
+                // SAFETY: every block after the first, and every bank block, was
+                // made by `Box::into_raw` in `HpState::grow`/`grow_bank`, linked
+                // once, and is freed only here.
+                let blk = unsafe { Box::from_raw(b) };
+                b = blk.next.load(Ordering::Relaxed);
+            }
         }
     }
 }
@@ -110,12 +132,13 @@ impl Drop for HpRecord {
 /// let hp = Arc::new(HazardPointers::with_threshold(2, 1).unwrap()); // scan at every retire
 /// let shared = AtomicPtr::new(Box::into_raw(Box::new(41u64)));
 /// let (mut reader, mut writer) = (HazardPointers::register(&hp), HazardPointers::register(&hp));
-/// let mut r = reader.enter();
+/// let r = reader.enter();
 /// let p = r.protect(0, &shared);
 /// let old = shared.swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
 /// // SAFETY: `old` is unlinked, retired once, made by `Box`.
 /// unsafe { writer.enter().retire_box(old) };
-/// assert_eq!(unsafe { *p }, 41); // still protected: not freed
+/// // SAFETY: protected by slot 0 and validated while `shared` still held it.
+/// assert_eq!(unsafe { p.as_ref() }, Some(&41)); // still protected: not freed
 /// assert_eq!(hp.stats().pending, 1);
 /// drop(r);
 /// writer.scan();
@@ -196,21 +219,27 @@ impl Default for HazardPointers {
 
 impl Reclaimer for HazardPointers {
     type Local = HpLocal;
+    /// Zero-sized: hazard pointers keep nothing per node.
+    type Header = ();
     const NAME: &'static str = "HP";
 
     #[cfg(not(loom))]
     fn register(self: &Arc<Self>) -> HpLocal {
-        HpLocal::new(self)
+        HpLocal {
+            state: LocalCell::new(HpState::new(self)),
+        }
     }
 
     #[cfg(loom)]
     fn register(this: &Arc<Self>) -> HpLocal {
-        HpLocal::new(this)
+        HpLocal {
+            state: LocalCell::new(HpState::new(this)),
+        }
     }
 
     #[inline]
     fn owns(&self, local: &HpLocal) -> bool {
-        std::ptr::eq(self, &*local.domain)
+        local.state.with(|l| std::ptr::eq(self, &*l.domain))
     }
 
     fn stats(&self) -> ReclaimStats {
@@ -228,6 +257,32 @@ impl Reclaimer for HazardPointers {
 /// protected to the domain.
 #[derive(Debug)]
 pub struct HpLocal {
+    /// Shared with the live guards.
+    state: LocalCell<HpState>,
+}
+
+impl HpLocal {
+    /// Nodes this thread retired (or adopted) that are not yet freed.
+    pub fn pending(&self) -> usize {
+        self.state.with(|l| l.pending())
+    }
+
+    /// Hazard slots this thread has asked for so far (at least the domain's `K`;
+    /// what it counts towards `H`; the blocks of further guards not included).
+    pub fn slots(&self) -> usize {
+        self.state.with(|l| l.slots())
+    }
+
+    /// Michael's `Scan`: adopts nodes of threads that left, then frees every
+    /// retired node that no hazard slot holds. Returns the number freed.
+    pub fn scan(&mut self) -> u64 {
+        self.state.get_mut().scan()
+    }
+}
+
+/// What an [`HpLocal`] and its guards change.
+#[derive(Debug)]
+struct HpState {
     domain: Arc<HazardPointers>,
     rec: NonNull<Record<HpRecord>>,
     /// The record's blocks after its first, in chain order (a cache of the chain,
@@ -238,14 +293,19 @@ pub struct HpLocal {
     rlist: Vec<Retired>,
     /// The scan's array of hazards, kept to avoid reallocating.
     scratch: Vec<*mut u8>,
+    /// Bit `b`: a live guard uses bank `b` (0: the slots `0, 1, …`; `b >= 1`: the
+    /// `b - 1`th block of the record's bank chain).
+    live: u64,
+    /// The record's bank blocks, in chain order (a cache of the chain).
+    bank_blocks: Vec<NonNull<SlotBlock>>,
 }
 
 // SAFETY: the record (and its blocks) is owned by this handle (its `in_use` flag)
 // and lives as long as the domain, which the handle keeps alive; retired nodes are
 // `Send`; `scratch` holds addresses only, never dereferenced.
-unsafe impl Send for HpLocal {}
+unsafe impl Send for HpState {}
 
-impl HpLocal {
+impl HpState {
     fn new(domain: &Arc<HazardPointers>) -> Self {
         let rec = domain.registry.acquire();
         // SAFETY: the record lives as long as the domain; we own it now.
@@ -264,6 +324,13 @@ impl HpLocal {
             wanted = domain.k;
             data.wanted.store(wanted, Ordering::Relaxed);
         }
+        // SAFETY: as in `HpRecord::all_blocks`.
+        let banks = unsafe { data.banks.load(Ordering::Acquire).as_ref() };
+        let bank_blocks = banks
+            .into_iter()
+            .flat_map(SlotBlock::chain)
+            .map(NonNull::from)
+            .collect();
         Self {
             rec,
             domain: domain.clone(),
@@ -271,6 +338,8 @@ impl HpLocal {
             wanted,
             rlist: Vec::new(),
             scratch: Vec::new(),
+            live: 0,
+            bank_blocks,
         }
     }
 
@@ -348,9 +417,65 @@ impl HpLocal {
         self.blocks.push(new);
     }
 
+    /// Takes the lowest free bank for a new guard, with its block of slots.
+    ///
+    /// # Panics
+    /// With 64 guards of the registration alive.
+    fn open_bank(&mut self) -> usize {
+        let b = (!self.live).trailing_zeros() as usize;
+        assert!(
+            b < 64,
+            "64 hazard-pointer guards of one registration alive at once: too many \
+             (each further guard takes {HP_BLOCK_SLOTS} slots of its own)"
+        );
+        self.live |= 1 << b;
+        while self.bank_blocks.len() < b {
+            self.grow_bank();
+        }
+        b
+    }
+
+    /// Gives bank `b` back (its guard dropped, its slots cleared).
+    fn close_bank(&mut self, b: usize) {
+        self.live &= !(1 << b);
+    }
+
+    /// Slot `i` of bank `b >= 1` (a guard entered while another lives).
+    ///
+    /// # Panics
+    /// If `i >= HP_BLOCK_SLOTS`.
+    fn bank_slot(&self, b: usize, i: usize) -> &AtomicPtr<u8> {
+        assert!(
+            i < HP_BLOCK_SLOTS,
+            "hazard slot {i} out of range for a guard entered while another guard of \
+             the same registration lives: such a guard has {HP_BLOCK_SLOTS} slots"
+        );
+        // SAFETY: bank blocks live as long as the record, which lives as long as
+        // the domain `self` holds; `open_bank` grew the chain past `b - 1`.
+        &unsafe { self.bank_blocks[b - 1].as_ref() }.slots[i]
+    }
+
+    /// Appends a block of null slots to the record's bank chain, counted
+    /// towards `H`.
+    fn grow_bank(&mut self) {
+        let new = NonNull::from(Box::leak(Box::new(SlotBlock::new())));
+        let link = match self.bank_blocks.last() {
+            // SAFETY: as in `bank_slot`.
+            Some(b) => &unsafe { b.as_ref() }.next,
+            None => &self.record().banks,
+        };
+        // Release: as in `grow` (a scanner that reaches the block sees it null).
+        link.store(new.as_ptr(), Ordering::Release);
+        self.bank_blocks.push(new);
+        // Relaxed: a size for the scan threshold (as in `want`).
+        self.domain
+            .extra
+            .fetch_add(HP_BLOCK_SLOTS, Ordering::Relaxed);
+    }
+
     /// Clears every slot of the record (all blocks).
     fn clear_all(&self) {
-        for b in self.record().first.chain() {
+        for b in self.record().all_blocks() {
             for s in &b.slots {
                 // Release: as in `HpGuard::release`.
                 s.store(ptr::null_mut(), Ordering::Release);
@@ -379,7 +504,7 @@ impl HpLocal {
         fence(Ordering::SeqCst);
         self.scratch.clear();
         for r in d.registry.iter() {
-            for b in r.data.first.chain() {
+            for b in r.data.all_blocks() {
                 for s in &b.slots {
                     // Acquire: pairs with the Release stores to slots in `protect`,
                     // `release` and the guard's drop, so the accesses made under an
@@ -411,15 +536,23 @@ impl HpLocal {
 }
 
 impl Local for HpLocal {
+    type Header = ();
     type Guard<'a> = HpGuard<'a>;
 
-    /// Nothing to do until `protect`; the guard clears its slots when dropped.
+    #[inline(always)]
+    fn header(&self) {}
+
+    /// Nothing to do until `protect` but take a bank of slots: the first live
+    /// guard the slots `0, 1, …` (on demand), each further one a block of
+    /// [`HP_BLOCK_SLOTS`] of its own. The guard clears its slots when dropped.
     #[inline]
-    fn enter(&mut self) -> HpGuard<'_> {
+    fn enter(&self) -> HpGuard<'_> {
+        let bank = self.state.with(HpState::open_bank);
         HpGuard {
             local: self,
-            used: 0,
-            high: 0,
+            bank,
+            used: Cell::new(0),
+            high: Cell::new(0),
         }
     }
 
@@ -427,7 +560,7 @@ impl Local for HpLocal {
     fn quiescent(&mut self) {}
 }
 
-impl Drop for HpLocal {
+impl Drop for HpState {
     fn drop(&mut self) {
         self.scan();
         let rest = std::mem::take(&mut self.rlist);
@@ -441,54 +574,77 @@ impl Drop for HpLocal {
 }
 
 /// One operation's hazard slots; dropping it clears the slots it used.
+///
+/// [`protect`](Guard::protect) takes `&self` (the protected pointers it returns
+/// borrow the guard shared, and a traversal holds several) and still allocates
+/// slots and notes which it used, in the registration's shared state.
 #[derive(Debug)]
 pub struct HpGuard<'a> {
-    local: &'a mut HpLocal,
+    local: &'a HpLocal,
+    /// The guard's bank of slots (see [`HpLocal::enter`](Local::enter)).
+    bank: usize,
     /// Bit `i` set: slot `i` (< 64) may be non-null.
-    used: u64,
+    used: Cell<u64>,
     /// One past the highest slot >= 64 used (0: none).
-    high: usize,
+    high: Cell<usize>,
 }
 
 impl HpGuard<'_> {
+    /// Runs `f` on the registration.
+    #[inline(always)]
+    fn local<T>(&self, f: impl FnOnce(&mut HpState) -> T) -> T {
+        self.local.state.with(f)
+    }
+
     /// Notes that slot `i` may be non-null, for the guard's drop.
     #[inline]
-    fn mark_used(&mut self, i: usize) {
+    fn mark_used(&self, i: usize) {
         if i < 64 {
-            self.used |= 1 << i;
+            self.used.set(self.used.get() | 1 << i);
         } else {
-            self.high = self.high.max(i + 1);
+            self.high.set(self.high.get().max(i + 1));
         }
     }
 }
 
 impl Guard for HpGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     /// Slot `slot` is allocated if this thread does not have it yet (see the
     /// module doc; panics only at [`HP_MAX_SLOTS`]).
-    fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
-        if slot >= self.local.wanted {
-            self.local.want(slot); // may panic: before the guard notes the slot
-        }
-        self.mark_used(slot);
+    fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
         let mask = std::mem::align_of::<T>() - 1;
-        let hp = self.local.slot(slot);
-        // Relaxed: only a candidate; it is validated below after the hazard is set.
-        let mut p = src.load(Ordering::Relaxed);
-        loop {
-            stall::point(stall::HP_PROTECT_LOADED);
-            // Release: accesses made under this slot's previous protection happen
-            // before a scanner that reads this value (its Acquire load in `scan`).
-            hp.store(p.cast::<u8>().map_addr(|a| a & !mask), Ordering::Release);
-            // SeqCst fence: pairs with the fence in `scan` (see there).
-            fence(Ordering::SeqCst);
-            stall::point(stall::HP_PROTECT_PUBLISHED);
-            // Acquire: pairs with the Release store/CAS that published the node.
-            let q = src.load(Ordering::Acquire);
-            if q == p {
-                return p;
+        self.local(|l| {
+            let hp = if self.bank == 0 {
+                if slot >= l.wanted {
+                    l.want(slot); // may panic: before the guard notes the slot
+                }
+                l.slot(slot)
+            } else {
+                l.bank_slot(self.bank, slot) // may panic, as `want`
+            };
+            self.mark_used(slot);
+            // Relaxed: only a candidate; it is validated below after the hazard is set.
+            let mut p = src.load(Ordering::Relaxed);
+            loop {
+                stall::point(stall::HP_PROTECT_LOADED);
+                // Release: accesses made under this slot's previous protection happen
+                // before a scanner that reads this value (its Acquire load in `scan`).
+                hp.store(p.cast::<u8>().map_addr(|a| a & !mask), Ordering::Release);
+                // SeqCst fence: pairs with the fence in `scan` (see there).
+                fence(Ordering::SeqCst);
+                stall::point(stall::HP_PROTECT_PUBLISHED);
+                // Acquire: pairs with the Release store/CAS that published the node.
+                let q = src.load(Ordering::Acquire);
+                if q == p {
+                    return p;
+                }
+                p = q;
             }
-            p = q;
-        }
+        })
     }
 
     fn release(&mut self, slot: usize) {
@@ -496,20 +652,26 @@ impl Guard for HpGuard<'_> {
             slot < HP_MAX_SLOTS,
             "hazard slot {slot} out of range: a thread may have at most {HP_MAX_SLOTS}"
         );
-        if slot >= self.local.capacity() {
-            return; // never allocated, so never set
-        }
-        // Release: the accesses made under this protection happen before a scanner
-        // that reads the null (its Acquire load in `scan`).
-        self.local
-            .slot(slot)
-            .store(ptr::null_mut(), Ordering::Release);
-        if slot < 64 {
-            self.used &= !(1 << slot);
+        let bank = self.bank;
+        let cleared = self.local(|l| {
+            let hp = if bank == 0 && slot < l.capacity() {
+                l.slot(slot)
+            } else if bank > 0 && slot < HP_BLOCK_SLOTS {
+                l.bank_slot(bank, slot)
+            } else {
+                return false; // never allocated, so never set
+            };
+            // Release: the accesses made under this protection happen before a
+            // scanner that reads the null (its Acquire load in `scan`).
+            hp.store(ptr::null_mut(), Ordering::Release);
+            true
+        });
+        if cleared && slot < 64 {
+            self.used.set(self.used.get() & !(1 << slot));
         }
     }
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
         // SAFETY: the caller's contract.
         unsafe { self.retire(Retired::with(ptr, arg, free)) }
     }
@@ -518,29 +680,38 @@ impl Guard for HpGuard<'_> {
 impl HpGuard<'_> {
     /// # Safety
     /// As [`Guard::retire_raw`], for the retired record.
-    unsafe fn retire(&mut self, r: Retired) {
-        let l = &mut *self.local;
-        l.rlist.push(r);
-        l.record().counters.retired(1);
-        if l.rlist.len() >= l.domain.scan_threshold() {
-            l.scan();
-        }
+    unsafe fn retire(&self, r: Retired) {
+        self.local(|l| {
+            l.rlist.push(r);
+            l.record().counters.retired(1);
+            if l.rlist.len() >= l.domain.scan_threshold() {
+                l.scan();
+            }
+        })
     }
 }
 
 impl Drop for HpGuard<'_> {
     fn drop(&mut self) {
-        let mut used = self.used;
-        while used != 0 {
-            let i = used.trailing_zeros() as usize;
-            used &= used - 1;
-            // Release: as in `release`.
-            self.local.slot(i).store(ptr::null_mut(), Ordering::Release);
-        }
-        for i in 64..self.high {
-            // Release: as in `release`.
-            self.local.slot(i).store(ptr::null_mut(), Ordering::Release);
-        }
+        let (mut used, high, bank) = (self.used.get(), self.high.get(), self.bank);
+        self.local(|l| {
+            while used != 0 {
+                let i = used.trailing_zeros() as usize;
+                used &= used - 1;
+                let hp = if bank == 0 {
+                    l.slot(i)
+                } else {
+                    l.bank_slot(bank, i)
+                };
+                // Release: as in `release`.
+                hp.store(ptr::null_mut(), Ordering::Release);
+            }
+            for i in 64..high {
+                // Release: as in `release`.
+                l.slot(i).store(ptr::null_mut(), Ordering::Release);
+            }
+            l.close_bank(bank);
+        })
     }
 }
 
@@ -585,13 +756,13 @@ mod tests {
     #[test]
     fn protected_nodes_survive_scans_and_tagged_pointers_protect() {
         let d = Arc::new(HazardPointers::with_threshold(2, 1).unwrap());
-        let mut r = HazardPointers::register(&d);
+        let r = HazardPointers::register(&d);
         let mut w = HazardPointers::register(&d);
         let n = boxed(1);
         // A tagged pointer (low bit set) protects its node.
         let src = AtomicPtr::new(n.map_addr(|a| a | 1));
         let mut g = r.enter();
-        let p = g.protect(1, &src);
+        let p = g.protect_raw(1, &src);
         assert_eq!(p.map_addr(|a| a & !1), n);
         // SAFETY: `n` is unlinked (we pretend `src` no longer leads to it), retired once.
         unsafe { w.enter().retire_box(n) };
@@ -610,11 +781,11 @@ mod tests {
     fn leaving_hands_protected_nodes_over_and_the_next_scan_adopts_them() {
         let d = Arc::new(HazardPointers::new(1).unwrap());
         let mut r = HazardPointers::register(&d);
-        let mut w = HazardPointers::register(&d);
+        let w = HazardPointers::register(&d);
         let n = boxed(2);
         let src = AtomicPtr::new(n);
-        let mut g = r.enter();
-        g.protect(0, &src);
+        let g = r.enter();
+        g.protect_raw(0, &src);
         // SAFETY: as above.
         unsafe { w.enter().retire_box(n) };
         drop(w); // scans, cannot free, hands over
@@ -622,7 +793,7 @@ mod tests {
         drop(g);
         assert_eq!(r.scan(), 1, "adopted and freed");
         // A node left pending when the domain drops is freed by it (Miri: no leak).
-        let mut g = r.enter();
+        let g = r.enter();
         // SAFETY: as above.
         unsafe { g.retire_box(boxed(3)) };
         drop(g);
@@ -635,9 +806,9 @@ mod tests {
     #[should_panic(expected = "out of range")]
     fn slot_out_of_range_panics() {
         let d = Arc::new(HazardPointers::new(1).unwrap());
-        let mut l = HazardPointers::register(&d);
+        let l = HazardPointers::register(&d);
         let src = AtomicPtr::new(ptr::null_mut::<u64>());
-        l.enter().protect(HP_MAX_SLOTS, &src);
+        l.enter().protect_raw(HP_MAX_SLOTS, &src);
     }
 
     #[test]
@@ -647,13 +818,13 @@ mod tests {
         // bit mask), the writer retires them all and scans at every retire.
         const N: usize = 70;
         let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
-        let mut r = HazardPointers::register(&d);
+        let r = HazardPointers::register(&d);
         let mut w = HazardPointers::register(&d);
         let nodes: Vec<*mut u64> = (0..N as u64).map(boxed).collect();
         let srcs: Vec<AtomicPtr<u64>> = nodes.iter().map(|&n| AtomicPtr::new(n)).collect();
         let mut g = r.enter();
         for (i, s) in srcs.iter().enumerate() {
-            assert_eq!(g.protect(i, s), nodes[i]);
+            assert_eq!(g.protect_raw(i, s), nodes[i]);
         }
         assert_eq!(
             d.total_slots(),
@@ -677,15 +848,15 @@ mod tests {
         assert_eq!(r.slots(), N);
         drop(r);
         // The record, with its blocks, is reused by the next thread: no new slots.
-        let mut r2 = HazardPointers::register(&d);
+        let r2 = HazardPointers::register(&d);
         assert_eq!(d.records(), 2);
         assert_eq!(r2.slots(), N);
         assert_eq!(d.total_slots(), 1 + 1 + (N - 1));
         // ... and its inherited high slots protect (they are in the scanned chain).
         let n = boxed(7);
         let src = AtomicPtr::new(n);
-        let mut g = r2.enter();
-        assert_eq!(g.protect(N - 1, &src), n);
+        let g = r2.enter();
+        assert_eq!(g.protect_raw(N - 1, &src), n);
         // SAFETY: as above.
         unsafe { w.enter().retire_box(n) };
         assert_eq!(w.scan(), 0, "protected by an inherited slot");

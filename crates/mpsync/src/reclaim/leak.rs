@@ -13,7 +13,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::limbo::{Counters, Orphans, Retired};
 use super::registry::{Record, Registry};
-use super::{Guard, Local, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimStats, Reclaimer};
 
 /// A domain that frees retired nodes only when it is dropped.
 ///
@@ -53,6 +53,8 @@ impl Default for Leak {
 
 impl Reclaimer for Leak {
     type Local = LeakLocal;
+    /// Zero-sized: the leaking baseline keeps nothing per node.
+    type Header = ();
     const NAME: &'static str = "Leak";
 
     #[cfg(not(loom))]
@@ -86,7 +88,8 @@ impl Reclaimer for Leak {
 pub struct LeakLocal {
     domain: Arc<Leak>,
     rec: NonNull<Record<Counters>>,
-    retired: Vec<Retired>,
+    /// Shared with the live guards, which retire into it.
+    retired: LocalCell<Vec<Retired>>,
 }
 
 // SAFETY: the record is owned by this handle and lives as long as the domain,
@@ -98,7 +101,7 @@ impl LeakLocal {
         Self {
             rec: domain.registry.acquire(),
             domain: domain.clone(),
-            retired: Vec::new(),
+            retired: LocalCell::new(Vec::new()),
         }
     }
 
@@ -109,10 +112,14 @@ impl LeakLocal {
 }
 
 impl Local for LeakLocal {
+    type Header = ();
     type Guard<'a> = LeakGuard<'a>;
 
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
-    fn enter(&mut self) -> LeakGuard<'_> {
+    fn enter(&self) -> LeakGuard<'_> {
         LeakGuard { local: self }
     }
 
@@ -122,7 +129,7 @@ impl Local for LeakLocal {
 
 impl Drop for LeakLocal {
     fn drop(&mut self) {
-        let nodes = std::mem::take(&mut self.retired);
+        let nodes = std::mem::take(self.retired.get_mut());
         self.domain.orphans.push(nodes, 0, self.counters());
         // SAFETY: `rec` came from this registry and is no longer used.
         unsafe { self.domain.registry.release(self.rec) };
@@ -132,12 +139,17 @@ impl Drop for LeakLocal {
 /// A [`Leak`] operation: loads are plain, retires are kept.
 #[derive(Debug)]
 pub struct LeakGuard<'a> {
-    local: &'a mut LeakLocal,
+    local: &'a LeakLocal,
 }
 
 impl Guard for LeakGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
-    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+    fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node; nodes
         // are never freed while the domain lives.
         src.load(Ordering::Acquire)
@@ -146,8 +158,10 @@ impl Guard for LeakGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.retired.push(Retired::with(ptr, arg, free));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local
+            .retired
+            .with(|r| r.push(Retired::with(ptr, arg, free)));
         self.local.counters().retired(1);
     }
 }

@@ -20,7 +20,12 @@
 //!   frees them later (nothing leaks); the domain's own `Drop` frees what is left;
 //! - a **[`Guard`]** per operation, from [`Local::enter`]: [`protect`](Guard::protect)
 //!   loads a pointer from shared memory so that it stays valid until the guard is
-//!   dropped or the slot [released](Guard::release), and
+//!   dropped or the slot [released](Guard::release), and returns it as a
+//!   [`Protected`] pointer that borrows the guard — the borrow checker stops it, and
+//!   the references made from it, outliving the guard (or a slot's release while it
+//!   lives); [`protect_raw`](Guard::protect_raw) returns the bare pointer for the
+//!   rare place a borrow cannot go. Protecting and retiring take `&self`, so a
+//!   traversal holds several protected pointers while it retires; and
 //!   [`retire_box`](Guard::retire_box)/[`retire_raw`](Guard::retire_raw) hand over a
 //!   node that was unlinked, to be freed when no thread can reach it;
 //!   [`retire_with`](Guard::retire_with) retires a node with a closure that frees
@@ -34,6 +39,16 @@
 //! the target slot before the copy and the source slot after the clear sees
 //! neither, and frees the node. Hazard slots are allocated on demand, so a
 //! traversal may use as many as it needs.
+//!
+//! Several guards of one registration may live at once ([`Local::enter`] takes
+//! `&self`): a reference handed out under one guard stays valid while the thread
+//! runs other operations under others. EBR counts nested guards and keeps the
+//! outermost pin; hazard pointers give each further live guard a block of
+//! [`HP_BLOCK_SLOTS`] slots of its own.
+//!
+//! Every node of every structure embeds the scheme's [`Header`] (zero-sized for
+//! the schemes here), so that interval-based schemes (IBR, Hazard Eras) can
+//! stamp birth eras ([`Guard::header`]) without touching the structures.
 //!
 //! A registration kept across operations (a cached one, as
 //! [`ds::handle::Auto`](crate::ds::handle::Auto) keeps) calls [`Local::park`] after
@@ -73,17 +88,19 @@
 //! }
 //!
 //! fn pop<R: Reclaimer>(head: &AtomicPtr<Node>, local: &mut R::Local) -> Option<u32> {
-//!     let mut g = local.enter();
+//!     let g = local.enter();
 //!     loop {
+//!         // A `Protected<'_, Node>`: it borrows `g`, so it cannot outlive it.
 //!         let top = g.protect(0, head);
-//!         if top.is_null() {
+//!         // SAFETY: `top` is protected (slot 0) and was validated as the head, and
+//!         // a node is retired only after it left the head: not freed.
+//!         let Some(node) = (unsafe { top.as_ref() }) else {
 //!             return None;
-//!         }
-//!         // SAFETY: `top` is protected, so it has not been freed.
-//!         let (value, next) = unsafe { ((*top).value, (*top).next) };
-//!         if head.compare_exchange(top, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+//!         };
+//!         let (value, next) = (node.value, node.next);
+//!         if head.compare_exchange(top.as_ptr(), next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
 //!             // SAFETY: `top` is unlinked, retired once, and was made by `Box`.
-//!             unsafe { g.retire_box(top) };
+//!             unsafe { g.retire_box(top.as_ptr()) };
 //!             return Some(value);
 //!         }
 //!     }
@@ -124,6 +141,8 @@ pub use hp::{HP_BLOCK_SLOTS, HP_DEFAULT_SLOTS, HP_MAX_SLOTS, HazardPointers, HpG
 pub use leak::{Leak, LeakGuard, LeakLocal};
 pub use qsbr::{Qsbr, QsbrGuard, QsbrLocal};
 
+use std::marker::PhantomData;
+
 use crate::sync::{Arc, AtomicPtr};
 
 /// A memory-reclamation scheme: the domain that lock-free structures share.
@@ -133,7 +152,16 @@ use crate::sync::{Arc, AtomicPtr};
 pub trait Reclaimer: Send + Sync + 'static {
     /// The per-thread registration handle. Dropping it leaves the domain. `Send`,
     /// so a handle may be made on one thread and used on another (one at a time).
-    type Local: Local + Send;
+    type Local: Local<Header = Self::Header> + Send;
+
+    /// What the scheme keeps in every node (a [`Header<Self>`] field of each
+    /// structure's nodes): zero-sized (`()`) for QSBR, EBR, hazard pointers and
+    /// [`Leak`]; an interval-based scheme (IBR, Hazard Eras) keeps the node's
+    /// birth era here, stamped by [`Guard::header`] when the node is made, so it
+    /// can be added without touching the structures.
+    /// `Default`: the header of a node made before any thread registered (a
+    /// queue's first dummy), which must be conservative (IBR: born at era 0).
+    type Header: Default + Send + Sync + 'static;
 
     /// The scheme's short name, as in the paper's figures: `"QSBR"`, `"EBR"`,
     /// `"HP"`, `"Leak"`.
@@ -197,15 +225,31 @@ unsafe impl ProtectsReachable for Leak {}
 /// A thread's registration in a domain. `!Sync`: one thread uses it at a time.
 /// Dropping it leaves the domain and hands its unreclaimed nodes to the domain.
 pub trait Local {
+    /// The scheme's per-node header ([`Reclaimer::Header`]).
+    type Header;
+
     /// The handle for one operation.
-    type Guard<'a>: Guard
+    type Guard<'a>: Guard<Header = Self::Header>
     where
         Self: 'a;
+
+    /// The header of a node made outside an operation (a push that needs no
+    /// guard): as [`Guard::header`]. Structures call it through
+    /// [`Header::of_local`].
+    fn header(&self) -> Self::Header;
 
     /// Starts an operation. EBR enters a critical section (pins the epoch) until
     /// the guard drops; QSBR and hazard pointers do nothing here. Hazard pointers
     /// clear the guard's slots when it drops.
-    fn enter(&mut self) -> Self::Guard<'_>;
+    ///
+    /// `&self`: a thread may hold **several guards** of one registration at once
+    /// (a reference from a map's `get` kept while doing another operation). EBR
+    /// counts nested guards and stays pinned until the last one drops; QSBR and
+    /// [`Leak`] need nothing; hazard pointers give each live guard its own slots
+    /// (the first guard the slots `0, 1, …` on demand, each further one a block
+    /// of [`HP_BLOCK_SLOTS`] slots of its own). [`quiescent`](Self::quiescent)
+    /// and [`park`](Self::park) take `&mut self`, so no guard lives across them.
+    fn enter(&self) -> Self::Guard<'_>;
 
     /// Announces a quiescent state: this thread holds no reference to any node of
     /// the domain. QSBR's only way to make progress; a no-op for the other schemes.
@@ -223,8 +267,23 @@ pub trait Local {
 
 /// One operation's access to the domain.
 pub trait Guard {
+    /// The scheme's per-node header ([`Reclaimer::Header`]).
+    type Header;
+
+    /// The header of a node this operation makes (an interval-based scheme's
+    /// birth era); `()` for today's schemes. Structures call it through
+    /// [`Header::new`].
+    fn header(&self) -> Self::Header;
+
     /// Loads `src` and protects the loaded node until the guard drops or `slot` is
-    /// released (or reused), and returns it.
+    /// released (or protected into again), and returns it as a [`Protected`]
+    /// pointer, which borrows the guard: the borrow checker stops it (and any
+    /// reference [`Protected::as_ref`] makes from it) outliving the guard, and
+    /// stops [`release`](Self::release) of any slot while it lives.
+    ///
+    /// Takes `&self`, so a traversal holds several protected pointers at once
+    /// (hand over hand: a predecessor and the current node) and retires nodes
+    /// while holding them.
     ///
     /// Hazard pointers publish the pointer in `slot`, fence, and reload `src` until
     /// it is stable (Michael's set / fence / validate loop); the address is stored
@@ -233,14 +292,27 @@ pub trait Guard {
     ///
     /// The algorithm must still check, as with Michael's hazard pointers, that the
     /// node it reached is still linked where it needs it to be (e.g. that a list
-    /// predecessor is unmarked) before following its fields to other nodes.
+    /// predecessor is unmarked) before following its fields to other nodes: that
+    /// check is what [`Protected::as_ref`]'s safety contract asks for.
     ///
     /// # Panics
     /// Hazard pointers allocate `slot` if the thread does not have it yet, and
     /// panic only if it is not below [`HP_MAX_SLOTS`].
-    fn protect<T>(&mut self, slot: usize, src: &AtomicPtr<T>) -> *mut T;
+    #[inline]
+    fn protect<'g, T>(&'g self, slot: usize, src: &AtomicPtr<T>) -> Protected<'g, T> {
+        Protected::new(self.protect_raw(slot, src))
+    }
+
+    /// [`protect`](Self::protect) returning the bare pointer, whose validity the
+    /// borrow checker does not track: for the rare place that must keep a protected
+    /// pointer where a borrow of the guard cannot go (a loom model's liveness
+    /// check, a structure field). The pointer is protected exactly as by
+    /// `protect`; the caller keeps it no longer than the guard, and under hazard
+    /// pointers no longer than `slot` holds it.
+    fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T;
 
     /// Stops protecting the node in `slot` (hazard pointers; no-op otherwise).
+    /// `&mut self`: no [`Protected`] pointer of the guard may live across it.
     fn release(&mut self, slot: usize);
 
     /// Retires `ptr`: `free(ptr)` runs once no thread can reach it (possibly on
@@ -249,7 +321,7 @@ pub trait Guard {
     /// # Safety
     /// `ptr` is unlinked (no new operation can reach it), retired once, and
     /// `free(ptr)` is sound to call from any thread, at any later time.
-    unsafe fn retire_raw(&mut self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
+    unsafe fn retire_raw(&self, ptr: *mut u8, free: unsafe fn(*mut u8)) {
         // SAFETY: the caller's contract, with `arg = ptr`.
         unsafe { self.retire_raw_with(ptr, ptr, free) }
     }
@@ -263,7 +335,7 @@ pub trait Guard {
     /// # Safety
     /// `ptr` is null, or unlinked and retired once; `free(arg)` is sound to call
     /// once from any thread, at any later time after no thread can reach `ptr`.
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8));
 
     /// Retires `ptr` with a closure: `f` runs once no thread can reach `ptr`
     /// (under hazard pointers: once no hazard slot holds it; under the epoch
@@ -283,8 +355,8 @@ pub trait Guard {
     /// let len = 8;
     /// let array: *mut [u64] = Box::into_raw(vec![7u64; len].into_boxed_slice());
     /// let shared = AtomicPtr::new(array.cast::<u64>());
-    /// let mut g = r.enter();
-    /// let p = g.protect(0, &shared);
+    /// let g = r.enter();
+    /// let p = g.protect_raw(0, &shared); // raw: indexed past the node below
     /// let old = shared.swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
     /// let addr = old as usize; // the closure must be `Send`: carry an address
     /// // SAFETY: `old` is unlinked and retired once; the closure frees exactly
@@ -306,7 +378,7 @@ pub trait Guard {
     /// `f` is sound once no thread can reach `ptr` (a safe closure that only frees
     /// what it owns is always sound; one that frees through raw pointers must only
     /// free what is reachable through `ptr` alone).
-    unsafe fn retire_with<F: FnOnce() + Send + 'static>(&mut self, ptr: *mut u8, f: F) {
+    unsafe fn retire_with<F: FnOnce() + Send + 'static>(&self, ptr: *mut u8, f: F) {
         // SAFETY: the caller's contract; `run_boxed::<F>` runs and frees exactly
         // the box made here, once.
         unsafe { self.retire_raw_with(ptr, boxed(f), run_boxed::<F>) }
@@ -340,7 +412,7 @@ pub trait Guard {
     /// }
     /// assert!(ran.load(Ordering::Relaxed));
     /// ```
-    fn defer<F: FnOnce() + Send + 'static>(&mut self, f: F) {
+    fn defer<F: FnOnce() + Send + 'static>(&self, f: F) {
         // SAFETY: `ptr` is null (nothing to compare); `run_boxed::<F>` runs a safe
         // `'static + Send` closure, sound at any time on any thread, and frees
         // exactly the box made here, once.
@@ -352,7 +424,7 @@ pub trait Guard {
     /// # Safety
     /// As [`retire_raw`](Self::retire_raw): `ptr` came from `Box::into_raw`, is
     /// unlinked, retired once, and whatever `T` borrows outlives the domain.
-    unsafe fn retire_box<T: Send>(&mut self, ptr: *mut T) {
+    unsafe fn retire_box<T: Send>(&self, ptr: *mut T) {
         /// # Safety
         /// `p` came from `Box::<T>::into_raw` and is freed once.
         unsafe fn free_box<T>(p: *mut u8) {
@@ -377,6 +449,232 @@ unsafe fn run_boxed<F: FnOnce()>(p: *mut u8) {
     // SAFETY: the contract: a `Box<F>` made by `boxed`, taken back once.
     let f = unsafe { Box::from_raw(p.cast::<F>()) };
     f();
+}
+
+/// A pointer protected by a guard ([`Guard::protect`]): it cannot outlive the
+/// guard `'g` it borrows (shared), so neither can the references
+/// [`as_ref`](Self::as_ref) makes from it. Like crossbeam-epoch's `Shared<'g, T>`.
+/// `Copy`; may carry tag bits below `T`'s alignment (a list's mark bit), which
+/// [`as_ref`](Self::as_ref) ignores.
+///
+/// ```compile_fail,E0597
+/// use mpsync::reclaim::{Ebr, Guard, Local, Reclaimer};
+/// use mpsync::sync::{Arc, AtomicPtr};
+/// let d = Arc::new(Ebr::new());
+/// let mut l = Ebr::register(&d);
+/// let src = AtomicPtr::new(Box::into_raw(Box::new(1u64)));
+/// let p = {
+///     let g = l.enter();
+///     g.protect(0, &src) // error: `g` does not live long enough
+/// };
+/// ```
+///
+/// ```compile_fail,E0502
+/// use mpsync::reclaim::{HazardPointers, Guard, Local, Reclaimer};
+/// use mpsync::sync::{Arc, AtomicPtr};
+/// let d = Arc::new(HazardPointers::new(1).unwrap());
+/// let mut l = HazardPointers::register(&d);
+/// let src = AtomicPtr::new(Box::into_raw(Box::new(1u64)));
+/// let mut g = l.enter();
+/// let p = g.protect(0, &src);
+/// g.release(0); // error: the slot cannot be released while `p` lives
+/// let _ = p.is_null();
+/// ```
+pub struct Protected<'g, T> {
+    ptr: *mut T,
+    _guard: PhantomData<&'g T>,
+}
+
+impl<'g, T> Protected<'g, T> {
+    #[inline(always)]
+    fn new(ptr: *mut T) -> Self {
+        Self {
+            ptr,
+            _guard: PhantomData,
+        }
+    }
+
+    /// The null pointer (a protected pointer that protects nothing).
+    #[inline(always)]
+    pub fn null() -> Self {
+        Self::new(std::ptr::null_mut())
+    }
+
+    /// The pointer, tag bits included.
+    #[inline(always)]
+    pub fn as_ptr(self) -> *mut T {
+        self.ptr
+    }
+
+    /// Whether the pointer is null, ignoring tag bits.
+    #[inline(always)]
+    pub fn is_null(self) -> bool {
+        self.untagged().ptr.is_null()
+    }
+
+    /// The tag: the pointer's low bits below `T`'s alignment.
+    #[inline(always)]
+    pub fn tag(self) -> usize {
+        self.ptr.addr() & Self::MASK
+    }
+
+    /// The same pointer with its tag bits cleared.
+    #[inline(always)]
+    pub fn untagged(self) -> Self {
+        Self::new(self.ptr.map_addr(|a| a & !Self::MASK))
+    }
+
+    /// Bits below `T`'s alignment.
+    const MASK: usize = std::mem::align_of::<T>() - 1;
+
+    /// The node, for as long as the guard lives (`None` if the pointer is null;
+    /// tag bits are ignored).
+    ///
+    /// # Safety
+    /// The node was not yet retired when [`protect`](Guard::protect) returned it —
+    /// the algorithm's own check, e.g. that `src` is a root that never points to
+    /// a retired node, or that a list predecessor was unmarked (see `protect`) —
+    /// and, under hazard pointers, the guard has not protected into this pointer's
+    /// slot again since (the borrow checker already rules out its release). Under
+    /// schemes that protect everything reachable ([`ProtectsReachable`]) the second
+    /// condition is void.
+    #[inline(always)]
+    pub unsafe fn as_ref(self) -> Option<&'g T> {
+        // SAFETY: the contract: the node was live when protected and stays
+        // protected while the guard `'g` lives.
+        unsafe { self.untagged().ptr.as_ref() }
+    }
+
+    /// As [`as_ref`](Self::as_ref), for a pointer known to be non-null.
+    ///
+    /// # Safety
+    /// As [`as_ref`](Self::as_ref), and the pointer is not null.
+    #[inline(always)]
+    pub unsafe fn deref(self) -> &'g T {
+        // SAFETY: the contract.
+        unsafe { &*self.untagged().ptr }
+    }
+}
+
+impl<T> Clone for Protected<'_, T> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Protected<'_, T> {}
+
+impl<T> PartialEq for Protected<'_, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+}
+
+impl<T> Eq for Protected<'_, T> {}
+
+impl<T> std::fmt::Debug for Protected<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Protected").field(&self.ptr).finish()
+    }
+}
+
+impl<T> std::fmt::Pointer for Protected<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Pointer::fmt(&self.ptr, f)
+    }
+}
+
+/// The per-node header of scheme `R` ([`Reclaimer::Header`]), which every node of
+/// every structure in [`ds`](crate::ds) embeds, so that an interval-based scheme
+/// (IBR, Hazard Eras) can stamp birth eras without touching the structures.
+/// Zero-sized for today's schemes: a node is no larger for it.
+///
+/// ```
+/// use mpsync::reclaim::{Ebr, HazardPointers, Header, Leak, Qsbr};
+/// assert_eq!(std::mem::size_of::<Header<Ebr>>(), 0);
+/// assert_eq!(std::mem::size_of::<Header<Qsbr>>(), 0);
+/// assert_eq!(std::mem::size_of::<Header<HazardPointers>>(), 0);
+/// assert_eq!(std::mem::size_of::<Header<Leak>>(), 0);
+/// ```
+#[repr(transparent)]
+pub struct Header<R: Reclaimer>(R::Header);
+
+impl<R: Reclaimer> Header<R> {
+    /// The header of a node made under guard `g` ([`Guard::header`]).
+    #[inline(always)]
+    pub fn new<G: Guard<Header = R::Header>>(g: &G) -> Self {
+        Self(g.header())
+    }
+
+    /// The header of a node made outside an operation, by `l`'s thread
+    /// ([`Local::header`]).
+    #[inline(always)]
+    pub fn of_local<L: Local<Header = R::Header>>(l: &L) -> Self {
+        Self(l.header())
+    }
+
+    /// The scheme's header value.
+    #[inline(always)]
+    pub fn get(&self) -> &R::Header {
+        &self.0
+    }
+}
+
+impl<R: Reclaimer> Default for Header<R> {
+    /// The header of a node made before any operation (a structure's first
+    /// dummy node): the scheme's conservative `Default`.
+    #[inline(always)]
+    fn default() -> Self {
+        Self(R::Header::default())
+    }
+}
+
+impl<R: Reclaimer> std::fmt::Debug for Header<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Header<{}>", R::NAME)
+    }
+}
+
+/// A registration's mutable state, shared by the registration and its live
+/// guards ([`Local::enter`] takes `&self`, so one thread may hold several guards,
+/// and a guard's `protect`/retire take `&self`, so the [`Protected`] pointers it
+/// hands out can borrow it shared). `!Sync`: only the registration's thread
+/// reaches it; `Send` where the state is.
+struct LocalCell<S>(std::cell::UnsafeCell<S>);
+
+// SAFETY: moving the cell moves the state; it stays `!Sync` (the `UnsafeCell`).
+unsafe impl<S: Send> Send for LocalCell<S> {}
+
+impl<S> LocalCell<S> {
+    fn new(s: S) -> Self {
+        Self(std::cell::UnsafeCell::new(s))
+    }
+
+    /// The state, through an exclusive borrow of the registration (no guard lives).
+    #[inline(always)]
+    fn get_mut(&mut self) -> &mut S {
+        self.0.get_mut()
+    }
+
+    /// Runs `f` on the state. Callers (the registrations and guards of this
+    /// module) never call `with` inside `f`.
+    #[inline(always)]
+    fn with<T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
+        // SAFETY: the cell is `!Sync`, so only this thread reaches it; `with` is
+        // not re-entered (its callers' bodies do not call it, and what `f` may run
+        // — node destructors, deferred closures — is `Send + 'static`, so it
+        // cannot hold a reference to this `!Sync` cell or its registration), and
+        // no reference into the state outlives `f`: this `&mut` is the only
+        // reference to the state while it lives.
+        f(unsafe { &mut *self.0.get() })
+    }
+}
+
+impl<S> std::fmt::Debug for LocalCell<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LocalCell(..)")
+    }
 }
 
 /// Node counts of a domain.
@@ -482,7 +780,7 @@ mod tests {
     fn leak_runs_deferred_closures_when_the_domain_drops() {
         let runs = std::sync::Arc::new(AtomicUsize::new(0));
         let d = Arc::new(Leak::new());
-        let mut l = Leak::register(&d);
+        let l = Leak::register(&d);
         l.enter().defer(counting(&runs));
         // A zero-sized closure: `Box` allocates nothing, and still runs once.
         l.enter().defer(|| ());
@@ -496,13 +794,13 @@ mod tests {
     #[test]
     fn retire_with_waits_for_the_hazard_on_its_node() {
         let d = Arc::new(HazardPointers::with_threshold(1, 1).unwrap());
-        let mut r = HazardPointers::register(&d);
+        let r = HazardPointers::register(&d);
         let mut w = HazardPointers::register(&d);
         let node = Box::into_raw(Box::new(9u64));
         let src = AtomicPtr::new(node);
         let freed = std::sync::Arc::new(AtomicBool::new(false));
-        let mut g = r.enter();
-        assert_eq!(g.protect(0, &src), node);
+        let g = r.enter();
+        assert_eq!(g.protect_raw(0, &src), node);
         src.store(std::ptr::null_mut(), Ordering::Release); // unlink
         /// The node's address, `Send` (keeps its provenance, unlike a `usize`).
         struct Owned(*mut u64);
@@ -536,6 +834,128 @@ mod tests {
         assert!(freed.load(StdOrdering::Relaxed));
         let s = d.stats();
         assert_eq!((s.retired, s.freed, s.pending), (2, 2, 0));
+    }
+
+    /// A node whose drop is counted.
+    struct Tracked(std::sync::Arc<AtomicUsize>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, StdOrdering::Relaxed);
+        }
+    }
+
+    /// Lets `w` reclaim whatever it can: critical sections (EBR advances),
+    /// quiescent states (QSBR) and a deferred no-op each (hazard pointers with
+    /// threshold 1 scan at every retire).
+    fn reclaim_hard<L: Local>(w: &mut L) {
+        for _ in 0..10 {
+            w.enter().defer(|| ());
+            w.quiescent();
+        }
+    }
+
+    /// Two guards of one registration at once: the first protects node 1 (slot
+    /// 0), the second, entered while the first lives, protects nodes 2 and 3 in
+    /// its own slots 0 and 1 and drops first (more come and go inside it). While the first guard lives,
+    /// node 1, unlinked and retired by another thread, is not freed however much
+    /// that thread reclaims — before, between and after the second guard — and
+    /// it is freed once the first guard drops too.
+    fn two_guards_at_once<R: Reclaimer>(d: Arc<R>) {
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
+        let node = |_: u8| Box::into_raw(Box::new(Tracked(drops.clone())));
+        let srcs = [node(1), node(2), node(3)].map(AtomicPtr::new);
+        let r = R::register(&d);
+        let mut w = R::register(&d);
+        let g1 = r.enter();
+        let p1 = g1.protect(0, &srcs[0]);
+        let old = srcs[0].swap(std::ptr::null_mut(), Ordering::AcqRel); // unlink
+        // SAFETY: unlinked above, retired once, made by `Box`.
+        unsafe { w.enter().retire_box(old) };
+        reclaim_hard(&mut w);
+        {
+            let g2 = r.enter();
+            let p2 = g2.protect(0, &srcs[1]);
+            let p3 = g2.protect(1, &srcs[2]);
+            reclaim_hard(&mut w);
+            // More guards, one at a time, with the first two alive: the epoch
+            // has moved on since the first guard pinned it (EBR), and must not
+            // move on twice more while it lives (a nested guard that re-pinned
+            // would let it, by one epoch per guard).
+            for _ in 0..4 {
+                let g3 = r.enter();
+                reclaim_hard(&mut w);
+                drop(g3);
+                reclaim_hard(&mut w);
+            }
+            // SAFETY: protected by `g2`'s slots, validated, never retired.
+            assert!(unsafe { p2.as_ref().is_some() && p3.as_ref().is_some() });
+        }
+        reclaim_hard(&mut w);
+        assert_eq!(
+            drops.load(StdOrdering::Relaxed),
+            0,
+            "{}: node 1 freed while the first guard protects it",
+            R::NAME
+        );
+        // SAFETY: protected by `g1` (slot 0), validated before the unlink.
+        assert!(unsafe { p1.as_ref() }.is_some());
+        drop(g1);
+        drop(r); // QSBR: the reader's leaving is its last quiescent state
+        reclaim_hard(&mut w);
+        // The leaking baseline frees only when the domain drops.
+        let freed = usize::from(R::NAME != "Leak");
+        assert_eq!(
+            drops.load(StdOrdering::Relaxed),
+            freed,
+            "{}: node 1 not freed",
+            R::NAME
+        );
+        drop((w, d));
+        assert_eq!(drops.load(StdOrdering::Relaxed), 1, "{}", R::NAME);
+        for s in &srcs[1..] {
+            // SAFETY: never shared beyond this test; freed once, here.
+            drop(unsafe { Box::from_raw(s.load(Ordering::Relaxed)) });
+        }
+    }
+
+    #[test]
+    fn two_guards_at_once_under_every_scheme() {
+        two_guards_at_once(Arc::new(Qsbr::new()));
+        two_guards_at_once(Arc::new(Ebr::with_advance_every(1).unwrap()));
+        two_guards_at_once(Arc::new(HazardPointers::with_threshold(1, 1).unwrap()));
+        two_guards_at_once(Arc::new(Leak::new()));
+    }
+
+    /// Under hazard pointers each live guard has its own slots: a guard entered
+    /// while another lives takes a block of its own (counted in `H`), and gives
+    /// it back when it drops, for the next such guard to reuse.
+    #[test]
+    fn hp_guards_alive_together_use_disjoint_slots() {
+        let d = Arc::new(HazardPointers::new(2).unwrap());
+        let l = HazardPointers::register(&d);
+        assert_eq!(d.total_slots(), 2);
+        let g1 = l.enter();
+        let g2 = l.enter();
+        let g3 = l.enter();
+        assert_eq!(d.total_slots(), 2 + 2 * HP_BLOCK_SLOTS, "two bank blocks");
+        drop(g2);
+        let g4 = l.enter(); // reuses g2's bank
+        assert_eq!(d.total_slots(), 2 + 2 * HP_BLOCK_SLOTS);
+        drop((g1, g3, g4));
+        let _g = l.enter();
+        assert_eq!(d.total_slots(), 2 + 2 * HP_BLOCK_SLOTS, "blocks are kept");
+    }
+
+    #[test]
+    #[should_panic(expected = "such a guard has 4 slots")]
+    fn a_second_hp_guard_has_one_block() {
+        let d = Arc::new(HazardPointers::new(1).unwrap());
+        let l = HazardPointers::register(&d);
+        let src = AtomicPtr::new(std::ptr::null_mut::<u64>());
+        let _g1 = l.enter();
+        let g2 = l.enter();
+        g2.protect(HP_BLOCK_SLOTS, &src);
     }
 
     #[test]

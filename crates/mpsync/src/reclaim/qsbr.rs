@@ -21,7 +21,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
 use super::limbo::Retired;
-use super::{Guard, Local, ReclaimStats, Reclaimer};
+use super::{Guard, Local, LocalCell, ReclaimStats, Reclaimer};
 
 /// A quiescent-state-based reclamation domain.
 ///
@@ -70,6 +70,8 @@ impl Default for Qsbr {
 
 impl Reclaimer for Qsbr {
     type Local = QsbrLocal;
+    /// Zero-sized: QSBR keep nothing per node.
+    type Header = ();
     const NAME: &'static str = "QSBR";
 
     #[cfg(not(loom))]
@@ -97,7 +99,8 @@ impl Reclaimer for Qsbr {
 #[derive(Debug)]
 pub struct QsbrLocal {
     domain: Arc<Qsbr>,
-    thread: EpochThread,
+    /// The epoch record, shared with the live guards (which retire into it).
+    thread: LocalCell<EpochThread>,
 }
 
 impl QsbrLocal {
@@ -107,26 +110,35 @@ impl QsbrLocal {
         thread.pin(&domain.core);
         Self {
             domain: domain.clone(),
-            thread,
+            thread: LocalCell::new(thread),
         }
     }
 
     /// Nodes this thread retired that are not yet freed.
     pub fn pending(&self) -> usize {
-        self.thread.pending()
+        self.thread.with(|t| t.pending())
     }
 }
 
 impl Local for QsbrLocal {
+    type Header = ();
     type Guard<'a> = QsbrGuard<'a>;
 
+    #[inline(always)]
+    fn header(&self) {}
+
     /// Nothing to do while the thread is online; after [`park`](Local::park),
-    /// re-joins at the current epoch first (a validated pin).
+    /// re-joins at the current epoch first (a validated pin). Several guards
+    /// need nothing more: the thread stays online until `quiescent` or `park`,
+    /// which take `&mut self` and so wait for every guard to drop.
     #[inline]
-    fn enter(&mut self) -> QsbrGuard<'_> {
-        if !self.thread.is_pinned() {
-            self.thread.pin(&self.domain.core);
-        }
+    fn enter(&self) -> QsbrGuard<'_> {
+        let core = &self.domain.core;
+        self.thread.with(|t| {
+            if !t.is_pinned() {
+                t.pin(core);
+            }
+        });
         QsbrGuard { local: self }
     }
 
@@ -135,34 +147,40 @@ impl Local for QsbrLocal {
     /// epoch and frees what expired.
     fn quiescent(&mut self) {
         let core = &self.domain.core;
-        self.thread.pin(core);
-        if self.thread.pending() > 0 || core.has_orphans() {
-            self.thread.collect(core);
+        let t = self.thread.get_mut();
+        t.pin(core);
+        if t.pending() > 0 || core.has_orphans() {
+            t.collect(core);
         }
     }
 
     /// Offline until the next `enter` or `quiescent`: an unpin, so the epoch can
     /// advance past this thread while it does nothing.
     fn park(&mut self) {
-        self.thread.unpin();
+        self.thread.get_mut().unpin();
     }
 }
 
 impl Drop for QsbrLocal {
     fn drop(&mut self) {
-        self.thread.leave(&self.domain.core);
+        self.thread.get_mut().leave(&self.domain.core);
     }
 }
 
 /// A QSBR operation: no state of its own (the thread is online throughout).
 #[derive(Debug)]
 pub struct QsbrGuard<'a> {
-    local: &'a mut QsbrLocal,
+    local: &'a QsbrLocal,
 }
 
 impl Guard for QsbrGuard<'_> {
+    type Header = ();
+
+    #[inline(always)]
+    fn header(&self) {}
+
     #[inline]
-    fn protect<T>(&mut self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
+    fn protect_raw<T>(&self, _slot: usize, src: &AtomicPtr<T>) -> *mut T {
         // Acquire: pairs with the Release store/CAS that published the node. The
         // node stays allocated until this thread's next quiescent state.
         src.load(Ordering::Acquire)
@@ -171,8 +189,10 @@ impl Guard for QsbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
-    unsafe fn retire_raw_with(&mut self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local.thread.retire(Retired::with(ptr, arg, free));
+    unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
+        self.local
+            .thread
+            .with(|t| t.retire(Retired::with(ptr, arg, free)));
     }
 }
 
