@@ -10,8 +10,8 @@
 //! BRAVO (`Bravo<RwTasB>`, bias on): a reader reading twice against a writer
 //! that writes and then reads — the reader-publish / writer-revoke Dekker pair
 //! (its SeqCst fences) and the slow reader re-enabling the bias. Upgradable
-//! reads (RW-TAS-B, RW-Queued): an upgrader reads, upgrades and writes beside a
-//! thread that reads and then writes.
+//! reads (RW-TAS-B, RW-Queued, BRAVO over RW-TAS-B with a fast reader): an
+//! upgrader reads, upgrades and writes beside a thread that reads and then writes.
 //!
 //! Barriers: two participants, two episodes each; in every episode each writes
 //! its own cell before the wait and reads the other's after it (then waits once
@@ -194,6 +194,15 @@ fn rw_tas_b_upgrade() {
 #[test]
 fn rw_queued_upgrade() {
     upgrade_model(queued, 2);
+}
+
+/// BRAVO over RW-TAS-B with the bias on: thread 2's read takes the fast path
+/// (publish, fence, re-check) while thread 1's upgrade revokes the bias (after
+/// RW-TAS-B's upgrade) and writes; thread 2's slow-path write after it. Loom's
+/// `UnsafeCell` flags the fast read overlapping the upgraded write.
+#[test]
+fn bravo_upgrade_vs_fast_reader() {
+    upgrade_model(bravo_tas_b, 2);
 }
 
 /// RW-Smart-Q with a "kernel" that preempts thread 1 (and resumes it) at any
