@@ -141,6 +141,15 @@ fn bravo_reader_publish_vs_writer_revoke() {
     rw_model(bravo_tas_b, &[&[false, false], &[true, false]], 2);
 }
 
+/// BRAVO, one read against one write, deeper (preemption bound 3): a reader
+/// that published, then finds the bias revoked and withdraws, while the
+/// revoking writer parks for its slot — the withdrawal must wake it as an
+/// unlock does (a hang seen in rwlock-oversub before it did).
+#[test]
+fn bravo_withdrawal_vs_parked_revoker() {
+    rw_model(bravo_tas_b, &[&[false], &[true]], 3);
+}
+
 /// Upgradable reads: thread 1 takes an upgradable read, reads, upgrades and
 /// writes (what it read must still be there); thread 2 reads, then writes.
 /// Loom's `UnsafeCell` flags a write not ordered after a read, or a read

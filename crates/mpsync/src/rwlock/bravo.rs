@@ -19,7 +19,7 @@
 //! CAS slot: empty -> this lock    [R1]     rbias := false               [W1]
 //! fence(SeqCst)                   [R2]     fence(SeqCst)                [W2]
 //! if rbias: read (fast)           [R3]     wait while any slot == lock  [W3]
-//! else: slot := empty, slow path
+//! else: clear the slot as an unlock does ([U1]–[U2] below), slow path
 //! ```
 //!
 //! The two SeqCst fences order [R1] before [R3] and [W1] before [W3] in one
@@ -264,9 +264,9 @@ impl<L> Bravo<L> {
             fence(Ordering::Acquire);
             return Some(slot);
         }
-        // The bias is off: withdraw. Relaxed: nothing was read under it; a
-        // swap, not a store, so as not to end a release sequence ([U1]).
-        s.swap(0, Ordering::Relaxed);
+        // The bias is off: withdraw — as an unlock ([U1]–[U2]): a revoking
+        // writer may have seen the slot and parked for it.
+        self.clear_slot(s);
         None
     }
 
@@ -336,6 +336,25 @@ impl<L> Bravo<L> {
         self.revoker.store(0, Ordering::Relaxed);
         if paused {
             sched::current().resume_no_preempt();
+        }
+    }
+
+    /// A fast reader leaves its slot `s` (unlock, or withdrawal after it saw
+    /// the bias off): [U1], then [U2] — a revoking writer may be parked for it.
+    #[inline]
+    fn clear_slot(&self, s: &AtomicUsize) {
+        // [U1] Release: pairs with the revoking writer's Acquire [W3]/[P2].
+        // A swap, not a store: every write to a slot is a read-modify-write,
+        // so a writer that reads a later value of the slot (another lock's
+        // reader took and left it since) still synchronizes with this
+        // release, which heads an unbroken release sequence.
+        s.swap(0, Ordering::Release);
+        // SeqCst fence: pairs with the parking writer's fence between [P1]
+        // and [P2] (Dekker; see the module doc).
+        fence(Ordering::SeqCst);
+        // [U2] Relaxed: ordered after [U1] by the fence.
+        if self.revoker.load(Ordering::Relaxed) != 0 {
+            self.wake_revoker();
         }
     }
 
@@ -468,22 +487,8 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[inline]
     unsafe fn unlock_shared(&self, guard: Self::SharedGuard) {
         match guard {
-            // [U1] Release: pairs with the revoking writer's Acquire [W3]/[P2].
-            // A swap, not a store: every write to a slot is a
-            // read-modify-write, so a writer that reads a later value of the
-            // slot (another lock's reader took and left it since) still
-            // synchronizes with this release, which heads an unbroken release
-            // sequence.
-            BravoShared::Fast(slot) => {
-                self.table.slots[slot].swap(0, Ordering::Release);
-                // SeqCst fence: pairs with the parking writer's fence between
-                // [P1] and [P2] (Dekker; see the module doc).
-                fence(Ordering::SeqCst);
-                // [U2] Relaxed: ordered after [U1] by the fence.
-                if self.revoker.load(Ordering::Relaxed) != 0 {
-                    self.wake_revoker();
-                }
-            }
+            // [U1]–[U2]: see `clear_slot`.
+            BravoShared::Fast(slot) => self.clear_slot(&self.table.slots[slot]),
             // SAFETY: the caller's contract: the guard came from this lock.
             BravoShared::Slow(g) => unsafe { self.inner.unlock_shared(g) },
         }
