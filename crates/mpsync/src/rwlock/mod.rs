@@ -3,7 +3,7 @@
 //!
 //! | type            | paper name    | readers wait by / writers wait by                 | fair? | source            |
 //! |-----------------|---------------|---------------------------------------------------|-------|-------------------|
-//! | [`RwTasB`]      | RW-TAS-B      | CAS on one word, backoff / same                   | no    | 001 §4            |
+//! | [`RwTasB`]      | RW-TAS-B      | CAS on one word, backoff, then park / same        | no    | 001 §4            |
 //! | [`RwTasBNp`]    | RW-TAS-B-np   | as RW-TAS-B, sections no-preempt                  | no    | 001 §4            |
 //! | [`RwQueued`]    | RW-Queued     | MCS admission queue / queue, then reader drain    | FIFO  | 001 §3.2, KSU 1993|
 //! | [`RwSmartQ`]    | RW-Smart-Q    | Smart-Q admission (skips preempted) / same        | yes   | 001 §3.2          |
