@@ -10,8 +10,8 @@
 //! BRAVO (`Bravo<RwTasB>`, bias on): a reader reading twice against a writer
 //! that writes and then reads — the reader-publish / writer-revoke Dekker pair
 //! (its SeqCst fences) and the slow reader re-enabling the bias. Upgradable
-//! reads (RW-TAS-B, RW-Queued): an upgrader reads, upgrades and writes beside a
-//! thread that reads and then writes.
+//! reads (RW-TAS-B, RW-Queued, BRAVO over RW-TAS-B with a fast reader): an
+//! upgrader reads, upgrades and writes beside a thread that reads and then writes.
 //!
 //! Barriers: two participants, two episodes each; in every episode each writes
 //! its own cell before the wait and reads the other's after it (then waits once
@@ -141,6 +141,15 @@ fn bravo_reader_publish_vs_writer_revoke() {
     rw_model(bravo_tas_b, &[&[false, false], &[true, false]], 2);
 }
 
+/// BRAVO, one read against one write, deeper (preemption bound 3): a reader
+/// that published, then finds the bias revoked and withdraws, while the
+/// revoking writer parks for its slot — the withdrawal must wake it as an
+/// unlock does (a hang seen in rwlock-oversub before it did).
+#[test]
+fn bravo_withdrawal_vs_parked_revoker() {
+    rw_model(bravo_tas_b, &[&[false], &[true]], 3);
+}
+
 /// Upgradable reads: thread 1 takes an upgradable read, reads, upgrades and
 /// writes (what it read must still be there); thread 2 reads, then writes.
 /// Loom's `UnsafeCell` flags a write not ordered after a read, or a read
@@ -194,6 +203,15 @@ fn rw_tas_b_upgrade() {
 #[test]
 fn rw_queued_upgrade() {
     upgrade_model(queued, 2);
+}
+
+/// BRAVO over RW-TAS-B with the bias on: thread 2's read takes the fast path
+/// (publish, fence, re-check) while thread 1's upgrade revokes the bias (after
+/// RW-TAS-B's upgrade) and writes; thread 2's slow-path write after it. Loom's
+/// `UnsafeCell` flags the fast read overlapping the upgraded write.
+#[test]
+fn bravo_upgrade_vs_fast_reader() {
+    upgrade_model(bravo_tas_b, 2);
 }
 
 /// RW-Smart-Q with a "kernel" that preempts thread 1 (and resumes it) at any

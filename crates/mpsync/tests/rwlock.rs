@@ -15,7 +15,8 @@
 //!   exclusion with *biased* readers — 8 threads, one section in 64 a write, so
 //!   the bias is re-enabled between writes and writers revoke it while fast-path
 //!   readers are inside (the test fails unless both fast reads and revocations
-//!   happened).
+//!   happened); and the same with upgradable readers that upgrade and write
+//!   (the upgrade revokes the bias as a writer does).
 //!
 //! Longer runs: `MPSYNC_TORTURE_SCALE=10 cargo test --release --test rwlock`.
 
@@ -26,7 +27,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_api::{RawMutex, RawRwLock};
+use lock_api::{RawMutex, RawRwLock, RawRwLockUpgrade};
 use mpsync::rwlock::{
     Bravo, BravoShared, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp,
 };
@@ -375,6 +376,136 @@ fair_suite! {
     fair_native_np: RwNativeNp;
 }
 
+impl<L: RawRwLock> Shared<Bravo<L>> {
+    /// As [`Shared::read`] (a section of `ns`), returning whether the read
+    /// took BRAVO's fast path.
+    fn read_biased(&self, ns: u64) -> bool {
+        let g = self.lock.lock_shared();
+        let fast = matches!(g, BravoShared::Fast(_));
+        self.readers_in.fetch_add(1, Ordering::SeqCst);
+        let mut bad = self.writer_in.load(Ordering::SeqCst);
+        // SAFETY: we hold the read lock.
+        let (a, b) = unsafe { *self.pair.get() };
+        BusyWork::global().run_ns(ns);
+        bad |= a != b || self.writer_in.load(Ordering::SeqCst);
+        if bad {
+            self.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        self.readers_in.fetch_sub(1, Ordering::SeqCst);
+        // SAFETY: `g` came from `lock_shared` on this thread.
+        unsafe { self.lock.unlock_shared(g) };
+        fast
+    }
+}
+
+impl<L: RawRwLockUpgrade> Shared<Bravo<L>> {
+    /// An upgradable read of `ns` that then upgrades and writes: no writer and
+    /// no other upgradable reader beside the read part (`upgrader_in`), no
+    /// reader (fast or slow) and no writer beside the write part, and nothing
+    /// written between the read and the write.
+    fn upgrade_write(&self, upgrader_in: &AtomicBool, ns: u64) {
+        let u = self.lock.lock_upgradable();
+        let mut bad = upgrader_in.swap(true, Ordering::SeqCst);
+        bad |= self.writer_in.load(Ordering::SeqCst);
+        // SAFETY: we hold the upgradable read lock.
+        let seen = unsafe { *self.pair.get() };
+        BusyWork::global().run_ns(ns);
+        bad |= seen.0 != seen.1 || self.writer_in.load(Ordering::SeqCst);
+        // SAFETY: `u` came from `lock_upgradable` on this thread.
+        let w = unsafe { self.lock.upgrade(u) };
+        bad |= self.writer_in.swap(true, Ordering::SeqCst);
+        bad |= self.readers_in.load(Ordering::SeqCst) != 0;
+        // SAFETY: we hold the write lock.
+        let p = unsafe { &mut *self.pair.get() };
+        bad |= *p != seen;
+        p.0 += 1;
+        BusyWork::global().run_ns(ns);
+        p.1 += 1;
+        bad |= self.readers_in.load(Ordering::SeqCst) != 0;
+        if bad {
+            self.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        self.writer_in.store(false, Ordering::SeqCst);
+        upgrader_in.store(false, Ordering::SeqCst);
+        // SAFETY: `w` came from `upgrade` on this thread.
+        unsafe { self.lock.unlock_exclusive(w) };
+    }
+}
+
+/// BRAVO with upgradable reads beside biased readers and writers: 8 threads;
+/// of 64 sections, two upgradable reads that upgrade and write (2 µs each
+/// part), the rest reads (1–3 µs), but one in 1024 a write (5 µs) — rare, so
+/// that the bias is on at most upgrades and it is the upgrades that revoke it. Run for a fixed time and
+/// on until fast-path reads and upgrades have happened (at most 20 s, as
+/// [`bravo_biased_exclusion`]); no section may overlap a writer, no upgradable
+/// read another one or a writer, no write may slip into an upgrade.
+fn bravo_upgrade_exclusion<L: RawRwLockUpgrade + Sync>() {
+    let threads = 8u64;
+    let run = Duration::from_millis(common::sized(400, 1) * scale());
+    let cap = Duration::from_secs(20).max(run);
+    let wanted = fast_reads_wanted();
+    let s = Shared::<Bravo<L>>::new();
+    let go = Barrier::new(threads as usize);
+    let upgrader_in = AtomicBool::new(false);
+    let (writes, upgrades, fast) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|sc| {
+        for t in 0..threads {
+            let (s, go, upgrader_in) = (&s, &go, &upgrader_in);
+            let (writes, upgrades, fast) = (&writes, &upgrades, &fast);
+            sc.spawn(move || {
+                go.wait();
+                let start = Instant::now();
+                let mut i = t * 8;
+                while !s.violated() {
+                    let elapsed = start.elapsed();
+                    if elapsed >= cap
+                        || (elapsed >= run
+                            && fast.load(Ordering::Relaxed) >= wanted
+                            && upgrades.load(Ordering::Relaxed) > 0
+                            && writes.load(Ordering::Relaxed) > 0)
+                    {
+                        break;
+                    }
+                    match i % 64 {
+                        0 if i % 1024 == 0 => {
+                            s.write(BusyWork::global().iters_for_ns(5_000));
+                            writes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        21 | 42 => {
+                            s.upgrade_write(upgrader_in, 2_000);
+                            upgrades.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            if s.read_biased(1_000 + (i % 3) * 1_000) {
+                                fast.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    i += 1;
+                }
+                assert_eq!(sched::current().depth(), 0);
+            });
+        }
+    });
+    let (w, u, f) = (
+        writes.into_inner(),
+        upgrades.into_inner(),
+        fast.into_inner(),
+    );
+    s.check(w + u);
+    assert!(w > 0 && u > 0, "{w} writes, {u} upgrades");
+    assert!(
+        f > 0,
+        "no read took the fast path in {} s ({w} writes, {u} upgrades)",
+        cap.as_secs()
+    );
+    assert!(
+        !s.lock.is_locked(),
+        "left locked: {:?}",
+        s.lock.fast_readers()
+    );
+}
+
 /// Fast-path reads [`bravo_biased_exclusion`] waits for beyond its minimum
 /// time (fewer in the chaos build, where every section is far slower).
 fn fast_reads_wanted() -> u64 {
@@ -416,24 +547,8 @@ fn bravo_biased_exclusion<L: RawRwLock + Sync>() {
                     if i.is_multiple_of(64) {
                         s.write(BusyWork::global().iters_for_ns(5_000));
                         writes.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        // As `Shared::read`, but counting fast-path guards.
-                        let g = s.lock.lock_shared();
-                        if matches!(g, BravoShared::Fast(_)) {
-                            fast.fetch_add(1, Ordering::Relaxed);
-                        }
-                        s.readers_in.fetch_add(1, Ordering::SeqCst);
-                        let mut bad = s.writer_in.load(Ordering::SeqCst);
-                        // SAFETY: we hold the read lock.
-                        let (a, b) = unsafe { *s.pair.get() };
-                        BusyWork::global().run_ns(1_000 + (i % 3) * 1_000);
-                        bad |= a != b || s.writer_in.load(Ordering::SeqCst);
-                        if bad {
-                            s.violations.fetch_add(1, Ordering::Relaxed);
-                        }
-                        s.readers_in.fetch_sub(1, Ordering::SeqCst);
-                        // SAFETY: `g` came from `lock_shared` on this thread.
-                        unsafe { s.lock.unlock_shared(g) };
+                    } else if s.read_biased(1_000 + (i % 3) * 1_000) {
+                        fast.fetch_add(1, Ordering::Relaxed);
                     }
                     i += 1;
                 }
@@ -554,6 +669,10 @@ macro_rules! bravo_suite {
             #[test]
             fn reader_stalled_before_publishing_waits_for_writer() {
                 bravo_reader_stalled_before_publishing::<$l>()
+            }
+            #[test]
+            fn upgraders_exclude_writers_beside_biased_readers() {
+                bravo_upgrade_exclusion::<$l>()
             }
         }
     )*};

@@ -19,7 +19,7 @@
 //! CAS slot: empty -> this lock    [R1]     rbias := false               [W1]
 //! fence(SeqCst)                   [R2]     fence(SeqCst)                [W2]
 //! if rbias: read (fast)           [R3]     wait while any slot == lock  [W3]
-//! else: slot := empty, slow path
+//! else: clear the slot as an unlock does ([U1]–[U2] below), slow path
 //! ```
 //!
 //! The two SeqCst fences order [R1] before [R3] and [W1] before [W3] in one
@@ -27,18 +27,40 @@
 //! release) or the reader sees the bias off (and withdraws). The bias is set
 //! only by a reader that holds the underlying lock for reading, so it stays
 //! off while a writer is inside. (Loom model: `tests/loom_rwlock_barrier.rs`,
-//! `loom_bravo_*`.)
+//! `bravo_*`.)
 //!
 //! | `rbias` | who sets it                                   | meaning                             |
 //! |---------|-----------------------------------------------|-------------------------------------|
 //! | false   | a writer holding the lock (revocation), INIT  | readers go through the lock         |
 //! | true    | a slow-path reader holding it, inhibit over   | readers may publish in the table    |
 //!
-//! Uses `sched`: the writer's wait for published readers spins through
-//! [`Waiter`](crate::sched::Waiter) and yields through `sched` when advised to
-//! park (a fast reader that is preempted holds the writer up, as any reader
-//! does). Progress and fairness: those of the underlying lock for writers;
+//! Uses `sched`: the writer's wait for a published reader spins through
+//! [`Waiter`](crate::sched::Waiter) and, when advised to park (the patience is
+//! spent: a fast reader that is preempted holds the writer up, as any reader
+//! does), parks on the lock's `revoker` word (`sched::park`), woken by the
+//! fast reader's unlock — never `sched_yield`:
+//!
+//! ```text
+//! writer (waiting for slot s)              fast reader (unlock)
+//! revoker := 1                    [P1]     swap s: lock -> empty      [U1]
+//! fence(SeqCst)                            fence(SeqCst)
+//! if s == lock: park(revoker, 1)  [P2]     if revoker != 0:           [U2]
+//!                                              if swap revoker -> 0 != 0: unpark_one
+//! ```
+//!
+//! A second Dekker pair (fences, as loom checks them): if [P2] still sees the
+//! reader's slot, [U2] sees the announcement and its swap changes the futex
+//! word, so the park does not start or is woken. Only one thread waits in a revocation at a
+//! time (it holds `L` exclusively), and it clears the word when it is done, so
+//! a fast unlock costs one more load of a line it read on entry. Progress and fairness: those of the underlying lock for writers;
 //! a writer never waits for a reader that arrived after its revocation.
+//!
+//! Upgradable reads (`lock_api::RawRwLockUpgrade`, when `L` has them): an
+//! upgradable reader always takes the slow path — it must exclude writers and
+//! other upgradable readers, which only `L` can do — and fast readers go on
+//! beside it. Its upgrade is a writer's entry: `L`'s upgrade (no slow reader
+//! left, none can re-enable the bias), then the revocation, waiting for the
+//! fast readers to drain. (Loom model: `tests/loom_rwlock_barrier.rs`, `bravo_upgrade_vs_fast_reader`.)
 //!
 //! A forgotten read guard (`mem::forget`) leaves its slot set: like a forgotten
 //! guard of any lock, later writers of that lock wait forever; dropping the lock
@@ -58,7 +80,7 @@
 use std::fmt;
 
 use crate::sched::{self, Wait, Waiter};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
 /// The inhibit period's clock: `CLOCK_MONOTONIC`; under loom a constant 0 (a
 /// model must not branch on real time; the inhibit period is then empty, so
@@ -145,6 +167,9 @@ pub struct Bravo<L> {
     rbias: AtomicBool,
     /// `clock()` before which slow-path readers must not re-enable the bias.
     inhibit_until: AtomicU64,
+    /// 1 while a revoking writer is (about to be) parked waiting for a fast
+    /// reader's slot; the reader that clears it wakes the writer.
+    revoker: AtomicU32,
     table: &'static VisibleReaders,
     inner: L,
 }
@@ -163,6 +188,7 @@ impl<L> Bravo<L> {
         Self {
             rbias: AtomicBool::new(false),
             inhibit_until: AtomicU64::new(0),
+            revoker: AtomicU32::new(0),
             table,
             inner,
         }
@@ -174,6 +200,7 @@ impl<L> Bravo<L> {
         Self {
             rbias: AtomicBool::new(false),
             inhibit_until: AtomicU64::new(0),
+            revoker: AtomicU32::new(0),
             table,
             inner,
         }
@@ -237,15 +264,17 @@ impl<L> Bravo<L> {
             fence(Ordering::Acquire);
             return Some(slot);
         }
-        // The bias is off: withdraw. Relaxed: nothing was read under it; a
-        // swap, not a store, so as not to end a release sequence ([U1]).
-        s.swap(0, Ordering::Relaxed);
+        // The bias is off: withdraw — as an unlock ([U1]–[U2]): a revoking
+        // writer may have seen the slot and parked for it.
+        self.clear_slot(s);
         None
     }
 
     /// The writer's revocation ([W1]–[W3]); the caller holds `inner` exclusively
     /// and saw the bias on. With `wait` false, gives up (returns false) at the
-    /// first slot still naming this lock.
+    /// first slot still naming this lock. (`try_upgrade` also calls it holding
+    /// `inner` only upgradably, as a try: a slow reader may then re-enable the
+    /// bias at once, so it re-checks under the exclusive hold.)
     fn revoke(&self, wait: bool) -> bool {
         let start = clock();
         // [W1] Relaxed: ordered before [W3] by the fence.
@@ -254,17 +283,13 @@ impl<L> Bravo<L> {
         fence(Ordering::SeqCst);
         let me = self.id();
         for s in &self.table.slots {
-            let mut w = Waiter::new();
             // [W3] Acquire: pairs with the fast reader's Release clearing of
             // its slot in `unlock_shared` — its section is over before ours.
-            while s.load(Ordering::Acquire) == me {
+            if s.load(Ordering::Acquire) == me {
                 if !wait {
                     return false;
                 }
-                if w.spin(None) == Wait::Park {
-                    sched::yield_now();
-                    w.restart();
-                }
+                self.wait_slot(s, me);
             }
         }
         let cost = clock().saturating_sub(start);
@@ -275,6 +300,72 @@ impl<L> Bravo<L> {
             Ordering::Relaxed,
         );
         true
+    }
+}
+
+impl<L> Bravo<L> {
+    /// The revoking writer's wait for one slot that names this lock ([W3],
+    /// [P1]–[P2] in the module doc): spins while the shared waiting policy
+    /// advises it, then parks on `revoker`, woken by the reader's unlock.
+    #[cold]
+    fn wait_slot(&self, s: &AtomicUsize, me: usize) {
+        let mut w = Waiter::new();
+        let mut paused = false;
+        // [W3] Acquire: as in `revoke`.
+        while s.load(Ordering::Acquire) == me {
+            if w.spin(None) == Wait::Park {
+                let cb = sched::current();
+                // Parked, we hold no processor: let the scheduler preempt us
+                // meanwhile (only a `SelfUnpreemptable` outermost request
+                // pauses), as RW-Queued's writer does in its drain.
+                paused |= cb.depth() > 0 && cb.pause_no_preempt();
+                // [P1] Relaxed: ordered before [P2] by the fence.
+                self.revoker.store(1, Ordering::Relaxed);
+                // SeqCst fence: pairs with the fast reader's fence between
+                // [U1] and [U2] (Dekker; see the module doc).
+                fence(Ordering::SeqCst);
+                // [P2] Acquire: as [W3].
+                if s.load(Ordering::Acquire) == me {
+                    sched::park(&self.revoker, 1, None);
+                }
+                w.restart();
+            }
+        }
+        // Relaxed: only this thread announces; a reader's swap to 0 racing
+        // this store writes the same value.
+        self.revoker.store(0, Ordering::Relaxed);
+        if paused {
+            sched::current().resume_no_preempt();
+        }
+    }
+
+    /// A fast reader leaves its slot `s` (unlock, or withdrawal after it saw
+    /// the bias off): [U1], then [U2] — a revoking writer may be parked for it.
+    #[inline]
+    fn clear_slot(&self, s: &AtomicUsize) {
+        // [U1] Release: pairs with the revoking writer's Acquire [W3]/[P2].
+        // A swap, not a store: every write to a slot is a read-modify-write,
+        // so a writer that reads a later value of the slot (another lock's
+        // reader took and left it since) still synchronizes with this
+        // release, which heads an unbroken release sequence.
+        s.swap(0, Ordering::Release);
+        // SeqCst fence: pairs with the parking writer's fence between [P1]
+        // and [P2] (Dekker; see the module doc).
+        fence(Ordering::SeqCst);
+        // [U2] Relaxed: ordered after [U1] by the fence.
+        if self.revoker.load(Ordering::Relaxed) != 0 {
+            self.wake_revoker();
+        }
+    }
+
+    /// A fast reader's unlock saw a revoker announced ([U2]): wake it.
+    #[cold]
+    fn wake_revoker(&self) {
+        // SeqCst: changes the futex word before the wake, so a park that has
+        // not started yet returns at once.
+        if self.revoker.swap(0, Ordering::SeqCst) != 0 {
+            sched::unpark_one(&self.revoker);
+        }
     }
 }
 
@@ -396,14 +487,8 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[inline]
     unsafe fn unlock_shared(&self, guard: Self::SharedGuard) {
         match guard {
-            // [U1] Release: pairs with the revoking writer's Acquire [W3]. A
-            // swap, not a store: every write to a slot is a read-modify-write,
-            // so a writer that reads a later value of the slot (another
-            // lock's reader took and left it since) still synchronizes with
-            // this release, which heads an unbroken release sequence.
-            BravoShared::Fast(slot) => {
-                self.table.slots[slot].swap(0, Ordering::Release);
-            }
+            // [U1]–[U2]: see `clear_slot`.
+            BravoShared::Fast(slot) => self.clear_slot(&self.table.slots[slot]),
             // SAFETY: the caller's contract: the guard came from this lock.
             BravoShared::Slow(g) => unsafe { self.inner.unlock_shared(g) },
         }
@@ -448,5 +533,69 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[inline]
     fn is_locked_exclusive(&self) -> bool {
         self.inner.is_locked_exclusive()
+    }
+}
+
+// SAFETY: an upgradable reader holds `inner` upgradably — it never takes the
+// fast path, since only `inner` excludes writers and other upgradable readers
+// — so those are excluded by `inner`; fast readers may go on beside it, as
+// beside any reader. Its upgrade is a writer's entry: `inner`'s upgrade makes
+// it the exclusive holder of `inner`, so no slow reader is inside and none can
+// re-enable the bias, and then, like `lock_exclusive`, it revokes the bias and
+// waits until no slot names this lock.
+unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<L> {
+    type UpgradableGuard = L::UpgradableGuard;
+
+    #[inline]
+    fn lock_upgradable(&self) -> Self::UpgradableGuard {
+        self.inner.lock_upgradable()
+    }
+
+    #[inline]
+    fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
+        self.inner.try_lock_upgradable()
+    }
+
+    #[inline]
+    unsafe fn unlock_upgradable(&self, guard: Self::UpgradableGuard) {
+        // SAFETY: the caller's contract: the guard came from this lock.
+        unsafe { self.inner.unlock_upgradable(guard) };
+    }
+
+    #[inline]
+    unsafe fn upgrade(&self, guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
+        // SAFETY: the caller's contract: the guard came from this lock.
+        let g = unsafe { self.inner.upgrade(guard) };
+        // Relaxed: as in `lock_exclusive` — set only by readers holding
+        // `inner`, whose release our exclusive acquisition of `inner` follows.
+        if self.rbias.load(Ordering::Relaxed) {
+            self.revoke(true);
+        }
+        g
+    }
+
+    /// Fails while a fast reader is inside. The revocation is tried *before*
+    /// `inner`'s upgrade (while we still can give up: lock_api has no way back
+    /// from exclusive to upgradable); if a slow reader re-enabled the bias
+    /// between the two (possible only once the inhibit period of the last
+    /// revocation is over), the fast readers that came in since are waited for
+    /// — readers that arrived after this call began, never the caller's own.
+    #[inline]
+    unsafe fn try_upgrade(
+        &self,
+        guard: Self::UpgradableGuard,
+    ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
+        // Relaxed: a hint; `revoke` orders itself against the fast readers.
+        if self.rbias.load(Ordering::Relaxed) && !self.revoke(false) {
+            // A fast reader is inside (it drains: the bias stays off).
+            return Err(guard);
+        }
+        // SAFETY: the caller's contract: the guard came from this lock.
+        let g = unsafe { self.inner.try_upgrade(guard) }?;
+        // Relaxed: as in `upgrade`.
+        if self.rbias.load(Ordering::Relaxed) {
+            self.revoke(true);
+        }
+        Ok(g)
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! | type            | paper name    | readers wait by / writers wait by                 | fair? | source            |
 //! |-----------------|---------------|---------------------------------------------------|-------|-------------------|
-//! | [`RwTasB`]      | RW-TAS-B      | CAS on one word, backoff / same                   | no    | 001 §4            |
+//! | [`RwTasB`]      | RW-TAS-B      | CAS on one word, backoff, then park / same        | no    | 001 §4            |
 //! | [`RwTasBNp`]    | RW-TAS-B-np   | as RW-TAS-B, sections no-preempt                  | no    | 001 §4            |
 //! | [`RwQueued`]    | RW-Queued     | MCS admission queue / queue, then reader drain    | FIFO  | 001 §3.2, KSU 1993|
 //! | [`RwSmartQ`]    | RW-Smart-Q    | Smart-Q admission (skips preempted) / same        | yes   | 001 §3.2          |
@@ -39,7 +39,7 @@ pub use np::{RwNp, RwNpGuard};
 pub use queue::{
     PARKED, RwNative, RwNativeNp, RwQueue, RwQueueReadGuard, RwQueueWriteGuard, RwQueued, RwSmartQ,
 };
-pub use tas_b::{RwTasB, UPGRADABLE, WRITER};
+pub use tas_b::{RwTasB, SLEEPERS, UPGRADABLE, WRITER};
 
 /// RW-TAS-B with both kinds of section no-preempt (paper 001 §4).
 pub type RwTasBNp = RwNp<RwTasB>;
@@ -203,8 +203,67 @@ mod tests {
         up_rw_queued: RwQueued,
         up_rw_smart_q: RwSmartQ,
         up_rw_native: RwNative,
-        up_rw_native_np: RwNativeNp
+        up_rw_native_np: RwNativeNp,
+        up_bravo_rw_tas_b: Bravo<RwTasB>,
+        up_bravo_rw_smart_q: Bravo<RwSmartQ>,
+        up_bravo_rw_native: Bravo<RwNative>
     );
+
+    /// BRAVO's upgradable reads with the bias on: the upgradable reader takes
+    /// the slow path (fast readers still enter beside it), `try_upgrade` fails
+    /// while a fast reader is inside and leaves the bias off, and both upgrades
+    /// revoke the bias.
+    #[test]
+    fn bravo_upgrade_revokes_the_bias() {
+        use lock_api::RawRwLockUpgrade;
+        let l: Bravo<RwTasB> = Bravo::new(RwTasB::new());
+        // SAFETY (all blocks below): every guard came from `l` on this thread.
+        unsafe { l.unlock_shared(l.lock_shared()) }; // enables the bias
+        assert!(l.is_biased());
+        let u = l.lock_upgradable();
+        assert_eq!(
+            l.fast_readers(),
+            0,
+            "the upgradable reader took the fast path"
+        );
+        assert!(
+            l.inner().is_locked(),
+            "the upgradable reader is not in the lock"
+        );
+        assert!(l.is_biased(), "taking an upgradable read revoked the bias");
+        let r = l.lock_shared();
+        assert!(matches!(r, BravoShared::Fast(_)), "{r:?}");
+        let Err(u) = (unsafe { l.try_upgrade(u) }) else {
+            panic!("upgraded beside a fast reader");
+        };
+        assert!(!l.is_biased(), "the failed try left the bias on");
+        unsafe { l.unlock_shared(r) };
+        let Ok(w) = (unsafe { l.try_upgrade(u) }) else {
+            panic!("no upgrade with no reader left");
+        };
+        assert!(!l.is_biased());
+        assert_eq!(l.fast_readers(), 0);
+        unsafe { l.unlock_exclusive(w) };
+        // The blocking upgrade revokes too. A slow read re-enables the bias
+        // once the inhibit period (9x the last revocation, a few µs) is over.
+        let start = std::time::Instant::now();
+        while !l.is_biased() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "no slow read re-enabled the bias in 20 s"
+            );
+            unsafe { l.unlock_shared(l.lock_shared()) };
+        }
+        let u = l.lock_upgradable();
+        let w = unsafe { l.upgrade(u) };
+        assert!(!l.is_biased(), "the upgrade left the bias on");
+        assert!(
+            l.try_lock_shared().is_none(),
+            "a reader beside the upgraded writer"
+        );
+        unsafe { l.unlock_exclusive(w) };
+        assert!(!l.is_locked());
+    }
 
     #[test]
     fn bravo_fast_path_and_revocation() {

@@ -6,14 +6,35 @@
 //! RW-TAS-B-np. Readers enter by CAS-incrementing the count while no writer holds
 //! the word; a writer enters by CAS from 0 (no reader, no writer). A failed
 //! attempt backs off (calibrated busy work, 100 ns doubling to 30 µs, as
-//! [`TasB`](crate::lock::TasB)).
+//! [`TasB`](crate::lock::TasB)), asking the shared waiting policy
+//! ([`Waiter`](crate::sched::Waiter)) after each interval whether to go on;
+//! once it advises parking (the patience is spent: the holder is slow or
+//! preempted), the waiter sets [`SLEEPERS`] and parks on the word
+//! (`sched::park`) — only while what it waits for is still held — and the
+//! release that ends that hold wakes every sleeper. No `sched_yield`.
 //!
-//! | word                | meaning                          |
-//! |---------------------|----------------------------------|
-//! | 0                   | free                             |
-//! | `n` (1 ≤ n < 2^31)  | `n` readers inside               |
-//! | [`WRITER`]          | one writer inside, no reader     |
-//! | [`UPGRADABLE`] + `n`| an upgradable reader and `n` readers |
+//! | word bits              | meaning                                         |
+//! |------------------------|-------------------------------------------------|
+//! | 0..29: `n`             | `n` readers inside                              |
+//! | [`SLEEPERS`] (29)      | a waiter is (about to be) parked on the word    |
+//! | [`UPGRADABLE`] (30)    | an upgradable reader inside (beside `n` readers)|
+//! | [`WRITER`] (31)        | one writer inside, no reader                    |
+//!
+//! Who waits for what, and which release wakes it (only a release that sees
+//! [`SLEEPERS`] set calls `unpark_all`, after clearing the bit):
+//!
+//! | waiter             | parks while              | woken by                              |
+//! |--------------------|--------------------------|---------------------------------------|
+//! | reader             | WRITER                   | `unlock_exclusive`                    |
+//! | writer             | anything but SLEEPERS    | the last reader out, `unlock_exclusive`, `unlock_upgradable` |
+//! | upgradable reader  | WRITER or UPGRADABLE     | `unlock_exclusive`, `unlock_upgradable` |
+//! | upgrade            | a reader inside          | the last reader out                   |
+//!
+//! The acquisitions keep [`SLEEPERS`] as they find it. No wake-up is lost: a
+//! sleeper sets the bit by a CAS from the very value it found blocked, and
+//! parks only while the word still holds that value (the futex compares); a
+//! release is a read-modify-write of the same word, so it either comes before
+//! the CAS (which then fails, and the waiter looks again) or reads the bit.
 //!
 //! Upgradable reads (`lock_api::RawRwLockUpgrade`): one thread at a time holds
 //! [`UPGRADABLE`] beside any number of readers, excluding writers and other
@@ -21,7 +42,8 @@
 //! left) to [`WRITER`], backing off meanwhile — new readers may still enter, so
 //! like a writer it can be starved by a stream of readers.
 //!
-//! Uses `sched`: nothing. Progress: deadlock-free; neither FIFO nor fair —
+//! Uses `sched`: `Waiter`, `park`/`unpark_all`, `pause/resume_no_preempt`
+//! around a park (a parked waiter holds no processor). Progress: deadlock-free; neither FIFO nor fair —
 //! a stream of readers can starve a writer (the reason the paper's fair queued
 //! locks exist).
 //!
@@ -36,6 +58,7 @@
 //! assert_eq!(*l.read(), 2);
 //! ```
 
+use crate::sched::{self, Wait, Waiter, waiter::CHECK_EVERY};
 use crate::sync::{AtomicU32, Ordering};
 use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 use crate::util::busy::BusyWork;
@@ -44,6 +67,10 @@ use crate::util::busy::BusyWork;
 pub const WRITER: u32 = 1 << 31;
 /// The upgradable-reader bit of [`RwTasB`]'s word.
 pub const UPGRADABLE: u32 = 1 << 30;
+/// The sleepers bit of [`RwTasB`]'s word: a waiter is (about to be) parked.
+pub const SLEEPERS: u32 = 1 << 29;
+/// The reader count's bits of [`RwTasB`]'s word.
+const COUNT: u32 = SLEEPERS - 1;
 
 /// Centralized reader-writer lock with bounded exponential backoff.
 #[derive(Debug)]
@@ -73,18 +100,17 @@ impl RwTasB {
     pub fn readers(&self) -> u32 {
         // Relaxed: a momentary snapshot.
         let v = self.word.load(Ordering::Relaxed);
-        if v & WRITER != 0 { 0 } else { v & !UPGRADABLE }
+        if v & WRITER != 0 { 0 } else { v & COUNT }
     }
 
     #[inline]
     fn try_shared(&self) -> bool {
         // Relaxed: a hint; the CAS re-checks.
         let v = self.word.load(Ordering::Relaxed);
-        // Acquire: pairs with the writer's Release store in `unlock_exclusive`.
-        // The count (bits 0..30) must not carry into the UPGRADABLE bit.
+        // Acquire: pairs with the writer's Release swap in `unlock_exclusive`.
+        // The count (bits 0..29) must not carry into the SLEEPERS bit.
         v & WRITER == 0
-            && v < WRITER - 1
-            && v & (UPGRADABLE - 1) != UPGRADABLE - 1
+            && v & COUNT != COUNT
             && self
                 .word
                 .compare_exchange(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
@@ -94,11 +120,12 @@ impl RwTasB {
     #[inline]
     fn try_exclusive(&self) -> bool {
         // Relaxed load: a hint. Acquire CAS: pairs with the Release of the last
-        // reader's decrement and of the previous writer's store.
-        self.word.load(Ordering::Relaxed) == 0
+        // reader's decrement and of the previous writer's swap. Keeps SLEEPERS.
+        let v = self.word.load(Ordering::Relaxed);
+        v & !SLEEPERS == 0
             && self
                 .word
-                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(v, v | WRITER, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
     }
 
@@ -117,27 +144,95 @@ impl RwTasB {
 
     #[inline]
     fn try_upgrade_now(&self) -> bool {
-        // Acquire: pairs with the Release decrements of the readers that were
-        // inside beside us (their sections happen before our write section).
-        self.word
-            .compare_exchange(UPGRADABLE, WRITER, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        // Relaxed load: a hint. Acquire CAS: pairs with the Release decrements
+        // of the readers that were inside beside us (their sections happen
+        // before our write section). Keeps SLEEPERS.
+        let v = self.word.load(Ordering::Relaxed);
+        v & !SLEEPERS == UPGRADABLE
+            && self
+                .word
+                .compare_exchange(
+                    v,
+                    WRITER | (v & SLEEPERS),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
+    /// Backs off and retries `attempt` until it succeeds; parks on the word
+    /// while `blocked` (the waiter's row of the module's table) holds, once
+    /// the shared waiting policy advises it.
     #[cold]
-    fn wait(&self, mut attempt: impl FnMut() -> bool) {
+    fn wait(&self, mut attempt: impl FnMut() -> bool, blocked: impl Fn(u32) -> bool) {
         // The nominal rate until the process calibrated (never calibrate here).
-        let w = BusyWork::global_or_nominal();
-        let mut backoff = Backoff::from_iters(
-            w.iters_for_ns(DEFAULT_MIN_NS),
-            w.iters_for_ns(DEFAULT_CAP_NS),
+        let bw = BusyWork::global_or_nominal();
+        let (min, cap) = (
+            bw.iters_for_ns(DEFAULT_MIN_NS),
+            bw.iters_for_ns(DEFAULT_CAP_NS),
         );
+        let mut backoff = Backoff::from_iters(min, cap);
+        let mut w = Waiter::new();
         loop {
-            backoff.spin();
+            // One look per interval; at the cap (30 µs intervals) a full
+            // look-period of PAUSEs, so that the advice comes in time. (Under
+            // loom the first look advises parking: the models see the sleep.)
+            let spins = if backoff.current_iters() >= cap.max(1) {
+                CHECK_EVERY
+            } else {
+                1
+            };
+            if (0..spins).any(|_| w.spin(None) == Wait::Park) {
+                self.sleep(&blocked);
+                w.restart();
+                backoff.reset(min);
+            } else {
+                backoff.spin();
+            }
             if attempt() {
                 return;
             }
         }
+    }
+
+    /// Parks on the word if it still shows what the caller waits for
+    /// (`blocked`), announcing it with [`SLEEPERS`]; see the module doc.
+    #[cold]
+    fn sleep(&self, blocked: &impl Fn(u32) -> bool) {
+        // Relaxed: a hint; the CAS and the futex compare re-check.
+        let v = self.word.load(Ordering::Relaxed);
+        if !blocked(v) {
+            return;
+        }
+        let s = v | SLEEPERS;
+        // Relaxed: the announcement orders nothing else; the releaser reads
+        // it by its read-modify-write of the same word.
+        if v != s
+            && self
+                .word
+                .compare_exchange(v, s, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let cb = sched::current();
+        // Parked, we hold no processor: let the scheduler preempt us meanwhile
+        // (only a `SelfUnpreemptable` outermost request pauses).
+        let paused = cb.depth() > 0 && cb.pause_no_preempt();
+        sched::park(&self.word, s, None);
+        if paused {
+            cb.resume_no_preempt();
+        }
+    }
+
+    /// A release saw [`SLEEPERS`] (and what they wait for is over): clear the
+    /// bit, then wake them all (each looks again, and parks again if need be).
+    #[cold]
+    fn wake_sleepers(&self) {
+        // Relaxed: a sleeper that set the bit before this clears it is parked
+        // (woken below) or not yet (its futex compare fails on the change).
+        self.word.fetch_and(!SLEEPERS, Ordering::Relaxed);
+        sched::unpark_all(&self.word);
     }
 }
 
@@ -147,8 +242,9 @@ impl Default for RwTasB {
     }
 }
 
-// SAFETY: the word leaves 0 for WRITER only by a CAS from 0 (no reader, no writer),
-// and a reader increments only a word without WRITER, so a writer is alone. The
+// SAFETY: the word gains WRITER only by a CAS from 0 (no reader, no writer;
+// SLEEPERS, which only says someone may be parked, kept), and a reader
+// increments only a word without WRITER, so a writer is alone. The
 // Acquire CASes pair with the Release decrement / store on unlock.
 unsafe impl lock_api::RawRwLock for RwTasB {
     #[allow(clippy::declare_interior_mutable_const)]
@@ -164,7 +260,7 @@ unsafe impl lock_api::RawRwLock for RwTasB {
     #[inline]
     fn lock_shared(&self) -> Self::SharedGuard {
         if !self.try_shared() {
-            self.wait(|| self.try_shared());
+            self.wait(|| self.try_shared(), |v| v & WRITER != 0);
         }
         lock_api::GuardSend::new()
     }
@@ -178,13 +274,17 @@ unsafe impl lock_api::RawRwLock for RwTasB {
     unsafe fn unlock_shared(&self, _guard: Self::SharedGuard) {
         // Release: publishes the read section's loads as done before a writer's
         // Acquire CAS (a writer must not overwrite what a reader still reads).
-        self.word.fetch_sub(1, Ordering::Release);
+        let prev = self.word.fetch_sub(1, Ordering::Release);
+        if prev & SLEEPERS != 0 && prev & COUNT == 1 {
+            // The last reader out, and someone parked (a writer or an upgrade).
+            self.wake_sleepers();
+        }
     }
 
     #[inline]
     fn lock_exclusive(&self) -> Self::ExclusiveGuard {
         if !self.try_exclusive() {
-            self.wait(|| self.try_exclusive());
+            self.wait(|| self.try_exclusive(), |v| v & !SLEEPERS != 0);
         }
         lock_api::GuardSend::new()
     }
@@ -196,34 +296,38 @@ unsafe impl lock_api::RawRwLock for RwTasB {
 
     #[inline]
     unsafe fn unlock_exclusive(&self, _guard: Self::ExclusiveGuard) {
-        // Release: publishes the write section to the next Acquire CAS.
-        self.word.store(0, Ordering::Release);
+        // Release: publishes the write section to the next Acquire CAS. A swap:
+        // the sleepers bit is read in the same step as the word is freed.
+        if self.word.swap(0, Ordering::Release) & SLEEPERS != 0 {
+            sched::unpark_all(&self.word);
+        }
     }
 
     #[inline]
     fn is_locked(&self) -> bool {
         // Relaxed: a snapshot.
-        self.word.load(Ordering::Relaxed) != 0
+        self.word.load(Ordering::Relaxed) & !SLEEPERS != 0
     }
 
     #[inline]
     fn is_locked_exclusive(&self) -> bool {
         // Relaxed: a snapshot.
-        self.word.load(Ordering::Relaxed) == WRITER
+        self.word.load(Ordering::Relaxed) & WRITER != 0
     }
 }
 
 // SAFETY: [`UPGRADABLE`] is set only by CAS from a word with neither it nor
 // WRITER, so at most one upgradable reader holds it, and no writer (WRITER is
-// set only from 0). The upgrade CASes from exactly UPGRADABLE (no reader, no
-// writer) to WRITER, with Acquire pairing with the readers' Release decrements.
+// set only from 0, SLEEPERS aside). The upgrade CASes from exactly UPGRADABLE
+// (no reader, no writer; SLEEPERS kept) to WRITER, with Acquire pairing with
+// the readers' Release decrements.
 unsafe impl lock_api::RawRwLockUpgrade for RwTasB {
     type UpgradableGuard = lock_api::GuardSend;
 
     #[inline]
     fn lock_upgradable(&self) -> Self::UpgradableGuard {
         if !self.try_upgradable() {
-            self.wait(|| self.try_upgradable());
+            self.wait(|| self.try_upgradable(), |v| v & (WRITER | UPGRADABLE) != 0);
         }
         lock_api::GuardSend::new()
     }
@@ -237,13 +341,15 @@ unsafe impl lock_api::RawRwLockUpgrade for RwTasB {
     unsafe fn unlock_upgradable(&self, _guard: Self::UpgradableGuard) {
         // Release: the upgradable read section happens before a later writer's
         // Acquire CAS.
-        self.word.fetch_sub(UPGRADABLE, Ordering::Release);
+        if self.word.fetch_sub(UPGRADABLE, Ordering::Release) & SLEEPERS != 0 {
+            self.wake_sleepers();
+        }
     }
 
     #[inline]
     unsafe fn upgrade(&self, _guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
         if !self.try_upgrade_now() {
-            self.wait(|| self.try_upgrade_now());
+            self.wait(|| self.try_upgrade_now(), |v| v & COUNT != 0);
         }
         lock_api::GuardSend::new()
     }
