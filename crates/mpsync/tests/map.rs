@@ -550,9 +550,9 @@ fn hp_search_never_steps_past_a_deleted_predecessor() {
     let m: LfHashMap<Key, u64, HazardPointers, Poisoning> =
         LfHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in 1..=4 {
-            assert!(m.insert(&mut l, Key::new(k), k));
+            assert!(m.insert(&l, Key::new(k), k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -560,10 +560,10 @@ fn hp_search_never_steps_past_a_deleted_predecessor() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.get(&mut l, &Key::new(4))
+            m.get(&l, &Key::new(4))
         });
         let id = rx.recv().unwrap();
         // Skip the step onto node 1; stop on node 2.
@@ -572,8 +572,8 @@ fn hp_search_never_steps_past_a_deleted_predecessor() {
         trap.wait_hit(Duration::from_secs(10))
             .expect("A stops on node 2");
         let mut l = HazardPointers::register(hp);
-        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
-        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&l, &Key::new(3)), Some(3));
         // B's own guard protected node 3 while it retired it; scan again now.
         l.scan();
         assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
@@ -634,9 +634,9 @@ fn cr_reader_never_steps_past_a_removed_node() {
     let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in (1..=4).rev() {
-            assert!(m.insert(&mut l, Key::new(k), k));
+            assert!(m.insert(&l, Key::new(k), k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -644,10 +644,10 @@ fn cr_reader_never_steps_past_a_removed_node() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.get(&mut l, &Key::new(4))
+            m.get(&l, &Key::new(4))
         });
         let trap = Trap::at(stall::CR_READ_STEPPED)
             .thread(rx.recv().unwrap())
@@ -657,8 +657,8 @@ fn cr_reader_never_steps_past_a_removed_node() {
         trap.wait_hit(Duration::from_secs(10))
             .expect("the reader stops on node 2");
         let mut l = HazardPointers::register(hp);
-        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
-        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&l, &Key::new(3)), Some(3));
         l.scan();
         assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
         trap.release();
@@ -679,9 +679,9 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
     let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in (1..=4).rev() {
-            assert!(m.insert(&mut l, Key::new(k), k));
+            assert!(m.insert(&l, Key::new(k), k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -689,10 +689,10 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.get(&mut l, &Key::new(4))
+            m.get(&l, &Key::new(4))
         });
         let trap = Trap::at(stall::CR_READ_STEPPED)
             .thread(rx.recv().unwrap())
@@ -702,10 +702,10 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
         trap.wait_hit(Duration::from_secs(10))
             .expect("the reader stops on node 2");
         let mut l = HazardPointers::register(hp);
-        m.resize(&mut l, 4).unwrap();
+        m.resize(&l, 4).unwrap();
         assert_eq!(m.buckets(), 4);
-        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
-        assert_eq!(m.remove(&mut l, &Key::new(4)), Some(4));
+        assert_eq!(m.remove(&l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&l, &Key::new(4)), Some(4));
         l.scan();
         let before = hp.stats().freed;
         trap.release();
@@ -720,8 +720,8 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
             "the old table is freed once the reader left it: {:?}",
             hp.stats()
         );
-        assert_eq!(m.get(&mut l, &Key::new(4)), None);
-        assert_eq!(m.get(&mut l, &Key::new(1)), Some(1));
+        assert_eq!(m.get(&l, &Key::new(4)), None);
+        assert_eq!(m.get(&l, &Key::new(1)), Some(1));
     });
     assert_eq!(m.len(), 2);
 }
@@ -838,9 +838,9 @@ fn cr_iter<R: Reclaimer>(d: Arc<R>) {
     iter_is_weakly_consistent(
         &m,
         |m| {
-            let mut l = R::register(m.domain());
+            let l = R::register(m.domain());
             // A slow consumer, so resizes land in the middle of iterations.
-            m.iter(&mut l)
+            m.iter(&l)
                 .inspect(|&(k, _)| {
                     if k % 32 == 0 {
                         std::thread::yield_now();
@@ -849,8 +849,8 @@ fn cr_iter<R: Reclaimer>(d: Arc<R>) {
                 .collect()
         },
         |m, r| {
-            let mut l = R::register(m.domain());
-            m.resize(&mut l, 1 + (r % 64) as usize).unwrap();
+            let l = R::register(m.domain());
+            m.resize(&l, 1 + (r % 64) as usize).unwrap();
         },
     );
 }
@@ -867,8 +867,8 @@ fn lf_iter<R: Reclaimer>(d: Arc<R>) {
     iter_is_weakly_consistent(
         &m,
         |m| {
-            let mut l = R::register(m.domain());
-            m.iter(&mut l).collect()
+            let l = R::register(m.domain());
+            m.iter(&l).collect()
         },
         |_, _| {},
     );
@@ -882,8 +882,8 @@ fn lf_and_locked_iter_are_weakly_consistent_under_updates() {
     iter_is_weakly_consistent(
         &f,
         |m| {
-            let mut l = Qsbr::register(m.domain());
-            m.iter(&mut l).collect()
+            let l = Qsbr::register(m.domain());
+            m.iter(&l).collect()
         },
         |_, _| {},
     );
@@ -900,9 +900,9 @@ fn cr_iter_restart_yields_no_key_twice() {
     let m: CrHashMap<u64, u64, TasB, HazardPointers> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in (1..=4).rev() {
-            assert!(m.insert(&mut l, k, k));
+            assert!(m.insert(&l, k, k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -910,10 +910,10 @@ fn cr_iter_restart_yields_no_key_twice() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.iter(&mut l).map(|(k, _)| k).collect::<Vec<_>>()
+            m.iter(&l).map(|(k, _)| k).collect::<Vec<_>>()
         });
         let trap = Trap::at(stall::CR_READ_STEPPED)
             .thread(rx.recv().unwrap())
@@ -922,8 +922,8 @@ fn cr_iter_restart_yields_no_key_twice() {
         go_tx.send(()).unwrap();
         trap.wait_hit(Duration::from_secs(10))
             .expect("the iterator stops on node 2");
-        let mut l = HazardPointers::register(hp);
-        assert_eq!(m.remove(&mut l, &2), Some(2));
+        let l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&l, &2), Some(2));
         trap.release();
         assert_eq!(a.join().unwrap(), [1, 3, 4]);
     });

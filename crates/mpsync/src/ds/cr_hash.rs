@@ -294,7 +294,7 @@ struct Auto<M: ?Sized, Lc> {
     policy: ResizePolicy,
     /// The resize step, called with the local registration after an insert
     /// or remove crossed a threshold.
-    run: fn(&M, &mut Lc),
+    run: fn(&M, &Lc),
 }
 
 /// Hart's concurrently-readable hash table (see the [module documentation](self)).
@@ -453,7 +453,7 @@ where
     /// # Panics
     /// If `local` is registered with another domain; if a key's or value's
     /// `clone` panics (the table is then left as it was).
-    pub fn resize(&self, local: &mut R::Local, buckets: usize) -> Result<(), MapError> {
+    pub fn resize(&self, local: &R::Local, buckets: usize) -> Result<(), MapError> {
         check_local(&*self.domain, local, "CrHashMap::resize");
         if buckets == 0 {
             return Err(MapError::ZeroBuckets);
@@ -465,7 +465,7 @@ where
 
     /// The policy's resize, after an update crossed a threshold: re-decided
     /// under the resize lock (another thread may have resized already).
-    fn auto_resize(&self, local: &mut R::Local) {
+    fn auto_resize(&self, local: &R::Local) {
         let Some(auto) = &self.auto else { return };
         let _r = self.resize_lock.lock();
         // Relaxed: a hint; the count is exact under all bucket locks, not here.
@@ -477,7 +477,7 @@ where
 
     /// The copying resize (module documentation, steps 1–3). Call with the
     /// resize lock held.
-    fn resize_locked(&self, local: &mut R::Local, buckets: usize) {
+    fn resize_locked(&self, local: &R::Local, buckets: usize) {
         // Acquire: pairs with the previous resizer's Release publish. Only a
         // resizer replaces or retires tables, and we hold the resize lock.
         let old = self.table.load(Ordering::Acquire);
@@ -502,7 +502,7 @@ where
                 let head = nb.head.load(Ordering::Relaxed);
                 let copy = A::alloc(Node {
                     live: Liveness::new(),
-                    hdr: Header::of_local(&*local),
+                    hdr: Header::of_local(local),
                     next: AtomicPtr::new(head),
                     key: n.key.clone(),
                     value: n.value.clone(),
@@ -612,7 +612,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn get(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -624,7 +624,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+    pub fn get_with<T>(&self, local: &R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "CrHashMap::get");
         let g = local.enter();
         let h = self.hasher.hash_one(key);
@@ -639,7 +639,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
+    pub fn contains_key(&self, local: &R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "CrHashMap::contains_key");
         let g = local.enter();
         let h = self.hasher.hash_one(key);
@@ -653,7 +653,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
         let g = local.enter();
         let (b, w) = self.lock_bucket(&g, &key);
@@ -691,7 +691,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn remove(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn remove(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -744,7 +744,7 @@ where
     }
 
     #[inline]
-    fn maybe_resize(&self, local: &mut R::Local, len: usize) {
+    fn maybe_resize(&self, local: &R::Local, len: usize) {
         if let Some(auto) = &self.auto
             && auto.policy.target(self.buckets(), len).is_some()
         {
@@ -806,15 +806,15 @@ where
     /// use mpsync::reclaim::{Ebr, Reclaimer};
     ///
     /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
-    /// let mut local = Ebr::register(m.domain());
+    /// let local = Ebr::register(m.domain());
     /// for k in 0..100 {
-    ///     m.insert(&mut local, k, k * 2);
+    ///     m.insert(&local, k, k * 2);
     /// }
-    /// let mut all: Vec<(u32, u32)> = m.iter(&mut local).collect();
+    /// let mut all: Vec<(u32, u32)> = m.iter(&local).collect();
     /// all.sort();
     /// assert_eq!(all, (0..100).map(|k| (k, k * 2)).collect::<Vec<_>>());
     /// ```
-    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
+    pub fn iter<'l>(&self, local: &'l R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
     where
         K: Clone,
         V: Clone,
@@ -978,16 +978,16 @@ where
     fn domain(&self) -> &Arc<R> {
         &self.domain
     }
-    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    fn insert_in(&self, local: &R::Local, key: K, value: V) -> bool {
         self.insert(local, key, value)
     }
-    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn get_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.get(local, key)
     }
-    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn remove_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.remove(local, key)
     }
-    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+    fn contains_key_in(&self, local: &R::Local, key: &K) -> bool {
         self.contains_key(local, key)
     }
 }
