@@ -928,3 +928,153 @@ fn cr_iter_restart_yields_no_key_twice() {
         assert_eq!(a.join().unwrap(), [1, 3, 4]);
     });
 }
+
+// ---- one registration, several guards (issue 14) --------------------------------
+
+/// Keys present for the whole iteration in [`iter_while_updating`].
+const HELD: u64 = 24;
+
+/// With ONE registration: builds the keys `0..HELD` (present throughout) and
+/// `HELD..2*HELD` (removed during the iteration), opens an iterator (`iter`),
+/// and between every two items it yields inserts a batch of fresh keys, removes
+/// the previous batch and one of the keys `HELD..`, and reads a held key back
+/// (`get`). The batches grow and shrink a self-resizing CR table, so tables are
+/// retired while the iterator still walks one. Then: every held key was yielded
+/// exactly once with its value, no key twice, no key that was never inserted
+/// before the iteration ended. Keys are [`Key`]s in [`Poisoning`] nodes: an
+/// iterator that reads a freed node clones a dropped key and fails.
+fn iter_while_updating<I: Iterator<Item = (Key, u64)>>(
+    what: &str,
+    iter: impl FnOnce() -> I,
+    insert: impl Fn(u64) -> bool,
+    remove: impl Fn(u64) -> Option<u64>,
+    get: impl Fn(u64) -> Option<u64>,
+    buckets: impl Fn() -> usize,
+) -> usize {
+    for k in 0..2 * HELD {
+        assert!(insert(k), "{what}: key {k} inserted twice");
+    }
+    let mut it = iter();
+    let mut seen = HashSet::new();
+    let mut next_fresh = 1000u64;
+    let mut batch: Vec<u64> = Vec::new();
+    let mut steps = 0u64;
+    let mut resizes = 0;
+    let mut last = buckets();
+    loop {
+        let now = buckets();
+        resizes += usize::from(now != last);
+        last = now;
+        // Updates through the same registration while the iterator (and, for
+        // the CR table, its guard) lives.
+        for k in batch.drain(..) {
+            assert_eq!(remove(k), Some(val(k)), "{what}: fresh key {k} lost");
+        }
+        // Every other step a big batch: a self-resizing CR table grows past
+        // it, and shrinks back when it is removed.
+        let n = if steps % 2 == 0 { 100 } else { 1 };
+        for _ in 0..n {
+            assert!(insert(next_fresh), "{what}: fresh key {next_fresh} present");
+            batch.push(next_fresh);
+            next_fresh += 1;
+        }
+        if steps < HELD {
+            let k = HELD + steps;
+            assert_eq!(remove(k), Some(val(k)), "{what}: key {k} lost");
+        }
+        let h = steps % HELD;
+        assert_eq!(get(h), Some(val(h)), "{what}: held key {h} not found");
+        steps += 1;
+        let Some((k, v)) = it.next() else { break };
+        assert!(seen.insert(k.k), "{what}: key {} yielded twice", k.k);
+        assert!(
+            k.k < 2 * HELD || (1000..next_fresh).contains(&k.k),
+            "{what}: key {} was never inserted",
+            k.k
+        );
+        assert_eq!(v, val(k.k), "{what}: key {} with a wrong value", k.k);
+    }
+    drop(it);
+    for k in 0..HELD {
+        assert!(
+            seen.contains(&k),
+            "{what}: key {k}, present throughout, was not yielded ({} yielded after {steps} steps)",
+            seen.len()
+        );
+    }
+    resizes
+}
+
+fn lf_iter_with_one_local<R: Reclaimer>(d: Arc<R>) {
+    let m: LfHashMap<Key, u64, R, Poisoning> =
+        LfHashMap::with_domain(4, d.clone(), RandomState::new()).unwrap();
+    let l = R::register(&d);
+    let what = format!("LfHashMap over {}", R::NAME);
+    iter_while_updating(
+        &what,
+        || m.iter(&l),
+        |k| m.insert(&l, Key::new(k), val(k)),
+        |k| m.remove(&l, &Key::new(k)),
+        |k| m.get(&l, &Key::new(k)),
+        || 0,
+    );
+}
+
+fn fast_iter_with_one_local<R: mpsync::reclaim::ProtectsReachable>(d: Arc<R>) {
+    let m: FastReadHashMap<Key, u64, R, Poisoning> =
+        FastReadHashMap::with_domain(4, d.clone(), RandomState::new()).unwrap();
+    let l = R::register(&d);
+    let what = format!("FastReadHashMap over {}", R::NAME);
+    iter_while_updating(
+        &what,
+        || m.iter(&l),
+        |k| m.insert(&l, Key::new(k), val(k)),
+        |k| m.remove(&l, &Key::new(k)),
+        |k| m.get(&l, &Key::new(k)),
+        || 0,
+    );
+}
+
+fn cr_iter_with_one_local<R: Reclaimer>(d: Arc<R>) {
+    // Grows past 1 entry per bucket, shrinks under a quarter: the batches
+    // resize it again and again under the iterator.
+    let policy = ResizePolicy::new(1, 1).unwrap();
+    let m: CrHashMap<Key, u64, TasB, R, Poisoning> =
+        CrHashMap::with_policy(policy, d.clone(), RandomState::new());
+    let l = R::register(&d);
+    let what = format!("CrHashMap over {}", R::NAME);
+    let resizes = iter_while_updating(
+        &what,
+        || m.iter(&l),
+        |k| m.insert(&l, Key::new(k), val(k)),
+        |k| m.remove(&l, &Key::new(k)),
+        |k| m.get(&l, &Key::new(k)),
+        || m.buckets(),
+    );
+    assert!(
+        resizes >= 2,
+        "{what}: the table resized {resizes} times under the iterator"
+    );
+}
+
+/// An iterator over a table stays valid while the same registration inserts,
+/// removes and reads (several guards per registration): every table type,
+/// every scheme it supports.
+#[test]
+fn iter_lives_across_updates_through_the_same_registration() {
+    // Hazard pointers that scan at every retire: a node or table the
+    // iterator's own bank stops protecting is freed at once.
+    let hp = || Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+    let ebr = || Arc::new(Ebr::with_advance_every(1).unwrap());
+    lf_iter_with_one_local(hp());
+    lf_iter_with_one_local(ebr());
+    lf_iter_with_one_local(Arc::new(Qsbr::new()));
+    lf_iter_with_one_local(Arc::new(Leak::new()));
+    fast_iter_with_one_local(ebr());
+    fast_iter_with_one_local(Arc::new(Qsbr::new()));
+    fast_iter_with_one_local(Arc::new(Leak::new()));
+    cr_iter_with_one_local(hp());
+    cr_iter_with_one_local(ebr());
+    cr_iter_with_one_local(Arc::new(Qsbr::new()));
+    cr_iter_with_one_local(Arc::new(Leak::new()));
+}
