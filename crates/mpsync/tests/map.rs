@@ -972,7 +972,7 @@ fn iter_while_updating<I: Iterator<Item = (Key, u64)>>(
         }
         // Every other step a big batch: a self-resizing CR table grows past
         // it, and shrinks back when it is removed.
-        let n = if steps % 2 == 0 { 100 } else { 1 };
+        let n = if steps.is_multiple_of(2) { 100 } else { 1 };
         for _ in 0..n {
             assert!(insert(next_fresh), "{what}: fresh key {next_fresh} present");
             batch.push(next_fresh);
