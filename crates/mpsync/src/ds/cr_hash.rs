@@ -1041,6 +1041,54 @@ mod tests {
         check::<HazardPointers>();
         check::<Leak>();
     }
+    /// Issue 14, small enough for Miri: an iterator (its guard protects the
+    /// table it walks) lives while the same registration inserts enough to
+    /// grow the table and removes it all again (resizes retire tables; hazard
+    /// pointers scan at every retire). The iterator must read no freed table or
+    /// node and yield each key present throughout exactly once.
+    #[test]
+    fn iter_survives_resizes_by_its_own_registration() {
+        let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+        let policy = ResizePolicy::new(1, 1).unwrap();
+        let m: CrHashMap<u64, u64, TasB, HazardPointers> =
+            CrHashMap::with_policy(policy, hp.clone(), RandomState::new());
+        let l = HazardPointers::register(&hp);
+        for k in 0..6 {
+            assert!(m.insert(&l, k, k + 100));
+        }
+        let mut it = m.iter(&l);
+        let mut seen = Vec::new();
+        let mut resizes = 0;
+        let mut fresh = 1000;
+        loop {
+            let before = m.buckets();
+            for k in fresh..fresh + 12 {
+                assert!(m.insert(&l, k, k + 100));
+            }
+            for k in fresh..fresh + 12 {
+                assert_eq!(m.remove(&l, &k), Some(k + 100));
+            }
+            fresh += 12;
+            assert_eq!(m.get(&l, &3), Some(103));
+            resizes += usize::from(m.buckets() != before);
+            let Some((k, v)) = it.next() else { break };
+            assert_eq!(v, k + 100, "key {k} with a wrong value");
+            seen.push(k);
+        }
+        drop(it);
+        seen.sort_unstable();
+        // Keys inserted during the iteration may be yielded too (the walked
+        // table is the one current when `iter` began, frozen by the resize
+        // that replaced it), but none twice, and each of 0..6 once.
+        let (held, fresh_seen): (Vec<u64>, Vec<u64>) = seen.iter().partition(|&&k| k < 6);
+        assert_eq!(held, (0..6).collect::<Vec<_>>(), "every held key exactly once");
+        let mut dedup = fresh_seen.clone();
+        dedup.dedup();
+        assert_eq!(dedup, fresh_seen, "a key inserted meanwhile yielded twice");
+        assert!(fresh_seen.iter().all(|&k| (1000..fresh).contains(&k)));
+        assert!(resizes > 0, "the table never resized under the iterator");
+    }
+
     use std::sync::atomic::AtomicUsize;
 
     fn sequential<R: Reclaimer + Default>() {
