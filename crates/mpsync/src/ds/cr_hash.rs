@@ -1081,7 +1081,11 @@ mod tests {
         // table is the one current when `iter` began, frozen by the resize
         // that replaced it), but none twice, and each of 0..6 once.
         let (held, fresh_seen): (Vec<u64>, Vec<u64>) = seen.iter().partition(|&&k| k < 6);
-        assert_eq!(held, (0..6).collect::<Vec<_>>(), "every held key exactly once");
+        assert_eq!(
+            held,
+            (0..6).collect::<Vec<_>>(),
+            "every held key exactly once"
+        );
         let mut dedup = fresh_seen.clone();
         dedup.dedup();
         assert_eq!(dedup, fresh_seen, "a key inserted meanwhile yielded twice");
