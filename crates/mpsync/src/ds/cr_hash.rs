@@ -797,13 +797,18 @@ where
     /// (of this table and every structure in the domain) while the iterator
     /// lives: drop it when done.
     ///
+    /// `local` is shared, not exclusive: while the iterator lives, the same
+    /// registration may go on inserting, removing and reading (each operation
+    /// takes a guard of its own beside the iterator's; see
+    /// [`Local::enter`]).
+    ///
     /// # Panics
     /// If `local` is registered with another domain.
     ///
     /// ```
     /// use mpsync::ds::cr_hash::CrHashMap;
     /// use mpsync::lock::TasB;
-    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    /// use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
     ///
     /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
     /// let local = Ebr::register(m.domain());
@@ -813,6 +818,22 @@ where
     /// let mut all: Vec<(u32, u32)> = m.iter(&local).collect();
     /// all.sort();
     /// assert_eq!(all, (0..100).map(|k| (k, k * 2)).collect::<Vec<_>>());
+    ///
+    /// // Updating through the same registration while iterating (here with
+    /// // hazard pointers, and a table that resizes itself meanwhile):
+    /// let m: CrHashMap<u32, u32, TasB, HazardPointers> = CrHashMap::new();
+    /// let local = HazardPointers::register(m.domain());
+    /// for k in 0..10 {
+    ///     m.insert(&local, k, k);
+    /// }
+    /// let mut yielded = 0;
+    /// for (k, v) in m.iter(&local) {
+    ///     assert_eq!(k, v);
+    ///     yielded += 1;
+    ///     m.insert(&local, 1000 + k, 1000 + k); // may or may not be yielded
+    ///     assert_eq!(m.get(&local, &(1000 + k)), Some(1000 + k));
+    /// }
+    /// assert!(yielded >= 10);
     /// ```
     pub fn iter<'l>(&self, local: &'l R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
     where

@@ -271,6 +271,8 @@ where
     /// for the whole iteration is yielded exactly once; no key is yielded twice;
     /// a key yielded was present, with that value, at some moment during the
     /// iteration; a key inserted or removed meanwhile may or may not be yielded.
+    /// `local` is shared, not exclusive: while the iterator lives, the same
+    /// registration may go on inserting, removing and reading.
     ///
     /// # Panics
     /// If `local` is registered with another domain.
