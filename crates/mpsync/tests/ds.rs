@@ -650,23 +650,21 @@ fn herlihy_rejects_foreign_locals<R: Reclaimer>(fresh: fn() -> Arc<R>) {
     let s = HerlihyStack::<u64, R>::with_domain(fresh());
     let h = HerlihySkewHeap::<u64, R>::with_domain(fresh());
     let other = fresh();
-    let mut foreign = R::register(&other);
+    let foreign = R::register(&other);
     let n = R::NAME;
-    rejects_foreign_local(&format!("HerlihyStack::push {n}"), || {
-        s.push(&mut foreign, 1)
-    });
+    rejects_foreign_local(&format!("HerlihyStack::push {n}"), || s.push(&foreign, 1));
     rejects_foreign_local(&format!("HerlihyStack::pop {n}"), || {
-        s.pop(&mut foreign);
+        s.pop(&foreign);
     });
     rejects_foreign_local(&format!("HerlihySkewHeap::insert {n}"), || {
-        h.insert(&mut foreign, 1)
+        h.insert(&foreign, 1)
     });
     rejects_foreign_local(&format!("HerlihySkewHeap::delete_min {n}"), || {
-        h.delete_min(&mut foreign);
+        h.delete_min(&foreign);
     });
-    let mut own = R::register(s.domain());
-    s.push(&mut own, 3);
-    assert_eq!(s.pop(&mut own), Some(3));
+    let own = R::register(s.domain());
+    s.push(&own, 3);
+    assert_eq!(s.pop(&own), Some(3));
 }
 
 #[test]

@@ -520,39 +520,35 @@ fn foreign_locals_rejected<R: Domain>() {
     let plj: PljQueue<u64, R> = PljQueue::with_domain(R::fresh());
     let st: TreiberStack<u64, R> = TreiberStack::with_domain(R::fresh());
     let other = R::fresh();
-    let mut foreign = R::register(&other);
+    let foreign = R::register(&other);
     let n = R::NAME;
-    rejects_foreign_local(&format!("MsQueue::enqueue {n}"), || {
-        ms.enqueue(&mut foreign, 1)
-    });
+    rejects_foreign_local(&format!("MsQueue::enqueue {n}"), || ms.enqueue(&foreign, 1));
     rejects_foreign_local(&format!("MsQueue::dequeue {n}"), || {
-        ms.dequeue(&mut foreign);
+        ms.dequeue(&foreign);
     });
     rejects_foreign_local(&format!("MsQueue::is_empty {n}"), || {
-        ms.is_empty(&mut foreign);
+        ms.is_empty(&foreign);
     });
     rejects_foreign_local(&format!("PljQueue::enqueue {n}"), || {
-        plj.enqueue(&mut foreign, 1)
+        plj.enqueue(&foreign, 1)
     });
     rejects_foreign_local(&format!("PljQueue::dequeue {n}"), || {
-        plj.dequeue(&mut foreign);
+        plj.dequeue(&foreign);
     });
     rejects_foreign_local(&format!("PljQueue::is_empty {n}"), || {
-        plj.is_empty(&mut foreign);
+        plj.is_empty(&foreign);
     });
-    rejects_foreign_local(&format!("TreiberStack::push {n}"), || {
-        st.push(&mut foreign, 1)
-    });
+    rejects_foreign_local(&format!("TreiberStack::push {n}"), || st.push(&foreign, 1));
     rejects_foreign_local(&format!("TreiberStack::pop {n}"), || {
-        st.pop(&mut foreign);
+        st.pop(&foreign);
     });
     // A registration in the structure's own domain works, shared or not.
-    let mut own = R::register(ms.domain());
-    ms.enqueue(&mut own, 5);
-    assert_eq!(ms.dequeue(&mut own), Some(5));
+    let own = R::register(ms.domain());
+    ms.enqueue(&own, 5);
+    assert_eq!(ms.dequeue(&own), Some(5));
     let shared: MsQueue<u64, R> = MsQueue::with_domain(ms.domain().clone());
-    shared.enqueue(&mut own, 6);
-    assert_eq!(shared.dequeue(&mut own), Some(6));
+    shared.enqueue(&own, 6);
+    assert_eq!(shared.dequeue(&own), Some(6));
 }
 
 #[test]
@@ -624,7 +620,7 @@ fn ms_value_read_after_the_swing_is_protected<R: Eager>() {
     let q = Arc::new(MsQueue::<u64, R, Scribble>::with_domain(R::eager()));
     let mut main = R::register(q.domain());
     for v in 1..=4 {
-        q.enqueue(&mut main, v);
+        q.enqueue(&main, v);
     }
     let mut victim = Stepper::spawn({
         let q = q.clone();
@@ -637,8 +633,8 @@ fn ms_value_read_after_the_swing_is_protected<R: Eager>() {
         move |l: &mut R::Local| tx.send(q.dequeue(l)).unwrap()
     });
     trap.wait_hit(STOPPED_IN_TIME).unwrap();
-    assert_eq!(q.dequeue(&mut main), Some(2));
-    assert_eq!(q.dequeue(&mut main), Some(3));
+    assert_eq!(q.dequeue(&main), Some(2));
+    assert_eq!(q.dequeue(&main), Some(3));
     reclaim_now(&mut main);
     trap.release();
     victim.wait();
@@ -648,7 +644,7 @@ fn ms_value_read_after_the_swing_is_protected<R: Eager>() {
         "{}: the dequeuer read its value from a freed node",
         R::NAME
     );
-    assert_eq!(q.dequeue(&mut main), Some(4));
+    assert_eq!(q.dequeue(&main), Some(4));
 }
 
 #[test]
@@ -671,7 +667,7 @@ fn treiber_pop_with_a_stale_top_retries<R: Eager>() {
     let s = Arc::new(TreiberStack::<u64, R, Scribble>::with_domain(R::eager()));
     let mut main = R::register(s.domain());
     for v in 1..=3 {
-        s.push(&mut main, v);
+        s.push(&main, v);
     }
     let mut victim = Stepper::spawn({
         let s = s.clone();
@@ -684,18 +680,13 @@ fn treiber_pop_with_a_stale_top_retries<R: Eager>() {
         move |l: &mut R::Local| tx.send(s.pop(l)).unwrap()
     });
     trap.wait_hit(STOPPED_IN_TIME).unwrap();
-    assert_eq!(s.pop(&mut main), Some(3));
-    assert_eq!(s.pop(&mut main), Some(2));
+    assert_eq!(s.pop(&main), Some(3));
+    assert_eq!(s.pop(&main), Some(2));
     reclaim_now(&mut main);
     trap.release();
     victim.wait();
     assert_eq!(rx.recv().unwrap(), Some(1), "{}", R::NAME);
-    assert_eq!(
-        s.pop(&mut main),
-        None,
-        "{}: a popped node came back",
-        R::NAME
-    );
+    assert_eq!(s.pop(&main), None, "{}: a popped node came back", R::NAME);
 }
 
 #[test]

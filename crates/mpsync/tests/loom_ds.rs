@@ -53,29 +53,29 @@ fn stack_push_vs_pops<R: Reclaimer>(make: fn() -> R) {
         let domain = Arc::new(make());
         let s = Arc::new(HerlihyStack::<Val, R>::with_domain(domain.clone()));
         {
-            let mut l = R::register(&domain);
-            s.push(&mut l, Val::new(1));
+            let l = R::register(&domain);
+            s.push(&l, Val::new(1));
         }
         let pusher = {
             let (s, d) = (s.clone(), domain.clone());
             thread::spawn(move || {
-                let mut l = R::register(&d);
-                s.push(&mut l, Val::new(2));
+                let l = R::register(&d);
+                s.push(&l, Val::new(2));
             })
         };
         let mut got = Vec::new();
         {
             let mut l = R::register(&domain);
             for _ in 0..2 {
-                if let Some(v) = s.pop(&mut l) {
+                if let Some(v) = s.pop(&l) {
                     got.push(v.get());
                 }
                 l.quiescent();
             }
         }
         pusher.join().unwrap();
-        let mut l = R::register(&domain);
-        while let Some(v) = s.pop(&mut l) {
+        let l = R::register(&domain);
+        while let Some(v) = s.pop(&l) {
             got.push(v.get());
         }
         drop(l);
@@ -102,27 +102,27 @@ fn herlihy_heap_insert_vs_delete_min() {
         let domain = Arc::new(Ebr::with_advance_every(1).unwrap());
         let h = Arc::new(HerlihySkewHeap::<u64, Ebr>::with_domain(domain.clone()));
         {
-            let mut l = Ebr::register(&domain);
-            h.insert(&mut l, 2);
-            h.insert(&mut l, 3);
+            let l = Ebr::register(&domain);
+            h.insert(&l, 2);
+            h.insert(&l, 3);
         }
         let inserter = {
             let (h, d) = (h.clone(), domain.clone());
             thread::spawn(move || {
-                let mut l = Ebr::register(&d);
-                h.insert(&mut l, 1);
+                let l = Ebr::register(&d);
+                h.insert(&l, 1);
             })
         };
         let first = {
-            let mut l = Ebr::register(&domain);
-            h.delete_min(&mut l)
+            let l = Ebr::register(&domain);
+            h.delete_min(&l)
         };
         // Linearizable: either before the insert (2) or after it (1).
         assert!(matches!(first, Some(1) | Some(2)), "{first:?}");
         inserter.join().unwrap();
-        let mut l = Ebr::register(&domain);
+        let l = Ebr::register(&domain);
         let mut got = vec![first.unwrap()];
-        let rest: Vec<u64> = std::iter::from_fn(|| h.delete_min(&mut l)).collect();
+        let rest: Vec<u64> = std::iter::from_fn(|| h.delete_min(&l)).collect();
         assert!(rest.windows(2).all(|w| w[0] <= w[1]), "drained in order");
         got.extend(rest);
         drop(l);

@@ -308,25 +308,25 @@ fn treiber_push_vs_pop<R: Eager>() {
     model(|| {
         let s: Arc<TreiberStack<u32, R, Poisoning>> =
             Arc::new(TreiberStack::with_domain(R::eager()));
-        let mut main = R::register(s.domain());
-        s.push(&mut main, 1);
+        let main = R::register(s.domain());
+        s.push(&main, 1);
         let s1 = s.clone();
         let p = thread::spawn(move || {
-            let mut l = R::register(s1.domain());
-            s1.push(&mut l, 2);
+            let l = R::register(s1.domain());
+            s1.push(&l, 2);
         });
         let s2 = s.clone();
         let q = thread::spawn(move || {
-            let mut l = R::register(s2.domain());
-            s2.pop(&mut l)
+            let l = R::register(s2.domain());
+            s2.pop(&l)
         });
         p.join().unwrap();
         let popped = q.join().unwrap().expect("1 was there");
-        let left = s.pop(&mut main).expect("one value left");
+        let left = s.pop(&main).expect("one value left");
         let mut both = [popped, left];
         both.sort_unstable();
         assert_eq!(both, [1, 2]);
-        assert_eq!(s.pop(&mut main), None);
+        assert_eq!(s.pop(&main), None);
     });
 }
 
@@ -335,15 +335,15 @@ fn treiber_two_poppers<R: Eager>() {
     model(|| {
         let s: Arc<TreiberStack<u32, R, Poisoning>> =
             Arc::new(TreiberStack::with_domain(R::eager()));
-        let mut main = R::register(s.domain());
-        s.push(&mut main, 1);
-        s.push(&mut main, 2);
+        let main = R::register(s.domain());
+        s.push(&main, 1);
+        s.push(&main, 2);
         let hs: Vec<_> = (0..2)
             .map(|_| {
                 let s = s.clone();
                 thread::spawn(move || {
-                    let mut l = R::register(s.domain());
-                    s.pop(&mut l)
+                    let l = R::register(s.domain());
+                    s.pop(&l)
                 })
             })
             .collect();

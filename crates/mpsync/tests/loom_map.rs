@@ -85,9 +85,9 @@ type Map<R> = LfHashMap<u32, u32, R, Poisoning, RandomState>;
 
 fn make<R: Eager>(keys: &[u32]) -> Arc<Map<R>> {
     let m: Map<R> = LfHashMap::with_domain(1, R::eager(), RandomState::new()).unwrap();
-    let mut l = R::register(m.domain());
+    let l = R::register(m.domain());
     for &k in keys {
-        assert!(m.insert(&mut l, k, k * 10));
+        assert!(m.insert(&l, k, k * 10));
     }
     Arc::new(m)
 }
@@ -101,16 +101,16 @@ fn remove_vs_search<R: Eager>() {
         let m = make::<R>(&[1, 2, 3]);
         let m1 = m.clone();
         let r = thread::spawn(move || {
-            let mut l = R::register(m1.domain());
-            m1.remove(&mut l, &2)
+            let l = R::register(m1.domain());
+            m1.remove(&l, &2)
         });
-        let mut l = R::register(m.domain());
-        assert_eq!(m.get(&mut l, &3), Some(30));
-        let saw2 = m.get(&mut l, &2);
+        let l = R::register(m.domain());
+        assert_eq!(m.get(&l, &3), Some(30));
+        let saw2 = m.get(&l, &2);
         assert!(saw2 == Some(20) || saw2.is_none());
         assert_eq!(r.join().unwrap(), Some(20));
-        assert_eq!(m.get(&mut l, &2), None);
-        assert_eq!(m.len(&mut l), 2);
+        assert_eq!(m.get(&l, &2), None);
+        assert_eq!(m.len(&l), 2);
     });
 }
 
@@ -120,15 +120,15 @@ fn remove_vs_adjacent_insert<R: Eager>() {
         let m = make::<R>(&[1, 2]);
         let m1 = m.clone();
         let r = thread::spawn(move || {
-            let mut l = R::register(m1.domain());
-            m1.remove(&mut l, &2)
+            let l = R::register(m1.domain());
+            m1.remove(&l, &2)
         });
-        let mut l = R::register(m.domain());
-        assert!(m.insert(&mut l, 3, 30));
+        let l = R::register(m.domain());
+        assert!(m.insert(&l, 3, 30));
         assert_eq!(r.join().unwrap(), Some(20));
-        assert_eq!(m.get(&mut l, &3), Some(30), "the insert after 2 was lost");
-        assert_eq!(m.get(&mut l, &2), None);
-        assert_eq!(m.get(&mut l, &1), Some(10));
+        assert_eq!(m.get(&l, &3), Some(30), "the insert after 2 was lost");
+        assert_eq!(m.get(&l, &2), None);
+        assert_eq!(m.get(&l, &1), Some(10));
     });
 }
 
@@ -138,20 +138,20 @@ fn two_removers_then_reinsert<R: Eager>() {
         let m = make::<R>(&[2]);
         let m1 = m.clone();
         let a = thread::spawn(move || {
-            let mut l = R::register(m1.domain());
-            let r = m1.remove(&mut l, &2);
-            let i = m1.insert(&mut l, 2, 21);
+            let l = R::register(m1.domain());
+            let r = m1.remove(&l, &2);
+            let i = m1.insert(&l, 2, 21);
             (r, i)
         });
-        let mut l = R::register(m.domain());
-        let b = m.remove(&mut l, &2);
+        let l = R::register(m.domain());
+        let b = m.remove(&l, &2);
         let (ra, ia) = a.join().unwrap();
         // Exactly one remover took the original 20; the other took nothing or
         // the reinserted 21 (if it ran after the reinsert).
         let took: Vec<u32> = [ra, b].into_iter().flatten().collect();
         assert_eq!(took.iter().filter(|&&v| v == 20).count(), 1, "{took:?}");
         assert!(ia, "2 was absent when A reinserted it");
-        let left = m.get(&mut l, &2);
+        let left = m.get(&l, &2);
         assert_eq!(left.is_some(), !took.contains(&21), "{took:?} {left:?}");
     });
 }
@@ -190,22 +190,22 @@ fn loom_map_fast_read_past_removed_nodes_ebr() {
             FastReadHashMap::with_domain(1, Ebr::eager(), RandomState::new()).unwrap();
         let m = Arc::new(m);
         {
-            let mut l = Ebr::register(m.domain());
+            let l = Ebr::register(m.domain());
             for k in 1..=4 {
-                assert!(m.insert(&mut l, k, k * 10));
+                assert!(m.insert(&l, k, k * 10));
             }
         }
         let m1 = m.clone();
         let r = thread::spawn(move || {
-            let mut l = Ebr::register(m1.domain());
-            (m1.remove(&mut l, &2), m1.remove(&mut l, &3))
+            let l = Ebr::register(m1.domain());
+            (m1.remove(&l, &2), m1.remove(&l, &3))
         });
-        let mut l = Ebr::register(m.domain());
-        assert_eq!(m.get(&mut l, &4), Some(40));
-        let saw3 = m.get(&mut l, &3);
+        let l = Ebr::register(m.domain());
+        assert_eq!(m.get(&l, &4), Some(40));
+        let saw3 = m.get(&l, &3);
         assert_eq!(r.join().unwrap(), (Some(20), Some(30)));
         assert!(saw3.is_none() || saw3 == Some(30));
-        assert_eq!(m.get(&mut l, &3), None);
+        assert_eq!(m.get(&l, &3), None);
     });
 }
 
@@ -263,9 +263,9 @@ type Cr<R> = CrHashMap<u32, u32, LoomLock, R, Poisoning, Fixed>;
 
 fn make_cr<R: Eager>(keys: &[u32]) -> Arc<Cr<R>> {
     let m: Cr<R> = CrHashMap::with_domain(1, R::eager(), Fixed::default()).unwrap();
-    let mut l = R::register(m.domain());
+    let l = R::register(m.domain());
     for &k in keys {
-        assert!(m.insert(&mut l, k, k * 10));
+        assert!(m.insert(&l, k, k * 10));
     }
     Arc::new(m)
 }
@@ -279,18 +279,18 @@ fn cr_resize_vs_reader<R: Eager>() {
         let m = make_cr::<R>(&[1, 2]);
         let m1 = m.clone();
         let r = thread::spawn(move || {
-            let mut l = R::register(m1.domain());
-            m1.resize(&mut l, 2).unwrap();
-            m1.remove(&mut l, &1)
+            let l = R::register(m1.domain());
+            m1.resize(&l, 2).unwrap();
+            m1.remove(&l, &1)
         });
-        let mut l = R::register(m.domain());
-        assert_eq!(m.get(&mut l, &2), Some(20), "a resize hid a present key");
-        let saw1 = m.get(&mut l, &1);
+        let l = R::register(m.domain());
+        assert_eq!(m.get(&l, &2), Some(20), "a resize hid a present key");
+        let saw1 = m.get(&l, &1);
         assert!(saw1 == Some(10) || saw1.is_none());
         assert_eq!(r.join().unwrap(), Some(10));
         assert_eq!(m.buckets(), 2);
-        assert_eq!(m.get(&mut l, &1), None);
-        assert_eq!(m.get(&mut l, &2), Some(20));
+        assert_eq!(m.get(&l, &1), None);
+        assert_eq!(m.get(&l, &2), Some(20));
     });
 }
 
@@ -301,23 +301,15 @@ fn cr_resize_vs_updates<R: Eager>() {
         let m = make_cr::<R>(&[1]);
         let m1 = m.clone();
         let r = thread::spawn(move || {
-            let mut l = R::register(m1.domain());
-            m1.resize(&mut l, 2).unwrap();
+            let l = R::register(m1.domain());
+            m1.resize(&l, 2).unwrap();
         });
-        let mut l = R::register(m.domain());
-        assert!(m.insert(&mut l, 2, 20));
-        assert_eq!(m.remove(&mut l, &1), Some(10));
+        let l = R::register(m.domain());
+        assert!(m.insert(&l, 2, 20));
+        assert_eq!(m.remove(&l, &1), Some(10));
         r.join().unwrap();
-        assert_eq!(
-            m.get(&mut l, &2),
-            Some(20),
-            "the insert was lost by the resize"
-        );
-        assert_eq!(
-            m.get(&mut l, &1),
-            None,
-            "the remove was undone by the resize"
-        );
+        assert_eq!(m.get(&l, &2), Some(20), "the insert was lost by the resize");
+        assert_eq!(m.get(&l, &1), None, "the remove was undone by the resize");
         assert_eq!(m.len(), 1);
     });
 }

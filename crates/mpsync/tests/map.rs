@@ -550,9 +550,9 @@ fn hp_search_never_steps_past_a_deleted_predecessor() {
     let m: LfHashMap<Key, u64, HazardPointers, Poisoning> =
         LfHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in 1..=4 {
-            assert!(m.insert(&mut l, Key::new(k), k));
+            assert!(m.insert(&l, Key::new(k), k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -560,10 +560,10 @@ fn hp_search_never_steps_past_a_deleted_predecessor() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.get(&mut l, &Key::new(4))
+            m.get(&l, &Key::new(4))
         });
         let id = rx.recv().unwrap();
         // Skip the step onto node 1; stop on node 2.
@@ -572,8 +572,8 @@ fn hp_search_never_steps_past_a_deleted_predecessor() {
         trap.wait_hit(Duration::from_secs(10))
             .expect("A stops on node 2");
         let mut l = HazardPointers::register(hp);
-        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
-        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&l, &Key::new(3)), Some(3));
         // B's own guard protected node 3 while it retired it; scan again now.
         l.scan();
         assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
@@ -634,9 +634,9 @@ fn cr_reader_never_steps_past_a_removed_node() {
     let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in (1..=4).rev() {
-            assert!(m.insert(&mut l, Key::new(k), k));
+            assert!(m.insert(&l, Key::new(k), k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -644,10 +644,10 @@ fn cr_reader_never_steps_past_a_removed_node() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.get(&mut l, &Key::new(4))
+            m.get(&l, &Key::new(4))
         });
         let trap = Trap::at(stall::CR_READ_STEPPED)
             .thread(rx.recv().unwrap())
@@ -657,8 +657,8 @@ fn cr_reader_never_steps_past_a_removed_node() {
         trap.wait_hit(Duration::from_secs(10))
             .expect("the reader stops on node 2");
         let mut l = HazardPointers::register(hp);
-        assert_eq!(m.remove(&mut l, &Key::new(2)), Some(2));
-        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&l, &Key::new(2)), Some(2));
+        assert_eq!(m.remove(&l, &Key::new(3)), Some(3));
         l.scan();
         assert!(hp.stats().freed >= 1, "node 3 was freed: {:?}", hp.stats());
         trap.release();
@@ -679,9 +679,9 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
     let m: CrHashMap<Key, u64, TasB, HazardPointers, Poisoning> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in (1..=4).rev() {
-            assert!(m.insert(&mut l, Key::new(k), k));
+            assert!(m.insert(&l, Key::new(k), k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -689,10 +689,10 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.get(&mut l, &Key::new(4))
+            m.get(&l, &Key::new(4))
         });
         let trap = Trap::at(stall::CR_READ_STEPPED)
             .thread(rx.recv().unwrap())
@@ -702,10 +702,10 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
         trap.wait_hit(Duration::from_secs(10))
             .expect("the reader stops on node 2");
         let mut l = HazardPointers::register(hp);
-        m.resize(&mut l, 4).unwrap();
+        m.resize(&l, 4).unwrap();
         assert_eq!(m.buckets(), 4);
-        assert_eq!(m.remove(&mut l, &Key::new(3)), Some(3));
-        assert_eq!(m.remove(&mut l, &Key::new(4)), Some(4));
+        assert_eq!(m.remove(&l, &Key::new(3)), Some(3));
+        assert_eq!(m.remove(&l, &Key::new(4)), Some(4));
         l.scan();
         let before = hp.stats().freed;
         trap.release();
@@ -720,8 +720,8 @@ fn cr_reader_in_a_resized_table_reads_no_freed_node() {
             "the old table is freed once the reader left it: {:?}",
             hp.stats()
         );
-        assert_eq!(m.get(&mut l, &Key::new(4)), None);
-        assert_eq!(m.get(&mut l, &Key::new(1)), Some(1));
+        assert_eq!(m.get(&l, &Key::new(4)), None);
+        assert_eq!(m.get(&l, &Key::new(1)), Some(1));
     });
     assert_eq!(m.len(), 2);
 }
@@ -838,9 +838,9 @@ fn cr_iter<R: Reclaimer>(d: Arc<R>) {
     iter_is_weakly_consistent(
         &m,
         |m| {
-            let mut l = R::register(m.domain());
+            let l = R::register(m.domain());
             // A slow consumer, so resizes land in the middle of iterations.
-            m.iter(&mut l)
+            m.iter(&l)
                 .inspect(|&(k, _)| {
                     if k % 32 == 0 {
                         std::thread::yield_now();
@@ -849,8 +849,8 @@ fn cr_iter<R: Reclaimer>(d: Arc<R>) {
                 .collect()
         },
         |m, r| {
-            let mut l = R::register(m.domain());
-            m.resize(&mut l, 1 + (r % 64) as usize).unwrap();
+            let l = R::register(m.domain());
+            m.resize(&l, 1 + (r % 64) as usize).unwrap();
         },
     );
 }
@@ -867,8 +867,8 @@ fn lf_iter<R: Reclaimer>(d: Arc<R>) {
     iter_is_weakly_consistent(
         &m,
         |m| {
-            let mut l = R::register(m.domain());
-            m.iter(&mut l).collect()
+            let l = R::register(m.domain());
+            m.iter(&l).collect()
         },
         |_, _| {},
     );
@@ -882,8 +882,8 @@ fn lf_and_locked_iter_are_weakly_consistent_under_updates() {
     iter_is_weakly_consistent(
         &f,
         |m| {
-            let mut l = Qsbr::register(m.domain());
-            m.iter(&mut l).collect()
+            let l = Qsbr::register(m.domain());
+            m.iter(&l).collect()
         },
         |_, _| {},
     );
@@ -900,9 +900,9 @@ fn cr_iter_restart_yields_no_key_twice() {
     let m: CrHashMap<u64, u64, TasB, HazardPointers> =
         CrHashMap::with_domain(1, hp.clone(), RandomState::new()).unwrap();
     {
-        let mut l = HazardPointers::register(&hp);
+        let l = HazardPointers::register(&hp);
         for k in (1..=4).rev() {
-            assert!(m.insert(&mut l, k, k));
+            assert!(m.insert(&l, k, k));
         }
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -910,10 +910,10 @@ fn cr_iter_restart_yields_no_key_twice() {
     std::thread::scope(|s| {
         let (m, hp) = (&m, &hp);
         let a = s.spawn(move || {
-            let mut l = HazardPointers::register(hp);
+            let l = HazardPointers::register(hp);
             tx.send(mpsync::sched::current().id()).unwrap();
             go_rx.recv().unwrap();
-            m.iter(&mut l).map(|(k, _)| k).collect::<Vec<_>>()
+            m.iter(&l).map(|(k, _)| k).collect::<Vec<_>>()
         });
         let trap = Trap::at(stall::CR_READ_STEPPED)
             .thread(rx.recv().unwrap())
@@ -922,9 +922,159 @@ fn cr_iter_restart_yields_no_key_twice() {
         go_tx.send(()).unwrap();
         trap.wait_hit(Duration::from_secs(10))
             .expect("the iterator stops on node 2");
-        let mut l = HazardPointers::register(hp);
-        assert_eq!(m.remove(&mut l, &2), Some(2));
+        let l = HazardPointers::register(hp);
+        assert_eq!(m.remove(&l, &2), Some(2));
         trap.release();
         assert_eq!(a.join().unwrap(), [1, 3, 4]);
     });
+}
+
+// ---- one registration, several guards (issue 14) --------------------------------
+
+/// Keys present for the whole iteration in [`iter_while_updating`].
+const HELD: u64 = 24;
+
+/// With ONE registration: builds the keys `0..HELD` (present throughout) and
+/// `HELD..2*HELD` (removed during the iteration), opens an iterator (`iter`),
+/// and between every two items it yields inserts a batch of fresh keys, removes
+/// the previous batch and one of the keys `HELD..`, and reads a held key back
+/// (`get`). The batches grow and shrink a self-resizing CR table, so tables are
+/// retired while the iterator still walks one. Then: every held key was yielded
+/// exactly once with its value, no key twice, no key that was never inserted
+/// before the iteration ended. Keys are [`Key`]s in [`Poisoning`] nodes: an
+/// iterator that reads a freed node clones a dropped key and fails.
+fn iter_while_updating<I: Iterator<Item = (Key, u64)>>(
+    what: &str,
+    iter: impl FnOnce() -> I,
+    insert: impl Fn(u64) -> bool,
+    remove: impl Fn(u64) -> Option<u64>,
+    get: impl Fn(u64) -> Option<u64>,
+    buckets: impl Fn() -> usize,
+) -> usize {
+    for k in 0..2 * HELD {
+        assert!(insert(k), "{what}: key {k} inserted twice");
+    }
+    let mut it = iter();
+    let mut seen = HashSet::new();
+    let mut next_fresh = 1000u64;
+    let mut batch: Vec<u64> = Vec::new();
+    let mut steps = 0u64;
+    let mut resizes = 0;
+    let mut last = buckets();
+    loop {
+        let now = buckets();
+        resizes += usize::from(now != last);
+        last = now;
+        // Updates through the same registration while the iterator (and, for
+        // the CR table, its guard) lives.
+        for k in batch.drain(..) {
+            assert_eq!(remove(k), Some(val(k)), "{what}: fresh key {k} lost");
+        }
+        // Every other step a big batch: a self-resizing CR table grows past
+        // it, and shrinks back when it is removed.
+        let n = if steps.is_multiple_of(2) { 100 } else { 1 };
+        for _ in 0..n {
+            assert!(insert(next_fresh), "{what}: fresh key {next_fresh} present");
+            batch.push(next_fresh);
+            next_fresh += 1;
+        }
+        if steps < HELD {
+            let k = HELD + steps;
+            assert_eq!(remove(k), Some(val(k)), "{what}: key {k} lost");
+        }
+        let h = steps % HELD;
+        assert_eq!(get(h), Some(val(h)), "{what}: held key {h} not found");
+        steps += 1;
+        let Some((k, v)) = it.next() else { break };
+        assert!(seen.insert(k.k), "{what}: key {} yielded twice", k.k);
+        assert!(
+            k.k < 2 * HELD || (1000..next_fresh).contains(&k.k),
+            "{what}: key {} was never inserted",
+            k.k
+        );
+        assert_eq!(v, val(k.k), "{what}: key {} with a wrong value", k.k);
+    }
+    drop(it);
+    for k in 0..HELD {
+        assert!(
+            seen.contains(&k),
+            "{what}: key {k}, present throughout, was not yielded ({} yielded after {steps} steps)",
+            seen.len()
+        );
+    }
+    resizes
+}
+
+fn lf_iter_with_one_local<R: Reclaimer>(d: Arc<R>) {
+    let m: LfHashMap<Key, u64, R, Poisoning> =
+        LfHashMap::with_domain(4, d.clone(), RandomState::new()).unwrap();
+    let l = R::register(&d);
+    let what = format!("LfHashMap over {}", R::NAME);
+    iter_while_updating(
+        &what,
+        || m.iter(&l),
+        |k| m.insert(&l, Key::new(k), val(k)),
+        |k| m.remove(&l, &Key::new(k)),
+        |k| m.get(&l, &Key::new(k)),
+        || 0,
+    );
+}
+
+fn fast_iter_with_one_local<R: mpsync::reclaim::ProtectsReachable>(d: Arc<R>) {
+    let m: FastReadHashMap<Key, u64, R, Poisoning> =
+        FastReadHashMap::with_domain(4, d.clone(), RandomState::new()).unwrap();
+    let l = R::register(&d);
+    let what = format!("FastReadHashMap over {}", R::NAME);
+    iter_while_updating(
+        &what,
+        || m.iter(&l),
+        |k| m.insert(&l, Key::new(k), val(k)),
+        |k| m.remove(&l, &Key::new(k)),
+        |k| m.get(&l, &Key::new(k)),
+        || 0,
+    );
+}
+
+fn cr_iter_with_one_local<R: Reclaimer>(d: Arc<R>) {
+    // Grows past 1 entry per bucket, shrinks under a quarter: the batches
+    // resize it again and again under the iterator.
+    let policy = ResizePolicy::new(1, 1).unwrap();
+    let m: CrHashMap<Key, u64, TasB, R, Poisoning> =
+        CrHashMap::with_policy(policy, d.clone(), RandomState::new());
+    let l = R::register(&d);
+    let what = format!("CrHashMap over {}", R::NAME);
+    let resizes = iter_while_updating(
+        &what,
+        || m.iter(&l),
+        |k| m.insert(&l, Key::new(k), val(k)),
+        |k| m.remove(&l, &Key::new(k)),
+        |k| m.get(&l, &Key::new(k)),
+        || m.buckets(),
+    );
+    assert!(
+        resizes >= 2,
+        "{what}: the table resized {resizes} times under the iterator"
+    );
+}
+
+/// An iterator over a table stays valid while the same registration inserts,
+/// removes and reads (several guards per registration): every table type,
+/// every scheme it supports.
+#[test]
+fn iter_lives_across_updates_through_the_same_registration() {
+    // Hazard pointers that scan at every retire: a node or table the
+    // iterator's own bank stops protecting is freed at once.
+    let hp = || Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+    let ebr = || Arc::new(Ebr::with_advance_every(1).unwrap());
+    lf_iter_with_one_local(hp());
+    lf_iter_with_one_local(ebr());
+    lf_iter_with_one_local(Arc::new(Qsbr::new()));
+    lf_iter_with_one_local(Arc::new(Leak::new()));
+    fast_iter_with_one_local(ebr());
+    fast_iter_with_one_local(Arc::new(Qsbr::new()));
+    fast_iter_with_one_local(Arc::new(Leak::new()));
+    cr_iter_with_one_local(hp());
+    cr_iter_with_one_local(ebr());
+    cr_iter_with_one_local(Arc::new(Qsbr::new()));
+    cr_iter_with_one_local(Arc::new(Leak::new()));
 }

@@ -87,10 +87,10 @@ fn test_loop<R: Reclaimer, A: NodeAlloc>(domain: Arc<R>, spec: LoopSpec) -> u64 
         .map(|_| MsQueue::with_domain(domain.clone()))
         .collect();
     {
-        let mut local = R::register(&domain);
+        let local = R::register(&domain);
         for q in &queues {
             for k in 0..INITIAL_PER_QUEUE as u64 {
-                q.enqueue(&mut local, k);
+                q.enqueue(&local, k);
             }
         }
     }
@@ -108,9 +108,9 @@ fn test_loop<R: Reclaimer, A: NodeAlloc>(domain: Arc<R>, spec: LoopSpec) -> u64 
                         let r = rng.next_u64();
                         let q = &queues[(r >> 1) as usize % queues.len()];
                         if r & 1 == 0 {
-                            q.enqueue(&mut local, r >> 8);
+                            q.enqueue(&local, r >> 8);
                         } else {
-                            std::hint::black_box(q.dequeue(&mut local));
+                            std::hint::black_box(q.dequeue(&local));
                         }
                     }
                     n += OPS_PER_LOOP;
@@ -495,9 +495,9 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
                         let r = rng.next_u64();
                         let q = &queues[(r >> 1) as usize % queues.len()];
                         if r & 1 == 0 {
-                            q.enqueue(&mut local, r >> 8);
+                            q.enqueue(&local, r >> 8);
                         } else {
-                            std::hint::black_box(q.dequeue(&mut local));
+                            std::hint::black_box(q.dequeue(&local));
                         }
                     }
                     local.quiescent();

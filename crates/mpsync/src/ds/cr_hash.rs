@@ -294,7 +294,7 @@ struct Auto<M: ?Sized, Lc> {
     policy: ResizePolicy,
     /// The resize step, called with the local registration after an insert
     /// or remove crossed a threshold.
-    run: fn(&M, &mut Lc),
+    run: fn(&M, &Lc),
 }
 
 /// Hart's concurrently-readable hash table (see the [module documentation](self)).
@@ -453,7 +453,7 @@ where
     /// # Panics
     /// If `local` is registered with another domain; if a key's or value's
     /// `clone` panics (the table is then left as it was).
-    pub fn resize(&self, local: &mut R::Local, buckets: usize) -> Result<(), MapError> {
+    pub fn resize(&self, local: &R::Local, buckets: usize) -> Result<(), MapError> {
         check_local(&*self.domain, local, "CrHashMap::resize");
         if buckets == 0 {
             return Err(MapError::ZeroBuckets);
@@ -465,7 +465,7 @@ where
 
     /// The policy's resize, after an update crossed a threshold: re-decided
     /// under the resize lock (another thread may have resized already).
-    fn auto_resize(&self, local: &mut R::Local) {
+    fn auto_resize(&self, local: &R::Local) {
         let Some(auto) = &self.auto else { return };
         let _r = self.resize_lock.lock();
         // Relaxed: a hint; the count is exact under all bucket locks, not here.
@@ -477,7 +477,7 @@ where
 
     /// The copying resize (module documentation, steps 1–3). Call with the
     /// resize lock held.
-    fn resize_locked(&self, local: &mut R::Local, buckets: usize) {
+    fn resize_locked(&self, local: &R::Local, buckets: usize) {
         // Acquire: pairs with the previous resizer's Release publish. Only a
         // resizer replaces or retires tables, and we hold the resize lock.
         let old = self.table.load(Ordering::Acquire);
@@ -502,7 +502,7 @@ where
                 let head = nb.head.load(Ordering::Relaxed);
                 let copy = A::alloc(Node {
                     live: Liveness::new(),
-                    hdr: Header::of_local(&*local),
+                    hdr: Header::of_local(local),
                     next: AtomicPtr::new(head),
                     key: n.key.clone(),
                     value: n.value.clone(),
@@ -612,7 +612,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn get(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -624,7 +624,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+    pub fn get_with<T>(&self, local: &R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "CrHashMap::get");
         let g = local.enter();
         let h = self.hasher.hash_one(key);
@@ -639,7 +639,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
+    pub fn contains_key(&self, local: &R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "CrHashMap::contains_key");
         let g = local.enter();
         let h = self.hasher.hash_one(key);
@@ -653,7 +653,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
         let g = local.enter();
         let (b, w) = self.lock_bucket(&g, &key);
@@ -691,7 +691,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn remove(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn remove(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -744,7 +744,7 @@ where
     }
 
     #[inline]
-    fn maybe_resize(&self, local: &mut R::Local, len: usize) {
+    fn maybe_resize(&self, local: &R::Local, len: usize) {
         if let Some(auto) = &self.auto
             && auto.policy.target(self.buckets(), len).is_some()
         {
@@ -797,24 +797,45 @@ where
     /// (of this table and every structure in the domain) while the iterator
     /// lives: drop it when done.
     ///
+    /// `local` is shared, not exclusive: while the iterator lives, the same
+    /// registration may go on inserting, removing and reading (each operation
+    /// takes a guard of its own beside the iterator's; see
+    /// [`Local::enter`]).
+    ///
     /// # Panics
     /// If `local` is registered with another domain.
     ///
     /// ```
     /// use mpsync::ds::cr_hash::CrHashMap;
     /// use mpsync::lock::TasB;
-    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    /// use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
     ///
     /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
-    /// let mut local = Ebr::register(m.domain());
+    /// let local = Ebr::register(m.domain());
     /// for k in 0..100 {
-    ///     m.insert(&mut local, k, k * 2);
+    ///     m.insert(&local, k, k * 2);
     /// }
-    /// let mut all: Vec<(u32, u32)> = m.iter(&mut local).collect();
+    /// let mut all: Vec<(u32, u32)> = m.iter(&local).collect();
     /// all.sort();
     /// assert_eq!(all, (0..100).map(|k| (k, k * 2)).collect::<Vec<_>>());
+    ///
+    /// // Updating through the same registration while iterating (here with
+    /// // hazard pointers, and a table that resizes itself meanwhile):
+    /// let m: CrHashMap<u32, u32, TasB, HazardPointers> = CrHashMap::new();
+    /// let local = HazardPointers::register(m.domain());
+    /// for k in 0..10 {
+    ///     m.insert(&local, k, k);
+    /// }
+    /// let mut yielded = 0;
+    /// for (k, v) in m.iter(&local) {
+    ///     assert_eq!(k, v);
+    ///     yielded += 1;
+    ///     m.insert(&local, 1000 + k, 1000 + k); // may or may not be yielded
+    ///     assert_eq!(m.get(&local, &(1000 + k)), Some(1000 + k));
+    /// }
+    /// assert!(yielded >= 10);
     /// ```
-    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
+    pub fn iter<'l>(&self, local: &'l R::Local) -> Iter<'_, 'l, K, V, L, R, A, S>
     where
         K: Clone,
         V: Clone,
@@ -978,16 +999,16 @@ where
     fn domain(&self) -> &Arc<R> {
         &self.domain
     }
-    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    fn insert_in(&self, local: &R::Local, key: K, value: V) -> bool {
         self.insert(local, key, value)
     }
-    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn get_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.get(local, key)
     }
-    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn remove_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.remove(local, key)
     }
-    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+    fn contains_key_in(&self, local: &R::Local, key: &K) -> bool {
         self.contains_key(local, key)
     }
 }
@@ -1041,6 +1062,58 @@ mod tests {
         check::<HazardPointers>();
         check::<Leak>();
     }
+    /// Issue 14, small enough for Miri: an iterator (its guard protects the
+    /// table it walks) lives while the same registration inserts enough to
+    /// grow the table and removes it all again (resizes retire tables; hazard
+    /// pointers scan at every retire). The iterator must read no freed table or
+    /// node and yield each key present throughout exactly once.
+    #[test]
+    fn iter_survives_resizes_by_its_own_registration() {
+        let hp = Arc::new(HazardPointers::with_threshold(3, 1).unwrap());
+        let policy = ResizePolicy::new(1, 1).unwrap();
+        let m: CrHashMap<u64, u64, TasB, HazardPointers> =
+            CrHashMap::with_policy(policy, hp.clone(), RandomState::new());
+        let l = HazardPointers::register(&hp);
+        for k in 0..6 {
+            assert!(m.insert(&l, k, k + 100));
+        }
+        let mut it = m.iter(&l);
+        let mut seen = Vec::new();
+        let mut resizes = 0;
+        let mut fresh = 1000;
+        loop {
+            let before = m.buckets();
+            for k in fresh..fresh + 12 {
+                assert!(m.insert(&l, k, k + 100));
+            }
+            for k in fresh..fresh + 12 {
+                assert_eq!(m.remove(&l, &k), Some(k + 100));
+            }
+            fresh += 12;
+            assert_eq!(m.get(&l, &3), Some(103));
+            resizes += usize::from(m.buckets() != before);
+            let Some((k, v)) = it.next() else { break };
+            assert_eq!(v, k + 100, "key {k} with a wrong value");
+            seen.push(k);
+        }
+        drop(it);
+        seen.sort_unstable();
+        // Keys inserted during the iteration may be yielded too (the walked
+        // table is the one current when `iter` began, frozen by the resize
+        // that replaced it), but none twice, and each of 0..6 once.
+        let (held, fresh_seen): (Vec<u64>, Vec<u64>) = seen.iter().partition(|&&k| k < 6);
+        assert_eq!(
+            held,
+            (0..6).collect::<Vec<_>>(),
+            "every held key exactly once"
+        );
+        let mut dedup = fresh_seen.clone();
+        dedup.dedup();
+        assert_eq!(dedup, fresh_seen, "a key inserted meanwhile yielded twice");
+        assert!(fresh_seen.iter().all(|&k| (1000..fresh).contains(&k)));
+        assert!(resizes > 0, "the table never resized under the iterator");
+    }
+
     use std::sync::atomic::AtomicUsize;
 
     fn sequential<R: Reclaimer + Default>() {

@@ -23,12 +23,12 @@
 //! use mpsync::reclaim::{HazardPointers, Qsbr, Reclaimer};
 //!
 //! let m: LfHashMap<u32, &str, HazardPointers> = LfHashMap::with_buckets(32).unwrap();
-//! let mut local = HazardPointers::register(m.domain());
-//! assert!(m.insert(&mut local, 7, "seven"));
-//! assert_eq!(m.get(&mut local, &7), Some("seven"));
-//! assert_eq!(m.len(&mut local), 1);
-//! assert_eq!(m.remove(&mut local, &7), Some("seven"));
-//! assert!(!m.contains_key(&mut local, &7));
+//! let local = HazardPointers::register(m.domain());
+//! assert!(m.insert(&local, 7, "seven"));
+//! assert_eq!(m.get(&local, &7), Some("seven"));
+//! assert_eq!(m.len(&local), 1);
+//! assert_eq!(m.remove(&local, &7), Some("seven"));
+//! assert!(!m.contains_key(&local, &7));
 //!
 //! // Fast reads, over QSBR, through a handle (it announces quiescent states):
 //! use mpsync::ds::map::{ConcurrentMap, MapHandle};
@@ -154,7 +154,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "LfHashMap::insert");
         let b = self.bucket(&key);
         let g = local.enter();
@@ -165,7 +165,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn remove(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn remove(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -178,7 +178,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn get(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -193,14 +193,14 @@ where
     /// use mpsync::reclaim::{Ebr, Reclaimer};
     ///
     /// let m: LfHashMap<u32, Vec<u8>> = LfHashMap::new();
-    /// let mut l = Ebr::register(m.domain());
-    /// m.insert(&mut l, 1, vec![1, 2, 3]);
-    /// assert_eq!(m.get_with(&mut l, &1, |v| v.len()), Some(3));
+    /// let l = Ebr::register(m.domain());
+    /// m.insert(&l, 1, vec![1, 2, 3]);
+    /// assert_eq!(m.get_with(&l, &1, |v| v.len()), Some(3));
     /// ```
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+    pub fn get_with<T>(&self, local: &R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.domain, local, "LfHashMap::get");
         let g = local.enter();
         hm_list::get_with::<K, V, R, A, T>(self.bucket(key), key, &g, f)
@@ -210,7 +210,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
+    pub fn contains_key(&self, local: &R::Local, key: &K) -> bool {
         check_local(&*self.domain, local, "LfHashMap::contains_key");
         let g = local.enter();
         hm_list::contains::<K, V, R, A>(self.bucket(key), key, &g)
@@ -222,7 +222,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn len(&self, local: &mut R::Local) -> usize
+    pub fn len(&self, local: &R::Local) -> usize
     where
         K: Clone,
     {
@@ -235,7 +235,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn is_empty(&self, local: &mut R::Local) -> bool
+    pub fn is_empty(&self, local: &R::Local) -> bool
     where
         K: Clone,
     {
@@ -248,7 +248,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn for_each(&self, local: &mut R::Local, mut f: impl FnMut(&K, &V))
+    pub fn for_each(&self, local: &R::Local, mut f: impl FnMut(&K, &V))
     where
         K: Clone,
     {
@@ -271,6 +271,8 @@ where
     /// for the whole iteration is yielded exactly once; no key is yielded twice;
     /// a key yielded was present, with that value, at some moment during the
     /// iteration; a key inserted or removed meanwhile may or may not be yielded.
+    /// `local` is shared, not exclusive: while the iterator lives, the same
+    /// registration may go on inserting, removing and reading.
     ///
     /// # Panics
     /// If `local` is registered with another domain.
@@ -280,13 +282,13 @@ where
     /// use mpsync::reclaim::{HazardPointers, Reclaimer};
     ///
     /// let m: LfHashMap<u32, u32, HazardPointers> = LfHashMap::with_buckets(8).unwrap();
-    /// let mut local = HazardPointers::register(m.domain());
+    /// let local = HazardPointers::register(m.domain());
     /// for k in 0..20 {
-    ///     m.insert(&mut local, k, k + 1);
+    ///     m.insert(&local, k, k + 1);
     /// }
-    /// assert_eq!(m.iter(&mut local).map(|(k, v)| v - k).sum::<u32>(), 20);
+    /// assert_eq!(m.iter(&local).map(|(k, v)| v - k).sum::<u32>(), 20);
     /// ```
-    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, R, A, S>
+    pub fn iter<'l>(&self, local: &'l R::Local) -> Iter<'_, 'l, K, V, R, A, S>
     where
         K: Clone,
         V: Clone,
@@ -316,7 +318,7 @@ where
 /// clones of the entries, one bucket's traversal at a time.
 pub struct Iter<'m, 'l, K, V, R: Reclaimer, A: NodeAlloc, S> {
     map: &'m LfHashMap<K, V, R, A, S>,
-    local: &'l mut R::Local,
+    local: &'l R::Local,
     next_bucket: usize,
     buf: std::vec::IntoIter<(K, V)>,
 }
@@ -391,16 +393,16 @@ where
     fn domain(&self) -> &Arc<R> {
         &self.domain
     }
-    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    fn insert_in(&self, local: &R::Local, key: K, value: V) -> bool {
         self.insert(local, key, value)
     }
-    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn get_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.get(local, key)
     }
-    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn remove_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.remove(local, key)
     }
-    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+    fn contains_key_in(&self, local: &R::Local, key: &K) -> bool {
         self.contains_key(local, key)
     }
 }
@@ -481,7 +483,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn iter<'l>(&self, local: &'l mut R::Local) -> Iter<'_, 'l, K, V, R, A, S>
+    pub fn iter<'l>(&self, local: &'l R::Local) -> Iter<'_, 'l, K, V, R, A, S>
     where
         K: Hash + Ord + Send + Clone,
         V: Send + Clone,
@@ -501,12 +503,12 @@ where
     }
 
     /// As [`LfHashMap::insert`].
-    pub fn insert(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         self.inner.insert(local, key, value)
     }
 
     /// As [`LfHashMap::remove`].
-    pub fn remove(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn remove(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -517,7 +519,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get(&self, local: &mut R::Local, key: &K) -> Option<V>
+    pub fn get(&self, local: &R::Local, key: &K) -> Option<V>
     where
         V: Clone,
     {
@@ -529,7 +531,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get_with<T>(&self, local: &mut R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+    pub fn get_with<T>(&self, local: &R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
         check_local(&*self.inner.domain, local, "FastReadHashMap::get");
         let g = local.enter();
         hm_list::get_fast_with::<K, V, R, T>(self.inner.bucket(key), key, &g, f)
@@ -539,7 +541,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn contains_key(&self, local: &mut R::Local, key: &K) -> bool {
+    pub fn contains_key(&self, local: &R::Local, key: &K) -> bool {
         check_local(&*self.inner.domain, local, "FastReadHashMap::contains_key");
         let g = local.enter();
         hm_list::contains_fast::<K, V, R>(self.inner.bucket(key), key, &g)
@@ -582,16 +584,16 @@ where
     fn domain(&self) -> &Arc<R> {
         self.inner.domain()
     }
-    fn insert_in(&self, local: &mut R::Local, key: K, value: V) -> bool {
+    fn insert_in(&self, local: &R::Local, key: K, value: V) -> bool {
         self.insert(local, key, value)
     }
-    fn get_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn get_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.get(local, key)
     }
-    fn remove_in(&self, local: &mut R::Local, key: &K) -> Option<V> {
+    fn remove_in(&self, local: &R::Local, key: &K) -> Option<V> {
         self.remove(local, key)
     }
-    fn contains_key_in(&self, local: &mut R::Local, key: &K) -> bool {
+    fn contains_key_in(&self, local: &R::Local, key: &K) -> bool {
         self.contains_key(local, key)
     }
 }
@@ -660,17 +662,17 @@ mod tests {
     #[test]
     fn len_and_for_each_see_every_entry_once() {
         let m: LfHashMap<u32, u32, HazardPointers> = LfHashMap::with_buckets(4).unwrap();
-        let mut l = HazardPointers::register(m.domain());
-        assert!(m.is_empty(&mut l));
+        let l = HazardPointers::register(m.domain());
+        assert!(m.is_empty(&l));
         for k in 0..20 {
-            m.insert(&mut l, k, k);
+            m.insert(&l, k, k);
         }
-        m.remove(&mut l, &7);
-        assert_eq!(m.len(&mut l), 19);
-        assert_eq!(m.get_with(&mut l, &3, |v| v + 1), Some(4));
-        assert_eq!(m.get_with(&mut l, &7, |v| v + 1), None);
+        m.remove(&l, &7);
+        assert_eq!(m.len(&l), 19);
+        assert_eq!(m.get_with(&l, &3, |v| v + 1), Some(4));
+        assert_eq!(m.get_with(&l, &7, |v| v + 1), None);
         let mut seen = Vec::new();
-        m.for_each(&mut l, |k, v| {
+        m.for_each(&l, |k, v| {
             assert_eq!(k, v);
             seen.push(*k)
         });
@@ -712,12 +714,12 @@ mod tests {
     #[test]
     fn removed_nodes_are_retired_once() {
         let m: LfHashMap<u32, u32, Leak> = LfHashMap::with_buckets(1).unwrap();
-        let mut l = Leak::register(m.domain());
+        let l = Leak::register(m.domain());
         for k in 0..10 {
-            m.insert(&mut l, k, k);
+            m.insert(&l, k, k);
         }
         for k in 0..10 {
-            assert_eq!(m.remove(&mut l, &k), Some(k));
+            assert_eq!(m.remove(&l, &k), Some(k));
         }
         assert_eq!(m.domain().stats().retired, 10);
     }
@@ -736,8 +738,8 @@ mod tests {
     fn a_foreign_registration_is_refused() {
         let m: LfHashMap<u32, u32, Ebr> = LfHashMap::with_buckets(1).unwrap();
         let other = Arc::new(Ebr::new());
-        let mut l = Ebr::register(&other);
-        m.insert(&mut l, 1, 1);
+        let l = Ebr::register(&other);
+        m.insert(&l, 1, 1);
     }
 
     #[test]
@@ -752,9 +754,9 @@ mod tests {
         assert!(format!("{f:?}").starts_with("FastReadHashMap { buckets: 2, reclaimer: \"QSBR\""));
         assert!(format!("{:?}", f.handle()).starts_with("RegisteredHandle { map: FastReadHashMap"));
         assert_eq!(f.as_lf().buckets(), 2);
-        let mut l = Qsbr::register(f.domain());
-        assert!(f.insert(&mut l, 5, 6));
-        assert_eq!(f.get_with(&mut l, &5, |v| v * 2), Some(12));
-        assert_eq!(f.get_with(&mut l, &4, |v| v * 2), None);
+        let l = Qsbr::register(f.domain());
+        assert!(f.insert(&l, 5, 6));
+        assert_eq!(f.get_with(&l, &5, |v| v * 2), Some(12));
+        assert_eq!(f.get_with(&l, &4, |v| v * 2), None);
     }
 }

@@ -294,10 +294,10 @@ mod tests {
             let h = HerlihySkewHeap::with_domain(domain.clone());
             let mut local = R::register(&domain);
             for v in [5, 3, 8, 1, 9, 2, 7, 3] {
-                h.insert(&mut local, Counted::new(v, &live));
+                h.insert(&local, Counted::new(v, &live));
             }
-            let a = h.delete_min(&mut local).expect("non-empty");
-            let b = h.delete_min(&mut local).expect("non-empty");
+            let a = h.delete_min(&local).expect("non-empty");
+            let b = h.delete_min(&local).expect("non-empty");
             assert_eq!((a.0, b.0), (1, 2));
             local.quiescent();
             let st = domain.stats();
@@ -409,21 +409,21 @@ mod tests {
             let h = HerlihySkewHeap::with_domain(domain.clone());
             let mut local = R::register(&domain);
             for v in [5, 3, 8, 1, 9, 2] {
-                h.insert(&mut local, Fragile::new(v, &live, &trip));
+                h.insert(&local, Fragile::new(v, &live, &trip));
             }
             let c = if clones { &trip.clones } else { &trip.cmps };
             c.store(n, Ordering::Relaxed);
             for v in [4, 0, 7, 6] {
                 let ins = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    h.insert(&mut local, Fragile::new(v, &live, &trip))
+                    h.insert(&local, Fragile::new(v, &live, &trip))
                 }));
                 let del = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    drop(h.delete_min(&mut local))
+                    drop(h.delete_min(&local))
                 }));
                 fired |= ins.is_err() || del.is_err();
             }
             c.store(0, Ordering::Relaxed);
-            let rest: Vec<u32> = std::iter::from_fn(|| h.delete_min(&mut local))
+            let rest: Vec<u32> = std::iter::from_fn(|| h.delete_min(&local))
                 .map(|f| f.0)
                 .collect();
             assert!(

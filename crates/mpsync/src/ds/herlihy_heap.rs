@@ -173,10 +173,10 @@ impl<T: Ord + Clone, R: Reclaimer> Attempt<T, R> {
 ///
 /// let domain = Arc::new(Qsbr::new());
 /// let h = HerlihySkewHeap::with_domain(domain.clone());
-/// let mut local = Qsbr::register(&domain);
-/// h.insert(&mut local, "b");
-/// h.insert(&mut local, "a");
-/// assert_eq!(h.delete_min(&mut local), Some("a"));
+/// let local = Qsbr::register(&domain);
+/// h.insert(&local, "b");
+/// h.insert(&local, "a");
+/// assert_eq!(h.delete_min(&local), Some("a"));
 /// ```
 pub struct HerlihySkewHeap<T, R: Reclaimer = Ebr> {
     current: crate::util::CachePadded<AtomicPtr<Version<Node<T>, R>>>,
@@ -228,11 +228,11 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
     /// If `local` is registered with another domain than [`domain`](Self::domain),
     /// or if `T`'s `Clone` or `Ord` panics — then the heap is unchanged, `value`
     /// is dropped and nothing leaks.
-    pub fn insert(&self, local: &mut R::Local, value: T) {
+    pub fn insert(&self, local: &R::Local, value: T) {
         check_local(&*self.domain, local, "HerlihySkewHeap::insert");
         let mut at = Attempt::new();
         at.single = Node::alloc(value, ptr::null_mut(), ptr::null_mut());
-        at.cand = Version::candidate(Header::of_local(&*local), ptr::null_mut());
+        at.cand = Version::candidate(Header::of_local(local), ptr::null_mut());
         let (single, cand) = (at.single, at.cand);
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
@@ -304,7 +304,7 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
     /// If `local` is registered with another domain than [`domain`](Self::domain),
     /// or if `T`'s `Clone` or `Ord` panics — then the heap is unchanged and
     /// nothing leaks (the value is cloned before the CAS).
-    pub fn delete_min(&self, local: &mut R::Local) -> Option<T> {
+    pub fn delete_min(&self, local: &R::Local) -> Option<T> {
         check_local(&*self.domain, local, "HerlihySkewHeap::delete_min");
         let mut at = Attempt::new();
         let mut backoff = CasBackoff::new();
@@ -467,7 +467,7 @@ mod tests {
         let h = HerlihySkewHeap::with_domain(domain.clone());
         let mut b = HazardPointers::register(&domain);
         for v in [5, 3, 8, 1, 9, 2, 7] {
-            h.insert(&mut b, Dropped(v, drops.clone()));
+            h.insert(&b, Dropped(v, drops.clone()));
         }
         let a = HazardPointers::register(&domain);
         let ga = a.enter();
@@ -477,8 +477,8 @@ mod tests {
         let before = drops.load(Ordering::Relaxed);
         let mut out = Vec::new();
         for v in [4, 6] {
-            out.extend(h.delete_min(&mut b));
-            h.insert(&mut b, Dropped(v, drops.clone()));
+            out.extend(h.delete_min(&b));
+            h.insert(&b, Dropped(v, drops.clone()));
         }
         assert_eq!(
             drops.load(Ordering::Relaxed),

@@ -55,10 +55,10 @@ unsafe impl<T: Send> Send for Node<T> {}
 /// // Any scheme; the inherent API takes the thread's registration explicitly.
 /// let domain = Arc::new(HazardPointers::new(1).unwrap());
 /// let s = HerlihyStack::with_domain(domain.clone());
-/// let mut local = HazardPointers::register(&domain);
-/// s.push(&mut local, 7);
-/// assert_eq!(s.pop(&mut local), Some(7));
-/// assert_eq!(s.pop(&mut local), None);
+/// let local = HazardPointers::register(&domain);
+/// s.push(&local, 7);
+/// assert_eq!(s.pop(&local), Some(7));
+/// assert_eq!(s.pop(&local), None);
 /// ```
 pub struct HerlihyStack<T, R: Reclaimer = Ebr> {
     current: crate::util::CachePadded<AtomicPtr<Version<Node<T>, R>>>,
@@ -109,14 +109,14 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn push(&self, local: &mut R::Local, value: T) {
+    pub fn push(&self, local: &R::Local, value: T) {
         check_local(&*self.domain, local, "HerlihyStack::push");
         let node = Box::into_raw(Box::new(Node {
             value: ManuallyDrop::new(value),
             next: ptr::null_mut(),
             dead_next: AtomicPtr::new(ptr::null_mut()),
         }));
-        let cand = Version::candidate(Header::of_local(&*local), node);
+        let cand = Version::candidate(Header::of_local(local), node);
         let mut backoff = CasBackoff::new();
         let mut g = local.enter();
         loop {
@@ -152,7 +152,7 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+    pub fn pop(&self, local: &R::Local) -> Option<T> {
         check_local(&*self.domain, local, "HerlihyStack::pop");
         let mut cand: *mut Version<Node<T>, R> = ptr::null_mut();
         let mut backoff = CasBackoff::new();

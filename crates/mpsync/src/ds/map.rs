@@ -84,13 +84,13 @@ pub trait RegisteredMap<K, V>: Sync {
     /// The domain threads register with.
     fn domain(&self) -> &Arc<Self::R>;
     /// As [`MapHandle::insert`].
-    fn insert_in(&self, local: &mut LocalOf<Self::R>, key: K, value: V) -> bool;
+    fn insert_in(&self, local: &LocalOf<Self::R>, key: K, value: V) -> bool;
     /// As [`MapHandle::get`].
-    fn get_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> Option<V>;
+    fn get_in(&self, local: &LocalOf<Self::R>, key: &K) -> Option<V>;
     /// As [`MapHandle::remove`].
-    fn remove_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> Option<V>;
+    fn remove_in(&self, local: &LocalOf<Self::R>, key: &K) -> Option<V>;
     /// As [`MapHandle::contains_key`].
-    fn contains_key_in(&self, local: &mut LocalOf<Self::R>, key: &K) -> bool;
+    fn contains_key_in(&self, local: &LocalOf<Self::R>, key: &K) -> bool;
 }
 
 /// The registration type of scheme `R`.
@@ -134,25 +134,25 @@ impl<M: RegisteredMap<K, V> + fmt::Debug, K, V> fmt::Debug for RegisteredHandle<
 
 impl<M: RegisteredMap<K, V>, K, V> MapHandle<K, V> for RegisteredHandle<'_, M, K, V> {
     fn insert(&mut self, key: K, value: V) -> bool {
-        let r = self.map.insert_in(&mut self.local, key, value);
+        let r = self.map.insert_in(&self.local, key, value);
         self.auto.tick(&mut self.local);
         r
     }
 
     fn get(&mut self, key: &K) -> Option<V> {
-        let r = self.map.get_in(&mut self.local, key);
+        let r = self.map.get_in(&self.local, key);
         self.auto.tick(&mut self.local);
         r
     }
 
     fn remove(&mut self, key: &K) -> Option<V> {
-        let r = self.map.remove_in(&mut self.local, key);
+        let r = self.map.remove_in(&self.local, key);
         self.auto.tick(&mut self.local);
         r
     }
 
     fn contains_key(&mut self, key: &K) -> bool {
-        let r = self.map.contains_key_in(&mut self.local, key);
+        let r = self.map.contains_key_in(&self.local, key);
         self.auto.tick(&mut self.local);
         r
     }

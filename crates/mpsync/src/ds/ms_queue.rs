@@ -33,12 +33,12 @@
 //! let q: MsQueue<u64, HazardPointers> =
 //!     MsQueue::with_domain(Arc::new(HazardPointers::new(2).unwrap()));
 //! let mut local = HazardPointers::register(q.domain());
-//! q.enqueue(&mut local, 1);
-//! q.enqueue(&mut local, 2);
-//! assert_eq!(q.dequeue(&mut local), Some(1));
+//! q.enqueue(&local, 1);
+//! q.enqueue(&local, 2);
+//! assert_eq!(q.dequeue(&local), Some(1));
 //! local.quiescent(); // between operations (needed by QSBR only)
-//! assert_eq!(q.dequeue(&mut local), Some(2));
-//! assert!(q.is_empty(&mut local));
+//! assert_eq!(q.dequeue(&local), Some(2));
+//! assert!(q.is_empty(&local));
 //! ```
 
 use std::fmt;
@@ -135,7 +135,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn enqueue(&self, local: &mut R::Local, value: T) {
+    pub fn enqueue(&self, local: &R::Local, value: T) {
         check_local(&*self.domain, local, "MsQueue::enqueue");
         let node = Node::alloc::<A>(Header::of_local(local), ValueCell::new(value));
         let g = local.enter();
@@ -187,7 +187,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
+    pub fn dequeue(&self, local: &R::Local) -> Option<T> {
         check_local(&*self.domain, local, "MsQueue::dequeue");
         let g = local.enter();
         let mut backoff = CasBackoff::new();
@@ -257,7 +257,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn is_empty(&self, local: &mut R::Local) -> bool {
+    pub fn is_empty(&self, local: &R::Local) -> bool {
         check_local(&*self.domain, local, "MsQueue::is_empty");
         let g = local.enter();
         // SAFETY: protected and validated, as in `dequeue`.
@@ -465,10 +465,10 @@ mod tests {
         let d = Arc::new(Ebr::new());
         let a: MsQueue<u8> = MsQueue::with_domain(d.clone());
         let b: MsQueue<u8> = MsQueue::with_domain(d.clone());
-        let mut l = Ebr::register(&d);
-        a.enqueue(&mut l, 1);
-        b.enqueue(&mut l, 2);
-        assert_eq!((a.dequeue(&mut l), b.dequeue(&mut l)), (Some(1), Some(2)));
+        let l = Ebr::register(&d);
+        a.enqueue(&l, 1);
+        b.enqueue(&l, 2);
+        assert_eq!((a.dequeue(&l), b.dequeue(&l)), (Some(1), Some(2)));
         assert_eq!(d.stats().retired, 2);
     }
 }

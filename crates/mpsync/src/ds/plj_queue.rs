@@ -45,9 +45,9 @@
 //! assert_eq!(h.dequeue(), Some(1));
 //! drop(h);
 //! let mut local = Qsbr::register(q.domain());
-//! assert_eq!(q.dequeue(&mut local), Some(2));
+//! assert_eq!(q.dequeue(&local), Some(2));
 //! local.quiescent();
-//! assert!(q.is_empty(&mut local));
+//! assert!(q.is_empty(&local));
 //! ```
 
 use std::fmt;
@@ -196,7 +196,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn enqueue(&self, local: &mut R::Local, value: T) {
+    pub fn enqueue(&self, local: &R::Local, value: T) {
         check_local(&*self.domain, local, "PljQueue::enqueue");
         let node = Node::alloc::<A>(Header::of_local(local), ValueCell::new(value));
         let g = local.enter();
@@ -234,7 +234,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn dequeue(&self, local: &mut R::Local) -> Option<T> {
+    pub fn dequeue(&self, local: &R::Local) -> Option<T> {
         check_local(&*self.domain, local, "PljQueue::dequeue");
         let g = local.enter();
         let mut backoff = CasBackoff::new();
@@ -293,7 +293,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn is_empty(&self, local: &mut R::Local) -> bool {
+    pub fn is_empty(&self, local: &R::Local) -> bool {
         check_local(&*self.domain, local, "PljQueue::is_empty");
         let g = local.enter();
         loop {

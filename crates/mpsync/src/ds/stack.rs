@@ -165,10 +165,10 @@ mod tests {
             let s = HerlihyStack::with_domain(domain.clone());
             let mut local = R::register(&domain);
             for _ in 0..6 {
-                s.push(&mut local, token.clone());
+                s.push(&local, token.clone());
             }
             for _ in 0..2 {
-                drop(s.pop(&mut local).expect("non-empty"));
+                drop(s.pop(&local).expect("non-empty"));
             }
             assert_eq!(std::sync::Arc::strong_count(&token), 5);
             local.quiescent();

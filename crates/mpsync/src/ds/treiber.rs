@@ -29,10 +29,10 @@
 //!
 //! let s: TreiberStack<u32, HazardPointers> =
 //!     TreiberStack::with_domain(Arc::new(HazardPointers::new(1).unwrap()));
-//! let mut local = HazardPointers::register(s.domain());
-//! s.push(&mut local, 7);
-//! assert_eq!(s.pop(&mut local), Some(7));
-//! assert_eq!(s.pop(&mut local), None);
+//! let local = HazardPointers::register(s.domain());
+//! s.push(&local, 7);
+//! assert_eq!(s.pop(&local), Some(7));
+//! assert_eq!(s.pop(&local), None);
 //! ```
 
 use std::fmt;
@@ -114,7 +114,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn push(&self, local: &mut R::Local, value: T) {
+    pub fn push(&self, local: &R::Local, value: T) {
         check_local(&*self.domain, local, "TreiberStack::push");
         let node = A::alloc(Node {
             live: Liveness::new(),
@@ -150,7 +150,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     ///
     /// # Panics
     /// If `local` is registered with another domain than [`domain`](Self::domain).
-    pub fn pop(&self, local: &mut R::Local) -> Option<T> {
+    pub fn pop(&self, local: &R::Local) -> Option<T> {
         check_local(&*self.domain, local, "TreiberStack::pop");
         let g = local.enter();
         let mut backoff = CasBackoff::new();
