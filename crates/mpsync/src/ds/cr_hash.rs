@@ -1049,18 +1049,7 @@ mod tests {
             key: u64,
             value: u8,
         }
-        fn check<R: Reclaimer>() {
-            assert_eq!(
-                size_of::<Node<u64, u8, R>>(),
-                size_of::<Bare>(),
-                "{}",
-                R::NAME
-            );
-        }
-        check::<Qsbr>();
-        check::<Ebr>();
-        check::<HazardPointers>();
-        check::<Leak>();
+        crate::reclaim::assert_header_free!(R => Node<u64, u8, R>, Bare);
     }
     /// Issue 14, small enough for Miri: an iterator (its guard protects the
     /// table it walks) lives while the same registration inserts enough to

@@ -443,7 +443,6 @@ pub(crate) fn for_each<K: Ord + Send + Clone, V: Send, R: Reclaimer>(
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::reclaim::{Ebr, HazardPointers, Leak, Qsbr};
 
     /// The per-node header is free for today's schemes: a node is exactly as
     /// large (and as aligned) as the same fields without it.
@@ -456,23 +455,6 @@ mod tests {
             key: u64,
             value: [u8; 5],
         }
-        fn check<R: Reclaimer>() {
-            assert_eq!(
-                size_of::<Node<u64, [u8; 5], R>>(),
-                size_of::<Bare>(),
-                "{}",
-                R::NAME
-            );
-            assert_eq!(
-                align_of::<Node<u64, [u8; 5], R>>(),
-                align_of::<Bare>(),
-                "{}",
-                R::NAME
-            );
-        }
-        check::<Qsbr>();
-        check::<Ebr>();
-        check::<HazardPointers>();
-        check::<Leak>();
+        crate::reclaim::assert_header_free!(R => Node<u64, [u8; 5], R>, Bare);
     }
 }

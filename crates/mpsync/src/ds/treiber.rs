@@ -283,24 +283,7 @@ mod tests {
             next: AtomicPtr<u8>,
             value: ValueCell<[u8; 3]>,
         }
-        fn check<R: Reclaimer>() {
-            assert_eq!(
-                size_of::<Node<[u8; 3], R>>(),
-                size_of::<Bare>(),
-                "{}",
-                R::NAME
-            );
-            assert_eq!(
-                align_of::<Node<[u8; 3], R>>(),
-                align_of::<Bare>(),
-                "{}",
-                R::NAME
-            );
-        }
-        check::<Qsbr>();
-        check::<Ebr>();
-        check::<HazardPointers>();
-        check::<Leak>();
+        crate::reclaim::assert_header_free!(R => Node<[u8; 3], R>, Bare);
     }
 
     struct Counted<'a>(u32, &'a AtomicUsize);

@@ -145,6 +145,36 @@ use std::marker::PhantomData;
 
 use crate::sync::{Arc, AtomicPtr};
 
+/// Test helper: asserts that the per-node header costs nothing under today's
+/// schemes — `$node` (a node type written with the generic scheme `$r`) has
+/// the size and alignment of `$bare`, the same fields without the header,
+/// for QSBR, EBR, hazard pointers and the leaking baseline.
+#[cfg(all(test, not(loom)))]
+macro_rules! assert_header_free {
+    ($r:ident => $node:ty, $bare:ty) => {{
+        fn check<$r: $crate::reclaim::Reclaimer>() {
+            assert_eq!(
+                ::std::mem::size_of::<$node>(),
+                ::std::mem::size_of::<$bare>(),
+                "size under {}",
+                $r::NAME
+            );
+            assert_eq!(
+                ::std::mem::align_of::<$node>(),
+                ::std::mem::align_of::<$bare>(),
+                "alignment under {}",
+                $r::NAME
+            );
+        }
+        check::<$crate::reclaim::Qsbr>();
+        check::<$crate::reclaim::Ebr>();
+        check::<$crate::reclaim::HazardPointers>();
+        check::<$crate::reclaim::Leak>();
+    }};
+}
+#[cfg(all(test, not(loom)))]
+pub(crate) use assert_header_free;
+
 /// A memory-reclamation scheme: the domain that lock-free structures share.
 ///
 /// Implementations are the domain type itself (`Arc<Qsbr>`, `Arc<Ebr>`, …); each
