@@ -91,7 +91,7 @@ fn run(waiters: usize, rounds: usize, chain: bool) -> (f64, f64) {
                     break;
                 }
                 drop(g);
-                std::thread::yield_now();
+                mpsync::sched::yield_now();
             }
             let (t0, c0) = {
                 let mut g = m.lock();
@@ -111,7 +111,7 @@ fn run(waiters: usize, rounds: usize, chain: bool) -> (f64, f64) {
                     break;
                 }
                 drop(g);
-                std::thread::yield_now();
+                mpsync::sched::yield_now();
             }
             micros.push(t0.elapsed().as_secs_f64() * 1e6);
             switches.push((context_switches() - c0) as f64);

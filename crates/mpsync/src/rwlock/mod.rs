@@ -233,16 +233,20 @@ mod tests {
         assert!(l.is_biased(), "taking an upgradable read revoked the bias");
         let r = l.lock_shared();
         assert!(matches!(r, BravoShared::Fast(_)), "{r:?}");
+        // SAFETY: `u` is this thread's upgradable guard of `l`.
         let Err(u) = (unsafe { l.try_upgrade(u) }) else {
             panic!("upgraded beside a fast reader");
         };
         assert!(!l.is_biased(), "the failed try left the bias on");
+        // SAFETY: `r` is this thread's shared guard of `l`.
         unsafe { l.unlock_shared(r) };
+        // SAFETY: `u` came back from the failed try above, still held.
         let Ok(w) = (unsafe { l.try_upgrade(u) }) else {
             panic!("no upgrade with no reader left");
         };
         assert!(!l.is_biased());
         assert_eq!(l.fast_readers(), 0);
+        // SAFETY: `w` is this thread's exclusive guard of `l`.
         unsafe { l.unlock_exclusive(w) };
         // The blocking upgrade revokes too. A slow read re-enables the bias
         // once the inhibit period (9x the last revocation, a few µs) is over.
@@ -252,9 +256,11 @@ mod tests {
                 start.elapsed() < std::time::Duration::from_secs(20),
                 "no slow read re-enabled the bias in 20 s"
             );
+            // SAFETY: the guard was just taken on this thread.
             unsafe { l.unlock_shared(l.lock_shared()) };
         }
         let u = l.lock_upgradable();
+        // SAFETY: `u` was just taken on this thread.
         let w = unsafe { l.upgrade(u) };
         assert!(!l.is_biased(), "the upgrade left the bias on");
         assert!(
