@@ -14,6 +14,21 @@
 //             yielded), BLOCKED otherwise (futex, sleep, I/O); its counters.
 //   incoming: state = RUNNING, the CPU, the time.
 //
+// It also keeps a count of the registered threads that are preempted right now
+// (waiting for a CPU) in the header slot (PRESSURE_SLOT, field `preemptions`),
+// so user space reads "does some registered thread wait for a CPU?" with one
+// load. The count is kept equal to the number of slots whose state is
+// PREEMPTED: every write of a state that enters PREEMPTED adds 1, every write
+// that leaves it subtracts 1 (here at a switch-in, or at a switch-out that
+// blocks a thread whose previous switch-in was never seen — rarely, a running
+// thread's slot still says PREEMPTED; cause unknown, see tests/ebpf.rs — and in
+// user space when a thread gives its slot back). Different threads' switches
+// run on different CPUs at once: the count is changed with atomic adds. It
+// cannot drift: a thread claims its slot (state RUNNING or UNKNOWN, never
+// PREEMPTED) and gives it back (user space takes the state out of PREEMPTED,
+// with the same subtraction, after removing its tid) only while it runs, so no
+// write of the program to that slot races those of user space.
+//
 // A thread is switched out and in by the CPU whose runqueue holds it, under that
 // runqueue's lock, so the writes to one slot never race each other; user space
 // reads each field as one aligned 32- or 64-bit load.
@@ -46,6 +61,8 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 #define MPSYNC_MAX_SLOTS 4096
+/* The header slot: never a thread's; `preemptions` is the preempted-now count. */
+#define PRESSURE_SLOT (MPSYNC_MAX_SLOTS - 2)
 
 enum {
 	STATE_UNKNOWN = 0,
@@ -104,21 +121,31 @@ int mpsync_sched_switch(__u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	__u32 prev_state = (__u32)ctx[3];
 	__u64 now = bpf_ktime_get_ns();
+	__u32 hkey = PRESSURE_SLOT;
+	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
 
 	struct slot *s = slot_of((__u32)prev->pid);
 	if (s) {
 		int runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
+		__u32 was = s->state;
 		s->off_ns = now;
 		if (runnable) {
 			s->preemptions += 1;
 			s->state = STATE_PREEMPTED;
+			if (h && was != STATE_PREEMPTED)
+				__sync_fetch_and_add(&h->preemptions, 1);
 		} else {
 			s->blocks += 1;
 			s->state = STATE_BLOCKED;
+			/* Counted, and its switch-in was not seen (see the top). */
+			if (h && was == STATE_PREEMPTED)
+				__sync_fetch_and_add(&h->preemptions, -1);
 		}
 	}
 	s = slot_of((__u32)next->pid);
 	if (s) {
+		if (s->state == STATE_PREEMPTED && h)
+			__sync_fetch_and_add(&h->preemptions, -1);
 		s->on_ns = now;
 		s->cpu = bpf_get_smp_processor_id();
 		s->switches_in += 1;

@@ -5,12 +5,20 @@
 //! `BPF_F_MMAPABLE` that this module maps into the process: reading a thread's
 //! state is one load.
 //!
-//! Loaded from the first registration of a thread with `sched` where the process
-//! may (root, or `CAP_BPF` + `CAP_PERFMON`), on a thread of its own, so that no
-//! registering thread waits for it: threads that register meanwhile get their
-//! slots when it is done (see [`start_loading`]); otherwise, or when
-//! `MPSYNC_EBPF=off`, `sched` keeps its heartbeats and
-//! [`super::native::preemption_answers`] says why.
+//! The program also counts the registered threads that are preempted right now
+//! (off a CPU, still runnable: waiting for one) in a header slot of the same map,
+//! so "does some registered thread wait for a CPU?" ([`preempted_now`], and
+//! [`super::native::cpu_pressure`] for the locks) is one load too. The count is
+//! kept equal to the number of slots in state preempted: each write of a state
+//! that enters it adds 1 (a preempting switch-out), each that leaves it
+//! subtracts 1 (the switch-in; a blocking switch-out after a switch-in the
+//! program did not see; and `Kernel::unclaim`), with atomic adds (switches of
+//! different threads run on different CPUs at once). It cannot drift: a thread
+//! claims its slot (state running or unknown, never preempted) and gives it
+//! back only while it runs — between a switch-in and the next switch-out — so
+//! user space's writes to a slot never race the program's, and every state the
+//! program counted is uncounted by the write that ends it; a slot handed to
+//! another thread starts from a state that was never counted.
 //!
 //! # The loader: aya
 //!
@@ -60,9 +68,13 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sched_switch.bp
 pub(crate) const BUILD: &str = env!("MPSYNC_BPF_BUILD");
 
 /// Slots in the map (`MPSYNC_MAX_SLOTS` in the C source). The last one is the
-/// loader's self-test slot.
+/// loader's self-test slot, the one before it the header with the count of
+/// preempted threads (`PRESSURE_SLOT`).
 pub const MAX_SLOTS: usize = 4096;
 const PROBE_SLOT: usize = MAX_SLOTS - 1;
+/// The header slot (`PRESSURE_SLOT` in the C source): its `preemptions` field is
+/// the number of registered threads preempted right now. No thread's slot.
+const PRESSURE_SLOT: usize = MAX_SLOTS - 2;
 
 /// `STATE_*` of the C source.
 const STATE_UNKNOWN: u32 = 0;
@@ -193,10 +205,22 @@ fn finish_loading() {
         for (cb, index, tid) in list {
             k.attach(cb, index, tid, STATE_UNKNOWN);
         }
+        // SAFETY: PRESSURE_SLOT < MAX_SLOTS: a slot of the live mapping;
+        // addr_of_mut! makes no reference.
+        let count = unsafe { std::ptr::addr_of_mut!((*k.slot(PRESSURE_SLOT)).preemptions) };
+        // Release: pairs with the Acquire load in `preempted_now`; the word
+        // itself is the kernel's (nothing of ours is published with it).
+        PRESSURE.store(count, Ordering::Release);
     }
     p.ready = true;
     READY.notify_all();
 }
+
+/// The header's preempted-now count, once the program is loaded (null before,
+/// and for good where it did not load). Published once by `finish_loading`, so
+/// that a waiter's look never waits for the load (`kernel()` would).
+static PRESSURE: std::sync::atomic::AtomicPtr<u64> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// Why the heartbeats stay in use, or `None` when the kernel answers. Waits
 /// for the load (started here if nobody has).
@@ -385,7 +409,13 @@ impl Kernel {
         drop(tids);
         // Relaxed: see the module doc.
         field!(s, tid, u32).store(0, Ordering::Relaxed);
-        field!(s, state, u32).store(STATE_UNKNOWN, Ordering::Relaxed);
+        // The program no longer finds the slot (its tid is gone), and this
+        // thread runs: nothing else writes the state now. Still PREEMPTED only
+        // after a switch-in the program did not see: uncount it (module doc).
+        // Relaxed: a hint; the count's own adds are atomic.
+        if field!(s, state, u32).swap(STATE_UNKNOWN, Ordering::Relaxed) == STATE_PREEMPTED {
+            field!(self.slot(PRESSURE_SLOT), preemptions, u64).fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Checks that the program sees this thread switch: sleeps 200 µs in a futex
@@ -423,7 +453,7 @@ impl Kernel {
 /// thread. Starts loading the program at the first call.
 pub(crate) fn on_register(cb: &'static ContextBlock, index: usize) {
     // Relaxed: see `forked_child`.
-    if index >= PROBE_SLOT || FORKED.load(Ordering::Relaxed) {
+    if index >= PRESSURE_SLOT || FORKED.load(Ordering::Relaxed) {
         return; // beyond the map: this thread keeps the heartbeat answer
     }
     start_loading();
@@ -534,6 +564,28 @@ fn decode(st: u32) -> Option<KernelState> {
         STATE_BLOCKED => Some(KernelState::Blocked),
         _ => None,
     }
+}
+
+/// How many registered threads are preempted right now (off a CPU, still
+/// runnable), by the kernel's count (module doc); `None` when the program is
+/// not loaded (yet), in a child of `fork`, or when the answers are switched off
+/// ([`set_answering`]). One load.
+#[inline]
+pub(crate) fn preempted_now() -> Option<u64> {
+    if !answering() {
+        return None;
+    }
+    // Acquire: pairs with the Release store in `finish_loading`.
+    let p = PRESSURE.load(Ordering::Acquire);
+    // Relaxed: see `forked_child`.
+    if p.is_null() || FORKED.load(Ordering::Relaxed) {
+        return None;
+    }
+    // Relaxed: a hint, like the states (module doc). The kernel adds +1/-1 to a
+    // u64, so a transiently negative count (never expected: see the module doc)
+    // would wrap; it is read as signed and clamped.
+    let n = Slot::u64_at(p).load(Ordering::Relaxed) as i64;
+    Some(n.max(0) as u64)
 }
 
 /// Everything the kernel keeps about `cb`'s thread.
