@@ -469,6 +469,17 @@ fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
     });
     let s = Shared::<L>::new();
     let yields = || emu.as_ref().map_or(0, |e| e.stats().voluntary_yields);
+    // Whether the kernel answers (waits for the eBPF program's load, so that
+    // the threads below get their slots at registration).
+    let kernel = matches!(
+        sched::native::preemption_answers(),
+        sched::native::PreemptionAnswers::Ebpf
+    );
+    assert!(
+        kernel || std::env::var("MPSYNC_EBPF_REQUIRED").as_deref() != Ok("1"),
+        "MPSYNC_EBPF_REQUIRED=1 but eBPF is not in use: {}",
+        sched::native::preemption_answers().describe()
+    );
     std::thread::scope(|sc| {
         let (s, emu) = (&s, &emu);
         let (held_tx, held_rx) = channel::<&'static sched::ContextBlock>();
@@ -508,7 +519,7 @@ fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
         let blocks_before = blocks();
         release_tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(30));
-        if releaser_waits && !emulated && sched::native::kernel_preempted(holder_cb).is_some() {
+        if releaser_waits && !emulated && kernel {
             // Woken from `recv` (one switch-in), then waiting for the link for
             // ≥ 30 ms: with 50 µs of patience and 50 µs naps, many blocks.
             let (b0, b1) = (blocks_before.unwrap_or(0), blocks().unwrap_or(0));
