@@ -14,20 +14,23 @@
 //             yielded), BLOCKED otherwise (futex, sleep, I/O); its counters.
 //   incoming: state = RUNNING, the CPU, the time.
 //
-// It also keeps a count of the registered threads that are preempted right now
-// (waiting for a CPU) in the header slot (PRESSURE_SLOT, field `preemptions`),
-// so user space reads "does some registered thread wait for a CPU?" with one
-// load. The count is kept equal to the number of slots whose state is
-// PREEMPTED: every write of a state that enters PREEMPTED adds 1, every write
-// that leaves it subtracts 1 (here at a switch-in, or at a switch-out that
-// blocks a thread whose previous switch-in was never seen — rarely, a running
-// thread's slot still says PREEMPTED; cause unknown, see tests/ebpf.rs — and in
-// user space when a thread gives its slot back). Different threads' switches
-// run on different CPUs at once: the count is changed with atomic adds. It
-// cannot drift: a thread claims its slot (state RUNNING or UNKNOWN, never
-// PREEMPTED) and gives it back (user space takes the state out of PREEMPTED,
-// with the same subtraction, after removing its tid) only while it runs, so no
-// write of the program to that slot races those of user space.
+// It also keeps a count of the registered threads that wait for a CPU right
+// now — preempted (switched out still runnable), or woken (tp_btf/sched_wakeup)
+// after blocking and not yet switched in — in the header slot (PRESSURE_SLOT,
+// field `preemptions`), so user space reads "does some registered thread wait
+// for a CPU?" with one load. Each slot's `waits` says whether its thread is
+// counted: it is set (and the count incremented) when a thread starts waiting
+// for a CPU, cleared (and the count decremented) when it gets one, or when it
+// blocks after a switch-in the program did not see (rarely, a running
+// thread's slot still says PREEMPTED; cause unknown, see tests/ebpf.rs), or
+// when user space takes the slot back. Different threads' transitions run on
+// different CPUs at once: the count is changed with atomic adds. It cannot
+// drift: the count is the number of slots with `waits` set, and a thread claims
+// its slot (waits 0) and gives it back (user space clears `waits`, with the
+// same decrement, after removing its tid) only while it runs, so no write of
+// the program to that slot races those of user space. A thread's own
+// transitions are serialized by the runqueue that holds it (switches and
+// wake-ups run under that runqueue's lock).
 //
 // A thread is switched out and in by the CPU whose runqueue holds it, under that
 // runqueue's lock, so the writes to one slot never race each other; user space
@@ -75,7 +78,7 @@ struct slot {
 	__u32 tid;          /* user space: the owner's kernel tid, 0 when free */
 	__u32 state;        /* STATE_* */
 	__u32 cpu;          /* CPU it last ran on */
-	__u32 _pad;
+	__u32 waits;        /* counted in the header's count (below): 0 or 1 */
 	__u64 switches_in;  /* times it got a CPU */
 	__u64 preemptions;  /* times it lost the CPU still runnable */
 	__u64 blocks;       /* times it left the CPU to wait */
@@ -127,30 +130,55 @@ int mpsync_sched_switch(__u64 *ctx)
 	struct slot *s = slot_of((__u32)prev->pid);
 	if (s) {
 		int runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
-		__u32 was = s->state;
 		s->off_ns = now;
 		if (runnable) {
 			s->preemptions += 1;
 			s->state = STATE_PREEMPTED;
-			if (h && was != STATE_PREEMPTED)
+			if (h && !s->waits) {
+				s->waits = 1;
 				__sync_fetch_and_add(&h->preemptions, 1);
+			}
 		} else {
 			s->blocks += 1;
 			s->state = STATE_BLOCKED;
 			/* Counted, and its switch-in was not seen (see the top). */
-			if (h && was == STATE_PREEMPTED)
+			if (h && s->waits) {
+				s->waits = 0;
 				__sync_fetch_and_add(&h->preemptions, -1);
+			}
 		}
 	}
 	s = slot_of((__u32)next->pid);
 	if (s) {
-		if (s->state == STATE_PREEMPTED && h)
+		if (h && s->waits) {
+			s->waits = 0;
 			__sync_fetch_and_add(&h->preemptions, -1);
+		}
 		s->on_ns = now;
 		s->cpu = bpf_get_smp_processor_id();
 		s->switches_in += 1;
 		s->state = STATE_RUNNING;
 	}
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p): a blocked thread made runnable again. It
+ * waits for a CPU until its switch-in: counted like a preempted one. Only a
+ * thread the program saw block (a wake-up of a thread that had not switched out
+ * yet finds it RUNNING and changes nothing). */
+SEC("tp_btf/sched_wakeup")
+int mpsync_sched_wakeup(__u64 *ctx)
+{
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	struct slot *s = slot_of((__u32)p->pid);
+	if (!s || s->state != STATE_BLOCKED || s->waits)
+		return 0;
+	__u32 hkey = PRESSURE_SLOT;
+	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
+	if (!h)
+		return 0;
+	s->waits = 1;
+	__sync_fetch_and_add(&h->preemptions, 1);
 	return 0;
 }
 

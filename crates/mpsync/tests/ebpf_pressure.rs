@@ -219,6 +219,112 @@ fn a_futex_sleeper_does_not_count() {
     });
 }
 
+/// Pins the calling (unregistered) thread to `cpu` and makes it `SCHED_FIFO`;
+/// false if the process may not.
+fn fifo_on(cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it;
+    // sched_setaffinity/pthread_setschedparam only read what they are given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return false;
+        }
+        let param = libc::sched_param { sched_priority: 1 };
+        libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0
+    }
+}
+
+#[test]
+fn a_woken_thread_counts_until_it_gets_its_cpu() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !kernel_answers("a_woken_thread_counts_until_it_gets_its_cpu") {
+        return;
+    }
+    let cpus = native::available_cpus().unwrap();
+    if cpus.len() < 2 {
+        println!("SKIPPED: needs 2 CPUs; have {cpus:?}");
+        return;
+    }
+    let (contended, observer_cpu) = (cpus[0], cpus[1]);
+    let deadline = Instant::now() + PATIENT;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let word = mpsync::sync::AtomicU32::new(0);
+        let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
+        let (fifo_tx, fifo_rx) = mpsc::channel::<bool>();
+        let stop = AtomicBool::new(false);
+        // Whether the woken sleeper was seen waiting for its CPU, counted.
+        let seen = std::thread::scope(|s| {
+            s.spawn(|| {
+                pin(contended);
+                tx.send(sched::current()).unwrap();
+                while word.load(mpsync::sync::Ordering::Acquire) == 0 {
+                    let _ = sched::park(&word, 0, Some(Duration::from_secs(5)));
+                }
+            });
+            let _release = OnDrop(|| {
+                stop.store(true, Ordering::Relaxed);
+                word.store(1, mpsync::sync::Ordering::Release);
+                sched::unpark_all(&word);
+            });
+            pin(observer_cpu);
+            let sleeper = rx.recv().unwrap();
+            while native::kernel_state(sleeper) != Some(native::KernelState::Blocked) {
+                assert!(Instant::now() < deadline, "the sleeper never blocked");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // A SCHED_FIFO burst (not registered) holds the sleeper's CPU, so
+            // that once woken it waits for it for a while.
+            s.spawn(|| {
+                let ok = fifo_on(contended);
+                fifo_tx.send(ok).unwrap();
+                let until = Instant::now() + Duration::from_millis(20);
+                while ok && Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            if !fifo_rx.recv().unwrap() {
+                return None;
+            }
+            let before = native::kernel_view(sleeper).expect("the sleeper has a slot");
+            word.store(1, mpsync::sync::Ordering::Release);
+            sched::unpark_all(&word);
+            let mut seen = false;
+            while native::kernel_view(sleeper).is_some_and(|v| v.switches_in == before.switches_in)
+            {
+                let v = native::kernel_view(sleeper);
+                let n = native::threads_preempted_now();
+                if v.is_some_and(|v| v.waits_for_cpu && v.switches_in == before.switches_in)
+                    && n.is_some_and(|n| n >= 1)
+                {
+                    seen = true;
+                }
+                if Instant::now() > deadline {
+                    break;
+                }
+            }
+            Some(seen)
+        });
+        match seen {
+            None => {
+                println!(
+                    "SKIPPED: a_woken_thread_counts_until_it_gets_its_cpu: SCHED_FIFO not permitted"
+                );
+                return;
+            }
+            Some(true) => break,
+            Some(false) => assert!(
+                Instant::now() < deadline,
+                "in {tries} tries, a woken thread was never seen counted while it waited for its CPU (count {:?})",
+                native::threads_preempted_now()
+            ),
+        }
+    }
+    wait_for_zero("after the woken thread ran and exited");
+}
+
 #[test]
 fn a_waiter_watching_a_running_thread_spins_past_its_patience_without_pressure() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -179,6 +179,9 @@ pub struct KernelView {
     pub off_ns: u64,
     /// When it last got one; 0 if never.
     pub on_ns: u64,
+    /// Whether it counts in [`threads_preempted_now`]: it waits for a CPU
+    /// (preempted, or woken from a block and not yet switched in).
+    pub waits_for_cpu: bool,
 }
 
 /// The kernel's state of `cb`'s thread (one load), or `None` when the kernel does
@@ -241,9 +244,9 @@ pub fn kernel_preempted(cb: &ContextBlock) -> Option<bool> {
     }
 }
 
-/// How many threads registered with `sched` are preempted right now — off a
-/// CPU while still runnable, i.e. waiting for one — by the eBPF program's count
-/// (one load); `None` when the kernel does not answer (eBPF not in use, or
+/// How many threads registered with `sched` wait for a CPU right now —
+/// preempted (off a CPU while still runnable), or woken from a block and not
+/// yet switched in — by the eBPF program's count (one load); `None` when the kernel does not answer (eBPF not in use, or
 /// switched off by [`set_kernel_answers`]). A thread blocked in the kernel (a
 /// futex, a sleep, I/O) does not count. Why the count cannot drift: the module
 /// doc of `sched::ebpf` (a thread registers and unregisters only while it runs).
@@ -259,7 +262,8 @@ pub fn threads_preempted_now() -> Option<u64> {
 }
 
 /// CPU pressure on this process's registered threads: `Some(true)` when some
-/// registered thread waits for a CPU (is preempted) right now, `Some(false)`
+/// registered thread waits for a CPU (is preempted, or woken and not yet
+/// running) right now, `Some(false)`
 /// when none does, `None` when the kernel does not answer (then only the
 /// heartbeats know, and only about the threads that publish them). The
 /// [`Waiter`](super::Waiter)'s rule for patience rests on it (FlexGuard,
