@@ -14,6 +14,24 @@
 //             yielded), BLOCKED otherwise (futex, sleep, I/O); its counters.
 //   incoming: state = RUNNING, the CPU, the time.
 //
+// It also keeps a count of the registered threads that wait for a CPU right
+// now — preempted (switched out still runnable), or woken (tp_btf/sched_wakeup)
+// after blocking and not yet switched in — in the header slot (PRESSURE_SLOT,
+// field `preemptions`), so user space reads "does some registered thread wait
+// for a CPU?" with one load. Each slot's `waits` says whether its thread is
+// counted: it is set (and the count incremented) when a thread starts waiting
+// for a CPU, cleared (and the count decremented) when it gets one, or when it
+// blocks after a switch-in the program did not see (rarely, a running
+// thread's slot still says PREEMPTED; cause unknown, see tests/ebpf.rs), or
+// when user space takes the slot back. Different threads' transitions run on
+// different CPUs at once: the count is changed with atomic adds. It cannot
+// drift: the count is the number of slots with `waits` set, and a thread claims
+// its slot (waits 0) and gives it back (user space clears `waits`, with the
+// same decrement, after removing its tid) only while it runs, so no write of
+// the program to that slot races those of user space. A thread's own
+// transitions are serialized by the runqueue that holds it (switches and
+// wake-ups run under that runqueue's lock).
+//
 // A thread is switched out and in by the CPU whose runqueue holds it, under that
 // runqueue's lock, so the writes to one slot never race each other; user space
 // reads each field as one aligned 32- or 64-bit load.
@@ -46,6 +64,8 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 #define MPSYNC_MAX_SLOTS 4096
+/* The header slot: never a thread's; `preemptions` is the preempted-now count. */
+#define PRESSURE_SLOT (MPSYNC_MAX_SLOTS - 2)
 
 enum {
 	STATE_UNKNOWN = 0,
@@ -58,7 +78,7 @@ struct slot {
 	__u32 tid;          /* user space: the owner's kernel tid, 0 when free */
 	__u32 state;        /* STATE_* */
 	__u32 cpu;          /* CPU it last ran on */
-	__u32 _pad;
+	__u32 waits;        /* counted in the header's count (below): 0 or 1 */
 	__u64 switches_in;  /* times it got a CPU */
 	__u64 preemptions;  /* times it lost the CPU still runnable */
 	__u64 blocks;       /* times it left the CPU to wait */
@@ -104,6 +124,8 @@ int mpsync_sched_switch(__u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	__u32 prev_state = (__u32)ctx[3];
 	__u64 now = bpf_ktime_get_ns();
+	__u32 hkey = PRESSURE_SLOT;
+	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
 
 	struct slot *s = slot_of((__u32)prev->pid);
 	if (s) {
@@ -112,18 +134,51 @@ int mpsync_sched_switch(__u64 *ctx)
 		if (runnable) {
 			s->preemptions += 1;
 			s->state = STATE_PREEMPTED;
+			if (h && !s->waits) {
+				s->waits = 1;
+				__sync_fetch_and_add(&h->preemptions, 1);
+			}
 		} else {
 			s->blocks += 1;
 			s->state = STATE_BLOCKED;
+			/* Counted, and its switch-in was not seen (see the top). */
+			if (h && s->waits) {
+				s->waits = 0;
+				__sync_fetch_and_add(&h->preemptions, -1);
+			}
 		}
 	}
 	s = slot_of((__u32)next->pid);
 	if (s) {
+		if (h && s->waits) {
+			s->waits = 0;
+			__sync_fetch_and_add(&h->preemptions, -1);
+		}
 		s->on_ns = now;
 		s->cpu = bpf_get_smp_processor_id();
 		s->switches_in += 1;
 		s->state = STATE_RUNNING;
 	}
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p): a blocked thread made runnable again. It
+ * waits for a CPU until its switch-in: counted like a preempted one. Only a
+ * thread the program saw block (a wake-up of a thread that had not switched out
+ * yet finds it RUNNING and changes nothing). */
+SEC("tp_btf/sched_wakeup")
+int mpsync_sched_wakeup(__u64 *ctx)
+{
+	struct task_struct *p = (struct task_struct *)ctx[0];
+	struct slot *s = slot_of((__u32)p->pid);
+	if (!s || s->state != STATE_BLOCKED || s->waits)
+		return 0;
+	__u32 hkey = PRESSURE_SLOT;
+	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
+	if (!h)
+		return 0;
+	s->waits = 1;
+	__sync_fetch_and_add(&h->preemptions, 1);
 	return 0;
 }
 

@@ -452,7 +452,9 @@ fn nested_np_sections_keep_the_state() {
 /// application, and its wait must give that processor away (a preempted
 /// successor may need it) rather than spin: the scheduler counts its yields.
 /// `releaser_waits`: whether the lock's releaser depends on the link at all
-/// (CLH-TP's does not: its successor spins on its node).
+/// (CLH-TP's does not: its successor spins on its node). Natively, where the
+/// kernel answers (eBPF), the releaser's wait must sleep (timed parks: the
+/// kernel counts blocks), not `sched_yield` (issue 13: no native yields in locks).
 fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
     use std::sync::mpsc::channel;
     const T: Duration = Duration::from_secs(10);
@@ -467,9 +469,20 @@ fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
     });
     let s = Shared::<L>::new();
     let yields = || emu.as_ref().map_or(0, |e| e.stats().voluntary_yields);
+    // Whether the kernel answers (waits for the eBPF program's load, so that
+    // the threads below get their slots at registration).
+    let kernel = matches!(
+        sched::native::preemption_answers(),
+        sched::native::PreemptionAnswers::Ebpf
+    );
+    assert!(
+        kernel || std::env::var("MPSYNC_EBPF_REQUIRED").as_deref() != Ok("1"),
+        "MPSYNC_EBPF_REQUIRED=1 but eBPF is not in use: {}",
+        sched::native::preemption_answers().describe()
+    );
     std::thread::scope(|sc| {
         let (s, emu) = (&s, &emu);
-        let (held_tx, held_rx) = channel::<()>();
+        let (held_tx, held_rx) = channel::<&'static sched::ContextBlock>();
         let (release_tx, release_rx) = channel::<()>();
         let (released_tx, released_rx) = channel::<()>();
         let holder = sc.spawn(move || {
@@ -480,14 +493,14 @@ fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
             }
             // SAFETY: we hold the lock.
             unsafe { *s.counter.get() += 1 };
-            held_tx.send(()).unwrap();
+            held_tx.send(sched::current()).unwrap();
             let _ = release_rx.recv();
             s.inside.store(false, Ordering::Relaxed);
             // SAFETY: `g` came from `s.lock.lock()` on this thread.
             unsafe { s.lock.unlock(g) };
             let _ = released_tx.send(());
         });
-        held_rx.recv().unwrap();
+        let holder_cb = held_rx.recv().unwrap();
         let (id_tx, id_rx) = channel();
         let (go_tx, go_rx) = channel::<()>();
         let waiter = sc.spawn(move || {
@@ -501,8 +514,21 @@ fn stalled_link<L: RawMutex + Sync>(emulated: bool, releaser_waits: bool) {
         go_tx.send(()).unwrap();
         trap.wait_hit(T).unwrap();
         let before = yields();
+        // The holder sleeps in `recv` now: its later blocks are its waiting's.
+        let blocks = || sched::native::kernel_view(holder_cb).map(|v| v.blocks);
+        let blocks_before = blocks();
         release_tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(30));
+        if releaser_waits && !emulated && kernel {
+            // Woken from `recv` (one switch-in), then waiting for the link for
+            // ≥ 30 ms: with 50 µs of patience and 50 µs naps, many blocks.
+            let (b0, b1) = (blocks_before.unwrap_or(0), blocks().unwrap_or(0));
+            assert!(
+                b1 > b0,
+                "natively the releaser waited 30 ms for the link without sleeping (blocks {b0} -> {b1}: spun or sched_yield'ed): {:?}",
+                sched::native::kernel_view(holder_cb)
+            );
+        }
         if releaser_waits {
             assert!(
                 released_rx.try_recv().is_err(),

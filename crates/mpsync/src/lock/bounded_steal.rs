@@ -15,7 +15,11 @@
 //!   spin at most [`STEAL_PATIENCE`] (a hand-over under way), then park, and
 //!   are woken *one step ahead*: when the waiter in front of them
 //!   takes the lock and leaves the queue, so they are awake and spinning by the
-//!   time the lock is free again.
+//!   time the lock is free again. With the kernel's answer, patience parks the
+//!   head and later waiters only under CPU pressure (some registered thread
+//!   preempted) or while the holder is off its CPU; otherwise they keep
+//!   spinning (the [`Waiter`](crate::sched::Waiter)'s rule). The arrival's
+//!   steal spin stays bounded whatever the pressure: its end means "queue".
 //! - **Bounded stealing.** A thread arriving while the lock is held spins for it
 //!   a little before queueing ([`STEAL_PATIENCE`]); a running thread takes a
 //!   free lock even when a queue waits (that is what keeps the lock busy while a
@@ -293,8 +297,10 @@ impl BoundedSteal {
         if left > 0 {
             // The steal patience is the Waiter's own: the clock is read once
             // every CHECK_EVERY spins, with the look at the holder, not at
-            // every spin.
-            let mut waiter = Waiter::with_patience_ns(STEAL_PATIENCE.as_nanos() as u64);
+            // every spin. Bounded: here `Park` means "queue", which must
+            // happen even while everyone runs (else nobody queues and the
+            // fairness bound never applies).
+            let mut waiter = Waiter::bounded_ns(STEAL_PATIENCE.as_nanos() as u64);
             loop {
                 if self.try_steal() {
                     Self::spend_steal(left);

@@ -137,10 +137,18 @@ macro_rules! loom_const_init {
 pub(crate) use loom_const_init;
 
 /// Checks of a missing successor link spent spinning before the releaser starts
-/// giving its processor away (≈ 1–5 µs: far longer than the two instructions
-/// between a running successor's tail swap and its link store). Under loom one:
-/// every spin is a scheduling point there.
+/// waiting through the [`Waiter`](crate::sched::Waiter) (natively) or giving
+/// its processor away (emulated) (≈ 1–5 µs: far longer than the two
+/// instructions between a running successor's tail swap and its link store).
+/// Under loom one: every spin is a scheduling point there.
 const LINK_SPINS: u32 = if cfg!(loom) { 1 } else { 128 };
+
+/// Natively, how long a releaser that has waited out the [`Waiter`]'s patience
+/// for a successor's link sleeps before it looks again (a timed park on its own
+/// wake word, through `sched`; see [`wait_for_link`]).
+///
+/// [`Waiter`]: crate::sched::Waiter
+pub(crate) const LINK_NAP: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// A releaser's wait for the successor that has swapped itself into the tail
 /// to link its node behind ours (`link` returns the link once written) — the
@@ -150,16 +158,29 @@ const LINK_SPINS: u32 = if cfg!(loom) { 1 } else { 128 };
 /// What bounds it: the window is two instructions of the successor's, so the
 /// wait is long only if the successor is preempted inside it, and then it
 /// lasts until the successor runs again — its next time slice, which spinning
-/// here can only delay when it shares our processor. So after [`LINK_SPINS`]
-/// checks every further check gives the processor away through
-/// [`sched::yield_now`](crate::sched::yield_now), with this thread's outermost
-/// no-preempt request paused meanwhile (nobody but that successor can move the
-/// lock on now, and it may be waiting for our processor; an emulated yield
-/// inside a no-preempt section would be ignored). The request is resumed
-/// before returning. A holder that a Smart-Q releaser made
-/// `OtherUnpreemptable` cannot pause (only `SelfUnpreemptable` pauses): on the
-/// emulated backend its yields are ignored, and the scheduler's extension
-/// bound, which preempts it anyway, is what limits its wait.
+/// here can only delay when it shares our processor. After [`LINK_SPINS`]
+/// checks, with this thread's outermost no-preempt request paused meanwhile
+/// (nobody but that successor can move the lock on now, and it may be waiting
+/// for our processor; an emulated yield inside a no-preempt section would be
+/// ignored; the request is resumed before returning):
+///
+/// - **natively** (issue 13: no `sched_yield` in locks) the wait goes through
+///   the [`Waiter`](crate::sched::Waiter): spin, and once it advises parking
+///   (its patience, 50 µs, spent: the successor is off its CPU) sleep
+///   [`LINK_NAP`] on our own wake word and look again. A bounded nap rather
+///   than a wake from the successor: a successor that links cannot tell that
+///   its predecessor's releaser sleeps without reading the predecessor's node
+///   after linking — which that releaser may already have recycled — or a flag
+///   on every enqueue, a cost paid by every contended acquisition for a wait
+///   that happens only when a thread is preempted inside a two-instruction
+///   window. The nap's latency (≤ 50 µs plus timer slack) is small beside that
+///   preemption (a scheduler slice, ≥ 1 ms);
+/// - **emulated** (and under loom) every further check gives the processor
+///   away through [`sched::yield_now`](crate::sched::yield_now), as the papers'
+///   locks do. A holder that a Smart-Q releaser made `OtherUnpreemptable`
+///   cannot pause (only `SelfUnpreemptable` pauses): on the emulated backend
+///   its yields are ignored, and the scheduler's extension bound, which
+///   preempts it anyway, is what limits its wait.
 pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
     for _ in 0..LINK_SPINS {
         if let Some(n) = link() {
@@ -169,11 +190,27 @@ pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
     }
     let cb = crate::sched::current();
     let paused = cb.depth() > 0 && cb.pause_no_preempt();
-    let n = loop {
-        if let Some(n) = link() {
-            break n;
+    let n = if cfg!(loom) || crate::sched::emulated::is_attached(cb) {
+        loop {
+            if let Some(n) = link() {
+                break n;
+            }
+            crate::sched::yield_now();
         }
-        crate::sched::yield_now();
+    } else {
+        let mut waiter = crate::sched::Waiter::new();
+        loop {
+            if let Some(n) = link() {
+                break n;
+            }
+            if waiter.spin(None) == crate::sched::Wait::Park {
+                // A timed park: nobody wakes us (see above), so the token only
+                // makes a stray wake of this thread end the nap early.
+                let t = crate::sched::Waiter::token();
+                let _ = crate::sched::Waiter::sleep(t, Some(LINK_NAP));
+                waiter.restart();
+            }
+        }
     };
     if paused {
         cb.resume_no_preempt();

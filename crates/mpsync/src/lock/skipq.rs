@@ -24,8 +24,12 @@
 //! them (Smart-Q, Handshaking) or the holder is preempted (MCS-TP). Natively
 //! they wait through the one waiting policy, [`sched::Waiter`]: spin while the
 //! holder runs, **park** when it is preempted (the kernel's answer through
-//! [`sched::is_preempted`]) or the episode outlasts the waiter's patience. No
-//! lock here calls `sched_yield` natively.
+//! [`sched::is_preempted`]) or the episode outlasts the waiter's patience while
+//! parking can help — with the kernel's answer, only while some registered
+//! thread waits for a CPU or the holder is off its CPU ([`Waiter`]'s rule,
+//! FlexGuard's: under no CPU pressure every waiter keeps spinning, since a
+//! hand-over to a thread that must first be woken costs the releaser its
+//! patience and a skip). No lock here calls `sched_yield` natively.
 //!
 //! A parked waiter must never be handed the lock — the lock would then wait
 //! for it to wake up. So the grant is a CAS on the waiter's node state:
@@ -365,7 +369,8 @@ impl<P: SkipPolicy> SkipQueue<P> {
     }
 
     /// Native waiting through the [`Waiter`]: spin while the holder runs, park
-    /// when it is preempted or the patience is spent (module doc). A waiter
+    /// when it is preempted or the patience is spent under CPU pressure (module
+    /// doc; the Waiter's rule). A waiter
     /// that was skipped before (`retry`) parks only when the holder is
     /// preempted: else a releaser could meet it parked again and again, each
     /// skip sending it behind the releaser's walk (a livelock the loom model

@@ -5,12 +5,25 @@
 //! `BPF_F_MMAPABLE` that this module maps into the process: reading a thread's
 //! state is one load.
 //!
-//! Loaded from the first registration of a thread with `sched` where the process
-//! may (root, or `CAP_BPF` + `CAP_PERFMON`), on a thread of its own, so that no
-//! registering thread waits for it: threads that register meanwhile get their
-//! slots when it is done (see [`start_loading`]); otherwise, or when
-//! `MPSYNC_EBPF=off`, `sched` keeps its heartbeats and
-//! [`super::native::preemption_answers`] says why.
+//! The program also counts the registered threads that wait for a CPU right
+//! now — preempted (off a CPU, still runnable), or woken from a block and not
+//! yet on a CPU (a second program, on `tp_btf/sched_wakeup`) — in a header slot
+//! of the same map, so "does some registered thread wait for a CPU?"
+//! ([`preempted_now`], and [`super::native::cpu_pressure`] for the locks) is one
+//! load too. Woken threads count because a waiter that spins while one of them
+//! waits for its processor delays it as much as a preempted one (measured: on 2
+//! cores, bounded-steal with 4 pinned threads fell to 0.08× parking_lot when
+//! only preempted threads counted: its woken queue head waited for a spinner's
+//! slice). Each slot's `waits` word says whether its thread is counted; the
+//! count is the number of slots with it set, changed with atomic adds
+//! (different threads' transitions run on different CPUs at once). Set when a
+//! thread starts waiting for a CPU; cleared at its switch-in, at a blocking
+//! switch-out after a switch-in the program did not see, and by
+//! `Kernel::unclaim`. It cannot drift: a thread claims its slot (`waits` 0) and
+//! gives it back only while it runs — between a switch-in and the next
+//! switch-out or wake-up — so user space's writes to a slot never race the
+//! program's, and a thread's own transitions are serialized by the runqueue
+//! that holds it.
 //!
 //! # The loader: aya
 //!
@@ -60,9 +73,13 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sched_switch.bp
 pub(crate) const BUILD: &str = env!("MPSYNC_BPF_BUILD");
 
 /// Slots in the map (`MPSYNC_MAX_SLOTS` in the C source). The last one is the
-/// loader's self-test slot.
+/// loader's self-test slot, the one before it the header with the count of
+/// preempted threads (`PRESSURE_SLOT`).
 pub const MAX_SLOTS: usize = 4096;
 const PROBE_SLOT: usize = MAX_SLOTS - 1;
+/// The header slot (`PRESSURE_SLOT` in the C source): its `preemptions` field is
+/// the number of registered threads preempted right now. No thread's slot.
+const PRESSURE_SLOT: usize = MAX_SLOTS - 2;
 
 /// `STATE_*` of the C source.
 const STATE_UNKNOWN: u32 = 0;
@@ -76,7 +93,7 @@ pub(crate) struct Slot {
     tid: u32,
     state: u32,
     cpu: u32,
-    _pad: u32,
+    waits: u32,
     switches_in: u64,
     preemptions: u64,
     blocks: u64,
@@ -193,10 +210,22 @@ fn finish_loading() {
         for (cb, index, tid) in list {
             k.attach(cb, index, tid, STATE_UNKNOWN);
         }
+        // SAFETY: PRESSURE_SLOT < MAX_SLOTS: a slot of the live mapping;
+        // addr_of_mut! makes no reference.
+        let count = unsafe { std::ptr::addr_of_mut!((*k.slot(PRESSURE_SLOT)).preemptions) };
+        // Release: pairs with the Acquire load in `preempted_now`; the word
+        // itself is the kernel's (nothing of ours is published with it).
+        PRESSURE.store(count, Ordering::Release);
     }
     p.ready = true;
     READY.notify_all();
 }
+
+/// The header's preempted-now count, once the program is loaded (null before,
+/// and for good where it did not load). Published once by `finish_loading`, so
+/// that a waiter's look never waits for the load (`kernel()` would).
+static PRESSURE: std::sync::atomic::AtomicPtr<u64> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// Why the heartbeats stay in use, or `None` when the kernel answers. Waits
 /// for the load (started here if nobody has).
@@ -267,6 +296,17 @@ fn load() -> Result<Kernel, String> {
             .map_err(|e| denied("the kernel refused the sched_switch program", &e))?;
         prog.attach()
             .map_err(|e| denied("cannot attach to tp_btf/sched_switch", &e))?;
+    }
+    {
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut("mpsync_sched_wakeup")
+            .ok_or("eBPF not loaded: the object has no program mpsync_sched_wakeup")?
+            .try_into()
+            .map_err(|e| denied("mpsync_sched_wakeup is not a tp_btf program", &e))?;
+        prog.load("sched_wakeup", &btf)
+            .map_err(|e| denied("the kernel refused the sched_wakeup program", &e))?;
+        prog.attach()
+            .map_err(|e| denied("cannot attach to tp_btf/sched_wakeup", &e))?;
     }
     let slots = ebpf
         .take_map("slots")
@@ -367,6 +407,9 @@ impl Kernel {
         field!(s, off_ns, u64).store(0, Ordering::Relaxed);
         field!(s, on_ns, u64).store(0, Ordering::Relaxed);
         field!(s, state, u32).store(initial, Ordering::Relaxed);
+        // 0 already (given back uncounted, or never used): kept as it is, so
+        // that the count stays the number of slots with it set.
+        debug_assert_eq!(field!(s, waits, u32).load(Ordering::Relaxed), 0);
         field!(s, tid, u32).store(tid, Ordering::Relaxed);
         let mut tids = self.tids.lock().unwrap_or_else(|e| e.into_inner());
         tids.insert(tid, i as u32, 0).map_err(|e| {
@@ -385,7 +428,14 @@ impl Kernel {
         drop(tids);
         // Relaxed: see the module doc.
         field!(s, tid, u32).store(0, Ordering::Relaxed);
+        // The program no longer finds the slot (its tid is gone), and this
+        // thread runs: nothing else writes the slot now. Still counted only
+        // after a switch-in the program did not see: uncount it (module doc).
+        // Relaxed: a hint; the count's own adds are atomic.
         field!(s, state, u32).store(STATE_UNKNOWN, Ordering::Relaxed);
+        if field!(s, waits, u32).swap(0, Ordering::Relaxed) != 0 {
+            field!(self.slot(PRESSURE_SLOT), preemptions, u64).fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Checks that the program sees this thread switch: sleeps 200 µs in a futex
@@ -423,7 +473,7 @@ impl Kernel {
 /// thread. Starts loading the program at the first call.
 pub(crate) fn on_register(cb: &'static ContextBlock, index: usize) {
     // Relaxed: see `forked_child`.
-    if index >= PROBE_SLOT || FORKED.load(Ordering::Relaxed) {
+    if index >= PRESSURE_SLOT || FORKED.load(Ordering::Relaxed) {
         return; // beyond the map: this thread keeps the heartbeat answer
     }
     start_loading();
@@ -536,6 +586,28 @@ fn decode(st: u32) -> Option<KernelState> {
     }
 }
 
+/// How many registered threads are preempted right now (off a CPU, still
+/// runnable), by the kernel's count (module doc); `None` when the program is
+/// not loaded (yet), in a child of `fork`, or when the answers are switched off
+/// ([`set_answering`]). One load.
+#[inline]
+pub(crate) fn preempted_now() -> Option<u64> {
+    if !answering() {
+        return None;
+    }
+    // Acquire: pairs with the Release store in `finish_loading`.
+    let p = PRESSURE.load(Ordering::Acquire);
+    // Relaxed: see `forked_child`.
+    if p.is_null() || FORKED.load(Ordering::Relaxed) {
+        return None;
+    }
+    // Relaxed: a hint, like the states (module doc). The kernel adds +1/-1 to a
+    // u64, so a transiently negative count (never expected: see the module doc)
+    // would wrap; it is read as signed and clamped.
+    let n = Slot::u64_at(p).load(Ordering::Relaxed) as i64;
+    Some(n.max(0) as u64)
+}
+
 /// Everything the kernel keeps about `cb`'s thread.
 pub(crate) fn view(cb: &ContextBlock) -> Option<KernelView> {
     let s = slot_of(cb)?;
@@ -548,5 +620,6 @@ pub(crate) fn view(cb: &ContextBlock) -> Option<KernelView> {
         blocks: field!(s, blocks, u64).load(Ordering::Relaxed),
         off_ns: field!(s, off_ns, u64).load(Ordering::Relaxed),
         on_ns: field!(s, on_ns, u64).load(Ordering::Relaxed),
+        waits_for_cpu: field!(s, waits, u32).load(Ordering::Relaxed) != 0,
     })
 }

@@ -47,6 +47,7 @@ use std::time::Duration;
 
 pub use context::ContextBlock;
 pub use futex::ParkResult;
+pub use native::cpu_pressure;
 pub use partition::{Partition, generation};
 pub use registry::{current, current_if_registered};
 pub use state::{Actor, ThreadState, TransitionError};

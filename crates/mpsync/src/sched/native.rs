@@ -90,7 +90,7 @@ pub fn kernel_release() -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PreemptionAnswers {
     /// The kernel: the eBPF program on `tp_btf/sched_switch` is loaded and
-    /// attached, and every registered thread (up to 4095 alive at once) has a slot.
+    /// attached, and every registered thread (up to 4094 alive at once) has a slot.
     Ebpf,
     /// Heartbeats; why the kernel does not answer (not built, not permitted,
     /// disabled by `MPSYNC_EBPF=off`, not Linux, ...).
@@ -179,6 +179,9 @@ pub struct KernelView {
     pub off_ns: u64,
     /// When it last got one; 0 if never.
     pub on_ns: u64,
+    /// Whether it counts in [`threads_preempted_now`]: it waits for a CPU
+    /// (preempted, or woken from a block and not yet switched in).
+    pub waits_for_cpu: bool,
 }
 
 /// The kernel's state of `cb`'s thread (one load), or `None` when the kernel does
@@ -239,6 +242,43 @@ pub fn kernel_preempted(cb: &ContextBlock) -> Option<bool> {
         let _ = cb;
         None
     }
+}
+
+/// How many threads registered with `sched` wait for a CPU right now —
+/// preempted (off a CPU while still runnable), or woken from a block and not
+/// yet switched in — by the eBPF program's count (one load); `None` when the kernel does not answer (eBPF not in use, or
+/// switched off by [`set_kernel_answers`]). A thread blocked in the kernel (a
+/// futex, a sleep, I/O) does not count. Why the count cannot drift: the module
+/// doc of `sched::ebpf` (a thread registers and unregisters only while it runs).
+pub fn threads_preempted_now() -> Option<u64> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::preempted_now()
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        None
+    }
+}
+
+/// CPU pressure on this process's registered threads: `Some(true)` when some
+/// registered thread waits for a CPU (is preempted, or woken and not yet
+/// running) right now, `Some(false)`
+/// when none does, `None` when the kernel does not answer (then only the
+/// heartbeats know, and only about the threads that publish them). The
+/// [`Waiter`](super::Waiter)'s rule for patience rests on it (FlexGuard,
+/// SOSP 2025: busy-wait while no thread that could hold the lock is preempted).
+///
+/// ```
+/// use mpsync::sched::native;
+/// match native::cpu_pressure() {
+///     Some(p) => println!("kernel's answer: some thread waits for a CPU: {p}"),
+///     None => println!("unknown: {}", native::preemption_answers().describe()),
+/// }
+/// ```
+#[inline]
+pub fn cpu_pressure() -> Option<bool> {
+    threads_preempted_now().map(|n| n > 0)
 }
 
 /// The kernel's counters and times for `cb`'s thread (see [`kernel_state`]).

@@ -9,7 +9,33 @@
 //! scheduler's state word, natively the kernel's answer where `sched::native`
 //! has one and heartbeats otherwise) — spinning then only delays the thread
 //! everyone waits for — or when the episode has outlasted its patience (the
-//! watched thread is slow or preempted without anyone knowing).
+//! watched thread is slow or preempted without anyone knowing) *and* parking can
+//! help, by the rule below.
+//!
+//! # When patience advises parking (FlexGuard's rule)
+//!
+//! Busy-wait while no thread is preempted; block otherwise (FlexGuard, SOSP
+//! 2025). Natively, where the kernel answers (the eBPF program's count of
+//! registered threads preempted right now, [`super::native::cpu_pressure`]), a
+//! [`spin`](Waiter::spin) that watches a thread advises parking on patience
+//! alone only when
+//!
+//! - some registered thread waits for a CPU (the spinner's processor may be
+//!   what it waits for), or
+//! - the watched thread is not on a CPU by the kernel's answer (it blocked: it
+//!   will not end the wait soon), or the kernel does not answer for it.
+//!
+//! Otherwise everybody who could end the wait runs and nobody waits for the
+//! spinner's processor: parking would only make the hand-over wait for a
+//! wake-up (tens of µs on an idle core, where a hand-over takes < 1 µs), so it
+//! keeps spinning. A watched thread that *is* preempted still means park, at
+//! once. Unchanged, i.e. today's patience: without the kernel's answer (eBPF
+//! off or not permitted: heartbeats), under the emulated scheduler (its
+//! preemptions are not the kernel's: the spinner or the watched thread is
+//! attached), for `spin(None)` (nothing watched: a wait for an event, e.g. a
+//! barrier's, that may take long while everyone runs), and for a
+//! [`bounded`](Waiter::bounded_ns) episode, whose `Park` means "change course"
+//! (queue, skip a waiter) rather than sleep.
 //!
 //! Parking goes through the scheduler too. A waiter whose flag lives in memory
 //! it frees once it has seen the flag (a queue node) must not be woken through
@@ -52,6 +78,7 @@ use crate::util::clock::Patience;
 
 use super::context::ContextBlock;
 use super::futex::{self, ParkResult};
+use super::native::KernelState;
 
 /// Spins between two looks at the watched thread and the clock: a look costs a
 /// clock read and a load of a line another thread writes, ≈ 20–40 ns; a PAUSE
@@ -82,6 +109,8 @@ pub struct Waiter {
     spins: u32,
     patience_ns: u64,
     patience: Patience,
+    /// Patience advises `Park` whatever the pressure ([`Waiter::bounded_ns`]).
+    bounded: bool,
 }
 
 impl Default for Waiter {
@@ -104,6 +133,19 @@ impl Waiter {
             spins: 0,
             patience_ns: ns,
             patience: Patience::start(ns),
+            bounded: false,
+        }
+    }
+
+    /// An episode whose patience of `ns` nanoseconds advises `Park` whatever
+    /// the CPU pressure (module doc): for a wait whose `Park` means "give up
+    /// this way of waiting" — stop spinning for a steal and queue, skip a
+    /// candidate — which must stay bounded even while everyone runs.
+    #[inline]
+    pub fn bounded_ns(ns: u64) -> Self {
+        Self {
+            bounded: true,
+            ..Self::with_patience_ns(ns)
         }
     }
 
@@ -116,7 +158,9 @@ impl Waiter {
     }
 
     /// One PAUSE; every [`CHECK_EVERY`] spins, whether to park: `watched`
-    /// (the thread that will end the wait) is preempted, or the patience is spent.
+    /// (the thread that will end the wait) is preempted, or the patience is
+    /// spent and parking can help (module doc: natively, with the kernel's
+    /// answer, not while nobody waits for a CPU and `watched` runs).
     ///
     /// Under loom it advises parking at once: loom runs every other runnable
     /// thread at a spin (a model yield), so a spinner would always find the
@@ -133,11 +177,30 @@ impl Waiter {
         if !self.spins.is_multiple_of(CHECK_EVERY) {
             return Wait::Spin;
         }
-        if watched.is_some_and(super::is_preempted) || self.patience.exhausted() {
+        if watched.is_some_and(super::is_preempted)
+            || (self.patience.exhausted() && self.patience_parks(watched))
+        {
             Wait::Park
         } else {
             Wait::Spin
         }
+    }
+
+    /// With the patience spent, whether that advises parking (module doc).
+    #[inline]
+    fn patience_parks(&self, watched: Option<&ContextBlock>) -> bool {
+        let Some(w) = watched else {
+            return true;
+        };
+        patience_parks_given(
+            self.bounded,
+            super::native::cpu_pressure(),
+            || {
+                super::emulated::is_attached(w)
+                    || super::current_if_registered().is_some_and(super::emulated::is_attached)
+            },
+            || super::native::kernel_state(w),
+        )
     }
 
     /// The calling thread's wake word now; take it *before* announcing that
@@ -155,6 +218,29 @@ impl Waiter {
     #[inline]
     pub fn sleep(token: WakeToken, timeout: Option<Duration>) -> ParkResult {
         futex::wait(&super::current().peer.wake, token.0, timeout)
+    }
+}
+
+/// The rule for a spent patience while watching a thread (module doc), given
+/// what is known: whether the episode is [`bounded`](Waiter::bounded_ns), the
+/// kernel's CPU pressure (`None`: it does not answer), whether the emulated
+/// scheduler is involved, and the watched thread's state by the kernel. The
+/// last two are asked only when needed.
+#[inline]
+fn patience_parks_given(
+    bounded: bool,
+    pressure: Option<bool>,
+    emulated: impl FnOnce() -> bool,
+    watched_state: impl FnOnce() -> Option<KernelState>,
+) -> bool {
+    match pressure {
+        _ if bounded => true,
+        // Unknown (heartbeats: today's patience), or some thread waits for a CPU.
+        None | Some(true) => true,
+        // Nobody waits for a CPU: park only if the emulated scheduler's
+        // preemptions (not the kernel's) are involved, or if the watched thread
+        // is not on a CPU (blocked, or not answered for).
+        Some(false) => emulated() || watched_state() != Some(KernelState::Running),
     }
 }
 
@@ -217,6 +303,57 @@ mod tests {
         let mut w = Waiter::with_patience_ns(10_000_000_000);
         for _ in 0..CHECK_EVERY {
             assert_eq!(w.spin(None), Wait::Spin);
+        }
+    }
+
+    #[test]
+    fn patience_parks_only_under_pressure_when_the_kernel_answers() {
+        use KernelState::*;
+        let never = || -> bool { panic!("asked whether emulated when it does not matter") };
+        let no_state =
+            || -> Option<KernelState> { panic!("asked the state when it does not matter") };
+        // Unknown pressure (heartbeats) or pressure: today's patience.
+        assert!(patience_parks_given(false, None, never, no_state));
+        assert!(patience_parks_given(false, Some(true), never, no_state));
+        // A bounded episode parks whatever the pressure.
+        assert!(patience_parks_given(true, Some(false), never, no_state));
+        // No pressure, the watched thread runs, native: keep spinning.
+        assert!(!patience_parks_given(
+            false,
+            Some(false),
+            || false,
+            || Some(Running)
+        ));
+        // ... unless it is blocked or not answered for, or emulation is involved.
+        assert!(patience_parks_given(
+            false,
+            Some(false),
+            || false,
+            || Some(Blocked)
+        ));
+        assert!(patience_parks_given(false, Some(false), || false, || None));
+        assert!(patience_parks_given(
+            false,
+            Some(false),
+            || true,
+            || Some(Running)
+        ));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: the patience runs on the monotonic clock")]
+    fn a_bounded_episode_parks_on_patience_while_watching_a_running_thread() {
+        // Whatever the kernel says about pressure (none here, or unknown), a
+        // bounded episode's patience advises parking.
+        let me = super::super::current();
+        let mut w = Waiter::bounded_ns(1_000);
+        let start = std::time::Instant::now();
+        while w.spin(Some(me)) == Wait::Spin {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "a bounded waiter never advised parking (pressure: {:?})",
+                crate::sched::native::cpu_pressure()
+            );
         }
     }
 
