@@ -157,7 +157,7 @@ const LINK_SPINS: u32 = if cfg!(loom) { 1 } else { 128 };
 /// lock on now, and it may be waiting for our processor; an emulated yield
 /// inside a no-preempt section would be ignored). The request is resumed
 /// before returning. A holder that a Smart-Q releaser made
-/// `OtherUnpreemptable` cannot pause (only `SelfUnpreemptable` pauses): on the
+/// `OtherUnpreemptable` cannot pause (only the owner's own request pauses): on the
 /// emulated backend its yields are ignored, and the scheduler's extension
 /// bound, which preempts it anyway, is what limits its wait.
 pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
