@@ -179,6 +179,10 @@ pub(super) fn stop_thread(
             cb.sched.warning.store(false, Ordering::Relaxed);
             true
         }
+        // A request in force (by the hint: one that ended just after this
+        // read leaves a stale warning, and the thread preemptable; the next
+        // look, `WARN_POLL_NS` later, preempts it and deducts the extension
+        // from `warned_at` as for any warned thread), or a peer's hand-off.
         s => match t.warned_at {
             None => {
                 t.warned_at = Some(now);
