@@ -894,6 +894,8 @@ fn a_request_that_races_the_preemption_undoes_it() {
             let cb = sched::current();
             let (mut undone_seen, mut raced) = (0u32, 0u32);
             for round in 0..ROUNDS {
+                // (May be called attached: briefly unpreemptable.)
+                let undone_before = emu.stats().preemptions_undone;
                 block_preemption_signal(true);
                 // Outside any section: the scheduler preempts us at the end of
                 // our quantum (its signal stays pending while blocked).
@@ -911,16 +913,15 @@ fn a_request_that_races_the_preemption_undoes_it() {
                 // The pending signal runs the handler now, inside the section.
                 block_preemption_signal(false);
                 let stopped_inside = cb.times_stopped() != stops;
-                let state = cb.state();
                 let warned = cb.warned();
                 sched::release_no_preempt(); // warned: yields here
                 assert!(
                     !stopped_inside,
                     "round {round}: the handler stopped the thread inside its section"
                 );
-                // Still `Preempted` only if the scheduler resumed and preempted
-                // again meanwhile (the machine stalled us for a whole off-slot).
-                if state == ThreadState::Preemptable {
+                // No undo only if the machine stalled us for a whole off-slot
+                // (the scheduler resumed us before the signal was unblocked).
+                if emu.stats().preemptions_undone > undone_before {
                     raced += 1;
                     undone_seen += u32::from(warned);
                 }
