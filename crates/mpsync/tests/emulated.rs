@@ -135,15 +135,18 @@ fn unpreemptable_thread_is_warned_then_yields() {
             for _ in 0..20 {
                 {
                     let _np = sched::NoPreempt::new();
+                    let stops = cb.times_stopped();
                     // About 1 ms of work: crosses quantum boundaries, within the bound.
                     let end = now_ns() + 1_000_000;
-                    while now_ns() < end {
-                        if cb.state() == ThreadState::Preempted {
-                            preempted_inside.store(true, Ordering::Relaxed);
-                        }
+                    while now_ns() < end {}
+                    // (The state word may read `Preempted` for the microseconds
+                    // between a decision taken just before the request and its
+                    // signal, whose handler undoes it: only a stop counts.)
+                    if cb.times_stopped() != stops {
+                        preempted_inside.store(true, Ordering::Relaxed);
                     }
                 }
-                assert_eq!(cb.state(), ThreadState::Preemptable);
+                assert_eq!(cb.depth(), 0);
                 BusyWork::global().run_ns(300_000);
             }
         });
@@ -174,15 +177,19 @@ fn extensions_are_bounded() {
             let _a = emu.attach(0).unwrap();
             let cb = sched::current();
             let _np = sched::NoPreempt::new();
+            let stops = cb.times_stopped();
             // Far longer than quantum + bound: must be preempted anyway...
             let end = now_ns() + 30_000_000;
             while now_ns() < end {
-                // ...and every time it runs again its request is still in force. (It
-                // may read `Preempted` in the microseconds between the scheduler's CAS
-                // and the signal's arrival; never `Preemptable`.)
-                assert_ne!(cb.state(), ThreadState::Preemptable);
+                // ...and every time it runs again its request is still in force,
+                // and no peer-visible state but the scheduler's was set.
+                assert!(cb.no_preempt_in_force());
+                assert_ne!(cb.state(), ThreadState::OtherUnpreemptable);
             }
-            assert_eq!(cb.state(), ThreadState::SelfUnpreemptable);
+            assert!(
+                cb.times_stopped() > stops,
+                "the bound never stopped the thread inside its section"
+            );
         });
     });
     let st = emu.stop();
@@ -595,10 +602,10 @@ struct StormSeen {
     /// Sections in which the thread found another thread inside, or the counter
     /// changed under it.
     exclusion_broken: u64,
-    /// Sections in which it found itself `Preempted` (only a forced preemption may
-    /// do that, at the extension bound).
+    /// Sections in which the preemption handler stopped it (only a forced
+    /// preemption may do that, at the extension bound).
     preempted_inside: u64,
-    /// Sections in which it found itself `Preemptable` (never allowed).
+    /// Sections in which it found its request not in force (never allowed).
     preemptable_inside: u64,
 }
 
@@ -626,15 +633,17 @@ fn storm_section<L: RawMutex>(g: Option<&Guarded<L>>, seen: &mut StormSeen) {
         // SAFETY: we hold the lock.
         unsafe { *g.counter.get() }
     });
-    let (mut preempted, mut preemptable) = (false, false);
+    let stops = cb.times_stopped();
+    let mut preemptable = false;
     for _ in 0..20 {
-        match cb.state() {
-            ThreadState::Preempted => preempted = true,
-            ThreadState::Preemptable => preemptable = true,
-            _ => {}
-        }
+        // The request is the owner's word; the state word is `Preemptable`,
+        // `OtherUnpreemptable` (a Smart-Q hand-off) or, for the microseconds
+        // before the handler undoes a decision that raced the request,
+        // `Preempted`: a stop is what must not happen.
+        preemptable |= !cb.no_preempt_in_force() && cb.state() != ThreadState::OtherUnpreemptable;
         std::hint::spin_loop();
     }
+    let preempted = cb.times_stopped() != stops;
     if let (Some(g), Some(before)) = (g, before) {
         // SAFETY: we hold the lock.
         unsafe { *g.counter.get() = before + 1 };
@@ -757,9 +766,13 @@ fn signal_storm<L: RawMutex + Sync>(with_lock: bool) -> (StormSeen, SchedStats, 
 fn check_storm<L: RawMutex + Sync>(name: &str, with_lock: bool) {
     let (seen, st, sent) = signal_storm::<L>(with_lock);
     eprintln!(
-        "{name}: {sent} stray signals, {seen:?}; scheduler: {} preemptions, {} warnings, \
-         {} forced, {} yields",
-        st.preemptions, st.warnings, st.forced_preemptions, st.voluntary_yields
+        "{name}: {sent} stray signals, {seen:?}; scheduler: {} preemptions ({} undone by \
+         the handler), {} warnings, {} forced, {} yields",
+        st.preemptions,
+        st.preemptions_undone,
+        st.warnings,
+        st.forced_preemptions,
+        st.voluntary_yields
     );
     assert!(
         sent > 1000 && seen.sections > 1000,
@@ -776,7 +789,7 @@ fn check_storm<L: RawMutex + Sync>(name: &str, with_lock: bool) {
     );
     assert_eq!(
         seen.preemptable_inside, 0,
-        "{name}: a thread found itself Preemptable inside its section: {seen:?}"
+        "{name}: a thread found its request not in force inside its section: {seen:?}"
     );
     assert!(
         seen.preempted_inside <= st.forced_preemptions,
@@ -799,11 +812,10 @@ fn a_signal_storm_never_stops_a_thread_inside_a_section() {
     check_storm::<QueuedHandshaking>("QueuedHandshaking", true);
 }
 
-/// Natively a no-preempt request is the depth count alone (issue 13 §3): the
+/// A no-preempt request is the owner's request word alone (issue 13 §3): the
 /// state word stays `Preemptable`. A thread that attaches to the
-/// pseudo-scheduler inside such a section tells the scheduler at once
-/// (`SelfUnpreemptable`), and is not preempted there — only warned, up to the
-/// extension bound; its outermost release makes it `Preemptable` again.
+/// pseudo-scheduler inside such a section is not preempted there — the
+/// scheduler reads the word — only warned, up to the extension bound.
 #[test]
 fn attaching_inside_a_native_section_tells_the_scheduler() {
     let _s = serial();
@@ -819,13 +831,17 @@ fn attaching_inside_a_native_section_tells_the_scheduler() {
             assert_eq!(cb.state(), ThreadState::Preemptable, "native: depth only");
             assert_eq!(cb.depth(), 1);
             let a = emu.attach(0).unwrap();
-            assert!(cb.state().is_unpreemptable(), "{:?}", cb.state());
+            assert_eq!(cb.state(), ThreadState::Preemptable);
+            assert!(cb.no_preempt_in_force());
+            let stops = cb.times_stopped();
             // Several quanta: the scheduler must not stop us (the extension
-            // bound is far away); it may only warn.
+            // bound is far away); it may only warn. It read the request
+            // under its lock after the attach, so it never decides to preempt.
             let end = now_ns() + 20_000_000;
             while now_ns() < end {
                 assert_ne!(cb.state(), ThreadState::Preempted);
             }
+            assert_eq!(cb.times_stopped(), stops);
             sched::release_no_preempt(); // yields if warned
             assert_eq!(cb.depth(), 0);
             drop(a);
@@ -833,5 +849,103 @@ fn attaching_inside_a_native_section_tells_the_scheduler() {
         });
     });
     let st = emu.stop();
+    assert_eq!(st.forced_preemptions, 0, "{st:?}");
+}
+
+/// Blocks (`true`) or unblocks the preemption signal on the calling thread.
+fn block_preemption_signal(block: bool) {
+    // SAFETY: `set` is initialized by sigemptyset before use; pthread_sigmask
+    // changes only the calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, preemption_signal());
+        let how = if block {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        assert_eq!(libc::pthread_sigmask(how, &set, std::ptr::null_mut()), 0);
+    }
+}
+
+/// The race the request word leaves open (issue 13 §3), made to happen every
+/// time: the scheduler reads the owner's word, finds no request and preempts;
+/// the owner starts a no-preempt section before the signal arrives (here the
+/// signal is held back by the thread's mask until then). The handler, on the
+/// owner, sees the request and undoes the preemption — the thread is not
+/// stopped inside its section, is warned, yields at its release — and the
+/// scheduler counts the undo.
+#[test]
+fn a_request_that_races_the_preemption_undoes_it() {
+    let _s = serial();
+    const ROUNDS: u32 = 6;
+    // Long quanta: the scheduler keeps the thread `Preempted` for a whole
+    // off-slot while it starts its section (and the bound never forces it).
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(100))
+        .extension_bound(Duration::from_secs(1))
+        .jitter(0.0);
+    let emu = Emulated::start(cfg).unwrap();
+    let (undone_seen, raced) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let cb = sched::current();
+            let (mut undone_seen, mut raced) = (0u32, 0u32);
+            for round in 0..ROUNDS {
+                // (May be called attached: briefly unpreemptable.)
+                let undone_before = emu.stats().preemptions_undone;
+                block_preemption_signal(true);
+                // Outside any section: the scheduler preempts us at the end of
+                // our quantum (its signal stays pending while blocked).
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while cb.state() != ThreadState::Preempted {
+                    assert!(
+                        Instant::now() < deadline,
+                        "round {round}: not preempted within 20 s (state {:?})",
+                        cb.state()
+                    );
+                    std::hint::spin_loop();
+                }
+                let stops = cb.times_stopped();
+                sched::request_no_preempt();
+                // The pending signal runs the handler now, inside the section.
+                block_preemption_signal(false);
+                let stopped_inside = cb.times_stopped() != stops;
+                let warned = cb.warned();
+                sched::release_no_preempt(); // warned: yields here
+                assert!(
+                    !stopped_inside,
+                    "round {round}: the handler stopped the thread inside its section"
+                );
+                // No undo only if the machine stalled us for a whole off-slot
+                // (the scheduler resumed us before the signal was unblocked).
+                if emu.stats().preemptions_undone > undone_before {
+                    raced += 1;
+                    undone_seen += u32::from(warned);
+                }
+            }
+            (undone_seen, raced)
+        })
+        .join()
+        .unwrap()
+    });
+    let st = emu.stop();
+    eprintln!(
+        "{raced} of {ROUNDS} rounds raced, {undone_seen} warned by the undo; {st:?}",
+        st = (
+            st.preemptions,
+            st.preemptions_undone,
+            st.warnings,
+            st.voluntary_yields
+        )
+    );
+    assert!(raced > 0, "no round found the race: {st:?}");
+    assert_eq!(undone_seen, raced, "an undo that did not warn the thread");
+    assert!(
+        st.preemptions_undone >= u64::from(raced),
+        "undos not counted: {st:?}"
+    );
     assert_eq!(st.forced_preemptions, 0, "{st:?}");
 }

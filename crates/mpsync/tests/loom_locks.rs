@@ -184,8 +184,6 @@ fn np_tas_b_mutual_exclusion() {
     two_threads_bounded_attempts(|| Np::new(TasB::new()));
 }
 
-/// The holder of an `Np` lock is never `Preempted` by a kernel CAS that follows the
-/// legal table (the kernel may only warn it), and it ends `Preemptable` at depth 0.
 #[test]
 fn tas_b_full_lock() {
     two_threads_exclusive(TasB::new);
@@ -196,6 +194,9 @@ fn tas_full_lock() {
     two_threads_exclusive(Tas::new);
 }
 
+/// The holder of an `Np` lock is never stopped by a kernel that preempts on its
+/// request word's hint (the handler undoes a decision that raced the request;
+/// the kernel may only warn it), and it ends `Preemptable` at depth 0.
 #[test]
 fn np_holder_is_not_preempted_only_warned() {
     loom::model(|| {
@@ -206,29 +207,31 @@ fn np_holder_is_not_preempted_only_warned() {
             let cb = sched::current();
             tx.send(cb as *const _ as usize).unwrap();
             let g = l.lock();
-            assert!(cb.state().is_unpreemptable());
+            // The preemption signal arrives while the lock is held: its
+            // handler (a step of this thread here) never stops the holder.
+            assert!(cb.no_preempt_in_force());
+            assert_ne!(cb.on_preemption_signal(), sched::SignalVerdict::Stop);
             // SAFETY: `g` came from this lock on this thread.
             unsafe { l.unlock(g) };
             assert_eq!(cb.depth(), 0);
+            // ... or after: then a preemption stands until the kernel resumes.
+            if cb.on_preemption_signal() == sched::SignalVerdict::Stop {
+                while cb.state() == ThreadState::Preempted {
+                    thread::yield_now();
+                }
+            }
         });
-        // The "kernel": try once to preempt the holder, resume it if it succeeded.
+        // The "kernel": try once to preempt the holder (reading its request
+        // word as a hint), resume it if it succeeded and was not undone.
         // SAFETY: context blocks are leaked and never freed (registry contract).
         let cb: &'static sched::ContextBlock =
             unsafe { &*(rx.recv().unwrap() as *const sched::ContextBlock) };
-        if cb
-            .transition(
-                ThreadState::Preemptable,
-                ThreadState::Preempted,
-                Actor::Kernel,
-            )
-            .is_ok()
-        {
-            cb.transition(
+        if cb.preempt_unless_requested() {
+            let _ = cb.transition(
                 ThreadState::Preempted,
                 ThreadState::Preemptable,
                 Actor::Kernel,
-            )
-            .unwrap();
+            );
         }
         holder.join().unwrap();
         assert_eq!(cb.state(), ThreadState::Preemptable);

@@ -1,7 +1,10 @@
-//! Loom models of the state-word protocol (paper 001 §3, 003 Figure 1): the owner
-//! entering and leaving a no-preempt section, the "kernel" preempting/resuming by
-//! CAS and warning an unpreemptable thread, and a peer handing the owner a lock by
-//! making it `OtherUnpreemptable` — all racing.
+//! Loom models of the no-preempt protocol (paper 001 §3, 003 Figure 1, issue 13
+//! §3): the owner's request is its own word (plain stores); the "kernel" reads
+//! it as a hint and preempts by CAS on the state word, warning a thread whose
+//! request it sees; the owner's handler — a step of the owner's own thread
+//! here, as the signal runs on it — re-reads the word and undoes a preemption
+//! that raced a request; a peer hands the owner a lock by making it
+//! `OtherUnpreemptable` — all racing.
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p mpsync --test loom_sched --release`
 #![cfg(loom)]
@@ -9,57 +12,68 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
-use mpsync::sched::{Actor, ContextBlock, ThreadState};
+use mpsync::sched::{Actor, ContextBlock, SignalVerdict, ThreadState};
 
-/// The kernel's side, as the pseudo-scheduler does it: preempt a `Preemptable`
-/// thread; warn an unpreemptable one instead. Returns whether it preempted.
+/// The kernel's side, as the pseudo-scheduler does it: preempt a thread whose
+/// request word (read from this thread: a hint) shows no request in force;
+/// warn it otherwise. Returns whether it preempted.
 fn kernel_tick(cb: &ContextBlock, warned: &AtomicBool) -> bool {
-    match cb.state() {
-        ThreadState::Preemptable => cb
-            .transition(
-                ThreadState::Preemptable,
-                ThreadState::Preempted,
-                Actor::Kernel,
-            )
-            .is_ok(),
-        s if s.is_unpreemptable() => {
-            warned.store(true, Ordering::Relaxed);
-            false
-        }
-        _ => false,
+    if cb.preempt_unless_requested() {
+        return true;
     }
+    if cb.state() != ThreadState::Preempted {
+        warned.store(true, Ordering::Relaxed);
+    }
+    false
 }
 
-/// The owner is never `Preempted` while inside its no-preempt section, whatever
-/// the kernel does, and ends `Preemptable` at depth 0.
+/// The kernel resumes a thread it preempted, unless the thread's handler
+/// undid the preemption first.
+fn kernel_resume(cb: &ContextBlock) {
+    let _ = cb.transition(
+        ThreadState::Preempted,
+        ThreadState::Preemptable,
+        Actor::Kernel,
+    );
+}
+
+/// The preemption signal arriving at this point of the owner: its handler's
+/// step; a preemption that stands stops the thread until the kernel resumes it.
+/// Returns the verdict.
+fn signal_arrives(cb: &ContextBlock) -> SignalVerdict {
+    let v = cb.on_preemption_signal();
+    if v == SignalVerdict::Stop {
+        while cb.state() == ThreadState::Preempted {
+            thread::yield_now();
+        }
+    }
+    v
+}
+
+/// The owner is never stopped inside its no-preempt section, whatever the
+/// kernel decided and whenever its signal arrives (before the section, inside
+/// it, after it), and ends `Preemptable` at depth 0.
 #[test]
 fn owner_section_vs_kernel() {
     loom::model(|| {
         let cb = Arc::new(ContextBlock::new());
-        let inside = Arc::new(AtomicBool::new(false));
         let warned = Arc::new(AtomicBool::new(false));
         let owner = {
-            let (cb, inside) = (cb.clone(), inside.clone());
+            let cb = cb.clone();
             thread::spawn(move || {
+                signal_arrives(&cb);
                 cb.request_no_preempt();
-                inside.store(true, Ordering::SeqCst);
-                assert_ne!(cb.state(), ThreadState::Preempted);
-                inside.store(false, Ordering::SeqCst);
+                assert!(cb.no_preempt_in_force());
+                assert_ne!(signal_arrives(&cb), SignalVerdict::Stop, "stopped inside");
+                assert_ne!(signal_arrives(&cb), SignalVerdict::Stop, "stopped inside");
                 let _must_yield = cb.release_no_preempt();
+                signal_arrives(&cb);
                 assert_eq!(cb.depth(), 0);
             })
         };
         // Kernel: one scheduling decision, then resume if it preempted.
         if kernel_tick(&cb, &warned) {
-            // The owner cannot be inside: it was Preemptable when we preempted it
-            // and it waits in `request_no_preempt` until we resume it.
-            assert!(!inside.load(Ordering::SeqCst));
-            cb.transition(
-                ThreadState::Preempted,
-                ThreadState::Preemptable,
-                Actor::Kernel,
-            )
-            .unwrap();
+            kernel_resume(&cb);
         }
         owner.join().unwrap();
         assert_eq!(cb.state(), ThreadState::Preemptable);
@@ -77,13 +91,7 @@ fn handoff_vs_preemption() {
             let cb = cb.clone();
             thread::spawn(move || cb.make_other_unpreemptable())
         };
-        let preempted = cb
-            .transition(
-                ThreadState::Preemptable,
-                ThreadState::Preempted,
-                Actor::Kernel,
-            )
-            .is_ok();
+        let preempted = cb.preempt_unless_requested();
         let handed = peer.join().unwrap();
         match (preempted, handed) {
             (true, false) => assert_eq!(cb.state(), ThreadState::Preempted),
@@ -93,9 +101,9 @@ fn handoff_vs_preemption() {
     });
 }
 
-/// The owner's request races a handoff: a waiter that re-enters no-preempt mode
-/// while its predecessor hands it the lock stays unpreemptable either way, and its
-/// release makes it `Preemptable` again.
+/// The owner's request, pause and resume race a hand-off: they never touch the
+/// state word, so a running waiter is always handed the lock, stays
+/// `OtherUnpreemptable` until its outermost release, and is `Preemptable` after.
 #[test]
 fn request_vs_handoff() {
     loom::model(|| {
@@ -105,12 +113,59 @@ fn request_vs_handoff() {
             thread::spawn(move || cb.make_other_unpreemptable())
         };
         cb.request_no_preempt();
-        assert!(cb.state().is_unpreemptable());
+        let paused = cb.pause_no_preempt();
+        if paused {
+            cb.resume_no_preempt();
+        }
         let handed = peer.join().unwrap();
         assert!(handed, "a running waiter can always be handed the lock");
-        assert!(cb.state().is_unpreemptable());
+        assert_eq!(cb.state(), ThreadState::OtherUnpreemptable);
         let _ = cb.release_no_preempt();
         assert_eq!(cb.state(), ThreadState::Preemptable);
+        assert_eq!(cb.depth(), 0);
+    });
+}
+
+/// A waiter with its request paused (Smart-Q's wait) resumes it to claim the
+/// lock, while the kernel decides on the paused word and a releaser hands it
+/// the lock: a decision that raced the resume is undone by the handler (never
+/// a stop after the resume), a hand-off wins only a running waiter, and the
+/// waiter ends `Preemptable` at depth 0.
+#[test]
+fn paused_waiter_vs_kernel_and_handoff() {
+    loom::model(|| {
+        let cb = Arc::new(ContextBlock::new());
+        let warned = Arc::new(AtomicBool::new(false));
+        let peer = {
+            let cb = cb.clone();
+            thread::spawn(move || cb.make_other_unpreemptable())
+        };
+        let owner = {
+            let cb = cb.clone();
+            thread::spawn(move || {
+                cb.request_no_preempt();
+                if cb.pause_no_preempt() {
+                    // Waiting: a preemption now stands.
+                    signal_arrives(&cb);
+                    cb.resume_no_preempt();
+                }
+                assert_ne!(signal_arrives(&cb), SignalVerdict::Stop, "stopped inside");
+                let _must_yield = cb.release_no_preempt();
+                signal_arrives(&cb);
+            })
+        };
+        if kernel_tick(&cb, &warned) {
+            kernel_resume(&cb);
+        }
+        let _handed = peer.join().unwrap();
+        owner.join().unwrap();
+        assert_eq!(cb.depth(), 0);
+        // A hand-off that came after the release lasts until the next release.
+        let s = cb.state();
+        assert!(
+            s == ThreadState::Preemptable || s == ThreadState::OtherUnpreemptable,
+            "{s:?}"
+        );
     });
 }
 

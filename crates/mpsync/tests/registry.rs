@@ -39,7 +39,7 @@ fn fresh_blocks(n: usize) -> Vec<(ThreadState, u32, bool)> {
 }
 
 /// lock_api makes forgetting a guard safe: the lock stays held, but the thread's
-/// no-preempt request (depth 1, `SelfUnpreemptable`) must not outlive the thread
+/// no-preempt request (depth 1) must not outlive the thread
 /// and make the next owner of its block unpreemptable forever.
 #[test]
 fn a_forgotten_np_guard_does_not_outlive_its_thread() {

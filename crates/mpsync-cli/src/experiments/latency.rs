@@ -14,11 +14,42 @@ use crate::svg::bar_chart;
 /// Lock+unlock pairs per trial at `--scale 1`.
 pub const BASE_ITERS: f64 = 2_000_000.0;
 
+/// The no-preempt forms and the lock each one adds its request to, measured
+/// a second time with the measuring thread attached to an emulated scheduler
+/// (issue 13 §3: every -np form uncontended ≤ 1.3× its base lock).
+pub const NP_PAIRS: [(&str, &str); 6] = [
+    ("TAS-B-np", "TAS-B"),
+    ("Native-np", "Native"),
+    ("Queued-np", "Queued"),
+    ("Queued-Handshaking", "Queued"),
+    ("Smart-Q", "Queued"),
+    ("Ticket-np", "Ticket"),
+];
+
+/// The issue's target for an -np form over its base lock, uncontended.
+const NP_TARGET: f64 = 1.3;
+
+/// The name of `lock`'s row measured under the emulated scheduler.
+fn emulated_name(lock: &str) -> String {
+    format!("{lock} (emulated)")
+}
+
 /// Runs it.
 pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let iters = ((BASE_ITERS * p.scale).round() as u64).max(1000);
     let table = mutex_table();
-    let pb = crate::progress(u64::from(p.trials) * (table.len() as u64 + 1), exp.id);
+    let n_emulated = table
+        .iter()
+        .filter(|i| {
+            NP_PAIRS
+                .iter()
+                .any(|(np, base)| i.name == *np || i.name == *base)
+        })
+        .count() as u64;
+    let pb = crate::progress(
+        u64::from(p.trials) * (table.len() as u64 + n_emulated + 1),
+        exp.id,
+    );
     let started = Instant::now();
     // Measure on a dedicated thread pinned to one CPU, so that migrations add no
     // noise and the caller's affinity is left alone.
@@ -26,6 +57,20 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         .first()
         .copied()
         .unwrap_or(0);
+    // The -np forms and their bases once more under an emulated scheduler with
+    // one processor and nothing else on it: it never preempts the measuring
+    // thread, so the rows add only what a request and its release cost there.
+    let emulated_rows: Vec<_> = table
+        .iter()
+        .filter(|i| {
+            NP_PAIRS
+                .iter()
+                .any(|(np, base)| i.name == *np || i.name == *base)
+        })
+        .collect();
+    let emu = mpsync::sched::emulated::Emulated::start(
+        mpsync::sched::emulated::EmulatedConfig::new(1, 1.0)?.seed(p.seed),
+    )?;
     let trials = std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<Vec<Trial>> {
             mpsync::sched::native::pin_current_thread(cpu)?;
@@ -46,15 +91,25 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 for imp in &table {
                     row(imp.name, (imp.latency)(iters));
                 }
+                let _attached = emu.attach(0)?;
+                for imp in &emulated_rows {
+                    row(&emulated_name(imp.name), (imp.latency)(iters));
+                }
             }
             Ok(trials)
         })
         .join()
         .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))?
     })?;
+    let emu_stats = emu.stop();
     pb.finish_and_clear();
+    let emulated_names: Vec<String> = emulated_rows
+        .iter()
+        .map(|i| emulated_name(i.name))
+        .collect();
     let mut names = vec!["floor: swap+store"];
     names.extend(table.iter().map(|i| i.name));
+    names.extend(emulated_names.iter().map(String::as_str));
     let floor = mean(&trials, "floor: swap+store").unwrap_or(1.0).max(1e-3);
     let points: Vec<Point> = names
         .iter()
@@ -94,6 +149,29 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 v / floor
             ));
         }
+    }
+    for (np, base) in NP_PAIRS {
+        for (how, np_name, base_name) in [
+            ("natively", np.to_string(), base.to_string()),
+            (
+                "under the emulated scheduler",
+                emulated_name(np),
+                emulated_name(base),
+            ),
+        ] {
+            if let (Some(v), Some(b)) = (at(&np_name), at(&base_name)) {
+                details.push(format!(
+                    "{np} ({v:.1} ns) / {base} ({b:.1} ns) {how} = {:.2} (target: <= {NP_TARGET})",
+                    v / b
+                ));
+            }
+        }
+    }
+    if emu_stats.preemptions + emu_stats.forced_preemptions > 0 {
+        details.push(format!(
+            "the emulated rows were preempted {} times: they are not the request's cost alone",
+            emu_stats.preemptions + emu_stats.forced_preemptions
+        ));
     }
     let bars: Vec<(String, f64)> = points
         .iter()

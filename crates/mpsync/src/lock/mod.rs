@@ -178,7 +178,7 @@ pub(crate) const LINK_NAP: std::time::Duration = std::time::Duration::from_micro
 /// - **emulated** (and under loom) every further check gives the processor
 ///   away through [`sched::yield_now`](crate::sched::yield_now), as the papers'
 ///   locks do. A holder that a Smart-Q releaser made `OtherUnpreemptable`
-///   cannot pause (only `SelfUnpreemptable` pauses): on the emulated backend
+///   cannot pause (only the owner's own request pauses): on the emulated backend
 ///   its yields are ignored, and the scheduler's extension bound, which
 ///   preempts it anyway, is what limits its wait.
 pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {

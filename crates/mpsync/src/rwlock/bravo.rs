@@ -316,7 +316,7 @@ impl<L> Bravo<L> {
             if w.spin(None) == Wait::Park {
                 let cb = sched::current();
                 // Parked, we hold no processor: let the scheduler preempt us
-                // meanwhile (only a `SelfUnpreemptable` outermost request
+                // meanwhile (only the owner's own outermost request
                 // pauses), as RW-Queued's writer does in its drain.
                 paused |= cb.depth() > 0 && cb.pause_no_preempt();
                 // [P1] Relaxed: ordered before [P2] by the fence.

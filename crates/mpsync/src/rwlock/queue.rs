@@ -163,7 +163,7 @@ impl<M: RawMutex, const NP: bool> RwQueue<M, NP> {
         }
         let cb = sched::current();
         // Parked, we hold no processor: let the scheduler preempt us meanwhile
-        // (only a `SelfUnpreemptable` outermost request pauses).
+        // (only the outermost request of the owner's own pauses).
         let paused = cb.depth() > 0 && cb.pause_no_preempt();
         loop {
             // Acquire: as above.

@@ -7,6 +7,7 @@
 //! threads alive at once.
 
 use std::fmt;
+use std::sync::atomic::compiler_fence;
 
 use crossbeam_utils::CachePadded;
 
@@ -17,6 +18,23 @@ use super::state::{Actor, StateWord, ThreadState, TransitionError};
 
 /// No processor known.
 pub const NO_PROCESSOR: u32 = u32::MAX;
+
+/// The pause bit of the owner's request word, beside the depth
+/// ([`ContextBlock::pause_no_preempt`]).
+const PAUSED: u32 = 1 << 31;
+
+/// What the preemption signal's handler decided
+/// ([`ContextBlock::on_preemption_signal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalVerdict {
+    /// The thread is not `Preempted` (a stray or late signal): it goes on.
+    NotPreempted,
+    /// The preemption stands: the thread stops until the scheduler resumes it.
+    Stop,
+    /// A no-preempt request began after the scheduler decided: the handler
+    /// moved the thread back to `Preemptable` (and warned it); it goes on.
+    Undone,
+}
 
 /// What the scheduler and one thread tell each other (paper 001 §3).
 ///
@@ -32,14 +50,17 @@ pub const NO_PROCESSOR: u32 = u32::MAX;
 /// - `peer` — what peers read: the state word (every party CASes it: it *is* the
 ///   handshake), the heartbeat waiters publish and peers judge, and the identity
 ///   fields written once per registration;
-/// - `owner` — written by the owning thread (its no-preempt depth at every
-///   section, its attachment, its yield and the time its handler stopped);
+/// - `owner` — written by the owning thread (its no-preempt request word at
+///   every section, its attachment, its yield and the time its handler stopped);
 /// - `sched` — written by the emulated scheduler at its decisions.
 ///
 /// # Protocol of the emulated backend's fields
 ///
-/// The state word has its own table in [`super::state`]. The other fields the
-/// emulated backend ([`super::emulated`]) uses:
+/// The state word has its own table in [`super::state`]; the owner's no-preempt
+/// request is not in it (issue 13 §3): it is `depth`, the owner's own word, and
+/// the state word keeps what two parties arbitrate by CAS — a releaser's
+/// hand-off (`OtherUnpreemptable`) against the scheduler's `Preempted`. The
+/// other fields the emulated backend ([`super::emulated`]) uses:
 ///
 /// | field                | line  | written by                                   | read by                          | meaning                                           | ordering |
 /// |----------------------|-------|----------------------------------------------|----------------------------------|---------------------------------------------------|----------|
@@ -51,6 +72,9 @@ pub const NO_PROCESSOR: u32 = u32::MAX;
 /// | `preempt_stopped_ns` | owner | owner: its handler, or its yield, when it stops | scheduler, at the resume | end of the preemption-latency sample | Relaxed: statistics; a stale value only drops the sample (`stopped < decided`) |
 /// | `emu`                | owner | owner: attach (a strong `Arc<Shared>`), detach (null); the fork handler, in the child (null) | owner only (`is_attached`, its handler, its yield) | the scheduler the thread is attached to | Release store / Acquire load: the same thread, so program order would do; they also publish the `Shared` if another thread ever reads it |
 /// | `vproc`              | owner | owner: attach, detach, fork handler          | `Debug`                          | the virtual processor attached to                 | Relaxed: informational |
+/// | `depth`              | owner | owner only: plain stores, each followed (request, resume) or preceded and followed (outermost release, pause) by a compiler fence | owner; its handler (exact: same thread, program order); the scheduler, before it preempts (a hint) | the no-preempt nesting depth, and a pause bit | Relaxed: the owner's own word; the scheduler's stale read is corrected by the handler ([`on_preemption_signal`](ContextBlock::on_preemption_signal)) |
+/// | `undoable`           | sched | scheduler: `true` before a preemption decided on the `depth` hint, `false` before a forced one | owner's handler | "undo me if a request began after my read" | Relaxed: published by the AcqRel CAS to `Preempted` that follows it |
+/// | `stops`              | owner | owner's handler, when it stops the thread    | anyone ([`times_stopped`](ContextBlock::times_stopped)) | times the preemption signal stopped the thread | Relaxed: a statistic |
 ///
 /// When the block changes owner, `reset_for_new_owner`
 /// (sched's kernel side, detached blocks only) clears `warning`, `yielded`,
@@ -97,8 +121,11 @@ pub(crate) struct PeerLine {
 
 /// [`ContextBlock`]'s line of what the owning thread writes.
 pub(crate) struct OwnerLine {
-    /// Nesting depth of no-preempt sections; written only by the owner.
+    /// The no-preempt request: nesting depth, plus the pause bit; written
+    /// only by the owner (see the field table of [`ContextBlock`]).
     pub(crate) depth: AtomicU32,
+    /// Times the preemption signal's handler stopped the thread.
+    pub(crate) stops: AtomicU64,
     /// Emulated backend: the scheduler this thread is attached to (null if none).
     /// Owned by `super::emulated`.
     pub(crate) emu: AtomicPtr<()>,
@@ -121,6 +148,9 @@ pub(crate) struct SchedLine {
     pub(crate) preempt_decided_ns: AtomicU64,
     /// Futex word bumped at every resume (blocking handler wait).
     pub(crate) resume: AtomicU32,
+    /// The last preemption was decided on the request word's hint: the
+    /// handler undoes it if a request began meanwhile (not a forced one).
+    pub(crate) undoable: AtomicBool,
 }
 
 impl fmt::Debug for ContextBlock {
@@ -161,6 +191,7 @@ impl ContextBlock {
             }),
             owner: CachePadded::new(OwnerLine {
                 depth: AtomicU32::new(0),
+                stops: AtomicU64::new(0),
                 emu: AtomicPtr::new(std::ptr::null_mut()),
                 vproc: AtomicU32::new(NO_PROCESSOR),
                 yielded: AtomicBool::new(false),
@@ -171,6 +202,7 @@ impl ContextBlock {
                 saved_state: AtomicU32::new(ThreadState::Preemptable as u32),
                 preempt_decided_ns: AtomicU64::new(0),
                 resume: AtomicU32::new(0),
+                undoable: AtomicBool::new(false),
             }),
         }
     }
@@ -199,11 +231,18 @@ impl ContextBlock {
         self.sched.warning.load(Ordering::Relaxed)
     }
 
-    /// Current no-preempt nesting depth.
+    /// Current no-preempt nesting depth (a pause does not change it).
     #[inline]
     pub fn depth(&self) -> u32 {
         // Relaxed: written only by the owning thread, read by it (or for Debug).
-        self.owner.depth.load(Ordering::Relaxed)
+        self.owner.depth.load(Ordering::Relaxed) & !PAUSED
+    }
+
+    /// Times the emulated scheduler's preemption signal stopped this thread
+    /// (its handler waited to be resumed), over the block's life.
+    pub fn times_stopped(&self) -> u64 {
+        // Relaxed: a statistic, written by the owner's handler.
+        self.owner.stops.load(Ordering::Relaxed)
     }
 
     /// Registration id of the owning thread (0 for a standalone block).
@@ -235,63 +274,82 @@ impl ContextBlock {
 
     /// Enters a no-preempt section (owner only). Nested sections only count depth.
     ///
-    /// On a thread attached to the emulated scheduler (and under loom, whose
-    /// models play the scheduler), the outermost request also moves the state
-    /// word to `SelfUnpreemptable`, the word the scheduler reads before it
-    /// preempts; it waits while the scheduler has the thread `Preempted` (the
-    /// preemption signal is on its way, or the thread is in sched's own yield).
-    /// Natively no scheduler reads the word (Linux has no such interface; the
-    /// rseq time-slice extension, where present, is asked by
-    /// [`super::request_no_preempt`]), so the request is the depth count alone:
-    /// two plain owner-only stores, no atomic read-modify-write (issue 13 §3).
+    /// The request is the owner's own word (issue 13 §3): one plain store of
+    /// the depth and a compiler fence, no atomic read-modify-write and no load
+    /// of the shared state word, on every backend. Natively nothing else reads
+    /// it (the rseq time-slice extension, where present, is asked by
+    /// [`super::request_no_preempt`]). The emulated scheduler reads it from its
+    /// own thread as a hint before it preempts; its preemption signal runs on
+    /// this thread, where the handler re-reads the word in program order (the
+    /// fence keeps the compiler from moving the section's first access above
+    /// the store) and undoes a preemption decided just before the request
+    /// ([`on_preemption_signal`](Self::on_preemption_signal)). The state word
+    /// stays what peers and the scheduler arbitrate by CAS: `Preemptable`,
+    /// `OtherUnpreemptable` (a releaser's hand-off) or `Preempted`.
+    ///
     /// Use [`no_preempt_requested`](Self::no_preempt_requested) to ask whether
-    /// a request is in force; `state()` says only what a scheduler was told.
+    /// a request is in force.
     #[inline]
     pub fn request_no_preempt(&self) {
-        let d = self.depth();
-        // Relaxed: owner-only counter.
-        self.owner.depth.store(d + 1, Ordering::Relaxed);
-        if d == 0 && self.state_is_read_by_a_scheduler() {
-            self.become_self_unpreemptable();
-        }
+        // Relaxed: the owner's own word (see `OwnerLine::depth`).
+        let w = self.owner.depth.load(Ordering::Relaxed);
+        self.owner.depth.store(w + 1, Ordering::Relaxed);
+        // In force before the section's first instruction, for the handler
+        // that interrupts this thread (same thread: program order suffices).
+        compiler_fence(Ordering::SeqCst);
     }
 
-    /// Whether the owning thread is in a no-preempt section.
+    /// Whether the owning thread is in a no-preempt section (paused or not).
     #[inline]
     pub fn no_preempt_requested(&self) -> bool {
         self.depth() > 0
     }
 
-    /// Whether a scheduler decides by this thread's state word: it is attached
-    /// to the emulated scheduler (always, under loom). Owner only (only the
-    /// owner attaches and detaches itself).
+    /// Whether a no-preempt request is in force: inside a section and not
+    /// paused ([`pause_no_preempt`](Self::pause_no_preempt)). Exact on the
+    /// owning thread (its signal handler included); from another thread — the
+    /// emulated scheduler deciding whether to preempt — a hint that may be
+    /// stale, which the owner's handler corrects.
     #[inline]
-    fn state_is_read_by_a_scheduler(&self) -> bool {
-        // Relaxed: only the owning thread changes its own attachment.
-        cfg!(loom) || !self.owner.emu.load(Ordering::Relaxed).is_null()
+    pub fn no_preempt_in_force(&self) -> bool {
+        // Relaxed: the owner's own word; another thread reads it as a hint only.
+        let w = self.owner.depth.load(Ordering::Relaxed);
+        w != 0 && w & PAUSED == 0
     }
 
-    /// Leaves a no-preempt section (owner only). At the outermost level the state
-    /// goes back to `Preemptable`; returns `true` if the scheduler had warned the
-    /// thread, which must then yield ([`super::release_no_preempt`] does).
+    /// Leaves a no-preempt section (owner only). The outermost release ends the
+    /// request (and a pause) with one store and a compiler fence, then only
+    /// loads the state word: a peer's hand-off (`OtherUnpreemptable`) goes back
+    /// to `Preemptable` by one CAS. Returns `true` if the scheduler had warned
+    /// the thread, which must then yield ([`super::release_no_preempt`] does).
     #[inline]
     #[must_use = "a warned thread must yield its processor"]
     pub fn release_no_preempt(&self) -> bool {
-        let d = self.depth();
+        // Relaxed: the owner's own word.
+        let w = self.owner.depth.load(Ordering::Relaxed);
+        let d = w & !PAUSED;
         debug_assert!(d > 0, "release_no_preempt without request_no_preempt");
         if d == 0 {
             return false;
         }
-        // Relaxed: owner-only counter.
-        self.owner.depth.store(d - 1, Ordering::Relaxed);
         if d > 1 {
+            self.owner.depth.store(w - 1, Ordering::Relaxed);
             return false;
         }
+        // The section's last access (the lock's release) stays before the end
+        // of the request, as the handler on this thread sees it.
+        compiler_fence(Ordering::SeqCst);
+        self.owner.depth.store(0, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
         loop {
             let s = self.peer.state.load();
             let r = match s {
                 ThreadState::Preemptable => return self.warned(),
                 ThreadState::Preempted => {
+                    // A preemption whose signal has not arrived yet (the
+                    // handler stops us: the request has ended), or a forced
+                    // one of a handed-over thread: its resume restores the
+                    // hand-off, which we then end.
                     self.wait_while_preempted();
                     continue;
                 }
@@ -311,10 +369,16 @@ impl ContextBlock {
     ///
     /// Figure 1 tries `SelfUnpreemptable` then `Preemptable`, which covers a waiter
     /// that drops its own request while the releaser looks; this loop also covers a
-    /// waiter that re-requests in between (found by the loom model `request_vs_handoff`):
+    /// waiter whose word changes in between (found by the loom model `request_vs_handoff`):
     /// it retries whenever the word changed to another running state. A thread
     /// already `OtherUnpreemptable` (handed another lock it still holds) is running
     /// and unpreemptable, so the answer is `true` and the word is left as it is.
+    ///
+    /// A thread the scheduler has just marked `Preempted` may be running still
+    /// (its handler undoes a preemption that raced its own request): it is
+    /// skipped like a preempted one. That is only a skip — the grant is this
+    /// one CAS, and a word the handler moves back to `Preemptable` afterwards
+    /// is granted by nobody unless a releaser's next CAS succeeds on it.
     #[inline]
     pub fn make_other_unpreemptable(&self) -> bool {
         let mut s = self.peer.state.load();
@@ -342,49 +406,106 @@ impl ContextBlock {
     /// unpreemptable_self, preemptable)`, paper 003 Figure 1), so a waiting thread
     /// does not hold its processor against the other applications.
     ///
-    /// Only the outermost section pauses: a thread that already holds another
-    /// no-preempt lock stays unpreemptable. Returns whether the state was
-    /// dropped; the depth is unchanged. If the scheduler had warned the thread,
-    /// the caller should yield (it is only waiting). Pair with
+    /// Only the outermost section pauses, and not a thread a peer handed a lock
+    /// (`OtherUnpreemptable`): a thread that already holds another no-preempt
+    /// lock stays unpreemptable. Returns whether the request was paused; the
+    /// depth is unchanged. One owner-only store: the pause is a bit beside the
+    /// depth. If the scheduler had warned the thread, the caller should yield
+    /// (it is only waiting). Pair with
     /// [`resume_no_preempt`](Self::resume_no_preempt) before claiming the lock,
-    /// unless a peer handed it over ([`make_other_unpreemptable`](Self::make_other_unpreemptable)).
+    /// unless a peer handed it over ([`make_other_unpreemptable`](Self::make_other_unpreemptable));
+    /// the outermost release ends a pause too.
     #[inline]
     pub fn pause_no_preempt(&self) -> bool {
-        self.depth() == 1
-            && self
-                .peer
-                .state
-                .transition(
-                    ThreadState::SelfUnpreemptable,
-                    ThreadState::Preemptable,
-                    Actor::Thread,
-                )
-                .is_ok()
+        // Relaxed: the owner's own word.
+        if self.owner.depth.load(Ordering::Relaxed) != 1
+            || self.state() == ThreadState::OtherUnpreemptable
+        {
+            return false;
+        }
+        compiler_fence(Ordering::SeqCst);
+        self.owner.depth.store(1 | PAUSED, Ordering::Relaxed);
+        true
     }
 
-    /// Owner only: undoes [`pause_no_preempt`](Self::pause_no_preempt) — back to
-    /// `SelfUnpreemptable` without changing the depth. Waits while `Preempted`; a
-    /// thread a peer already made unpreemptable stays as it is.
+    /// Owner only: undoes [`pause_no_preempt`](Self::pause_no_preempt) without
+    /// changing the depth — one owner-only store and a compiler fence. A
+    /// preemption the scheduler decided while the request was paused, whose
+    /// signal has not arrived yet, is undone by the handler (the request is in
+    /// force when it runs); meanwhile peers may see the thread `Preempted` and
+    /// skip it.
     #[inline]
     pub fn resume_no_preempt(&self) {
-        debug_assert!(self.depth() > 0, "resume_no_preempt outside a section");
-        self.become_self_unpreemptable();
+        // Relaxed: the owner's own word.
+        let w = self.owner.depth.load(Ordering::Relaxed);
+        debug_assert!(w & !PAUSED > 0, "resume_no_preempt outside a section");
+        self.owner.depth.store(w & !PAUSED, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
     }
 
-    /// `Preemptable` → `SelfUnpreemptable`, waiting while `Preempted`.
-    #[inline]
-    fn become_self_unpreemptable(&self) {
-        loop {
-            match self.peer.state.transition(
+    /// The scheduler's decision (sched's kernel side; public for models):
+    /// preempts the thread — `Preemptable → Preempted` by CAS, the decision a
+    /// releaser's hand-off races — if, by a read of its request word from the
+    /// scheduler's thread (a hint), no no-preempt request is in force. The
+    /// thread's handler undoes it if a request began after that read
+    /// ([`on_preemption_signal`](Self::on_preemption_signal)). Returns whether
+    /// this call preempted the thread; the caller then signals it. Only one
+    /// scheduler decides for a thread at a time (the emulated one, under its
+    /// lock).
+    pub fn preempt_unless_requested(&self) -> bool {
+        if self.state() != ThreadState::Preemptable || self.no_preempt_in_force() {
+            return false;
+        }
+        // Relaxed (both): the scheduler's own fields, published to the
+        // thread's handler by the AcqRel CAS that follows.
+        self.sched
+            .saved_state
+            .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
+        self.sched.undoable.store(true, Ordering::Relaxed);
+        self.peer
+            .state
+            .transition(
                 ThreadState::Preemptable,
-                ThreadState::SelfUnpreemptable,
-                Actor::Thread,
-            ) {
-                Ok(()) => return,
-                // A peer already made us unpreemptable (Smart-Q handoff): same effect.
-                Err(TransitionError::Conflict(s)) if s.is_unpreemptable() => return,
-                Err(_) => self.wait_while_preempted(),
+                ThreadState::Preempted,
+                Actor::Kernel,
+            )
+            .is_ok()
+    }
+
+    /// The emulated scheduler's preemption signal, on the owning thread (its
+    /// handler calls this; a loom model calls it as the owner's own step):
+    /// decides whether the scheduler's `Preempted` stands.
+    ///
+    /// The scheduler preempts a `Preemptable` thread only when its read of the
+    /// owner's request word (a hint, from another thread) found no request in
+    /// force. Here, on the owner, the word is exact: if a request began after
+    /// the scheduler's read, the preemption is undone — `Preempted →
+    /// Preemptable` by CAS as the kernel, the warning set so that the thread
+    /// yields when its section ends. A forced preemption (the extension bound)
+    /// always stands.
+    #[inline]
+    pub fn on_preemption_signal(&self) -> SignalVerdict {
+        if self.state() != ThreadState::Preempted {
+            return SignalVerdict::NotPreempted;
+        }
+        // Relaxed: written by the scheduler before its AcqRel CAS to
+        // `Preempted`, which the Acquire load above observed.
+        if !self.sched.undoable.load(Ordering::Relaxed) || !self.no_preempt_in_force() {
+            return SignalVerdict::Stop;
+        }
+        match self.peer.state.transition(
+            ThreadState::Preempted,
+            ThreadState::Preemptable,
+            Actor::Kernel,
+        ) {
+            Ok(()) => {
+                // Relaxed: advisory (see the field table); the scheduler
+                // clears it when the thread stops.
+                self.sched.warning.store(true, Ordering::Relaxed);
+                SignalVerdict::Undone
             }
+            // Resumed meanwhile: running, and the request is in force.
+            Err(_) => SignalVerdict::NotPreempted,
         }
     }
 
@@ -409,7 +530,7 @@ impl ContextBlock {
             self.owner.emu.load(Ordering::Relaxed).is_null(),
             "reset of an attached block"
         );
-        // Relaxed (all six): nobody else writes these while the block is detached;
+        // Relaxed (all seven): nobody else writes these while the block is detached;
         // the next owner gets them through the registry's `in_use` Release/Acquire.
         self.owner.depth.store(0, Ordering::Relaxed);
         self.sched.warning.store(false, Ordering::Relaxed);
@@ -418,6 +539,7 @@ impl ContextBlock {
             .saved_state
             .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
         self.sched.preempt_decided_ns.store(0, Ordering::Relaxed);
+        self.sched.undoable.store(false, Ordering::Relaxed);
         self.owner.preempt_stopped_ns.store(0, Ordering::Relaxed);
         loop {
             let s = self.peer.state.load();

@@ -23,8 +23,9 @@
 //! {
 //!     let _np = sched::NoPreempt::new(); // critical section: please don't preempt
 //!     assert!(sched::current().no_preempt_requested());
-//!     // Natively the request is a depth count; a thread attached to the
-//!     // emulated scheduler also shows it in its state word (SelfUnpreemptable).
+//!     // The request is the owner's own word (a depth count), on every
+//!     // backend: the state word is what peers and the scheduler CAS.
+//!     assert_eq!(sched::current().state(), ThreadState::Preemptable);
 //! }
 //! assert!(!sched::current().no_preempt_requested());
 //! assert_eq!(sched::current().state(), ThreadState::Preemptable);
@@ -45,7 +46,7 @@ pub mod waiter;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-pub use context::ContextBlock;
+pub use context::{ContextBlock, SignalVerdict};
 pub use futex::ParkResult;
 pub use native::cpu_pressure;
 pub use partition::{Partition, generation};

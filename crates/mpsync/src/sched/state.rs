@@ -22,6 +22,14 @@
 //! \[2\] resuming a thread that was forcibly preempted restores the state it had.
 //!
 //! User code (`Thread`, `Peer`) can never move a thread out of `Preempted`.
+//!
+//! mpsync's own no-preempt request is not in this word (issue 13 §3): it is the
+//! owner's request word ([`ContextBlock::request_no_preempt`](super::ContextBlock::request_no_preempt)),
+//! written with plain stores, which the scheduler reads as a hint and the
+//! owner's signal handler re-checks exactly (undoing, as the kernel, a
+//! `Preempted` that raced a request). `sched` no longer enters
+//! `SelfUnpreemptable`; the word keeps it, and its transitions, for the papers'
+//! protocol (a peer's hand-off and the kernel treat it as they always did).
 
 use crate::sync::{AtomicU8, Ordering};
 

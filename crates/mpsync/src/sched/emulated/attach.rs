@@ -47,18 +47,10 @@ impl Emulated {
             // Relaxed: informational (see ContextBlock::processor).
             cb.owner.vproc.store(vproc, Ordering::Relaxed);
             cb.peer.processor.store(eff, Ordering::Relaxed);
+            // A no-preempt section entered before attaching needs nothing
+            // more: the request word is what the scheduler reads, on every
+            // backend (and it reads it under this lock after we leave it).
             cb.owner.yielded.store(false, Ordering::Relaxed);
-            if cb.depth() > 0 {
-                // Attached inside a no-preempt section, which (natively) was a
-                // depth count only: tell the scheduler now. Under its lock, so
-                // it cannot have preempted us meanwhile; Err: a peer already
-                // made us unpreemptable, the same for the scheduler.
-                let _ = cb.transition(
-                    ThreadState::Preemptable,
-                    ThreadState::SelfUnpreemptable,
-                    Actor::Thread,
-                );
-            }
             let strong = Arc::into_raw(self.shared.clone()) as *mut ();
             // Release: pairs with the Acquire loads of `emu` (is_attached, the handler).
             cb.owner.emu.store(strong, Ordering::Release);
@@ -183,6 +175,11 @@ pub(super) extern "C" fn detach_in_forked_child() {
 /// Yield of an attached thread: give the virtual processor to the others now.
 pub(crate) fn yield_attached(cb: &'static ContextBlock) {
     let Some(shared) = shared_of(cb) else { return };
+    // Inside a no-preempt section (not paused) a yield is only a hint: ignore
+    // it. (The owner's own word: exact here.)
+    if cb.no_preempt_in_force() {
+        return;
+    }
     // Relaxed: a hint; the worst case is one needless round trip to the scheduler.
     let v = cb.peer.processor.load(Ordering::Relaxed) as usize;
     if shared.stopped.load(Ordering::Acquire)
@@ -209,7 +206,7 @@ pub(crate) fn yield_attached(cb: &'static ContextBlock) {
         }
         // The scheduler preempted us first: its signal is on the way; wait as it would.
         Err(_) if cb.state() == ThreadState::Preempted => wait_resumed(cb, shared.blocking()),
-        // Inside a no-preempt section a yield is only a hint: ignore it.
+        // A peer handed us a lock (`OtherUnpreemptable`): we keep running.
         Err(_) => {}
     }
 }

@@ -2,14 +2,20 @@
 //!
 //! The scheduler CASes a thread's state word to `Preempted` (under its lock) and
 //! then sends it [`preemption_signal`]. The handler stops the thread only if its
-//! state word says `Preempted` — a stray or late signal returns at once — and waits
-//! until the scheduler resumes it: that wait is the time the processor spends on
-//! the other applications. Everything here is async-signal-safe.
+//! state word says `Preempted` — a stray or late signal returns at once — and the
+//! preemption stands: the scheduler decided on a read of the thread's no-preempt
+//! request word from its own thread, and here, on the owner, that word is exact,
+//! so a request that began after the read undoes the preemption
+//! ([`ContextBlock::on_preemption_signal`]; counted in
+//! [`SchedStats::preemptions_undone`](super::SchedStats::preemptions_undone)).
+//! A stopped thread waits until the scheduler resumes it: that wait is the time
+//! the processor spends on the other applications. Everything here is
+//! async-signal-safe.
 
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
-use crate::sched::context::ContextBlock;
+use crate::sched::context::{ContextBlock, SignalVerdict};
 use crate::sched::registry;
 use crate::sched::state::ThreadState;
 use crate::sync::{Ordering, spin_loop};
@@ -54,13 +60,23 @@ extern "C" fn on_preempt_signal(_sig: libc::c_int) {
     let Some(cb) = registry::current_if_registered() else {
         return;
     };
-    if cb.state() != ThreadState::Preempted {
-        return;
+    match cb.on_preemption_signal() {
+        SignalVerdict::NotPreempted => return,
+        SignalVerdict::Undone => {
+            if let Some(s) = shared_of(cb) {
+                // Relaxed: a statistic, read when the scheduler snapshots them.
+                s.undone.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        SignalVerdict::Stop => {}
     }
     // Relaxed: read by the scheduler for statistics only, after it sees the resume.
     cb.owner
         .preempt_stopped_ns
         .store(now_ns(), Ordering::Relaxed);
+    // Relaxed: a statistic (`ContextBlock::times_stopped`).
+    cb.owner.stops.fetch_add(1, Ordering::Relaxed);
     wait_resumed(cb, blocking_wait(cb));
 }
 

@@ -8,8 +8,10 @@
 //! [`preemption_signal`]; the handler waits until the scheduler resumes it, which is
 //! the time the processor spends on the other applications.
 //!
-//! A thread in `SelfUnpreemptable`/`OtherUnpreemptable` is *warned* instead (the
-//! context block's `warning` flag). When it leaves its critical section it yields
+//! A thread whose no-preempt request is in force (the owner's request word, read
+//! here as a hint and re-checked by the handler on the thread itself), or that a
+//! peer made `OtherUnpreemptable`, is *warned* instead (the context block's
+//! `warning` flag). When it leaves its critical section it yields
 //! ([`super::release_no_preempt`]), the extension it took is deducted from its next
 //! quantum, and if it stays unpreemptable longer than `extension_bound` it is
 //! preempted anyway and its state restored on resume (Symunix's bound: the kernel
@@ -53,7 +55,7 @@ use std::thread::JoinHandle;
 
 use crate::sched::state::ThreadState;
 use crate::sched::{partition, registry};
-use crate::sync::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::util::clock::now_ns;
 use crate::util::rng::SplitMix64;
 
@@ -109,6 +111,8 @@ struct Shared {
     alone: Vec<AtomicBool>,
     /// Threads attached now (for [`HandlerWait::Auto`]).
     attached: AtomicU32,
+    /// Preemptions the threads' handlers undid ([`SchedStats::preemptions_undone`]).
+    undone: AtomicU64,
     /// Cores available to the process when the scheduler started.
     cores: u32,
 }
@@ -131,7 +135,8 @@ impl Shared {
         debug_assert!(
             registry::current_if_registered()
                 .filter(|cb| shared_of(cb).is_some_and(|s| std::ptr::eq(s, self)))
-                .is_none_or(|cb| cb.state().is_unpreemptable()),
+                .is_none_or(|cb| cb.state() != ThreadState::Preempted
+                    && (cb.no_preempt_in_force() || cb.state() == ThreadState::OtherUnpreemptable)),
             "a thread attached to this pseudo-scheduler took its lock while it could be preempted"
         );
     }
@@ -224,6 +229,7 @@ impl Emulated {
             stopping: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             attached: AtomicU32::new(0),
+            undone: AtomicU64::new(0),
             cores: cores_available(),
         });
         publish(&shared.lock());

@@ -51,6 +51,9 @@ pub struct SchedStats {
     pub warnings: u64,
     /// Preemptions of a thread still unpreemptable at the extension bound.
     pub forced_preemptions: u64,
+    /// Preemptions a thread's handler undid: the scheduler read its request
+    /// word just before a no-preempt request began (also in `preemptions`).
+    pub preemptions_undone: u64,
     /// Times a thread gave its processor away itself.
     pub voluntary_yields: u64,
     /// Repartitions done.
@@ -103,6 +106,8 @@ pub(super) fn snapshot_stats(shared: &Shared) -> SchedStats {
             quanta,
             off_times,
             preempt_latency_ns,
+            // Relaxed: a statistic the handlers count.
+            preemptions_undone: shared.undone.load(crate::sync::Ordering::Relaxed),
             ..inner.stats
         }
     })

@@ -160,19 +160,13 @@ pub(super) fn stop_thread(
     }
     match cb.state() {
         ThreadState::Preempted => true,
-        ThreadState::Preemptable => {
+        // The request word from this thread is a hint: a request that begins
+        // after this read is seen by the thread's handler, which undoes the
+        // preemption (`ContextBlock::on_preemption_signal`); the thread, running
+        // again outside its slot, is then warned at the next pass (`reconcile`).
+        ThreadState::Preemptable if !cb.no_preempt_in_force() => {
             cb.sched.preempt_decided_ns.store(now, Ordering::Relaxed);
-            cb.sched
-                .saved_state
-                .store(ThreadState::Preemptable as u32, Ordering::Relaxed);
-            if cb
-                .transition(
-                    ThreadState::Preemptable,
-                    ThreadState::Preempted,
-                    Actor::Kernel,
-                )
-                .is_err()
-            {
+            if !cb.preempt_unless_requested() {
                 return false; // it changed state; decide again at the next tick
             }
             signal(cb);
@@ -185,6 +179,10 @@ pub(super) fn stop_thread(
             cb.sched.warning.store(false, Ordering::Relaxed);
             true
         }
+        // A request in force (by the hint: one that ended just after this
+        // read leaves a stale warning, and the thread preemptable; the next
+        // look, `WARN_POLL_NS` later, preempts it and deducts the extension
+        // from `warned_at` as for any warned thread), or a peer's hand-off.
         s => match t.warned_at {
             None => {
                 t.warned_at = Some(now);
@@ -195,6 +193,8 @@ pub(super) fn stop_thread(
             Some(w) if now.saturating_sub(w) >= shared.cfg.extension_bound.as_nanos() as u64 => {
                 cb.sched.preempt_decided_ns.store(now, Ordering::Relaxed);
                 cb.sched.saved_state.store(s as u32, Ordering::Relaxed);
+                // Relaxed: published by the AcqRel CAS below. The bound forces it.
+                cb.sched.undoable.store(false, Ordering::Relaxed);
                 if cb
                     .transition(s, ThreadState::Preempted, Actor::Kernel)
                     .is_err()
@@ -413,9 +413,10 @@ impl Pass<'_> {
             if slot == vp.slot {
                 vp.running = t.cb.id();
                 resume(self.shared, t, self.stats, now);
-            } else if !matches!(t.cb.state(), ThreadState::Preempted)
-                && !stop_thread(self.shared, t, self.stats, now)
-            {
+            } else if !stop_thread(self.shared, t, self.stats, now) {
+                // (`stop_thread` of a `Preempted` thread only consumes a yield
+                // it made outside its slot: a thread whose handler undid its
+                // preemption runs there until its section ends.)
                 self.wake = self.wake.min(now + WARN_POLL_NS);
             } else if t.stopped_at.is_none() {
                 t.stopped_at = Some(now);
