@@ -216,6 +216,10 @@ const CLAIMED: u32 = 1;
 /// claims within a microsecond).
 pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 
+/// Taker slots of [`TicketNp`]: number `t` is recorded in slot `(t / 2) % TAKERS`.
+/// More waiting numbers than slots only make some takers unknown (patience).
+const TAKERS: usize = 8;
+
 /// The scheduler-conscious ticket lock (001 §3.1, "Ticket-np").
 ///
 /// Tickets are 31-bit numbers: `next` counts in steps of 2 and `serving` holds
@@ -236,6 +240,15 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// withdrawn is never offered again. So one thread holds at a time: from its
 /// claim to its release store. Wrap-around needs 2³⁰ hand-overs while one
 /// thread stalls between its read and its CAS.
+///
+/// Who took which number (a hint, never part of the protocol above): a waiter
+/// records its thread's kernel key ([`sched::native::kernel_key`], an index,
+/// not a pointer, so the lock stays usable across processes) in a small slot
+/// array indexed by number, `(t << 32) | (key + 1)`. The releaser, and the
+/// waiter behind an idle lock's unclaimed offer, withdraw the offer at once
+/// when the kernel says its taker is off its CPU (preempted or blocked); they
+/// wait out the patience only for a taker that runs or that nobody knows (no
+/// eBPF, not recorded yet, slot taken over by a later number).
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
@@ -244,6 +257,11 @@ pub struct TicketNp {
     /// Offers withdrawn so far (diagnostic).
     withdrawn: AtomicU64,
     patience_ns: u32,
+    /// Whether to ask the kernel about takers (tests switch it off to force
+    /// the patience).
+    ask_kernel: bool,
+    /// Takers' kernel keys by number (see above).
+    takers: [AtomicU64; TAKERS],
 }
 
 impl TicketNp {
@@ -255,6 +273,8 @@ impl TicketNp {
             serving: AtomicU32::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
+            ask_kernel: true,
+            takers: [const { AtomicU64::new(0) }; TAKERS],
         }
     }
 
@@ -266,6 +286,8 @@ impl TicketNp {
             serving: AtomicU32::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
+            ask_kernel: true,
+            takers: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -289,14 +311,60 @@ impl TicketNp {
         self.withdrawn.load(Ordering::Relaxed)
     }
 
+    #[inline]
+    fn taker_slot(&self, t: u32) -> &AtomicU64 {
+        &self.takers[(t as usize / 2) % TAKERS]
+    }
+
+    /// Records that the calling thread (block `cb`) took number `t`, where the
+    /// kernel answers for it.
+    #[inline]
+    fn record_taker(&self, t: u32, cb: &sched::ContextBlock) {
+        if !self.ask_kernel {
+            return;
+        }
+        if let Some(k) = sched::native::kernel_key(cb) {
+            // Relaxed: a hint that publishes nothing; readers check the number
+            // it carries, and a missing or overwritten entry costs a patience.
+            self.taker_slot(t)
+                .store((u64::from(t) << 32) | (u64::from(k) + 1), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the kernel says the taker of number `t` is off its CPU
+    /// (preempted, or blocked): waiting for its claim would then only hold up
+    /// every number behind it. `false` when nobody knows.
+    #[inline]
+    fn taker_off_cpu(&self, t: u32) -> bool {
+        // Relaxed: see `record_taker`.
+        let v = self.taker_slot(t).load(Ordering::Relaxed);
+        if (v >> 32) as u32 != t || v as u32 == 0 {
+            return false;
+        }
+        matches!(
+            sched::native::kernel_state_at(v as u32 - 1),
+            Some(sched::native::KernelState::Preempted | sched::native::KernelState::Blocked)
+        )
+    }
+
+    /// Whether to stop waiting for the claim of offer `t` and withdraw it: its
+    /// taker is off its CPU, or `patience` ran out.
+    #[inline]
+    fn give_up_on(&self, t: u32, patience: &mut Patience) -> bool {
+        self.taker_off_cpu(t) || patience.exhausted()
+    }
+
     /// Takes numbers until one is served: returns with the lock claimed.
+    #[inline]
     fn acquire(&self, cb: &sched::ContextBlock) {
         'ticket: loop {
             // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
             let mine = self.next.fetch_add(2, Ordering::Relaxed);
             stall::point(stall::TICKET_NP_TAKEN);
-            // While waiting, let the scheduler preempt us (we hold no lock).
-            let paused = cb.pause_no_preempt();
+            // Whether we let the scheduler preempt us while we wait (we hold no
+            // lock): decided at the first wait, so a number served at once (the
+            // uncontended lock) is claimed without pausing and resuming.
+            let mut paused: Option<bool> = None;
             // The offer we watch when we are next in line, and since when.
             let mut watched: Option<(u32, Patience)> = None;
             loop {
@@ -306,13 +374,13 @@ impl TicketNp {
                 if d < 0 || (d == 0 && s & CLAIMED != 0) {
                     // Our number was withdrawn (or, with `d == 0` claimed, wrapped
                     // past): take a new one.
-                    if paused {
+                    if paused == Some(true) {
                         cb.resume_no_preempt();
                     }
                     continue 'ticket;
                 }
                 if d == 0 {
-                    if paused {
+                    if paused == Some(true) {
                         // Unpreemptable before claiming, so a claimed lock is
                         // never held by a preempted thread (the kernel may still
                         // withdraw our processor after the extension bound).
@@ -330,26 +398,36 @@ impl TicketNp {
                         Err(_) => continue 'ticket, // withdrawn just now
                     }
                 }
+                // We wait: say who took `mine` (the releaser then learns whether
+                // we run), and let the scheduler preempt us.
+                let paused = *paused.get_or_insert_with(|| {
+                    self.record_taker(mine, cb);
+                    cb.pause_no_preempt()
+                });
                 if d == 2 && s & CLAIMED == 0 {
                     // We are next, and the number ahead of us is on offer but not
                     // claimed: its taker may be preempted between taking it and
                     // claiming (an idle lock's releaser did not wait for it). If
-                    // it stays unclaimed past the patience, withdraw it ourselves.
-                    match &mut watched {
-                        Some((w, p)) if *w == s => {
-                            if p.exhausted()
-                                && self
-                                    .serving
-                                    // Relaxed: passes no data; our claim (next
-                                    // round) is the synchronizing operation.
-                                    .compare_exchange(s, mine, Ordering::Relaxed, Ordering::Relaxed)
-                                    .is_ok()
-                            {
-                                // Relaxed: a statistic.
-                                self.withdrawn.fetch_add(1, Ordering::Relaxed);
-                            }
+                    // it stays unclaimed past the patience, or the kernel says its
+                    // taker is off its CPU, withdraw it ourselves.
+                    let p = match &mut watched {
+                        Some((w, p)) if *w == s => p,
+                        _ => {
+                            &mut watched
+                                .insert((s, Patience::start(u64::from(self.patience_ns))))
+                                .1
                         }
-                        _ => watched = Some((s, Patience::start(u64::from(self.patience_ns)))),
+                    };
+                    if self.give_up_on(s, p)
+                        && self
+                            .serving
+                            // Relaxed: passes no data; our claim (next round)
+                            // is the synchronizing operation.
+                            .compare_exchange(s, mine, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        // Relaxed: a statistic.
+                        self.withdrawn.fetch_add(1, Ordering::Relaxed);
                     }
                     spin_loop();
                     continue;
@@ -375,6 +453,7 @@ impl TicketNp {
     /// offered and claim it, and the next pass's store erased that claim and
     /// handed the lock on to a second thread (test
     /// `withdrawn_number_retaken_and_claimed_keeps_its_claim`).
+    #[inline]
     fn hand_over(&self, claimed: u32) {
         let mut t = (claimed & !CLAIMED).wrapping_add(2);
         // Release: publishes the critical section to the claimant's Acquire (its
@@ -395,7 +474,9 @@ impl TicketNp {
                 if self.serving.load(Ordering::Relaxed) != t {
                     return;
                 }
-                if patience.exhausted() {
+                // The kernel says t's taker is off its CPU (withdraw at once), or
+                // the patience for a running or unknown taker is spent.
+                if self.give_up_on(t, &mut patience) {
                     break;
                 }
                 spin_loop();
@@ -447,7 +528,7 @@ unsafe impl lock_api::RawMutex for TicketNp {
     #[inline]
     fn lock(&self) -> Self::Guard {
         let token = super::np::NpToken::request();
-        self.acquire(sched::current());
+        self.acquire(token.cb());
         token
     }
 
@@ -648,7 +729,11 @@ mod tests {
         const T: Duration = Duration::from_secs(10);
         // A patience long enough for B to see its offer before A withdraws it
         // (at 20 µs A sometimes withdrew first, and B stopped claiming 4 instead).
-        let l = TicketNp::with_patience(Duration::from_millis(50)).unwrap();
+        let mut l = TicketNp::with_patience(Duration::from_millis(50)).unwrap();
+        // And no kernel answers: B, which waits for its offer, may be preempted
+        // right when A offers it on a loaded machine, and A would pass it over
+        // at once (the scenario needs B to see its offer).
+        l.ask_kernel = false;
         std::thread::scope(|s| {
             let l = &l;
             let (a_go, a_go_rx) = channel::<()>();
@@ -720,6 +805,79 @@ mod tests {
             l.is_locked(),
             "an offer reserved for a taken number is locked"
         );
+    }
+
+    /// The kernel's answer about who took a number: a taker blocked in the
+    /// kernel is given up on at once (no patience), a running taker and an
+    /// unrecorded number are not, and a slot's entry answers only for its own
+    /// number. Without kernel answers, nobody is given up on before the patience.
+    #[test]
+    #[cfg_attr(miri, ignore)] // the kernel's answers (eBPF) and real threads
+    fn a_taker_the_kernel_reports_off_cpu_is_given_up_on_at_once() {
+        use std::sync::mpsc::channel;
+        use std::time::Instant;
+        // Loads the eBPF program (where permitted) before the taker registers.
+        let answers = sched::native::preemption_answers();
+        let l = TicketNp::new();
+        let g = l.lock(); // number 0, claimed
+        let mut never = Patience::start(u64::MAX);
+        // This thread runs: as the recorded taker of 4 it is not given up on.
+        l.record_taker(4, sched::current());
+        assert!(!l.give_up_on(4, &mut never), "a running taker given up on");
+        let (took, took_rx) = channel();
+        let (leave, leave_rx) = channel::<()>();
+        std::thread::scope(|s| {
+            let l = &l;
+            let h = s.spawn(move || {
+                let cb = sched::current();
+                // Relaxed: as `acquire`. Number 2, never claimed.
+                let t = l.next.fetch_add(2, Ordering::Relaxed);
+                l.record_taker(t, cb);
+                took.send((t, sched::native::kernel_key(cb))).unwrap();
+                let _ = leave_rx.recv(); // blocked in the kernel (a futex)
+            });
+            let (t, key) = took_rx.recv().unwrap();
+            assert_eq!(t, 2);
+            match key {
+                Some(key) => {
+                    let start = Instant::now();
+                    while !l.give_up_on(t, &mut never) {
+                        let seen = sched::native::kernel_state_at(key);
+                        assert!(
+                            start.elapsed() < Duration::from_secs(20),
+                            "the taker waits in a futex, yet is not given up on; the kernel says {seen:?}"
+                        );
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // The same slot, another number: the entry does not answer.
+                    let alias = t.wrapping_add(2 * TAKERS as u32);
+                    assert!(
+                        !l.give_up_on(alias, &mut never),
+                        "an entry answered for {alias}"
+                    );
+                    assert!(
+                        !l.give_up_on(6, &mut never),
+                        "an unrecorded number given up on"
+                    );
+                }
+                None => {
+                    eprintln!(
+                        "no kernel answers here ({:?}): checking the fallback only",
+                        answers
+                    );
+                    assert!(
+                        !l.give_up_on(t, &mut never),
+                        "given up on without an answer"
+                    );
+                }
+            }
+            leave.send(()).unwrap();
+            h.join().unwrap();
+        });
+        // SAFETY: `g` came from `l.lock()` on this thread.
+        unsafe { l.unlock(g) }; // number 2 is withdrawn (its taker has left)
+        assert!(l.withdrawn() >= 1);
+        assert!(!l.is_locked());
     }
 
     #[test]

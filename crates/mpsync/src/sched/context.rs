@@ -348,9 +348,15 @@ impl ContextBlock {
     /// the caller should yield (it is only waiting). Pair with
     /// [`resume_no_preempt`](Self::resume_no_preempt) before claiming the lock,
     /// unless a peer handed it over ([`make_other_unpreemptable`](Self::make_other_unpreemptable)).
+    /// Natively (no scheduler reads the state word) it returns `false` without
+    /// touching the word.
     #[inline]
     pub fn pause_no_preempt(&self) -> bool {
+        // Natively nothing reads the state word (the request is the depth
+        // alone, see `request_no_preempt`), so there is nothing to drop: skip
+        // the CAS, which would fail anyway at the cost of an atomic RMW.
         self.depth() == 1
+            && self.state_is_read_by_a_scheduler()
             && self
                 .peer
                 .state
