@@ -220,6 +220,18 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// More waiting numbers than slots only make some takers unknown (patience).
 const TAKERS: usize = 8;
 
+/// Bell bit: a waiter may be parked on this bell (the rest counts rings).
+const SLEEPY: u32 = 1;
+
+/// A waiter that has seen `serving` stand still this long parks (the holder
+/// or the releaser is off its CPU, or the section is long): far above a
+/// hand-over that runs (≈ 1 µs), far below a scheduler slice (1–4 ms).
+const PARK_AFTER_NS: u64 = 50_000;
+
+/// Longest park: a ring from another process (the lock in shared memory; the
+/// futex is private) or one missed by a racing announcement costs at most this.
+const PARK_TIMEOUT: Duration = Duration::from_micros(500);
+
 /// The scheduler-conscious ticket lock (001 §3.1, "Ticket-np").
 ///
 /// Tickets are 31-bit numbers: `next` counts in steps of 2 and `serving` holds
@@ -262,6 +274,8 @@ pub struct TicketNp {
     ask_kernel: bool,
     /// Takers' kernel keys by number (see above).
     takers: [AtomicU64; TAKERS],
+    /// Where waiters park, by number (`SLEEPY` | ring count); see `park`.
+    bells: [AtomicU32; TAKERS],
 }
 
 impl TicketNp {
@@ -275,6 +289,7 @@ impl TicketNp {
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
             ask_kernel: true,
             takers: [const { AtomicU64::new(0) }; TAKERS],
+            bells: [const { AtomicU32::new(0) }; TAKERS],
         }
     }
 
@@ -288,6 +303,7 @@ impl TicketNp {
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
             ask_kernel: true,
             takers: std::array::from_fn(|_| AtomicU64::new(0)),
+            bells: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
 
@@ -354,6 +370,50 @@ impl TicketNp {
         self.taker_off_cpu(t) || patience.exhausted()
     }
 
+    /// Parks the waiter holding number `mine`, which saw `serving == s` and
+    /// decided that spinning only takes a CPU from the thread everyone waits
+    /// for, until a releaser rings ([`ring`](Self::ring)), `serving` moved
+    /// meanwhile, or [`PARK_TIMEOUT`]. May return spuriously; the caller
+    /// re-reads `serving`. Parking never changes the protocol above: a parked
+    /// taker is off its CPU, so its offer is withdrawn at once, and it takes a
+    /// new number when it runs again.
+    #[cold]
+    fn park(&self, mine: u32, s: u32) {
+        let bell = &self.bells[(mine as usize / 2) % TAKERS];
+        // SeqCst (announcement and re-check): a Dekker pair with the ringer's
+        // write of `serving` and its SeqCst fence and look at the bell: either
+        // the ringer sees SLEEPY, or we see its new `serving` and do not sleep.
+        let b = bell.fetch_or(SLEEPY, Ordering::SeqCst) | SLEEPY;
+        if self.serving.load(Ordering::SeqCst) != s {
+            return;
+        }
+        let _ = sched::park(bell, b, Some(PARK_TIMEOUT));
+    }
+
+    /// Wakes every parked waiter, after `serving` moved (an offer, a
+    /// withdrawal). On the contended path only: a waiter parks only behind a
+    /// number that another thread took, so an offer nobody took yet (the
+    /// lock went idle) has no sleeper to wake but stale ones, which the
+    /// timeout bounds.
+    #[cold]
+    fn ring(&self) {
+        // SeqCst: see `park`.
+        crate::sync::fence(Ordering::SeqCst);
+        for bell in &self.bells {
+            // Relaxed: the fence above orders it after our write of `serving`.
+            let v = bell.load(Ordering::Relaxed);
+            if v & SLEEPY != 0
+                // Relaxed: the sleeper re-reads `serving` itself. A new count
+                // without SLEEPY: a sleeper's futex expects the value it set.
+                && bell
+                    .compare_exchange(v, v.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                sched::unpark_all(bell);
+            }
+        }
+    }
+
     /// Takes numbers until one is served: returns with the lock claimed.
     #[inline]
     fn acquire(&self, cb: &sched::ContextBlock) {
@@ -367,6 +427,8 @@ impl TicketNp {
             let mut paused: Option<bool> = None;
             // The offer we watch when we are next in line, and since when.
             let mut watched: Option<(u32, Patience)> = None;
+            // The value of `serving` last seen to change, and since when.
+            let mut still: Option<(u32, Patience)> = None;
             loop {
                 // Acquire: pairs with the releaser's Release offer.
                 let s = self.serving.load(Ordering::Acquire);
@@ -432,6 +494,21 @@ impl TicketNp {
                     spin_loop();
                     continue;
                 }
+                // The holder is off its CPU (the kernel says so), or nothing has
+                // moved for PARK_AFTER_NS: spinning then only takes a CPU from
+                // the thread everyone waits for. Park until a releaser rings.
+                let stuck = match &mut still {
+                    Some((w, p)) if *w == s => p.exhausted(),
+                    _ => {
+                        still = Some((s, Patience::start(PARK_AFTER_NS)));
+                        false
+                    }
+                };
+                if stuck || (s & CLAIMED != 0 && self.taker_off_cpu(s & !CLAIMED)) {
+                    self.park(mine, s);
+                    still = None;
+                    continue;
+                }
                 if paused && cb.warned() {
                     // The scheduler wanted our processor while we only wait.
                     sched::yield_now();
@@ -466,6 +543,9 @@ impl TicketNp {
             if self.next.load(Ordering::Relaxed) == t {
                 return;
             }
+            // Waiters are behind t: wake those that parked (the offer, or the
+            // withdrawal that made it, moved `serving`).
+            self.ring();
             let mut patience = Patience::start(u64::from(self.patience_ns));
             loop {
                 // Relaxed: only the CAS below (or the claimant's) decides. Any
@@ -877,6 +957,47 @@ mod tests {
         // SAFETY: `g` came from `l.lock()` on this thread.
         unsafe { l.unlock(g) }; // number 2 is withdrawn (its taker has left)
         assert!(l.withdrawn() >= 1);
+        assert!(!l.is_locked());
+    }
+
+    /// A waiter behind a critical section that outlasts `PARK_AFTER_NS` parks
+    /// on its number's bell (SLEEPY set), and the release rings the bell (a new
+    /// count) before the waiter takes the lock.
+    #[test]
+    #[cfg_attr(miri, ignore)] // real time: the park patience runs on the clock
+    fn a_waiter_behind_a_long_section_parks_and_the_release_rings() {
+        use std::time::Instant;
+        const T: Duration = Duration::from_secs(20);
+        let l = TicketNp::new();
+        let g = l.lock(); // number 0
+        // The waiter takes number 2: its bell.
+        let bell = &l.bells[1];
+        std::thread::scope(|s| {
+            let l = &l;
+            let w = s.spawn(move || {
+                let g = l.lock();
+                l.unlock_now(g);
+            });
+            let start = Instant::now();
+            // Relaxed: polling a flag; the waiter's announcement is SeqCst.
+            while bell.load(Ordering::Relaxed) & SLEEPY == 0 {
+                assert!(
+                    start.elapsed() < T,
+                    "the waiter never parked behind a held lock (bell {}, next {})",
+                    bell.load(Ordering::Relaxed),
+                    l.next.load(Ordering::Relaxed)
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // SAFETY: `g` came from `l.lock()` on this thread.
+            unsafe { l.unlock(g) };
+            w.join().unwrap();
+        });
+        let v = bell.load(Ordering::Relaxed);
+        assert!(
+            v >> 1 >= 1,
+            "the release did not ring the parked waiter's bell ({v})"
+        );
         assert!(!l.is_locked());
     }
 
