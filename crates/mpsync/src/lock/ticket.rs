@@ -904,10 +904,12 @@ mod tests {
         // This thread runs: as the recorded taker of 4 it is not given up on.
         l.record_taker(4, sched::current());
         assert!(!l.give_up_on(4, &mut never), "a running taker given up on");
-        let (took, took_rx) = channel();
-        let (leave, leave_rx) = channel::<()>();
         std::thread::scope(|s| {
             let l = &l;
+            // Made inside the scope: if an assertion below fails, `leave` is
+            // dropped before the scope joins, and the taker stops waiting.
+            let (took, took_rx) = channel();
+            let (leave, leave_rx) = channel::<()>();
             let h = s.spawn(move || {
                 let cb = sched::current();
                 // Relaxed: as `acquire`. Number 2, never claimed.
@@ -980,18 +982,18 @@ mod tests {
             });
             let start = Instant::now();
             // Relaxed: polling a flag; the waiter's announcement is SeqCst.
-            while bell.load(Ordering::Relaxed) & SLEEPY == 0 {
-                assert!(
-                    start.elapsed() < T,
-                    "the waiter never parked behind a held lock (bell {}, next {})",
-                    bell.load(Ordering::Relaxed),
-                    l.next.load(Ordering::Relaxed)
-                );
+            while bell.load(Ordering::Relaxed) & SLEEPY == 0 && start.elapsed() < T {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            // SAFETY: `g` came from `l.lock()` on this thread.
+            let (seen, next) = (bell.load(Ordering::Relaxed), l.next.load(Ordering::Relaxed));
+            // SAFETY: `g` came from `l.lock()` on this thread. Released before
+            // the verdict, so that a failure does not leave the waiter stuck.
             unsafe { l.unlock(g) };
             w.join().unwrap();
+            assert!(
+                seen & SLEEPY != 0,
+                "the waiter never parked behind a held lock in {T:?} (bell {seen}, next {next})"
+            );
         });
         let v = bell.load(Ordering::Relaxed);
         assert!(
