@@ -21,9 +21,16 @@
 //! difference. Both are pointer-free and `#[repr(C)]`: they work when placed in
 //! memory shared by several processes (see [`super::ProcessShared`]).
 //!
+//! Natively the kernel says which takers are off their CPUs (the eBPF answers
+//! of `sched::native`, looked up through a per-number record of who took it),
+//! so their offers are withdrawn at once instead of after the patience; and
+//! waiters behind a hand-over that stands still park instead of spinning
+//! against the thread everyone waits for (see [`TicketNp`]).
+//!
 //! Uses `sched` (Ticket-np only): `request/release_no_preempt`,
-//! `pause/resume_no_preempt`, `yield_now`. Progress: plain ticket is FIFO and
-//! starvation-free; Ticket-np gives up FIFO for preempted waiters.
+//! `pause/resume_no_preempt`, `yield_now`, `park`/`unpark_all`,
+//! `native::kernel_key`/`kernel_state_at`. Progress: plain ticket is FIFO and
+//! starvation-free; Ticket-np gives up FIFO for preempted (and parked) waiters.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::{Ticket, TicketNp, TicketSplit}};
@@ -261,6 +268,14 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// when the kernel says its taker is off its CPU (preempted or blocked); they
 /// wait out the patience only for a taker that runs or that nobody knows (no
 /// eBPF, not recorded yet, slot taken over by a later number).
+///
+/// Waiters park (a hint too): one that sees `serving` stand still for 50 µs,
+/// or the holder off its CPU by the kernel's answer, parks on its number's
+/// bell, and a releaser that finds waiters behind its offer rings every bell
+/// with a sleeper. The park is timed (500 µs): a ring is not guaranteed to
+/// reach a sleeper (an idle lock's releaser does not ring, a ring from another
+/// process cannot wake a private futex), and a parked taker is off its CPU, so
+/// its number is withdrawn when it comes up and it takes a new one on waking.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
