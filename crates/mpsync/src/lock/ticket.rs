@@ -269,8 +269,9 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// wait out the patience only for a taker that runs or that nobody knows (no
 /// eBPF, not recorded yet, slot taken over by a later number).
 ///
-/// Waiters park (a hint too): one that sees `serving` stand still for 50 µs,
-/// or the holder off its CPU by the kernel's answer, parks on its number's
+/// Waiters park (a hint too): one that sees the holder off its CPU by the
+/// kernel's answer, or — unless the kernel says the holder runs (a long
+/// section) — `serving` stand still for 50 µs, parks on its number's
 /// bell, and a releaser that finds waiters behind its offer rings every bell
 /// with a sleeper. The park is timed (500 µs): a ring is not guaranteed to
 /// reach a sleeper (an idle lock's releaser does not ring, a ring from another
@@ -367,15 +368,21 @@ impl TicketNp {
     /// every number behind it. `false` when nobody knows.
     #[inline]
     fn taker_off_cpu(&self, t: u32) -> bool {
+        matches!(
+            self.taker_state(t),
+            Some(sched::native::KernelState::Preempted | sched::native::KernelState::Blocked)
+        )
+    }
+
+    /// The kernel's state of the taker of number `t`; `None` when nobody knows.
+    #[inline]
+    fn taker_state(&self, t: u32) -> Option<sched::native::KernelState> {
         // Relaxed: see `record_taker`.
         let v = self.taker_slot(t).load(Ordering::Relaxed);
         if (v >> 32) as u32 != t || v as u32 == 0 {
-            return false;
+            return None;
         }
-        matches!(
-            sched::native::kernel_state_at(v as u32 - 1),
-            Some(sched::native::KernelState::Preempted | sched::native::KernelState::Blocked)
-        )
+        sched::native::kernel_state_at(v as u32 - 1)
     }
 
     /// Whether to stop waiting for the claim of offer `t` and withdraw it: its
@@ -509,9 +516,11 @@ impl TicketNp {
                     spin_loop();
                     continue;
                 }
-                // The holder is off its CPU (the kernel says so), or nothing has
-                // moved for PARK_AFTER_NS: spinning then only takes a CPU from
-                // the thread everyone waits for. Park until a releaser rings.
+                // The holder is off its CPU (the kernel says so), or — where
+                // the kernel does not say that it runs (a long section) —
+                // nothing has moved for PARK_AFTER_NS: spinning then only takes
+                // a CPU from the thread everyone waits for. Park until a
+                // releaser rings.
                 let stuck = match &mut still {
                     Some((w, p)) if *w == s => p.exhausted(),
                     _ => {
@@ -519,7 +528,17 @@ impl TicketNp {
                         false
                     }
                 };
-                if stuck || (s & CLAIMED != 0 && self.taker_off_cpu(s & !CLAIMED)) {
+                let holder = if s & CLAIMED != 0 {
+                    self.taker_state(s & !CLAIMED)
+                } else {
+                    None
+                };
+                let park = match holder {
+                    Some(sched::native::KernelState::Running) => false,
+                    Some(_) => true,
+                    None => stuck,
+                };
+                if park {
                     self.park(mine, s);
                     still = None;
                     continue;
