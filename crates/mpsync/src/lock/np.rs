@@ -151,6 +151,13 @@ impl NpToken {
         }
     }
 
+    /// The requesting thread's context block (carried, so the lock does not
+    /// look it up again).
+    #[inline]
+    pub(crate) fn cb(&self) -> &'static ContextBlock {
+        self.cb
+    }
+
     /// Ends the request (on the requesting thread: the token is `!Send`); yields
     /// if the scheduler warned the thread. Call after releasing the lock.
     #[inline]

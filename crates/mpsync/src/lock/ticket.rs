@@ -21,9 +21,16 @@
 //! difference. Both are pointer-free and `#[repr(C)]`: they work when placed in
 //! memory shared by several processes (see [`super::ProcessShared`]).
 //!
+//! Natively the kernel says which takers are off their CPUs (the eBPF answers
+//! of `sched::native`, looked up through a per-number record of who took it),
+//! so their offers are withdrawn at once instead of after the patience; and
+//! waiters behind a hand-over that stands still park instead of spinning
+//! against the thread everyone waits for (see [`TicketNp`]).
+//!
 //! Uses `sched` (Ticket-np only): `request/release_no_preempt`,
-//! `pause/resume_no_preempt`, `yield_now`. Progress: plain ticket is FIFO and
-//! starvation-free; Ticket-np gives up FIFO for preempted waiters.
+//! `pause/resume_no_preempt`, `yield_now`, `park`/`unpark_all`,
+//! `native::kernel_key`/`kernel_state_at`. Progress: plain ticket is FIFO and
+//! starvation-free; Ticket-np gives up FIFO for preempted (and parked) waiters.
 //!
 //! ```
 //! use mpsync::{Mutex, lock::{Ticket, TicketNp, TicketSplit}};
@@ -216,6 +223,22 @@ const CLAIMED: u32 = 1;
 /// claims within a microsecond).
 pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 
+/// Taker slots of [`TicketNp`]: number `t` is recorded in slot `(t / 2) % TAKERS`.
+/// More waiting numbers than slots only make some takers unknown (patience).
+const TAKERS: usize = 8;
+
+/// Bell bit: a waiter may be parked on this bell (the rest counts rings).
+const SLEEPY: u32 = 1;
+
+/// A waiter that has seen `serving` stand still this long parks (the holder
+/// or the releaser is off its CPU, or the section is long): far above a
+/// hand-over that runs (≈ 1 µs), far below a scheduler slice (1–4 ms).
+const PARK_AFTER_NS: u64 = 50_000;
+
+/// Longest park: a ring from another process (the lock in shared memory; the
+/// futex is private) or one missed by a racing announcement costs at most this.
+const PARK_TIMEOUT: Duration = Duration::from_micros(500);
+
 /// The scheduler-conscious ticket lock (001 §3.1, "Ticket-np").
 ///
 /// Tickets are 31-bit numbers: `next` counts in steps of 2 and `serving` holds
@@ -236,6 +259,24 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// withdrawn is never offered again. So one thread holds at a time: from its
 /// claim to its release store. Wrap-around needs 2³⁰ hand-overs while one
 /// thread stalls between its read and its CAS.
+///
+/// Who took which number (a hint, never part of the protocol above): a waiter
+/// records its thread's kernel key ([`sched::native::kernel_key`], an index,
+/// not a pointer, so the lock stays usable across processes) in a small slot
+/// array indexed by number, `(t << 32) | (key + 1)`. The releaser, and the
+/// waiter behind an idle lock's unclaimed offer, withdraw the offer at once
+/// when the kernel says its taker is off its CPU (preempted or blocked); they
+/// wait out the patience only for a taker that runs or that nobody knows (no
+/// eBPF, not recorded yet, slot taken over by a later number).
+///
+/// Waiters park (a hint too): one that sees the holder off its CPU by the
+/// kernel's answer, or — unless the kernel says the holder runs (a long
+/// section) — `serving` stand still for 50 µs, parks on its number's
+/// bell, and a releaser that finds waiters behind its offer rings every bell
+/// with a sleeper. The park is timed (500 µs): a ring is not guaranteed to
+/// reach a sleeper (an idle lock's releaser does not ring, a ring from another
+/// process cannot wake a private futex), and a parked taker is off its CPU, so
+/// its number is withdrawn when it comes up and it takes a new one on waking.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
@@ -244,6 +285,13 @@ pub struct TicketNp {
     /// Offers withdrawn so far (diagnostic).
     withdrawn: AtomicU64,
     patience_ns: u32,
+    /// Whether to ask the kernel about takers (tests switch it off to force
+    /// the patience).
+    ask_kernel: bool,
+    /// Takers' kernel keys by number (see above).
+    takers: [AtomicU64; TAKERS],
+    /// Where waiters park, by number (`SLEEPY` | ring count); see `park`.
+    bells: [AtomicU32; TAKERS],
 }
 
 impl TicketNp {
@@ -255,6 +303,9 @@ impl TicketNp {
             serving: AtomicU32::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
+            ask_kernel: true,
+            takers: [const { AtomicU64::new(0) }; TAKERS],
+            bells: [const { AtomicU32::new(0) }; TAKERS],
         }
     }
 
@@ -266,6 +317,9 @@ impl TicketNp {
             serving: AtomicU32::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
+            ask_kernel: true,
+            takers: std::array::from_fn(|_| AtomicU64::new(0)),
+            bells: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
 
@@ -289,16 +343,114 @@ impl TicketNp {
         self.withdrawn.load(Ordering::Relaxed)
     }
 
+    #[inline]
+    fn taker_slot(&self, t: u32) -> &AtomicU64 {
+        &self.takers[(t as usize / 2) % TAKERS]
+    }
+
+    /// Records that the calling thread (block `cb`) took number `t`, where the
+    /// kernel answers for it.
+    #[inline]
+    fn record_taker(&self, t: u32, cb: &sched::ContextBlock) {
+        if !self.ask_kernel {
+            return;
+        }
+        if let Some(k) = sched::native::kernel_key(cb) {
+            // Relaxed: a hint that publishes nothing; readers check the number
+            // it carries, and a missing or overwritten entry costs a patience.
+            self.taker_slot(t)
+                .store((u64::from(t) << 32) | (u64::from(k) + 1), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the kernel says the taker of number `t` is off its CPU
+    /// (preempted, or blocked): waiting for its claim would then only hold up
+    /// every number behind it. `false` when nobody knows.
+    #[inline]
+    fn taker_off_cpu(&self, t: u32) -> bool {
+        matches!(
+            self.taker_state(t),
+            Some(sched::native::KernelState::Preempted | sched::native::KernelState::Blocked)
+        )
+    }
+
+    /// The kernel's state of the taker of number `t`; `None` when nobody knows.
+    #[inline]
+    fn taker_state(&self, t: u32) -> Option<sched::native::KernelState> {
+        // Relaxed: see `record_taker`.
+        let v = self.taker_slot(t).load(Ordering::Relaxed);
+        if (v >> 32) as u32 != t || v as u32 == 0 {
+            return None;
+        }
+        sched::native::kernel_state_at(v as u32 - 1)
+    }
+
+    /// Whether to stop waiting for the claim of offer `t` and withdraw it: its
+    /// taker is off its CPU, or `patience` ran out.
+    #[inline]
+    fn give_up_on(&self, t: u32, patience: &mut Patience) -> bool {
+        self.taker_off_cpu(t) || patience.exhausted()
+    }
+
+    /// Parks the waiter holding number `mine`, which saw `serving == s` and
+    /// decided that spinning only takes a CPU from the thread everyone waits
+    /// for, until a releaser rings ([`ring`](Self::ring)), `serving` moved
+    /// meanwhile, or [`PARK_TIMEOUT`]. May return spuriously; the caller
+    /// re-reads `serving`. Parking never changes the protocol above: a parked
+    /// taker is off its CPU, so its offer is withdrawn at once, and it takes a
+    /// new number when it runs again.
+    #[cold]
+    fn park(&self, mine: u32, s: u32) {
+        let bell = &self.bells[(mine as usize / 2) % TAKERS];
+        // SeqCst (announcement and re-check): a Dekker pair with the ringer's
+        // write of `serving` and its SeqCst fence and look at the bell: either
+        // the ringer sees SLEEPY, or we see its new `serving` and do not sleep.
+        let b = bell.fetch_or(SLEEPY, Ordering::SeqCst) | SLEEPY;
+        if self.serving.load(Ordering::SeqCst) != s {
+            return;
+        }
+        let _ = sched::park(bell, b, Some(PARK_TIMEOUT));
+    }
+
+    /// Wakes every parked waiter, after `serving` moved (an offer, a
+    /// withdrawal). On the contended path only: a waiter parks only behind a
+    /// number that another thread took, so an offer nobody took yet (the
+    /// lock went idle) has no sleeper to wake but stale ones, which the
+    /// timeout bounds.
+    #[cold]
+    fn ring(&self) {
+        // SeqCst: see `park`.
+        crate::sync::fence(Ordering::SeqCst);
+        for bell in &self.bells {
+            // Relaxed: the fence above orders it after our write of `serving`.
+            let v = bell.load(Ordering::Relaxed);
+            if v & SLEEPY != 0
+                // Relaxed: the sleeper re-reads `serving` itself. A new count
+                // without SLEEPY: a sleeper's futex expects the value it set.
+                && bell
+                    .compare_exchange(v, v.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                sched::unpark_all(bell);
+            }
+        }
+    }
+
     /// Takes numbers until one is served: returns with the lock claimed.
+    #[inline]
     fn acquire(&self, cb: &sched::ContextBlock) {
         'ticket: loop {
             // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
             let mine = self.next.fetch_add(2, Ordering::Relaxed);
             stall::point(stall::TICKET_NP_TAKEN);
-            // While waiting, let the scheduler preempt us (we hold no lock).
-            let paused = cb.pause_no_preempt();
+            // Whether we let the scheduler preempt us while we wait (we hold no
+            // lock): decided at the first wait, so a number served at once (the
+            // uncontended lock) is claimed without pausing and resuming.
+            let mut paused: Option<bool> = None;
             // The offer we watch when we are next in line, and since when.
             let mut watched: Option<(u32, Patience)> = None;
+            // The value of `serving` last seen to change, and since when.
+            let mut still: Option<(u32, Patience)> = None;
             loop {
                 // Acquire: pairs with the releaser's Release offer.
                 let s = self.serving.load(Ordering::Acquire);
@@ -306,13 +458,13 @@ impl TicketNp {
                 if d < 0 || (d == 0 && s & CLAIMED != 0) {
                     // Our number was withdrawn (or, with `d == 0` claimed, wrapped
                     // past): take a new one.
-                    if paused {
+                    if paused == Some(true) {
                         cb.resume_no_preempt();
                     }
                     continue 'ticket;
                 }
                 if d == 0 {
-                    if paused {
+                    if paused == Some(true) {
                         // Unpreemptable before claiming, so a claimed lock is
                         // never held by a preempted thread (the kernel may still
                         // withdraw our processor after the extension bound).
@@ -330,28 +482,65 @@ impl TicketNp {
                         Err(_) => continue 'ticket, // withdrawn just now
                     }
                 }
+                // We wait: say who took `mine` (the releaser then learns whether
+                // we run), and let the scheduler preempt us.
+                let paused = *paused.get_or_insert_with(|| {
+                    self.record_taker(mine, cb);
+                    cb.pause_no_preempt()
+                });
                 if d == 2 && s & CLAIMED == 0 {
                     // We are next, and the number ahead of us is on offer but not
                     // claimed: its taker may be preempted between taking it and
                     // claiming (an idle lock's releaser did not wait for it). If
-                    // it stays unclaimed past the patience, withdraw it ourselves.
-                    match &mut watched {
-                        Some((w, p)) if *w == s => {
-                            if p.exhausted()
-                                && self
-                                    .serving
-                                    // Relaxed: passes no data; our claim (next
-                                    // round) is the synchronizing operation.
-                                    .compare_exchange(s, mine, Ordering::Relaxed, Ordering::Relaxed)
-                                    .is_ok()
-                            {
-                                // Relaxed: a statistic.
-                                self.withdrawn.fetch_add(1, Ordering::Relaxed);
-                            }
+                    // it stays unclaimed past the patience, or the kernel says its
+                    // taker is off its CPU, withdraw it ourselves.
+                    let p = match &mut watched {
+                        Some((w, p)) if *w == s => p,
+                        _ => {
+                            &mut watched
+                                .insert((s, Patience::start(u64::from(self.patience_ns))))
+                                .1
                         }
-                        _ => watched = Some((s, Patience::start(u64::from(self.patience_ns)))),
+                    };
+                    if self.give_up_on(s, p)
+                        && self
+                            .serving
+                            // Relaxed: passes no data; our claim (next round)
+                            // is the synchronizing operation.
+                            .compare_exchange(s, mine, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        // Relaxed: a statistic.
+                        self.withdrawn.fetch_add(1, Ordering::Relaxed);
                     }
                     spin_loop();
+                    continue;
+                }
+                // The holder is off its CPU (the kernel says so), or — where
+                // the kernel does not say that it runs (a long section) —
+                // nothing has moved for PARK_AFTER_NS: spinning then only takes
+                // a CPU from the thread everyone waits for. Park until a
+                // releaser rings.
+                let stuck = match &mut still {
+                    Some((w, p)) if *w == s => p.exhausted(),
+                    _ => {
+                        still = Some((s, Patience::start(PARK_AFTER_NS)));
+                        false
+                    }
+                };
+                let holder = if s & CLAIMED != 0 {
+                    self.taker_state(s & !CLAIMED)
+                } else {
+                    None
+                };
+                let park = match holder {
+                    Some(sched::native::KernelState::Running) => false,
+                    Some(_) => true,
+                    None => stuck,
+                };
+                if park {
+                    self.park(mine, s);
+                    still = None;
                     continue;
                 }
                 if paused && cb.warned() {
@@ -375,6 +564,7 @@ impl TicketNp {
     /// offered and claim it, and the next pass's store erased that claim and
     /// handed the lock on to a second thread (test
     /// `withdrawn_number_retaken_and_claimed_keeps_its_claim`).
+    #[inline]
     fn hand_over(&self, claimed: u32) {
         let mut t = (claimed & !CLAIMED).wrapping_add(2);
         // Release: publishes the critical section to the claimant's Acquire (its
@@ -387,6 +577,9 @@ impl TicketNp {
             if self.next.load(Ordering::Relaxed) == t {
                 return;
             }
+            // Waiters are behind t: wake those that parked (the offer, or the
+            // withdrawal that made it, moved `serving`).
+            self.ring();
             let mut patience = Patience::start(u64::from(self.patience_ns));
             loop {
                 // Relaxed: only the CAS below (or the claimant's) decides. Any
@@ -395,7 +588,9 @@ impl TicketNp {
                 if self.serving.load(Ordering::Relaxed) != t {
                     return;
                 }
-                if patience.exhausted() {
+                // The kernel says t's taker is off its CPU (withdraw at once), or
+                // the patience for a running or unknown taker is spent.
+                if self.give_up_on(t, &mut patience) {
                     break;
                 }
                 spin_loop();
@@ -447,7 +642,7 @@ unsafe impl lock_api::RawMutex for TicketNp {
     #[inline]
     fn lock(&self) -> Self::Guard {
         let token = super::np::NpToken::request();
-        self.acquire(sched::current());
+        self.acquire(token.cb());
         token
     }
 
@@ -648,7 +843,11 @@ mod tests {
         const T: Duration = Duration::from_secs(10);
         // A patience long enough for B to see its offer before A withdraws it
         // (at 20 µs A sometimes withdrew first, and B stopped claiming 4 instead).
-        let l = TicketNp::with_patience(Duration::from_millis(50)).unwrap();
+        let mut l = TicketNp::with_patience(Duration::from_millis(50)).unwrap();
+        // And no kernel answers: B, which waits for its offer, may be preempted
+        // right when A offers it on a loaded machine, and A would pass it over
+        // at once (the scenario needs B to see its offer).
+        l.ask_kernel = false;
         std::thread::scope(|s| {
             let l = &l;
             let (a_go, a_go_rx) = channel::<()>();
@@ -720,6 +919,122 @@ mod tests {
             l.is_locked(),
             "an offer reserved for a taken number is locked"
         );
+    }
+
+    /// The kernel's answer about who took a number: a taker blocked in the
+    /// kernel is given up on at once (no patience), a running taker and an
+    /// unrecorded number are not, and a slot's entry answers only for its own
+    /// number. Without kernel answers, nobody is given up on before the patience.
+    #[test]
+    #[cfg_attr(miri, ignore)] // the kernel's answers (eBPF) and real threads
+    fn a_taker_the_kernel_reports_off_cpu_is_given_up_on_at_once() {
+        use std::sync::mpsc::channel;
+        use std::time::Instant;
+        // Loads the eBPF program (where permitted) before the taker registers.
+        let answers = sched::native::preemption_answers();
+        let l = TicketNp::new();
+        let g = l.lock(); // number 0, claimed
+        let mut never = Patience::start(u64::MAX);
+        // This thread runs: as the recorded taker of 4 it is not given up on.
+        l.record_taker(4, sched::current());
+        assert!(!l.give_up_on(4, &mut never), "a running taker given up on");
+        std::thread::scope(|s| {
+            let l = &l;
+            // Made inside the scope: if an assertion below fails, `leave` is
+            // dropped before the scope joins, and the taker stops waiting.
+            let (took, took_rx) = channel();
+            let (leave, leave_rx) = channel::<()>();
+            let h = s.spawn(move || {
+                let cb = sched::current();
+                // Relaxed: as `acquire`. Number 2, never claimed.
+                let t = l.next.fetch_add(2, Ordering::Relaxed);
+                l.record_taker(t, cb);
+                took.send((t, sched::native::kernel_key(cb))).unwrap();
+                let _ = leave_rx.recv(); // blocked in the kernel (a futex)
+            });
+            let (t, key) = took_rx.recv().unwrap();
+            assert_eq!(t, 2);
+            match key {
+                Some(key) => {
+                    let start = Instant::now();
+                    while !l.give_up_on(t, &mut never) {
+                        let seen = sched::native::kernel_state_at(key);
+                        assert!(
+                            start.elapsed() < Duration::from_secs(20),
+                            "the taker waits in a futex, yet is not given up on; the kernel says {seen:?}"
+                        );
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // The same slot, another number: the entry does not answer.
+                    let alias = t.wrapping_add(2 * TAKERS as u32);
+                    assert!(
+                        !l.give_up_on(alias, &mut never),
+                        "an entry answered for {alias}"
+                    );
+                    assert!(
+                        !l.give_up_on(6, &mut never),
+                        "an unrecorded number given up on"
+                    );
+                }
+                None => {
+                    eprintln!(
+                        "no kernel answers here ({:?}): checking the fallback only",
+                        answers
+                    );
+                    assert!(
+                        !l.give_up_on(t, &mut never),
+                        "given up on without an answer"
+                    );
+                }
+            }
+            leave.send(()).unwrap();
+            h.join().unwrap();
+        });
+        // SAFETY: `g` came from `l.lock()` on this thread.
+        unsafe { l.unlock(g) }; // number 2 is withdrawn (its taker has left)
+        assert!(l.withdrawn() >= 1);
+        assert!(!l.is_locked());
+    }
+
+    /// A waiter behind a critical section that outlasts `PARK_AFTER_NS` parks
+    /// on its number's bell (SLEEPY set), and the release rings the bell (a new
+    /// count) before the waiter takes the lock.
+    #[test]
+    #[cfg_attr(miri, ignore)] // real time: the park patience runs on the clock
+    fn a_waiter_behind_a_long_section_parks_and_the_release_rings() {
+        use std::time::Instant;
+        const T: Duration = Duration::from_secs(20);
+        let l = TicketNp::new();
+        let g = l.lock(); // number 0
+        // The waiter takes number 2: its bell.
+        let bell = &l.bells[1];
+        std::thread::scope(|s| {
+            let l = &l;
+            let w = s.spawn(move || {
+                let g = l.lock();
+                l.unlock_now(g);
+            });
+            let start = Instant::now();
+            // Relaxed: polling a flag; the waiter's announcement is SeqCst.
+            while bell.load(Ordering::Relaxed) & SLEEPY == 0 && start.elapsed() < T {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (seen, next) = (bell.load(Ordering::Relaxed), l.next.load(Ordering::Relaxed));
+            // SAFETY: `g` came from `l.lock()` on this thread. Released before
+            // the verdict, so that a failure does not leave the waiter stuck.
+            unsafe { l.unlock(g) };
+            w.join().unwrap();
+            assert!(
+                seen & SLEEPY != 0,
+                "the waiter never parked behind a held lock in {T:?} (bell {seen}, next {next})"
+            );
+        });
+        let v = bell.load(Ordering::Relaxed);
+        assert!(
+            v >> 1 >= 1,
+            "the release did not ring the parked waiter's bell ({v})"
+        );
+        assert!(!l.is_locked());
     }
 
     #[test]

@@ -162,8 +162,15 @@ extern "C" fn forked_child() {
 
 /// The loaded program, or why there is none (decided once, at first use).
 fn kernel() -> &'static Result<Kernel, String> {
-    static K: OnceLock<Result<Kernel, String>> = OnceLock::new();
-    K.get_or_init(load)
+    KERNEL.get_or_init(load)
+}
+
+static KERNEL: OnceLock<Result<Kernel, String>> = OnceLock::new();
+
+/// The program if it is loaded already (never starts loading: for hot paths).
+#[inline]
+fn loaded() -> Option<&'static Kernel> {
+    KERNEL.get()?.as_ref().ok()
 }
 
 /// Threads that registered while the program was loading, and whether loading
@@ -540,6 +547,36 @@ pub(crate) fn state(cb: &ContextBlock) -> Option<KernelState> {
     let s = slot_of(cb)?;
     // Relaxed: a hint (see the module doc).
     decode(field!(s, state, u32).load(Ordering::Relaxed))
+}
+
+/// The index of `cb`'s slot in the mapped array: a pointer-free name for the
+/// thread that [`answer_at`] reads back (a lock in memory shared between
+/// processes may hold it). `None` when the kernel does not answer for `cb`, or
+/// when the answers are switched off.
+#[inline]
+pub(crate) fn key(cb: &ContextBlock) -> Option<u32> {
+    if !answering() {
+        return None;
+    }
+    let s = slot_of(cb)?;
+    let k = loaded()?;
+    // Both point into the one mapping (`slot_of` only returns its slots).
+    Some(((s as usize - k.base as usize) / std::mem::size_of::<Slot>()) as u32)
+}
+
+/// The kernel's answer for the thread whose [`key`] is `key`; `None` if it does
+/// not know (or the key is out of range). A key from another process names a
+/// slot of this process's map: a wrong hint, never an invalid read.
+#[inline]
+pub(crate) fn answer_at(key: u32) -> Option<KernelState> {
+    let i = key as usize;
+    // Relaxed: see `forked_child`.
+    if !answering() || i >= PROBE_SLOT || FORKED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let k = loaded()?;
+    // Relaxed: a hint (see the module doc).
+    decode(field!(k.slot(i), state, u32).load(Ordering::Relaxed))
 }
 
 /// Whether [`preempted`] gives the kernel's answers (see

@@ -199,6 +199,39 @@ pub fn kernel_state(cb: &ContextBlock) -> Option<KernelState> {
     }
 }
 
+/// A pointer-free, process-independent name of `cb`'s thread for
+/// [`kernel_state_at`]: a lock that records who waits (Ticket-np's takers)
+/// stores it, even in memory shared between processes. `None` when the kernel
+/// does not answer for `cb` (or the answers are switched off).
+#[inline]
+pub fn kernel_key(cb: &ContextBlock) -> Option<u32> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::key(cb)
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = cb;
+        None
+    }
+}
+
+/// The kernel's state of the thread named `key` ([`kernel_key`]), or `None`
+/// when it does not answer. Only a hint: a key from another process, or of a
+/// thread that has exited since, names some other thread of this process.
+#[inline]
+pub fn kernel_state_at(key: u32) -> Option<KernelState> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::answer_at(key)
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = key;
+        None
+    }
+}
+
 /// Switches the kernel's preemption answers to the locks on (the default) or
 /// off, process-wide, at run time; returns the previous setting. Off,
 /// [`kernel_preempted`] answers `None` and every lock falls back to heartbeats,
