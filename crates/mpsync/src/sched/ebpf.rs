@@ -651,6 +651,7 @@ pub(crate) fn woken_now() -> Option<u64> {
 pub(crate) fn view(cb: &ContextBlock) -> Option<KernelView> {
     let s = slot_of(cb)?;
     // Relaxed (all): a snapshot of hints; fields may be from neighbouring switches.
+    let waits = field!(s, waits, u32).load(Ordering::Relaxed);
     Some(KernelView {
         state: decode(field!(s, state, u32).load(Ordering::Relaxed))?,
         cpu: field!(s, cpu, u32).load(Ordering::Relaxed),
@@ -659,7 +660,7 @@ pub(crate) fn view(cb: &ContextBlock) -> Option<KernelView> {
         blocks: field!(s, blocks, u64).load(Ordering::Relaxed),
         off_ns: field!(s, off_ns, u64).load(Ordering::Relaxed),
         on_ns: field!(s, on_ns, u64).load(Ordering::Relaxed),
-        waits_for_cpu: field!(s, waits, u32).load(Ordering::Relaxed) != 0,
-        woken: field!(s, waits, u32).load(Ordering::Relaxed) == WAIT_WOKEN,
+        waits_for_cpu: waits != 0,
+        woken: waits == WAIT_WOKEN,
     })
 }
