@@ -14,23 +14,30 @@
 //             yielded), BLOCKED otherwise (futex, sleep, I/O); its counters.
 //   incoming: state = RUNNING, the CPU, the time.
 //
-// It also keeps a count of the registered threads that wait for a CPU right
-// now — preempted (switched out still runnable), or woken (tp_btf/sched_wakeup)
-// after blocking and not yet switched in — in the header slot (PRESSURE_SLOT,
-// field `preemptions`), so user space reads "does some registered thread wait
-// for a CPU?" with one load. Each slot's `waits` says whether its thread is
-// counted: it is set (and the count incremented) when a thread starts waiting
-// for a CPU, cleared (and the count decremented) when it gets one, or when it
-// blocks after a switch-in the program did not see (rarely, a running
-// thread's slot still says PREEMPTED; cause unknown, see tests/ebpf.rs), or
-// when user space takes the slot back. Different threads' transitions run on
-// different CPUs at once: the count is changed with atomic adds. It cannot
-// drift: the count is the number of slots with `waits` set, and a thread claims
-// its slot (waits 0) and gives it back (user space clears `waits`, with the
-// same decrement, after removing its tid) only while it runs, so no write of
-// the program to that slot races those of user space. A thread's own
-// transitions are serialized by the runqueue that holds it (switches and
-// wake-ups run under that runqueue's lock).
+// It also keeps two counts of the registered threads that wait for a CPU right
+// now, in the header slot (PRESSURE_SLOT): `preemptions` counts the preempted
+// ones (switched out still runnable), `blocks` the woken ones (tp_btf/
+// sched_wakeup after blocking, not yet switched in), so user space reads "is
+// some registered thread preempted?" — or "... preempted or woken?" — with one
+// or two loads. The two are kept apart because a woken thread mostly waits for
+// an idle core's wake-up latency (tens of us), not for a busy CPU: the
+// skip-queue locks park spinners on the first count only, bounded-steal (whose
+// woken queue head may wait for a spinner's slice) on both. Each slot's `waits`
+// word says whether, and in which count, its thread is counted: 0, or one of
+// WAIT_PREEMPTED and WAIT_WOKEN (never both: a thread is woken only from
+// BLOCKED, preempted only while it runs, and its switch-in clears either). It
+// is set (and that count incremented) when a thread starts waiting for a CPU,
+// cleared (and the same count decremented) when it gets one, or when it blocks
+// after a switch-in the program did not see (rarely, a running thread's slot
+// still says PREEMPTED; cause unknown, see tests/ebpf.rs), or when user space
+// takes the slot back. Different threads' transitions run on different CPUs
+// at once: the counts are changed with atomic adds. They cannot drift: each
+// count is the number of slots with its bit set, and a thread claims its slot
+// (waits 0) and gives it back (user space clears `waits`, with the matching
+// decrement, after removing its tid) only while it runs, so no write of the
+// program to that slot races those of user space. A thread's own transitions
+// are serialized by the runqueue that holds it (switches and wake-ups run
+// under that runqueue's lock).
 //
 // A thread is switched out and in by the CPU whose runqueue holds it, under that
 // runqueue's lock, so the writes to one slot never race each other; user space
@@ -64,8 +71,13 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 
 #define MPSYNC_MAX_SLOTS 4096
-/* The header slot: never a thread's; `preemptions` is the preempted-now count. */
+/* The header slot: never a thread's; `preemptions` is the preempted-now count,
+ * `blocks` the woken-now count (see the top). */
 #define PRESSURE_SLOT (MPSYNC_MAX_SLOTS - 2)
+
+/* A slot's `waits`: 0, or which header count its thread is in. */
+#define WAIT_PREEMPTED 1
+#define WAIT_WOKEN 2
 
 enum {
 	STATE_UNKNOWN = 0,
@@ -78,7 +90,7 @@ struct slot {
 	__u32 tid;          /* user space: the owner's kernel tid, 0 when free */
 	__u32 state;        /* STATE_* */
 	__u32 cpu;          /* CPU it last ran on */
-	__u32 waits;        /* counted in the header's count (below): 0 or 1 */
+	__u32 waits;        /* 0, WAIT_PREEMPTED or WAIT_WOKEN: which header count */
 	__u64 switches_in;  /* times it got a CPU */
 	__u64 preemptions;  /* times it lost the CPU still runnable */
 	__u64 blocks;       /* times it left the CPU to wait */
@@ -114,6 +126,19 @@ static __attribute__((always_inline)) struct slot *slot_of(__u32 tid)
 	return s;
 }
 
+/* Takes `s` out of the header count it is in, if any. */
+static __attribute__((always_inline)) void uncount(struct slot *h, struct slot *s)
+{
+	__u32 w = s->waits;
+	if (!h || !w)
+		return;
+	s->waits = 0;
+	if (w == WAIT_PREEMPTED)
+		__sync_fetch_and_add(&h->preemptions, -1);
+	else
+		__sync_fetch_and_add(&h->blocks, -1);
+}
+
 /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
  *          unsigned int prev_state): a BTF raw tracepoint gets them as u64s. */
 SEC("tp_btf/sched_switch")
@@ -135,25 +160,19 @@ int mpsync_sched_switch(__u64 *ctx)
 			s->preemptions += 1;
 			s->state = STATE_PREEMPTED;
 			if (h && !s->waits) {
-				s->waits = 1;
+				s->waits = WAIT_PREEMPTED;
 				__sync_fetch_and_add(&h->preemptions, 1);
 			}
 		} else {
 			s->blocks += 1;
 			s->state = STATE_BLOCKED;
 			/* Counted, and its switch-in was not seen (see the top). */
-			if (h && s->waits) {
-				s->waits = 0;
-				__sync_fetch_and_add(&h->preemptions, -1);
-			}
+			uncount(h, s);
 		}
 	}
 	s = slot_of((__u32)next->pid);
 	if (s) {
-		if (h && s->waits) {
-			s->waits = 0;
-			__sync_fetch_and_add(&h->preemptions, -1);
-		}
+		uncount(h, s);
 		s->on_ns = now;
 		s->cpu = bpf_get_smp_processor_id();
 		s->switches_in += 1;
@@ -163,7 +182,7 @@ int mpsync_sched_switch(__u64 *ctx)
 }
 
 /* TP_PROTO(struct task_struct *p): a blocked thread made runnable again. It
- * waits for a CPU until its switch-in: counted like a preempted one. Only a
+ * waits for a CPU until its switch-in: counted in the woken count. Only a
  * thread the program saw block (a wake-up of a thread that had not switched out
  * yet finds it RUNNING and changes nothing). */
 SEC("tp_btf/sched_wakeup")
@@ -177,8 +196,8 @@ int mpsync_sched_wakeup(__u64 *ctx)
 	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
 	if (!h)
 		return 0;
-	s->waits = 1;
-	__sync_fetch_and_add(&h->preemptions, 1);
+	s->waits = WAIT_WOKEN;
+	__sync_fetch_and_add(&h->blocks, 1);
 	return 0;
 }
 

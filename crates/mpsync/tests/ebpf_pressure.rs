@@ -1,11 +1,16 @@
-//! The kernel's count of registered threads preempted right now (the eBPF
-//! program on `tp_btf/sched_switch`, `sched::native::threads_preempted_now`) and
-//! the [`Waiter`] rule that rests on it (issue 13 §2: busy-wait while nobody is
-//! preempted, block otherwise):
+//! The kernel's counts of registered threads waiting for a CPU right now (the
+//! eBPF programs on `tp_btf/sched_switch` and `tp_btf/sched_wakeup`): the
+//! preempted ones (`sched::native::threads_preempted_now`, `cpu_pressure`) and
+//! the woken ones not yet on a CPU (`threads_woken_now`,
+//! `cpu_pressure_counting_wakeups`), and the [`Waiter`] rule that rests on them
+//! (issue 13 §2: busy-wait while nobody is preempted, block otherwise):
 //!
-//! - a registered thread preempted by a pinned competitor makes the count ≥ 1
-//!   while it is off its CPU, and the count is 0 again once both are gone;
-//! - a thread sleeping in a futex does not count;
+//! - a registered thread preempted by a pinned competitor makes the preempted
+//!   count ≥ 1 while it is off its CPU, and both counts are 0 again once both
+//!   threads are gone;
+//! - a thread sleeping in a futex counts in neither;
+//! - a thread woken from a futex, waiting for its CPU (held by a `SCHED_FIFO`
+//!   burst), counts in the woken count only;
 //! - a `Waiter` watching a running thread spins past its patience while nobody
 //!   is preempted, and parks on patience under pressure or when the kernel's
 //!   answers are switched off (the heartbeat behaviour, unchanged).
@@ -71,14 +76,15 @@ fn pin(cpu: usize) {
     native::pin_current_thread(cpu).expect("pin");
 }
 
-/// Waits until no registered thread is preempted (the threads of an earlier
-/// test may still be exiting); fails with what it saw after [`PATIENT`].
+/// Waits until no registered thread is preempted or woken and not yet running
+/// (the threads of an earlier test may still be exiting); fails with what it
+/// saw after [`PATIENT`].
 fn wait_for_zero(what: &str) {
     let deadline = Instant::now() + PATIENT;
     let mut seen = Vec::new();
     loop {
-        let n = native::threads_preempted_now();
-        if n == Some(0) {
+        let n = (native::threads_preempted_now(), native::threads_woken_now());
+        if n == (Some(0), Some(0)) {
             return;
         }
         if seen.last() != Some(&n) && seen.len() < 32 {
@@ -86,7 +92,7 @@ fn wait_for_zero(what: &str) {
         }
         assert!(
             Instant::now() < deadline,
-            "{what}: the count of preempted threads never came back to 0 in {PATIENT:?} (values seen: {seen:?})"
+            "{what}: the counts of (preempted, woken) threads never came back to 0 in {PATIENT:?} (values seen: {seen:?})"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -203,16 +209,19 @@ fn a_futex_sleeper_does_not_count() {
             std::thread::sleep(Duration::from_millis(1));
         }
         // While it sleeps, the only other registered thread is this one, which
-        // runs whenever it looks: the count is 0 at every look.
+        // runs whenever it looks: both counts are 0 at every look.
         let until = Instant::now() + Duration::from_millis(20);
         while Instant::now() < until {
             let st = native::kernel_view(sleeper);
             let n = native::threads_preempted_now();
-            if st.map(|v| v.state) == Some(native::KernelState::Blocked) {
+            let w = native::threads_woken_now();
+            if native::kernel_view(sleeper) == st
+                && st.map(|v| v.state) == Some(native::KernelState::Blocked)
+            {
                 assert_eq!(
-                    n,
-                    Some(0),
-                    "a thread sleeping in a futex counts as preempted: {st:?}"
+                    (n, w),
+                    (Some(0), Some(0)),
+                    "a thread sleeping in a futex counts as (preempted, woken): {st:?}"
                 );
             }
         }
@@ -249,13 +258,16 @@ fn a_woken_thread_counts_until_it_gets_its_cpu() {
     let (contended, observer_cpu) = (cpus[0], cpus[1]);
     let deadline = Instant::now() + PATIENT;
     let mut tries = 0;
+    // (preempted, woken) at the looks that found the sleeper waiting.
+    let mut counts: Vec<(Option<u64>, Option<u64>)> = Vec::new();
     loop {
         tries += 1;
         let word = mpsync::sync::AtomicU32::new(0);
         let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
         let (fifo_tx, fifo_rx) = mpsc::channel::<bool>();
         let stop = AtomicBool::new(false);
-        // Whether the woken sleeper was seen waiting for its CPU, counted.
+        // Whether the woken sleeper was seen waiting for its CPU, counted as
+        // woken and not as preempted.
         let seen = std::thread::scope(|s| {
             s.spawn(|| {
                 pin(contended);
@@ -291,15 +303,35 @@ fn a_woken_thread_counts_until_it_gets_its_cpu() {
             let before = native::kernel_view(sleeper).expect("the sleeper has a slot");
             word.store(1, mpsync::sync::Ordering::Release);
             sched::unpark_all(&word);
+            // Seen: between two looks that find it woken and not yet switched
+            // in (the same wait for its CPU), the woken count says ≥ 1, the
+            // preempted count 0 (nobody else registered is off its CPU: this
+            // thread runs as it looks), and so do the two pressures.
             let mut seen = false;
             while native::kernel_view(sleeper).is_some_and(|v| v.switches_in == before.switches_in)
             {
-                let v = native::kernel_view(sleeper);
+                let a = native::kernel_view(sleeper);
                 let n = native::threads_preempted_now();
-                if v.is_some_and(|v| v.waits_for_cpu && v.switches_in == before.switches_in)
-                    && n.is_some_and(|n| n >= 1)
-                {
-                    seen = true;
+                let w = native::threads_woken_now();
+                let plain = native::cpu_pressure();
+                let counting = native::cpu_pressure_counting_wakeups();
+                let b = native::kernel_view(sleeper);
+                let waiting = |v: Option<native::KernelView>| {
+                    v.is_some_and(|v| {
+                        v.woken && v.waits_for_cpu && v.switches_in == before.switches_in
+                    })
+                };
+                if waiting(a) && waiting(b) {
+                    if counts.len() < 32 {
+                        counts.push((n, w));
+                    }
+                    if n == Some(0)
+                        && w.is_some_and(|w| w >= 1)
+                        && plain == Some(false)
+                        && counting == Some(true)
+                    {
+                        seen = true;
+                    }
                 }
                 if Instant::now() > deadline {
                     break;
@@ -317,8 +349,7 @@ fn a_woken_thread_counts_until_it_gets_its_cpu() {
             Some(true) => break,
             Some(false) => assert!(
                 Instant::now() < deadline,
-                "in {tries} tries, a woken thread was never seen counted while it waited for its CPU (count {:?})",
-                native::threads_preempted_now()
+                "in {tries} tries, a woken thread was never seen counted as woken only while it waited for its CPU ((preempted, woken) counts at the first looks that found it waiting: {counts:?})"
             ),
         }
     }
@@ -353,32 +384,40 @@ fn a_waiter_watching_a_running_thread_spins_past_its_patience_without_pressure()
     // then the state says preempted while the thread runs). Such a look is
     // not the Waiter's fault: it is counted, and the thread takes a fresh
     // switch (a 1 ms sleep) before spinning on.
-    let until = Instant::now() + Duration::from_millis(20);
-    let (mut spins, mut stale) = (0u64, 0u32);
-    let mut w = Waiter::with_patience_ns(1_000);
-    while Instant::now() < until {
-        spins += 1;
-        if w.spin(Some(me)) == Wait::Spin {
-            continue;
-        }
-        let (n, view) = (native::threads_preempted_now(), native::kernel_view(me));
-        if view.map(|v| v.state) == Some(native::KernelState::Preempted) && stale < 100 {
-            assert_eq!(
-                n,
-                Some(1),
-                "this thread's state is stale (preempted while it runs): the count must say exactly that one ({view:?})"
+    // Both kinds of episode: nobody is woken and waiting either.
+    for counting in [false, true] {
+        let fresh = || {
+            let w = Waiter::with_patience_ns(1_000);
+            if counting { w.counting_wakeups() } else { w }
+        };
+        let until = Instant::now() + Duration::from_millis(20);
+        let (mut spins, mut stale) = (0u64, 0u32);
+        let mut w = fresh();
+        while Instant::now() < until {
+            spins += 1;
+            if w.spin(Some(me)) == Wait::Spin {
+                continue;
+            }
+            let (n, view) = (native::threads_preempted_now(), native::kernel_view(me));
+            if view.map(|v| v.state) == Some(native::KernelState::Preempted) && stale < 100 {
+                assert_eq!(
+                    n,
+                    Some(1),
+                    "this thread's state is stale (preempted while it runs): the count must say exactly that one ({view:?})"
+                );
+                stale += 1;
+                std::thread::sleep(Duration::from_millis(1));
+                w = fresh();
+                continue;
+            }
+            panic!(
+                "after {spins} spins the waiter (counting wake-ups: {counting}) advised parking on patience alone, though nobody was preempted or woken (counts {n:?}, {:?}; watched {view:?}; registered: {})",
+                native::threads_woken_now(),
+                registered()
             );
-            stale += 1;
-            std::thread::sleep(Duration::from_millis(1));
-            w = Waiter::with_patience_ns(1_000);
-            continue;
         }
-        panic!(
-            "after {spins} spins the waiter advised parking on patience alone, though nobody was preempted (count {n:?}, watched {view:?}; registered: {})",
-            registered()
-        );
+        println!("counting wake-ups {counting}: {spins} spins, {stale} stale looks");
     }
-    println!("{spins} spins, {stale} stale looks");
     // Nothing watched: a plain patience, as before.
     let mut w = Waiter::with_patience_ns(1_000);
     let deadline = Instant::now() + PATIENT;
@@ -440,8 +479,11 @@ fn without_the_kernels_answers_patience_parks_as_before() {
         native::set_kernel_answers(was);
     });
     assert_eq!(
-        native::cpu_pressure(),
-        None,
+        (
+            native::cpu_pressure(),
+            native::cpu_pressure_counting_wakeups()
+        ),
+        (None, None),
         "answers off: pressure unknown"
     );
     let me = sched::current();

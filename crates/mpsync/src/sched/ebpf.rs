@@ -5,21 +5,29 @@
 //! `BPF_F_MMAPABLE` that this module maps into the process: reading a thread's
 //! state is one load.
 //!
-//! The program also counts the registered threads that wait for a CPU right
-//! now — preempted (off a CPU, still runnable), or woken from a block and not
-//! yet on a CPU (a second program, on `tp_btf/sched_wakeup`) — in a header slot
-//! of the same map, so "does some registered thread wait for a CPU?"
-//! ([`preempted_now`], and [`super::native::cpu_pressure`] for the locks) is one
-//! load too. Woken threads count because a waiter that spins while one of them
-//! waits for its processor delays it as much as a preempted one (measured: on 2
-//! cores, bounded-steal with 4 pinned threads fell to 0.08× parking_lot when
-//! only preempted threads counted: its woken queue head waited for a spinner's
-//! slice). Each slot's `waits` word says whether its thread is counted; the
-//! count is the number of slots with it set, changed with atomic adds
-//! (different threads' transitions run on different CPUs at once). Set when a
-//! thread starts waiting for a CPU; cleared at its switch-in, at a blocking
-//! switch-out after a switch-in the program did not see, and by
-//! `Kernel::unclaim`. It cannot drift: a thread claims its slot (`waits` 0) and
+//! The program also keeps two counts of the registered threads that wait for a
+//! CPU right now, in a header slot of the same map: the *preempted* ones (off a
+//! CPU, still runnable; [`preempted_now`], and [`super::native::cpu_pressure`]
+//! for the locks) and the *woken* ones (woken from a block and not yet on a CPU,
+//! by a second program on `tp_btf/sched_wakeup`; [`woken_now`], and
+//! [`super::native::cpu_pressure_counting_wakeups`]). One load each. They are
+//! kept apart because each is right for some locks and wrong for others
+//! (16-core A/B, 90 ms rounds): with woken threads counted, the skip-queue
+//! locks' spinners park whenever a waiter woken one step ahead is still coming
+//! up on an idle core (tens of µs: a wake-up latency, not a wait for a busy
+//! CPU), and Smart-Q/MCS-TP/Handshaking at 14–17 threads fell back from
+//! 0.6–1.15× to 0.1–0.97× parking_lot; without them bounded-steal's woken queue
+//! head waits for a spinner's slice (17 threads 0.80→0.28×; on 2 cores, 4
+//! pinned threads, 0.08×). So the `Waiter` counts wake-ups only where asked
+//! (`Waiter::counting_wakeups`). Each slot's `waits` word says whether, and in
+//! which count, its thread is counted: 0, `WAIT_PREEMPTED` or `WAIT_WOKEN`
+//! (never both: a thread is woken only from blocked, preempted only while it
+//! runs, and its switch-in clears either); each count is the number of slots
+//! with that value, changed with atomic adds (different threads' transitions
+//! run on different CPUs at once). Set when a thread starts waiting for a CPU;
+//! cleared at its switch-in, at a blocking switch-out after a switch-in the
+//! program did not see, and by `Kernel::unclaim` (each with the matching
+//! decrement). They cannot drift: a thread claims its slot (`waits` 0) and
 //! gives it back only while it runs — between a switch-in and the next
 //! switch-out or wake-up — so user space's writes to a slot never race the
 //! program's, and a thread's own transitions are serialized by the runqueue
@@ -73,13 +81,19 @@ static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sched_switch.bp
 pub(crate) const BUILD: &str = env!("MPSYNC_BPF_BUILD");
 
 /// Slots in the map (`MPSYNC_MAX_SLOTS` in the C source). The last one is the
-/// loader's self-test slot, the one before it the header with the count of
-/// preempted threads (`PRESSURE_SLOT`).
+/// loader's self-test slot, the one before it the header with the counts of
+/// threads waiting for a CPU (`PRESSURE_SLOT`).
 pub const MAX_SLOTS: usize = 4096;
 const PROBE_SLOT: usize = MAX_SLOTS - 1;
 /// The header slot (`PRESSURE_SLOT` in the C source): its `preemptions` field is
-/// the number of registered threads preempted right now. No thread's slot.
+/// the number of registered threads preempted right now, its `blocks` field the
+/// number woken and not yet on a CPU. No thread's slot.
 const PRESSURE_SLOT: usize = MAX_SLOTS - 2;
+
+/// A slot's `waits`: which header count its thread is in (`WAIT_*` of the C
+/// source; 0: none).
+const WAIT_PREEMPTED: u32 = 1;
+const WAIT_WOKEN: u32 = 2;
 
 /// `STATE_*` of the C source.
 const STATE_UNKNOWN: u32 = 0;
@@ -217,21 +231,19 @@ fn finish_loading() {
         for (cb, index, tid) in list {
             k.attach(cb, index, tid, STATE_UNKNOWN);
         }
-        // SAFETY: PRESSURE_SLOT < MAX_SLOTS: a slot of the live mapping;
-        // addr_of_mut! makes no reference.
-        let count = unsafe { std::ptr::addr_of_mut!((*k.slot(PRESSURE_SLOT)).preemptions) };
-        // Release: pairs with the Acquire load in `preempted_now`; the word
-        // itself is the kernel's (nothing of ours is published with it).
-        PRESSURE.store(count, Ordering::Release);
+        // Release: pairs with the Acquire load in `header`; the words
+        // themselves are the kernel's (nothing of ours is published with them).
+        PRESSURE.store(k.slot(PRESSURE_SLOT), Ordering::Release);
     }
     p.ready = true;
     READY.notify_all();
 }
 
-/// The header's preempted-now count, once the program is loaded (null before,
-/// and for good where it did not load). Published once by `finish_loading`, so
-/// that a waiter's look never waits for the load (`kernel()` would).
-static PRESSURE: std::sync::atomic::AtomicPtr<u64> =
+/// The header slot with the two counts, once the program is loaded (null
+/// before, and for good where it did not load). Published once by
+/// `finish_loading`, so that a waiter's look never waits for the load
+/// (`kernel()` would).
+static PRESSURE: std::sync::atomic::AtomicPtr<Slot> =
     std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// Why the heartbeats stay in use, or `None` when the kernel answers. Waits
@@ -440,8 +452,14 @@ impl Kernel {
         // after a switch-in the program did not see: uncount it (module doc).
         // Relaxed: a hint; the count's own adds are atomic.
         field!(s, state, u32).store(STATE_UNKNOWN, Ordering::Relaxed);
-        if field!(s, waits, u32).swap(0, Ordering::Relaxed) != 0 {
-            field!(self.slot(PRESSURE_SLOT), preemptions, u64).fetch_sub(1, Ordering::Relaxed);
+        match field!(s, waits, u32).swap(0, Ordering::Relaxed) {
+            WAIT_PREEMPTED => {
+                field!(self.slot(PRESSURE_SLOT), preemptions, u64).fetch_sub(1, Ordering::Relaxed);
+            }
+            WAIT_WOKEN => {
+                field!(self.slot(PRESSURE_SLOT), blocks, u64).fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
         }
     }
 
@@ -623,12 +641,11 @@ fn decode(st: u32) -> Option<KernelState> {
     }
 }
 
-/// How many registered threads are preempted right now (off a CPU, still
-/// runnable), by the kernel's count (module doc); `None` when the program is
-/// not loaded (yet), in a child of `fork`, or when the answers are switched off
-/// ([`set_answering`]). One load.
+/// The header slot, when the kernel answers: `None` when the program is not
+/// loaded (yet), in a child of `fork`, or when the answers are switched off
+/// ([`set_answering`]).
 #[inline]
-pub(crate) fn preempted_now() -> Option<u64> {
+fn header() -> Option<*mut Slot> {
     if !answering() {
         return None;
     }
@@ -638,17 +655,40 @@ pub(crate) fn preempted_now() -> Option<u64> {
     if p.is_null() || FORKED.load(Ordering::Relaxed) {
         return None;
     }
-    // Relaxed: a hint, like the states (module doc). The kernel adds +1/-1 to a
-    // u64, so a transiently negative count (never expected: see the module doc)
-    // would wrap; it is read as signed and clamped.
-    let n = Slot::u64_at(p).load(Ordering::Relaxed) as i64;
-    Some(n.max(0) as u64)
+    Some(p)
+}
+
+/// One of the header's counts. Relaxed: a hint, like the states (module doc).
+/// The kernel adds +1/-1 to a u64, so a transiently negative count (never
+/// expected: see the module doc) would wrap; it is read as signed and clamped.
+#[inline]
+fn count(word: &AtomicU64) -> u64 {
+    (word.load(Ordering::Relaxed) as i64).max(0) as u64
+}
+
+/// How many registered threads are preempted right now (off a CPU, still
+/// runnable), by the kernel's count (module doc); `None` when the kernel does
+/// not answer ([`header`]). One load.
+#[inline]
+pub(crate) fn preempted_now() -> Option<u64> {
+    let h = header()?;
+    Some(count(field!(h, preemptions, u64)))
+}
+
+/// How many registered threads were woken from a block and are not yet on a
+/// CPU, by the kernel's count (module doc); `None` as [`preempted_now`]. One
+/// load.
+#[inline]
+pub(crate) fn woken_now() -> Option<u64> {
+    let h = header()?;
+    Some(count(field!(h, blocks, u64)))
 }
 
 /// Everything the kernel keeps about `cb`'s thread.
 pub(crate) fn view(cb: &ContextBlock) -> Option<KernelView> {
     let s = slot_of(cb)?;
     // Relaxed (all): a snapshot of hints; fields may be from neighbouring switches.
+    let waits = field!(s, waits, u32).load(Ordering::Relaxed);
     Some(KernelView {
         state: decode(field!(s, state, u32).load(Ordering::Relaxed))?,
         cpu: field!(s, cpu, u32).load(Ordering::Relaxed),
@@ -657,6 +697,7 @@ pub(crate) fn view(cb: &ContextBlock) -> Option<KernelView> {
         blocks: field!(s, blocks, u64).load(Ordering::Relaxed),
         off_ns: field!(s, off_ns, u64).load(Ordering::Relaxed),
         on_ns: field!(s, on_ns, u64).load(Ordering::Relaxed),
-        waits_for_cpu: field!(s, waits, u32).load(Ordering::Relaxed) != 0,
+        waits_for_cpu: waits != 0,
+        woken: waits == WAIT_WOKEN,
     })
 }

@@ -179,9 +179,13 @@ pub struct KernelView {
     pub off_ns: u64,
     /// When it last got one; 0 if never.
     pub on_ns: u64,
-    /// Whether it counts in [`threads_preempted_now`]: it waits for a CPU
-    /// (preempted, or woken from a block and not yet switched in).
+    /// Whether it waits for a CPU: preempted (then it counts in
+    /// [`threads_preempted_now`]), or woken from a block and not yet switched
+    /// in (then `woken` too, and it counts in [`threads_woken_now`]).
     pub waits_for_cpu: bool,
+    /// Whether it was woken from a block and is not yet switched in (it counts
+    /// in [`threads_woken_now`], not in [`threads_preempted_now`]).
+    pub woken: bool,
 }
 
 /// The kernel's state of `cb`'s thread (one load), or `None` when the kernel does
@@ -277,12 +281,13 @@ pub fn kernel_preempted(cb: &ContextBlock) -> Option<bool> {
     }
 }
 
-/// How many threads registered with `sched` wait for a CPU right now —
-/// preempted (off a CPU while still runnable), or woken from a block and not
-/// yet switched in — by the eBPF program's count (one load); `None` when the kernel does not answer (eBPF not in use, or
-/// switched off by [`set_kernel_answers`]). A thread blocked in the kernel (a
-/// futex, a sleep, I/O) does not count. Why the count cannot drift: the module
-/// doc of `sched::ebpf` (a thread registers and unregisters only while it runs).
+/// How many threads registered with `sched` are preempted right now (off a
+/// CPU while still runnable), by the eBPF program's count (one load); `None`
+/// when the kernel does not answer (eBPF not in use, or switched off by
+/// [`set_kernel_answers`]). A thread blocked in the kernel (a futex, a sleep,
+/// I/O) does not count, nor one woken from a block and not yet on a CPU (that
+/// is [`threads_woken_now`]). Why the count cannot drift: the module doc of
+/// `sched::ebpf` (a thread registers and unregisters only while it runs).
 pub fn threads_preempted_now() -> Option<u64> {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
@@ -294,24 +299,79 @@ pub fn threads_preempted_now() -> Option<u64> {
     }
 }
 
+/// How many threads registered with `sched` were woken from a block (a futex,
+/// a sleep) and are not yet on a CPU, by the eBPF program's second count (one
+/// load); `None` as [`threads_preempted_now`]. Such a thread waits for a CPU:
+/// on an idle core only for the wake-up latency (tens of µs), on a busy one
+/// for the running thread's slice.
+///
+/// ```
+/// use mpsync::sched::native;
+/// if let (Some(p), Some(w)) = (native::threads_preempted_now(), native::threads_woken_now()) {
+///     println!("{p} preempted, {w} woken and not yet running");
+/// }
+/// ```
+pub fn threads_woken_now() -> Option<u64> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::woken_now()
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        None
+    }
+}
+
 /// CPU pressure on this process's registered threads: `Some(true)` when some
-/// registered thread waits for a CPU (is preempted, or woken and not yet
-/// running) right now, `Some(false)`
-/// when none does, `None` when the kernel does not answer (then only the
-/// heartbeats know, and only about the threads that publish them). The
+/// registered thread is preempted right now, `Some(false)` when none is,
+/// `None` when the kernel does not answer (then only the heartbeats know, and
+/// only about the threads that publish them). Threads woken and not yet on a
+/// CPU do not count (see [`cpu_pressure_counting_wakeups`]). The default
 /// [`Waiter`](super::Waiter)'s rule for patience rests on it (FlexGuard,
 /// SOSP 2025: busy-wait while no thread that could hold the lock is preempted).
 ///
 /// ```
 /// use mpsync::sched::native;
 /// match native::cpu_pressure() {
-///     Some(p) => println!("kernel's answer: some thread waits for a CPU: {p}"),
+///     Some(p) => println!("kernel's answer: some thread is preempted: {p}"),
 ///     None => println!("unknown: {}", native::preemption_answers().describe()),
 /// }
 /// ```
 #[inline]
 pub fn cpu_pressure() -> Option<bool> {
     threads_preempted_now().map(|n| n > 0)
+}
+
+/// CPU pressure counting wake-ups: `Some(true)` when some registered thread is
+/// preempted *or* woken from a block and not yet on a CPU, `Some(false)` when
+/// none is, `None` when the kernel does not answer. The rule of a
+/// [`Waiter::counting_wakeups`](super::Waiter::counting_wakeups) (bounded-steal's
+/// waits: a spinner must yield its slice to a woken queue head waiting for it).
+///
+/// ```
+/// use mpsync::sched::native;
+/// match native::cpu_pressure_counting_wakeups() {
+///     Some(p) => println!("some thread is preempted or woken, not running: {p}"),
+///     None => println!("unknown: {}", native::preemption_answers().describe()),
+/// }
+/// ```
+#[inline]
+pub fn cpu_pressure_counting_wakeups() -> Option<bool> {
+    pressure_given(true, threads_preempted_now(), threads_woken_now)
+}
+
+/// The pressure from the two counts (`None`: the kernel does not answer); the
+/// woken count is read only when it matters.
+#[inline]
+pub(crate) fn pressure_given(
+    counting_wakeups: bool,
+    preempted: Option<u64>,
+    woken: impl FnOnce() -> Option<u64>,
+) -> Option<bool> {
+    match preempted? {
+        0 if counting_wakeups => woken().map(|w| w > 0),
+        n => Some(n > 0),
+    }
 }
 
 /// The kernel's counters and times for `cb`'s thread (see [`kernel_state`]).
