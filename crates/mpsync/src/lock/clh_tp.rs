@@ -177,7 +177,8 @@ impl TpNode {
     }
 
     /// Wakes the successor that set [`SLEEPY`] (after the RMW that cleared it).
-    #[inline]
+    #[cold]
+    #[inline(never)]
     fn wake_sleeper(&self) {
         // Acquire: pairs with the Release store of `sleeper` in `park`, so the
         // block we wake is seen initialized even when the value read is a later
@@ -227,10 +228,19 @@ mod pool {
         static CACHE: Cache = const { Cache(RefCell::new(Vec::new())) };
     }
 
+    /// A node from this thread's cache (the uncontended path: inlined), else
+    /// from the spare list or new.
+    #[inline]
     pub(super) fn take() -> &'static TpNode {
-        if let Some(n) = CACHE.try_with(|c| c.0.borrow_mut().pop()).ok().flatten() {
-            return n;
+        match CACHE.try_with(|c| c.0.borrow_mut().pop()) {
+            Ok(Some(n)) => n,
+            _ => take_slow(),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_slow() -> &'static TpNode {
         if let Some(n) = SPARE.lock().unwrap_or_else(|e| e.into_inner()).pop() {
             return n;
         }
@@ -239,10 +249,17 @@ mod pool {
         n
     }
 
+    #[inline]
     pub(super) fn give(n: &'static TpNode) {
         if CACHE.try_with(|c| c.0.borrow_mut().push(n)).is_err() {
-            SPARE.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+            give_slow(n);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn give_slow(n: &'static TpNode) {
+        SPARE.lock().unwrap_or_else(|e| e.into_inner()).push(n);
     }
 }
 
@@ -340,6 +357,27 @@ impl ClhTp {
         }
     }
 
+    /// The contended part of `lock`: `me` (status `mine`) was swapped into
+    /// the tail behind `pred`; links and waits. Returns `true` holding the
+    /// lock, `false` if `me` was removed from the queue (enqueue again). Out
+    /// of line, so that the uncontended path stays small.
+    #[inline(never)]
+    fn enqueued(&self, me: &'static TpNode, mine: u64, pred: NonNull<TpNode>) -> bool {
+        // We will wait: a fresh heartbeat before anyone can judge us by it.
+        // A successor judges us only once it sees our link (a null `prev`
+        // makes us unremovable), which the Release store below publishes
+        // after this; no clock read on the uncontended path.
+        me.owner().publish_heartbeat();
+        // Until the link below, our successor cannot remove our predecessor
+        // through us (it sees a null `prev`), and nobody waits on it.
+        stall::point(stall::QUEUE_LOCK_LINK);
+        // Release: a remover's Acquire status load then sees our link.
+        me.prev.store(pred.as_ptr(), Ordering::Release);
+        // SAFETY: queued nodes are type-stable (never freed).
+        let pred: &'static TpNode = unsafe { &*pred.as_ptr() };
+        self.wait(me, mine, pred)
+    }
+
     /// Waits as `me` (status `mine`) behind `pred`. Returns `true` holding the
     /// lock, `false` if `me` was removed from the queue (enqueue again).
     fn wait(&self, me: &'static TpNode, mut mine: u64, mut pred: &'static TpNode) -> bool {
@@ -373,8 +411,9 @@ impl ClhTp {
                 // Relaxed pre-check of the link: `remove` re-reads it with Acquire.
                 WAITING | PARKED
                     if look
-                        && sched::is_preempted(pred.owner())
-                        && !pred.prev.load(Ordering::Relaxed).is_null() =>
+                        && !pred.prev.load(Ordering::Relaxed).is_null()
+                        && (sched::is_preempted(pred.owner())
+                            || (state(ps) == PARKED && Self::free_ahead_of(pred))) =>
                 {
                     match self.remove(me, mine, pred, ps) {
                         Some((m, p)) => {
@@ -408,6 +447,13 @@ impl ClhTp {
                 }
             }
             if waiter.spin(Some(pred.owner())) == Wait::Park {
+                if !emulated && !Self::is_holder(pred, ps) {
+                    // Park only behind the holder: behind a waiter, the lock
+                    // would be handed to us asleep when it moves (a convoy of
+                    // wake-ups); a parked waiter ahead is removed instead.
+                    waiter.restart();
+                    continue;
+                }
                 if emulated {
                     // The paper's waiting: give the virtual processor away.
                     sched::yield_now();
@@ -418,6 +464,31 @@ impl ClhTp {
                 waiter.restart();
             }
         }
+    }
+
+    /// Whether `pred` (word `ps`) holds the lock: HOLDING, or the WAITING
+    /// word of an uncontended holder (null `prev`; also, briefly, a waiter
+    /// that has not linked yet).
+    #[inline]
+    fn is_holder(pred: &TpNode, ps: u64) -> bool {
+        match state(ps) {
+            HOLDING => true,
+            // Relaxed: a hint for whether to park; a wrong answer costs time only.
+            WAITING => pred.prev.load(Ordering::Relaxed).is_null(),
+            _ => false,
+        }
+    }
+
+    /// Whether the lock is free in front of the sleeping waiter `pred`: its
+    /// predecessor released. It must not be handed the lock asleep, so its
+    /// successor removes it (waking it) and takes the lock itself.
+    #[inline]
+    fn free_ahead_of(pred: &TpNode) -> bool {
+        // Acquire: pairs with pred's Release link store.
+        let pp = pred.prev.load(Ordering::Acquire);
+        // SAFETY: nodes are type-stable (never freed); a stale answer only
+        // makes `remove`'s CAS against `ps` decide.
+        !pp.is_null() && state(unsafe { &*pp }.status.load(Ordering::Relaxed)) == RELEASED
     }
 
     /// Sleeps as `me` (status `mine`) on `pred`, whose word was `ps`, until
@@ -566,19 +637,7 @@ unsafe impl lock_api::RawMutex for ClhTp {
                 // the uncontended path than a HOLDING store.
                 return Self::guard(me);
             };
-            // We will wait: a fresh heartbeat before anyone can judge us by it.
-            // A successor judges us only once it sees our link (a null `prev`
-            // makes us unremovable), which the Release store below publishes
-            // after this; no clock read on the uncontended path.
-            cb.publish_heartbeat();
-            // Until the link below, our successor cannot remove our predecessor
-            // through us (it sees a null `prev`), and nobody waits on it.
-            stall::point(stall::QUEUE_LOCK_LINK);
-            // Release: a remover's Acquire status load then sees our link.
-            me.prev.store(pred.as_ptr(), Ordering::Release);
-            // SAFETY: queued nodes are type-stable (never freed).
-            let pred: &'static TpNode = unsafe { &*pred.as_ptr() };
-            if self.wait(me, mine, pred) {
+            if self.enqueued(me, mine, pred) {
                 return Self::guard(me);
             }
             // Removed: nobody refers to our node as a predecessor any more.
