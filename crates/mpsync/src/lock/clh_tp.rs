@@ -12,13 +12,16 @@
 //! ## Waiting (issue 13 §2)
 //!
 //! Waiters wait through the one waiting policy, [`sched::Waiter`], watching the
-//! predecessor's owner (the holder, for the queue head): they spin while it
-//! runs and **park** when it is preempted — spinning then only takes the
-//! processor it needs — or when nothing moved ahead of them for [`PATIENCE`]
-//! (far above a queue of running critical sections, so patience parking stays
-//! rare). No native `sched_yield`: a thread attached to the emulated scheduler
-//! gives its virtual processor away through [`sched::yield_now`] instead of
-//! sleeping, as in the paper.
+//! predecessor's owner: they spin while it runs; the queue head (whose
+//! predecessor holds the lock) **parks** when the holder is preempted —
+//! spinning then only takes the processor it needs — or when the holder has
+//! not released for [`PATIENCE`]. A waiter behind another waiter never parks:
+//! the lock would reach it asleep (a convoy of wake-ups); it removes a
+//! preempted predecessor, and a *parked* one as soon as the lock is free in
+//! front of it (waking it to enqueue again), and takes the lock itself. No
+//! native `sched_yield`: a thread attached to the emulated scheduler gives its
+//! virtual processor away through [`sched::yield_now`] instead of sleeping, as
+//! in the paper.
 //!
 //! A CLH releaser writes only its own node and does not know its successor, so
 //! a waiter that parks leaves word on the node it waits on: it writes its
@@ -33,12 +36,9 @@
 //! A parked waiter also shows PARKED in its own word, so that the waiter behind
 //! it, if it removes it, wakes it to enqueue again.
 //!
-//! Not handled: a parked queue head is still granted the lock when its
-//! predecessor releases (a CLH release is a store to the releaser's own node;
-//! skipping a sleeping successor would need its successor's help). It parks
-//! only when the holder is preempted or the queue has not moved for
-//! [`PATIENCE`], and is woken when its predecessor takes the lock, so it is
-//! spinning again unless the critical section is shorter than a wake-up.
+//! Not handled: a parked queue head with nobody spinning behind it is still
+//! handed the lock when the holder releases (a CLH release is a store to the
+//! releaser's own node), and takes it after its wake-up.
 //!
 //! ## The status word
 //! Each node has one word, `generation << 4 | SLEEPY | state`; the generation
