@@ -18,38 +18,8 @@ use std::time::{Duration, Instant};
 use mpsync::sched::{self, ContextBlock, native};
 use mpsync::util::clock::now_ns;
 
-/// Whether the kernel answers here; prints `SKIPPED: ...` when it may not.
-fn kernel_answers(test: &str) -> bool {
-    match native::preemption_answers() {
-        native::PreemptionAnswers::Ebpf => true,
-        native::PreemptionAnswers::Heartbeat(why) => {
-            let environmental = ["not built", "needs root", "MPSYNC_EBPF=", "BTF"]
-                .iter()
-                .any(|k| why.contains(k));
-            assert!(
-                environmental,
-                "eBPF could not be used for a reason that is not the machine's: {why}"
-            );
-            assert!(
-                std::env::var("MPSYNC_EBPF_REQUIRED").as_deref() != Ok("1"),
-                "MPSYNC_EBPF_REQUIRED=1 but eBPF is not in use: {why}"
-            );
-            println!("SKIPPED: {test}: {why}");
-            eprintln!("SKIPPED: {test}: {why}");
-            false
-        }
-    }
-}
-
-/// Runs `f` when dropped — also while a failed assertion unwinds, so that the
-/// threads of a scope are released and the failure is reported, not a hang.
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)();
-    }
-}
+mod common;
+use common::ebpf::{OnDrop, kernel_answers};
 
 fn pin(cpu: usize) {
     native::pin_current_thread(cpu).expect("pin");

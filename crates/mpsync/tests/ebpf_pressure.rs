@@ -32,36 +32,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Generous: a loaded 2-core CI machine.
 const PATIENT: Duration = Duration::from_secs(30);
 
-fn kernel_answers(test: &str) -> bool {
-    match native::preemption_answers() {
-        native::PreemptionAnswers::Ebpf => true,
-        native::PreemptionAnswers::Heartbeat(why) => {
-            let environmental = ["not built", "needs root", "MPSYNC_EBPF=", "BTF"]
-                .iter()
-                .any(|k| why.contains(k));
-            assert!(
-                environmental,
-                "eBPF could not be used for a reason that is not the machine's: {why}"
-            );
-            assert!(
-                std::env::var("MPSYNC_EBPF_REQUIRED").as_deref() != Ok("1"),
-                "MPSYNC_EBPF_REQUIRED=1 but eBPF is not in use: {why}"
-            );
-            println!("SKIPPED: {test}: {why}");
-            eprintln!("SKIPPED: {test}: {why}");
-            false
-        }
-    }
-}
-
-/// Runs `f` when dropped, also while a failed assertion unwinds.
-struct OnDrop<F: FnMut()>(F);
-
-impl<F: FnMut()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        (self.0)();
-    }
-}
+mod common;
+use common::ebpf::{OnDrop, kernel_answers};
 
 /// The registered threads and what the kernel says of them (for messages).
 fn registered() -> String {

@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+#[allow(dead_code)] // only the eBPF tests use it
+pub mod ebpf;
 pub mod lincheck;
 pub mod stepper;
 
