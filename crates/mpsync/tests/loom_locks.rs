@@ -402,7 +402,7 @@ fn clh_tp_removal_vs_handoff() {
     // Executions in which W was removed (std atomics: outside the model).
     static REMOVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
+    b.preemption_bound = Some(4);
     b.check(|| {
         let shared = Arc::new((ClhTp::new(), UnsafeCell::new(0u32)));
         let g = shared.0.lock();

@@ -4,59 +4,25 @@
 //!
 //! As in [`super::Clh`], a waiter spins on its predecessor's node. A waiter whose
 //! predecessor is itself a waiter that looks preempted ([`sched::is_preempted`]:
-//! the scheduler says `Preempted`, the kernel does, or its published heartbeat
-//! is stale) unlinks it: it marks that node *removed* and from then on spins on
-//! the node before it. The removed thread notices when it runs again and
-//! enqueues anew.
-//!
-//! ## Waiting (issue 13 §2)
-//!
-//! Waiters wait through the one waiting policy, [`sched::Waiter`], watching the
-//! predecessor's owner: they spin while it runs; the queue head (whose
-//! predecessor holds the lock) **parks** when the holder is preempted —
-//! spinning then only takes the processor it needs — or when the holder has
-//! not released for [`PATIENCE`]. A waiter behind another waiter never parks:
-//! the lock would reach it asleep (a convoy of wake-ups); it removes a
-//! preempted predecessor, and a *parked* one as soon as the lock is free in
-//! front of it (waking it to enqueue again), and takes the lock itself. No
-//! native `sched_yield`: a thread attached to the emulated scheduler gives its
-//! virtual processor away through [`sched::yield_now`] instead of sleeping, as
-//! in the paper.
-//!
-//! A CLH releaser writes only its own node and does not know its successor, so
-//! a waiter that parks leaves word on the node it waits on: it writes its
-//! context block into that node's `sleeper` and sets the node's [`SLEEPY`] flag
-//! by CAS against the state it read. The node's owner clears the flag, and
-//! wakes the sleeper ([`sched::wake`]), whenever it moves its own word to
-//! HOLDING (one step ahead of the sleeper's turn: it is spinning again by the
-//! time the lock comes) or RELEASED. All of the owner's own transitions are CASes
-//! (or the release swap) that see the flag, so a wake cannot be lost: the
-//! sleeper took its wake token before its flag CAS, and either the owner's
-//! transition came first (the flag CAS fails: no sleep) or it reads the flag.
-//! A parked waiter also shows PARKED in its own word, so that the waiter behind
-//! it, if it removes it, wakes it to enqueue again.
-//!
-//! Not handled: a parked queue head with nobody spinning behind it is still
-//! handed the lock when the holder releases (a CLH release is a store to the
-//! releaser's own node), and takes it after its wake-up.
+//! the scheduler says `Preempted`, or its published heartbeat is stale) unlinks
+//! it: it marks that node *removed* and from then on spins on the node before it.
+//! The removed thread notices when it runs again and enqueues anew. Waiters also
+//! yield their processor when their predecessor's node has not changed for
+//! longer than the heartbeat threshold (a preempted holder, a long queue): the
+//! waiting-time clock is read by waiters only, never on the uncontended path.
 //!
 //! ## The status word
-//! Each node has one word, `generation << 4 | SLEEPY | state`; the generation
-//! grows every time the owner enqueues the node and every time it edits its own
-//! `prev` link, so a remover's CAS cannot succeed against a link it did not read.
+//! Each node has one word, `generation << 3 | state`; the generation grows every
+//! time the owner enqueues the node and every time it edits its own `prev` link,
+//! so a remover's CAS cannot succeed against a link it did not read.
 //!
 //! | state    | set by                         | meaning                                          |
 //! |----------|--------------------------------|--------------------------------------------------|
-//! | WAITING  | the owner, enqueuing/after BUSY/PARKED | waiting for the predecessor; may be removed; also the uncontended holder's word (its null `prev` makes it unremovable) |
+//! | WAITING  | the owner, enqueuing/after BUSY| waiting for the predecessor; may be removed      |
 //! | BUSY     | the owner, by CAS from WAITING | editing its own `prev` (removing *its* pred)     |
 //! | REMOVED  | the successor, by CAS          | unlinked while presumed preempted: enqueue again |
 //! | HOLDING  | the owner, by CAS from WAITING | holds the lock; cannot be removed                |
 //! | RELEASED | the owner, leaving the CS      | the successor may take the lock and this node    |
-//! | PARKED   | the owner, by CAS from WAITING | sleeps; a remover wakes it                       |
-//!
-//! | flag     | set by                         | cleared by                                       |
-//! |----------|--------------------------------|--------------------------------------------------|
-//! | SLEEPY   | the successor, by CAS, before it sleeps (`sleeper` written first) | the owner, moving to HOLDING/RELEASED (then it wakes `sleeper`); a remover (REMOVED) |
 //!
 //! Why it is safe: only a node's current successor may remove it, and a waiter
 //! acts on its predecessor (removes it, or takes the lock from it) only after a
@@ -65,12 +31,9 @@
 //! RELEASED) or removes it, so a queued waiter's predecessor is never recycled
 //! under it. Threads that were removed may still read nodes they no longer own;
 //! nodes are therefore *type-stable*: they come from a global pool and are never
-//! freed (the pool is as large as the most nodes ever in use at once). A waker
-//! that reads `sleeper` from a node recycled meanwhile wakes some thread
-//! spuriously, which every sleeper tolerates (it re-checks).
+//! freed (the pool is as large as the most nodes ever in use at once).
 //!
-//! Uses `sched`: `current`, `is_preempted`, heartbeats, [`sched::Waiter`],
-//! [`sched::wake`], and (emulated only) `yield_now`.
+//! Uses `sched`: `current`, `is_preempted`, heartbeats, `yield_now`.
 //! Progress: FIFO among running waiters; a preempted waiter loses its place.
 //!
 //! ```
@@ -87,27 +50,16 @@
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
-use std::time::Duration;
-
-use crate::sched::{self, ContextBlock, Wait, Waiter, stall, waiter::CHECK_EVERY};
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::sched::{self, ContextBlock, stall};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering, spin_loop};
 
 const WAITING: u64 = 0;
 const BUSY: u64 = 1;
 const REMOVED: u64 = 2;
 const HOLDING: u64 = 3;
 const RELEASED: u64 = 4;
-const PARKED: u64 = 5;
-/// The successor sleeps on this node (table in the module doc).
-pub const SLEEPY: u64 = 1 << 3;
-const STATE_BITS: u32 = 4;
-const STATE_MASK: u64 = 0b111;
-
-/// How long a waiter spins while nothing moves ahead of it and the thread it
-/// watches runs, before it parks: far above a queue of running critical
-/// sections, far below a scheduler quantum, so that parking for patience
-/// stays rare (a wake-up costs tens of µs).
-pub const PATIENCE: Duration = Duration::from_micros(200);
+const STATE_BITS: u32 = 3;
+const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
 
 #[inline]
 const fn pack(generation: u64, state: u64) -> u64 {
@@ -132,8 +84,6 @@ struct TpNode {
     prev: AtomicPtr<TpNode>,
     /// The thread queued on this node.
     owner: AtomicPtr<ContextBlock>,
-    /// The successor that sleeps on this node (valid while SLEEPY is set).
-    sleeper: AtomicPtr<ContextBlock>,
 }
 
 impl TpNode {
@@ -142,53 +92,6 @@ impl TpNode {
             status: AtomicU64::new(pack(0, RELEASED)),
             prev: AtomicPtr::new(ptr::null_mut()),
             owner: AtomicPtr::new(ptr::null_mut()),
-            sleeper: AtomicPtr::new(ptr::null_mut()),
-        }
-    }
-
-    /// Moves the owner's own word from `from` (with or without [`SLEEPY`]) to
-    /// `to`, keeping the flag if `keep`, else clearing it and waking the
-    /// sleeper. `Err` (the word seen) if the word is no longer `from`: a
-    /// successor removed us. Owner only.
-    #[inline]
-    fn own_cas(&self, from: u64, to: u64, keep: bool) -> Result<(), u64> {
-        let mut cur = from;
-        loop {
-            let new = if keep { to | (cur & SLEEPY) } else { to };
-            // AcqRel: Acquire pairs with the successor's Release flag CAS (so
-            // `sleeper` is seen) and with a remover's CAS; Release publishes
-            // what we did before (the critical section, a new link, a wake
-            // token taken before a PARKED announcement).
-            match self
-                .status
-                .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if !keep && cur & SLEEPY != 0 {
-                        self.wake_sleeper();
-                    }
-                    return Ok(());
-                }
-                // Only the flag differs (the successor set it): retry with it.
-                Err(a) if a & !SLEEPY == from => cur = a,
-                Err(a) => return Err(a),
-            }
-        }
-    }
-
-    /// Wakes the successor that set [`SLEEPY`] (after the RMW that cleared it).
-    #[cold]
-    #[inline(never)]
-    fn wake_sleeper(&self) {
-        // Acquire: pairs with the Release store of `sleeper` in `park`, so the
-        // block we wake is seen initialized even when the value read is a later
-        // successor's than the one whose flag our RMW read (a spurious wake,
-        // tolerated; so is one from a node recycled meanwhile).
-        let p = self.sleeper.load(Ordering::Acquire);
-        // SAFETY: context blocks are never freed.
-        if let Some(cb) = unsafe { p.as_ref() } {
-            stall::point(stall::WAITER_WAKE);
-            sched::wake(cb);
         }
     }
 
@@ -228,19 +131,10 @@ mod pool {
         static CACHE: Cache = const { Cache(RefCell::new(Vec::new())) };
     }
 
-    /// A node from this thread's cache (the uncontended path: inlined), else
-    /// from the spare list or new.
-    #[inline]
     pub(super) fn take() -> &'static TpNode {
-        match CACHE.try_with(|c| c.0.borrow_mut().pop()) {
-            Ok(Some(n)) => n,
-            _ => take_slow(),
+        if let Some(n) = CACHE.try_with(|c| c.0.borrow_mut().pop()).ok().flatten() {
+            return n;
         }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn take_slow() -> &'static TpNode {
         if let Some(n) = SPARE.lock().unwrap_or_else(|e| e.into_inner()).pop() {
             return n;
         }
@@ -249,17 +143,10 @@ mod pool {
         n
     }
 
-    #[inline]
     pub(super) fn give(n: &'static TpNode) {
         if CACHE.try_with(|c| c.0.borrow_mut().push(n)).is_err() {
-            give_slow(n);
+            SPARE.lock().unwrap_or_else(|e| e.into_inner()).push(n);
         }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn give_slow(n: &'static TpNode) {
-        SPARE.lock().unwrap_or_else(|e| e.into_inner()).push(n);
     }
 }
 
@@ -357,50 +244,29 @@ impl ClhTp {
         }
     }
 
-    /// The contended part of `lock`: `me` (status `mine`) was swapped into
-    /// the tail behind `pred`; links and waits. Returns `true` holding the
-    /// lock, `false` if `me` was removed from the queue (enqueue again). Out
-    /// of line, so that the uncontended path stays small.
-    #[inline(never)]
-    fn enqueued(&self, me: &'static TpNode, mine: u64, pred: NonNull<TpNode>) -> bool {
-        // We will wait: a fresh heartbeat before anyone can judge us by it.
-        // A successor judges us only once it sees our link (a null `prev`
-        // makes us unremovable), which the Release store below publishes
-        // after this; no clock read on the uncontended path.
-        me.owner().publish_heartbeat();
-        // Until the link below, our successor cannot remove our predecessor
-        // through us (it sees a null `prev`), and nobody waits on it.
-        stall::point(stall::QUEUE_LOCK_LINK);
-        // Release: a remover's Acquire status load then sees our link.
-        me.prev.store(pred.as_ptr(), Ordering::Release);
-        // SAFETY: queued nodes are type-stable (never freed).
-        let pred: &'static TpNode = unsafe { &*pred.as_ptr() };
-        self.wait(me, mine, pred)
-    }
-
     /// Waits as `me` (status `mine`) behind `pred`. Returns `true` holding the
     /// lock, `false` if `me` was removed from the queue (enqueue again).
     fn wait(&self, me: &'static TpNode, mut mine: u64, mut pred: &'static TpNode) -> bool {
         let cb = me.owner();
-        let emulated = sched::emulated::is_attached(cb);
-        let mut waiter = Waiter::with_patience_ns(PATIENCE.as_nanos() as u64);
         let mut spins = 0u32;
         let mut last_seen = u64::MAX;
+        let mut seen_since = 0u64;
         loop {
-            // Every CHECK_EVERY spins, a look at the predecessor's thread and
-            // at our own word (a look reads lines other threads write).
-            let look = spins.is_multiple_of(CHECK_EVERY);
-            spins = spins.wrapping_add(1);
-            // Acquire: pairs with the predecessor's Release RELEASED swap (its
-            // critical section) and with its Release CAS after editing `prev`.
+            // Acquire: pairs with the predecessor's Release RELEASED store (its
+            // critical section) and with its Release store after editing `prev`.
             let ps = pred.status.load(Ordering::Acquire);
             match state(ps) {
                 RELEASED => {
                     // Take the lock unless our successor removed us meanwhile; if
-                    // it did, `pred` may no longer be ours to take. Wakes our
-                    // sleeping successor, one step ahead of its turn.
-                    return match me.own_cas(mine, pack(generation(mine), HOLDING), false) {
-                        Ok(()) => {
+                    // it did, `pred` may no longer be ours to take.
+                    // Acquire on failure: pairs with the remover's AcqRel CAS.
+                    return match me.status.compare_exchange(
+                        mine,
+                        pack(generation(mine), HOLDING),
+                        Ordering::Relaxed, // the Acquire load of `ps` ordered the CS
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
                             // The predecessor's node is ours now.
                             pool::give(pred);
                             true
@@ -409,11 +275,9 @@ impl ClhTp {
                     };
                 }
                 // Relaxed pre-check of the link: `remove` re-reads it with Acquire.
-                WAITING | PARKED
-                    if look
-                        && !pred.prev.load(Ordering::Relaxed).is_null()
-                        && (sched::is_preempted(pred.owner())
-                            || (state(ps) == PARKED && Self::free_ahead_of(pred))) =>
+                WAITING
+                    if sched::is_preempted(pred.owner())
+                        && !pred.prev.load(Ordering::Relaxed).is_null() =>
                 {
                     match self.remove(me, mine, pred, ps) {
                         Some((m, p)) => {
@@ -421,7 +285,6 @@ impl ClhTp {
                             let moved = !ptr::eq(p, pred);
                             pred = p;
                             if moved {
-                                waiter.restart();
                                 continue;
                             }
                             // Not removed (it moved on meanwhile): wait as usual.
@@ -431,112 +294,34 @@ impl ClhTp {
                 }
                 _ => {}
             }
-            if ps & !SLEEPY != last_seen {
-                // Progress ahead of us: the patience starts over.
-                last_seen = ps & !SLEEPY;
-                waiter.restart();
-            }
-            if look {
+            spins = spins.wrapping_add(1);
+            // (Under loom every time: shorter executions for the model checker.)
+            if cfg!(loom) || spins.is_multiple_of(16) {
                 // Acquire: pairs with the remover's AcqRel CAS.
-                if me.status.load(Ordering::Acquire) & !SLEEPY != mine {
+                if me.status.load(Ordering::Acquire) != mine {
                     return false; // removed while we looked preempted
                 }
-                // For the heartbeat fallback of `is_preempted`.
-                if !cfg!(loom) {
-                    cb.publish_heartbeat();
-                }
             }
-            if waiter.spin(Some(pred.owner())) == Wait::Park {
-                if !emulated && !Self::is_holder(pred, ps) {
-                    // Park only behind the holder: behind a waiter, the lock
-                    // would be handed to us asleep when it moves (a convoy of
-                    // wake-ups); a parked waiter ahead is removed instead.
-                    waiter.restart();
-                    continue;
-                }
-                if emulated {
-                    // The paper's waiting: give the virtual processor away.
+            if spins.is_multiple_of(16) {
+                cb.publish_heartbeat();
+            }
+            if !cfg!(loom) && spins.is_multiple_of(256) {
+                // Nothing moved ahead of us for longer than a running thread
+                // would take: presume a preempted holder (or a long queue) and
+                // give our processor away meanwhile.
+                let now = crate::util::clock::now_ns();
+                if ps != last_seen {
+                    last_seen = ps;
+                    seen_since = now;
+                } else if now.saturating_sub(seen_since)
+                    > sched::native::heartbeat_threshold().as_nanos() as u64
+                {
                     sched::yield_now();
                     cb.publish_heartbeat();
-                } else if !self.park(me, mine, pred, ps) {
-                    return false;
                 }
-                waiter.restart();
             }
+            spin_loop();
         }
-    }
-
-    /// Whether `pred` (word `ps`) holds the lock: HOLDING, or the WAITING
-    /// word of an uncontended holder (null `prev`; also, briefly, a waiter
-    /// that has not linked yet).
-    #[inline]
-    fn is_holder(pred: &TpNode, ps: u64) -> bool {
-        match state(ps) {
-            HOLDING => true,
-            // Relaxed: a hint for whether to park; a wrong answer costs time only.
-            WAITING => pred.prev.load(Ordering::Relaxed).is_null(),
-            _ => false,
-        }
-    }
-
-    /// Whether the lock is free in front of the sleeping waiter `pred`: its
-    /// predecessor released. It must not be handed the lock asleep, so its
-    /// successor removes it (waking it) and takes the lock itself.
-    #[inline]
-    fn free_ahead_of(pred: &TpNode) -> bool {
-        // Acquire: pairs with pred's Release link store.
-        let pp = pred.prev.load(Ordering::Acquire);
-        // SAFETY: nodes are type-stable (never freed); a stale answer only
-        // makes `remove`'s CAS against `ps` decide.
-        !pp.is_null() && state(unsafe { &*pp }.status.load(Ordering::Relaxed)) == RELEASED
-    }
-
-    /// Sleeps as `me` (status `mine`) on `pred`, whose word was `ps`, until
-    /// its owner moves its word to HOLDING or RELEASED, or a remover wakes us
-    /// (module doc). `false` if we were removed.
-    fn park(&self, me: &'static TpNode, mine: u64, pred: &'static TpNode, ps: u64) -> bool {
-        if !matches!(state(ps), WAITING | BUSY | HOLDING | PARKED) {
-            return true; // RELEASED: take it; (REMOVED: only we remove pred)
-        }
-        let cb = me.owner();
-        let g = generation(mine);
-        // [1] Token first: a wake after it is not lost (sched::waiter).
-        let t = Waiter::token();
-        // [2] Pin ourselves (BUSY: nobody removes us), so that we are still
-        // pred's successor when we write its `sleeper`: a waiter that removed
-        // us and parked on pred in our place must not have its `sleeper`
-        // overwritten by ours (a lost wake-up the loom model
-        // `clh_tp_removal_vs_handoff` finds).
-        let busy = pack(g, BUSY);
-        if me.own_cas(mine, busy, true).is_err() {
-            return false;
-        }
-        // [3] Release: pairs with the Acquire load in `wake_sleeper` (which may
-        // read it without reading our flag CAS [5]).
-        pred.sleeper.store(
-            cb as *const ContextBlock as *mut ContextBlock,
-            Ordering::Release,
-        );
-        // [4] Show that we sleep, so that a remover wakes us.
-        let parked = pack(g, PARKED);
-        let r = me.own_cas(busy, parked, true);
-        debug_assert!(r.is_ok(), "a BUSY node is not removable");
-        // [5] The flag, against the state we read: if pred's owner moved its
-        // word since, the CAS fails and we do not sleep; if it moves it later,
-        // its RMW sees the flag and wakes us (after our token [1]). ps may
-        // already carry the flag (set by a waiter we removed): a no-op CAS
-        // that still publishes [3]. AcqRel: Release publishes [3]; Acquire
-        // pairs with pred's owner's transitions.
-        if pred
-            .status
-            .compare_exchange(ps, ps | SLEEPY, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            stall::point(stall::WAITER_PARK);
-            Waiter::sleep(t, None);
-        }
-        // [6] Running again: back to WAITING (unless removed meanwhile).
-        me.own_cas(parked, mine, true).is_ok()
     }
 
     /// Removes the presumed-preempted waiter `pred` (whose word was `ps`) from
@@ -551,9 +336,13 @@ impl ClhTp {
     ) -> Option<(u64, &'static TpNode)> {
         let g = generation(mine);
         // [1] Pin ourselves in the queue: while BUSY nobody removes us, so `pred`
-        // stays our predecessor and cannot be recycled. (Keeps a SLEEPY flag:
-        // our sleeping successor waits for HOLDING or RELEASED.)
-        if me.own_cas(mine, pack(g, BUSY), true).is_err() {
+        // stays our predecessor and cannot be recycled.
+        // Acquire: pairs with a remover's AcqRel CAS if this fails.
+        if me
+            .status
+            .compare_exchange(mine, pack(g, BUSY), Ordering::Acquire, Ordering::Acquire)
+            .is_err()
+        {
             return None;
         }
         let mut new_pred = pred;
@@ -581,21 +370,12 @@ impl ClhTp {
                 me.prev.store(pp.as_ptr(), Ordering::Relaxed);
                 // Relaxed: a statistic.
                 self.removed.fetch_add(1, Ordering::Relaxed);
-                if state(ps) == PARKED {
-                    // It sleeps: wake it to enqueue again. (Its block, read
-                    // after the CAS: the owner re-enqueues the node under the
-                    // same block.)
-                    stall::point(stall::WAITER_WAKE);
-                    sched::wake(pred.owner());
-                }
             }
         }
-        // [4] Back to WAITING with a new generation, publishing the new link
-        // (Release in `own_cas`: pairs with a would-be remover's Acquire status
-        // load [2]). Only our successor's flag can have changed the word.
+        // [4] Back to WAITING with a new generation, publishing the new link.
         let w = pack(g.wrapping_add(1), WAITING);
-        let r = me.own_cas(pack(g, BUSY), w, true);
-        debug_assert!(r.is_ok(), "a BUSY node is not removable");
+        // Release: pairs with a would-be remover's Acquire status load ([2]).
+        me.status.store(w, Ordering::Release);
         Some((w, new_pred))
     }
 }
@@ -625,19 +405,40 @@ unsafe impl lock_api::RawMutex for ClhTp {
         let me = pool::take();
         loop {
             let mine = Self::prepare(me, cb);
+            // If we will wait, a fresh heartbeat before anyone can judge us by
+            // it, and before the swap, so that the clock read does not widen the
+            // window between the swap and the link. Only if the lock looks held
+            // (no clock read on the uncontended path). Relaxed: a hint.
+            // (Under loom, where heartbeats are not part of the model, after
+            // the link: the look would only add a scheduling point.)
+            let contended = !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null();
+            if contended {
+                cb.publish_heartbeat();
+            }
             // AcqRel: Release publishes our node's fields to the successor;
             // Acquire orders us after the predecessor's enqueue.
             let pred = self
                 .tail
                 .swap(me as *const TpNode as *mut TpNode, Ordering::AcqRel);
             let Some(pred) = NonNull::new(pred) else {
-                // An empty queue: ours. Our word stays WAITING with a null
-                // `prev`: nobody can remove us (a remover needs the link), and
-                // only our own `unlock` moves the word on — one store fewer on
-                // the uncontended path than a HOLDING store.
+                // An empty queue: ours. Not removable (`prev` stays null).
+                // Relaxed: only we and a successor's failing CAS look at it.
+                me.status
+                    .store(pack(generation(mine), HOLDING), Ordering::Relaxed);
                 return Self::guard(me);
             };
-            if self.enqueued(me, mine, pred) {
+            // Until the link below, our successor cannot remove our predecessor
+            // through us (it sees a null `prev`), and nobody waits on it.
+            stall::point(stall::QUEUE_LOCK_LINK);
+            // Release: a remover's Acquire status load then sees our link.
+            me.prev.store(pred.as_ptr(), Ordering::Release);
+            if !contended {
+                // Taken between our look and our swap: publish now.
+                cb.publish_heartbeat();
+            }
+            // SAFETY: queued nodes are type-stable (never freed).
+            let pred: &'static TpNode = unsafe { &*pred.as_ptr() };
+            if self.wait(me, mine, pred) {
                 return Self::guard(me);
             }
             // Removed: nobody refers to our node as a predecessor any more.
@@ -684,15 +485,10 @@ unsafe impl lock_api::RawMutex for ClhTp {
             return;
         }
         // A successor waits on our node and takes it over.
-        // Relaxed: our own word; only the successor's SLEEPY flag changes it
-        // (the swap below sees that).
+        // Relaxed: our own word; nobody else changes a HOLDING word.
         let g = generation(me.status.load(Ordering::Relaxed));
-        // AcqRel: Release pairs with the successor's Acquire load in `wait`;
-        // Acquire with its Release flag CAS, so `sleeper` is seen.
-        let old = me.status.swap(pack(g, RELEASED), Ordering::AcqRel);
-        if old & SLEEPY != 0 {
-            me.wake_sleeper();
-        }
+        // Release: pairs with the successor's Acquire load in `wait`.
+        me.status.store(pack(g, RELEASED), Ordering::Release);
     }
 
     fn is_locked(&self) -> bool {
@@ -753,54 +549,6 @@ mod tests {
         assert!(!l.is_locked());
         // The ghost's owner would now enqueue again; here it just returns it.
         pool::give(ghost);
-    }
-
-    /// Natively, a waiter behind a holder that is preempted parks (it flags
-    /// the holder's node SLEEPY and shows PARKED) instead of spinning or
-    /// yielding, and the holder's release wakes it: it then gets the lock.
-    /// A lost wake-up shows as the waiter never finishing (bounded wait).
-    #[test]
-    fn waiter_parks_behind_a_preempted_holder_and_is_woken() {
-        use std::sync::mpsc::channel;
-        use std::time::{Duration, Instant};
-        let l: &'static ClhTp = Box::leak(Box::new(ClhTp::new()));
-        let g = l.lock();
-        // SAFETY: nodes are type-stable.
-        let holder_node: &'static TpNode = unsafe { &*g.node.as_ptr() };
-        let me = sched::current();
-        me.transition(
-            ThreadState::Preemptable,
-            ThreadState::Preempted,
-            Actor::Kernel,
-        )
-        .unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            let g = l.lock();
-            // SAFETY: acquired just above on this thread.
-            unsafe { l.unlock(g) };
-            tx.send(()).unwrap();
-        });
-        let start = Instant::now();
-        while holder_node.status.load(Ordering::Acquire) & SLEEPY == 0 {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the waiter never parked on the preempted holder's node (word {:#x})",
-                holder_node.status.load(Ordering::Acquire)
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        me.transition(
-            ThreadState::Preempted,
-            ThreadState::Preemptable,
-            Actor::Kernel,
-        )
-        .unwrap();
-        // SAFETY: `g` came from `l.lock()` on this thread.
-        unsafe { l.unlock(g) };
-        rx.recv_timeout(Duration::from_secs(20))
-            .expect("the parked waiter was not woken by the release (lost wake-up)");
-        assert!(!l.is_locked());
     }
 
     /// A holder that is the only node empties the queue and keeps its node; a
