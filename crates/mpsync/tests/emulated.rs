@@ -869,6 +869,17 @@ fn block_preemption_signal(block: bool) {
     }
 }
 
+/// Whether the preemption signal is pending (sent, held back by the mask) on
+/// the calling thread.
+fn preemption_signal_pending() -> bool {
+    // SAFETY: plain libc calls on a zeroed, then filled, local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        assert_eq!(libc::sigpending(&mut set), 0);
+        libc::sigismember(&set, preemption_signal()) == 1
+    }
+}
+
 /// The race the request word leaves open (issue 13 §3), made to happen every
 /// time: the scheduler reads the owner's word, finds no request and preempts;
 /// the owner starts a no-preempt section before the signal arrives (here the
@@ -905,6 +916,17 @@ fn a_request_that_races_the_preemption_undoes_it() {
                         Instant::now() < deadline,
                         "round {round}: not preempted within 20 s (state {:?})",
                         cb.state()
+                    );
+                    std::hint::spin_loop();
+                }
+                // The scheduler CASes the state, then sends the signal: wait
+                // until it is pending, or the section below could end before
+                // the signal is even sent (seen on a quiet machine: 0 of 6
+                // rounds raced).
+                while !preemption_signal_pending() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "round {round}: preempted, but no signal pending within 20 s"
                     );
                     std::hint::spin_loop();
                 }
