@@ -18,7 +18,7 @@ use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
 use mpsync::Mutex;
 use mpsync::lock::{
     BoundedSteal, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking, QueuedNp, SmartQ,
-    SpinThenPark, TasB, TasBNp, Ticket,
+    SpinThenPark, TasB, TasBNp, Ticket, TicketNp,
 };
 use mpsync::sched;
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
@@ -289,6 +289,7 @@ fn timed_waiter_that_gave_up_never_gets_the_lock() {
     timed_waiter_gives_up::<BoundedSteal>("BoundedSteal");
     timed_waiter_gives_up::<NativeNp>("Native-np");
     timed_waiter_gives_up::<TasB>("TAS-B");
+    timed_waiter_gives_up::<TicketNp>("Ticket-np");
 }
 
 /// A timed waiter whose lock is released long before its deadline gets it:
@@ -337,6 +338,7 @@ fn timed_waiter_gets_a_lock_released_before_its_deadline() {
     timed_waiter_gets_a_released_lock::<SmartQ>("Smart-Q");
     timed_waiter_gets_a_released_lock::<QueuedHandshaking>("Queued-Handshaking");
     timed_waiter_gets_a_released_lock::<McsTp>("MCS-TP");
+    timed_waiter_gets_a_released_lock::<TicketNp>("Ticket-np");
 }
 
 /// 8 threads on the machine's cores: half acquire with `lock`, half with short
@@ -447,6 +449,13 @@ fn timed_torture_np_mcs_tp() {
     timed_torture::<Np<McsTp>>("MCS-TP-np");
 }
 
+/// Ticket-np's timed takers leave their numbers to be withdrawn (marked
+/// departed) among plain takers that claim theirs.
+#[test]
+fn timed_torture_ticket_np() {
+    timed_torture::<TicketNp>("Ticket-np");
+}
+
 // --- timed acquisition of the self-withdrawing queue locks -----------------
 
 /// Timed waiters queued behind a holder *and* behind plain waiters all time out
@@ -511,6 +520,9 @@ fn timed_queue_waiters_withdraw() {
     timed_waiters_withdraw_from_the_queue::<SmartQ>("Smart-Q");
     timed_waiters_withdraw_from_the_queue::<QueuedHandshaking>("Queued-Handshaking");
     timed_waiters_withdraw_from_the_queue::<McsTp>("MCS-TP");
+    // Numbers, not nodes: the timed takers' numbers come up after the holder
+    // releases, and are withdrawn (they are marked departed).
+    timed_waiters_withdraw_from_the_queue::<TicketNp>("Ticket-np");
 }
 
 /// The grant arrives exactly as a timed waiter gives up: the waiter is stopped
@@ -625,6 +637,12 @@ fn timed_queue_waiter_grant_races_withdrawal() {
     // The releaser waits for an acknowledgement the stopped waiter cannot
     // give: it rescinds, and the waiter finds FAILURE.
     grant_as_timed_waiter_gives_up::<QueuedHandshaking>("Queued-Handshaking", 3);
+    // The releaser offers the stopped waiter's number and withdraws it after
+    // its patience (20 µs; at once where the kernel says the waiter sleeps in
+    // the trap): the waiter then finds it withdrawn. The late win, with a
+    // patience that outlasts the stop, is `ticket.rs`'s unit test
+    // `a_timed_taker_that_sees_its_offer_on_the_way_out_claims_it`.
+    grant_as_timed_waiter_gives_up::<TicketNp>("Ticket-np", 3);
 }
 
 /// Serialises the tests that run the emulated pseudo-scheduler (one at a time
@@ -714,6 +732,11 @@ where
 #[test]
 fn timed_torture_emulated_smart_q() {
     timed_torture_emulated::<SmartQ>("Smart-Q");
+}
+
+#[test]
+fn timed_torture_emulated_ticket_np() {
+    timed_torture_emulated::<TicketNp>("Ticket-np");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 use mpsync::Mutex;
-use mpsync::lock::{BoundedSteal, Condvar, McsTp, Native, SmartQ, SpinThenPark};
+use mpsync::lock::{BoundedSteal, Condvar, McsTp, Native, SmartQ, SpinThenPark, TicketNp};
 
 fn builder(preemptions: usize) -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
@@ -178,6 +178,20 @@ fn loom_mcs_tp_timed_grant_races_withdrawal() {
 #[test]
 fn loom_smart_q_timed_grant_races_withdrawal() {
     timed_races_plain(SmartQ::new);
+}
+
+/// Ticket-np: a timed taker that gives up leaves its number, and whoever
+/// offers it must withdraw it — or the taker, on its way out, sees the offer
+/// and claims it (a late win, returned as `Some`). The race is an idle
+/// releaser's look at `next` against the departing taker's look at
+/// `serving` (a store-buffer pair, closed by a SeqCst fence on each side):
+/// if both missed each other, the offer would be stranded and the lock would
+/// end reserved for a thread that left (`is_locked` after the joins); a
+/// departing taker that returned `None` after its claim won would leave it
+/// held by nobody (the plain thread's next `lock` spins forever).
+#[test]
+fn loom_ticket_np_timed_offer_races_departure() {
+    timed_races_plain(TicketNp::new);
 }
 
 /// `MutexGuard::unlocked_fair` round trip on the lock_api wrapper (the path a

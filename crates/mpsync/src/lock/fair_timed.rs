@@ -6,7 +6,8 @@
 //! |-------------------------------------------|---------------------------------------------|------------------------------------------|
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock (FIFO hand-off) | no: a taken ticket or queued node cannot be withdrawn |
 //! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order, skipping preempted waiters) | yes: a waiter that gives up withdraws by CAS, as against a releaser's claim |
-//! | [`TicketNp`], [`ClhTp`]                   | yes: the plain unlock (queue order, skipping preempted waiters) | not yet (see below) |
+//! | [`TicketNp`]                              | yes: the plain unlock (queue order, skipping preempted waiters) | yes: a waiter that gives up leaves its number to be withdrawn (see below) |
+//! | [`ClhTp`]                                 | yes: the plain unlock (queue order, skipping preempted waiters) | not yet (see below) |
 //! | [`BoundedSteal`]                          | yes: the queue head gets the lock, stealing is off | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`]              | no: the word names no waiter to hand to     | yes: a waiter that gives up just stops   |
 //! | [`TasB`]                                  | no: nobody is known to wait                 | yes: a waiter that gives up stops backing off |
@@ -54,18 +55,29 @@
 //! withdrawal lost to the grant holds the lock and returns it, possibly after
 //! its deadline.
 //!
-//! Left for the next session: timed acquisition for Ticket-np and CLH-TP.
 //! Ticket-np never hands the lock over (the releaser offers a number; its
-//! taker holds the lock only by its own claim CAS), so a timed taker could
-//! simply leave its number to be withdrawn like a preempted taker's. But a
-//! releaser that finds the lock idle returns after a *relaxed* look at `next`,
-//! and in a store-buffer race that look misses a taker that has just taken the
-//! offered number; an untimed taker claims it later, a timed one that left
-//! does not, and the offer is stranded — the lock reads held, and waiters more
-//! than one number back never withdraw it (loom found the stranded offer;
-//! letting every waiter withdraw a stale offer hung the 8-thread torture).
-//! Closing the race costs the untimed unlock a fence or an RMW, to be measured
-//! against `lock-oversub`. CLH-TP's withdrawn node would have to be unlinked
+//! taker holds the lock only by its own claim CAS), so a timed taker whose
+//! deadline passes leaves its number to be withdrawn like a preempted
+//! taker's, and marks its taker slot departed so that the releaser (or the
+//! waiter behind) withdraws it at once. The one offerer that does not wait
+//! for a claim is a releaser that finds the lock idle (`next` equals its
+//! offer); in a store-buffer race that look misses a taker that has just
+//! taken the offered number, which an untimed taker claims later but a
+//! departed one would not (loom found the stranded offer). So the idle
+//! releaser's look is after a SeqCst fence, paired with one in the
+//! departing taker before its last look at `serving`: either the releaser
+//! sees the number taken (and withdraws it), or the departing taker sees the
+//! offer and claims it — returning the lock past its deadline, as the queue
+//! locks' late winners do. The fence is on the idle unlock only (a waiter
+//! behind makes the releaser wait for a claim without it). Its cost, on 2
+//! loaded cores (load average 11–16, a CI run and another helper beside),
+//! binary without the fence vs with it, alternated: `lock-latency --trials
+//! 5`, Ticket-np uncontended, median of 5 runs 11.9 vs 12.2 ns (÷
+//! parking_lot 1.45 vs 1.60; single runs spread 10–14 ns); `lock-oversub
+//! --threads 4,8 --trials 3 --scale 3.34`, Ticket-np ÷ parking_lot with
+//! eBPF on, geometric mean of the 10 points, 2 runs each: 0.83, 0.87 vs
+//! 0.94, 0.68 — within the noise, which is larger than any effect of one
+//! fence per idle unlock. CLH-TP's withdrawn node would have to be unlinked
 //! by its successor, and a withdrawn *tail* leaves a free lock whose tail is
 //! not null (its `try_lock` and `is_locked` read the tail), which needs a
 //! protocol of its own.
@@ -222,6 +234,29 @@ macro_rules! timed_by_lock_slow {
 }
 
 timed_by_lock_slow!(Native, TasB, SpinThenPark);
+
+// SAFETY: a timed waiter takes the lock only by the claim CAS that `lock`
+// uses (on its own number's offer); when it gives up it has claimed nothing,
+// and an offer of its number is withdrawn by whoever made it (the Dekker pair
+// of fences at `TicketNp::depart`) or claimed by the waiter itself on its way
+// out, which then returns the guard.
+unsafe impl RawMutexTimed for TicketNp {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    #[inline]
+    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
+        match deadline_after(timeout) {
+            Some(d) => self.try_lock_until(d),
+            None => Some(self.lock()),
+        }
+    }
+
+    #[inline]
+    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
+        self.try_lock_until_impl(deadline)
+    }
+}
 
 // SAFETY: a timed waiter takes the lock only as `lock` does (the tail swap on
 // an empty queue, or a SUCCESS verdict on a node the releaser claimed); when it

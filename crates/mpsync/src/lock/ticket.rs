@@ -41,7 +41,7 @@
 //! assert_eq!(*a.lock() + *outer + *c.lock(), 6); // nested under a no-preempt lock
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -227,6 +227,11 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// More waiting numbers than slots only make some takers unknown (patience).
 const TAKERS: usize = 8;
 
+/// Low half of a taker slot whose taker gave up (a timed waiter whose deadline
+/// passed): its number is withdrawn at once when it comes up. Kernel keys are
+/// small indices, so `key + 1` never reaches it.
+const DEPARTED: u32 = u32::MAX;
+
 /// Bell bit: a waiter may be parked on this bell (the rest counts rings).
 const SLEEPY: u32 = 1;
 
@@ -277,6 +282,13 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// reach a sleeper (an idle lock's releaser does not ring, a ring from another
 /// process cannot wake a private futex), and a parked taker is off its CPU, so
 /// its number is withdrawn when it comes up and it takes a new one on waking.
+///
+/// Timed acquisition (`lock_api::RawMutexTimed`): a taker whose deadline
+/// passes marks its slot departed and leaves its number, which its offerer
+/// then withdraws at once — except an idle releaser (`next` showed nobody
+/// took the offer), which cannot know; a SeqCst fence on each side makes
+/// that releaser see the number taken, or the departing taker see the offer
+/// and claim it (it then returns the lock, past its deadline). See `depart`.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
@@ -337,6 +349,24 @@ impl TicketNp {
         Ok(l)
     }
 
+    /// The timed acquisition (`lock_api::RawMutexTimed`, in `fair_timed`):
+    /// `try_lock`, then the waiting path until `deadline`.
+    #[inline]
+    pub(super) fn try_lock_until_impl(&self, deadline: Instant) -> Option<super::np::NpToken> {
+        use lock_api::RawMutex;
+        if let Some(g) = self.try_lock() {
+            return Some(g);
+        }
+        let token = super::np::NpToken::request();
+        if self.acquire(token.cb(), Some(deadline)) {
+            Some(token)
+        } else {
+            // Nothing was held: end the request without the warned thread's yield.
+            token.cancel();
+            None
+        }
+    }
+
     /// Offers withdrawn from preempted (or slow) acquirers since creation.
     pub fn withdrawn(&self) -> u64 {
         // Relaxed: a statistic.
@@ -366,8 +396,14 @@ impl TicketNp {
     /// Whether the kernel says the taker of number `t` is off its CPU
     /// (preempted, or blocked): waiting for its claim would then only hold up
     /// every number behind it. `false` when nobody knows.
+    /// A taker that gave up (timed, see `depart`) counts as off its CPU.
     #[inline]
     fn taker_off_cpu(&self, t: u32) -> bool {
+        // Relaxed: see `record_taker` (a missed mark costs a patience).
+        let v = self.taker_slot(t).load(Ordering::Relaxed);
+        if (v >> 32) as u32 == t && v as u32 == DEPARTED {
+            return true;
+        }
         matches!(
             self.taker_state(t),
             Some(sched::native::KernelState::Preempted | sched::native::KernelState::Blocked)
@@ -379,7 +415,7 @@ impl TicketNp {
     fn taker_state(&self, t: u32) -> Option<sched::native::KernelState> {
         // Relaxed: see `record_taker`.
         let v = self.taker_slot(t).load(Ordering::Relaxed);
-        if (v >> 32) as u32 != t || v as u32 == 0 {
+        if (v >> 32) as u32 != t || v as u32 == 0 || v as u32 == DEPARTED {
             return None;
         }
         sched::native::kernel_state_at(v as u32 - 1)
@@ -400,7 +436,7 @@ impl TicketNp {
     /// taker is off its CPU, so its offer is withdrawn at once, and it takes a
     /// new number when it runs again.
     #[cold]
-    fn park(&self, mine: u32, s: u32) {
+    fn park(&self, mine: u32, s: u32, deadline: Option<Instant>) {
         let bell = &self.bells[(mine as usize / 2) % TAKERS];
         // SeqCst (announcement and re-check): a Dekker pair with the ringer's
         // write of `serving` and its SeqCst fence and look at the bell: either
@@ -409,7 +445,11 @@ impl TicketNp {
         if self.serving.load(Ordering::SeqCst) != s {
             return;
         }
-        let _ = sched::park(bell, b, Some(PARK_TIMEOUT));
+        // A timed waiter sleeps at most to its deadline.
+        let t = deadline.map_or(PARK_TIMEOUT, |d| {
+            PARK_TIMEOUT.min(d.saturating_duration_since(Instant::now()))
+        });
+        let _ = sched::park(bell, b, Some(t));
     }
 
     /// Wakes every parked waiter, after `serving` moved (an offer, a
@@ -436,9 +476,12 @@ impl TicketNp {
         }
     }
 
-    /// Takes numbers until one is served: returns with the lock claimed.
+    /// Takes numbers until one is served: returns `true` with the lock
+    /// claimed. With a `deadline`, a waiter that sees it pass gives up
+    /// ([`depart`](Self::depart)) and returns `false` holding nothing — or
+    /// `true` if its number was on offer then and its claim won.
     #[inline]
-    fn acquire(&self, cb: &sched::ContextBlock) {
+    fn acquire(&self, cb: &sched::ContextBlock, deadline: Option<Instant>) -> bool {
         'ticket: loop {
             // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
             let mine = self.next.fetch_add(2, Ordering::Relaxed);
@@ -478,7 +521,7 @@ impl TicketNp {
                         Ordering::Acquire,
                         Ordering::Relaxed,
                     ) {
-                        Ok(_) => return,
+                        Ok(_) => return true,
                         Err(_) => continue 'ticket, // withdrawn just now
                     }
                 }
@@ -488,6 +531,12 @@ impl TicketNp {
                     self.record_taker(mine, cb);
                     cb.pause_no_preempt()
                 });
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    if paused {
+                        cb.resume_no_preempt();
+                    }
+                    return self.depart(mine);
+                }
                 if d == 2 && s & CLAIMED == 0 {
                     // We are next, and the number ahead of us is on offer but not
                     // claimed: its taker may be preempted between taking it and
@@ -539,7 +588,7 @@ impl TicketNp {
                     None => stuck,
                 };
                 if park {
-                    self.park(mine, s);
+                    self.park(mine, s, deadline);
                     still = None;
                     continue;
                 }
@@ -550,6 +599,41 @@ impl TicketNp {
                 proportional_pause((d as u32) / 2);
             }
         }
+    }
+
+    /// A timed waiter holding number `mine` gives up. Nobody hands the lock
+    /// over (a taker holds it only by its own claim), so leaving is enough —
+    /// but the offer of `mine` must not be stranded: whoever offers it and
+    /// sees that `mine` was taken waits for the claim and withdraws it (at
+    /// once: the slot says we left); whoever offers it and sees `next ==
+    /// mine` (nobody took it, as far as it can tell) returns. The fences here
+    /// and in [`hand_over`](Self::hand_over) make the two a Dekker pair: our
+    /// `fetch_add` of `mine` is before our fence, the offer before the
+    /// releaser's; either its later look at `next` sees `mine` taken, or our
+    /// look at `serving` below sees the offer — which we then claim (a late
+    /// win: the caller gets the lock past its deadline). Returns whether we
+    /// claimed.
+    #[cold]
+    fn depart(&self, mine: u32) -> bool {
+        stall::point(stall::TIMED_GAVE_UP);
+        // Relaxed: ordered before the releaser's look by the fences.
+        self.taker_slot(mine).store(
+            (u64::from(mine) << 32) | u64::from(DEPARTED),
+            Ordering::Relaxed,
+        );
+        // SeqCst: pairs with the fence in `hand_over` (Dekker, see above).
+        crate::sync::fence(Ordering::SeqCst);
+        // Relaxed: the claim CAS below synchronizes.
+        let s = self.serving.load(Ordering::Relaxed);
+        // Acquire: as the claim in `acquire`. Fails if the offer was withdrawn
+        // meanwhile (its withdrawer then answers for the next number).
+        if s != mine {
+            return false;
+        }
+        stall::point(stall::TICKET_NP_DEPART_CLAIMING);
+        self.serving
+            .compare_exchange(mine, mine | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The releaser's side: offer the number after ours, wait briefly for its
@@ -575,7 +659,14 @@ impl TicketNp {
             // it (the waiter behind watches that claim, see `acquire`). Relaxed:
             // a hint; an acquirer that took t sees the offer eventually either way.
             if self.next.load(Ordering::Relaxed) == t {
-                return;
+                // Not taken, as far as we can tell; a timed taker that took t
+                // and gave up may have missed our offer: the SeqCst fence pairs
+                // with the one in `depart`, and the look after it sees its
+                // number taken, or it saw (and claimed) the offer.
+                crate::sync::fence(Ordering::SeqCst);
+                if self.next.load(Ordering::Relaxed) == t {
+                    return;
+                }
             }
             // Waiters are behind t: wake those that parked (the offer, or the
             // withdrawal that made it, moved `serving`).
@@ -642,7 +733,8 @@ unsafe impl lock_api::RawMutex for TicketNp {
     #[inline]
     fn lock(&self) -> Self::Guard {
         let token = super::np::NpToken::request();
-        self.acquire(token.cb());
+        let claimed = self.acquire(token.cb(), None);
+        debug_assert!(claimed);
         token
     }
 
@@ -1035,6 +1127,156 @@ mod tests {
             "the release did not ring the parked waiter's bell ({v})"
         );
         assert!(!l.is_locked());
+    }
+
+    /// The offer arrives exactly as a timed taker gives up: the taker is
+    /// stopped at `timed_lock.gave_up` (its deadline already passed while it
+    /// waited behind the holder); the holder releases and offers its number,
+    /// waiting for the claim (a 1 s patience, no kernel answers: the stopped
+    /// taker is not given up on meanwhile). On its way out the taker sees
+    /// the offer and claims it: it must return the guard (the lock is its),
+    /// run its section alone, and leave the lock free. Rounds repeat (at most
+    /// 5) while the releaser's patience ran out first on a loaded machine (the
+    /// taker then finds its number withdrawn and returns `None`, also
+    /// correct); a departing taker that dropped a won claim leaves the lock
+    /// held by nobody, which the final `try_lock` reports.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn a_timed_taker_that_sees_its_offer_on_the_way_out_claims_it() {
+        use crate::sched::stall::Trap;
+        use lock_api::RawMutexTimed;
+        use std::sync::atomic::AtomicBool as StdBool;
+        use std::sync::mpsc::channel;
+        const T: Duration = Duration::from_secs(20);
+        let mut won = false;
+        for round in 0..5 {
+            let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
+            l.ask_kernel = false;
+            let inside = StdBool::new(false);
+            let got = std::thread::scope(|s| {
+                let (l, inside) = (&l, &inside);
+                let (held, held_rx) = channel::<()>();
+                let (release, release_rx) = channel::<()>();
+                // The holder: number 0; its unlock waits for the claim of 2.
+                let holder = s.spawn(move || {
+                    let g = l.lock();
+                    held.send(()).unwrap();
+                    let _ = release_rx.recv();
+                    l.unlock_now(g);
+                });
+                held_rx.recv_timeout(T).unwrap();
+                let (w_id, w_id_rx) = channel();
+                let (w_go, w_go_rx) = channel::<()>();
+                let w = s.spawn(move || {
+                    w_id.send(sched::current().id()).unwrap();
+                    let _ = w_go_rx.recv();
+                    // Number 2; the deadline passes while 0 is held.
+                    let g = l.try_lock_for(Duration::from_millis(1))?;
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
+                    inside.store(false, Ordering::SeqCst);
+                    l.unlock_now(g);
+                    Some(())
+                });
+                let gave_up = Trap::at(stall::TIMED_GAVE_UP)
+                    .thread(w_id_rx.recv().unwrap())
+                    .arm();
+                w_go.send(()).unwrap();
+                gave_up.wait_hit(T).unwrap();
+                // The holder releases; we wait until 2 is on offer.
+                release.send(()).unwrap();
+                let start = std::time::Instant::now();
+                // Relaxed: polling; the verdict is the waiter's return.
+                while l.serving.load(Ordering::Relaxed) == CLAIMED && start.elapsed() < T {
+                    std::hint::spin_loop();
+                }
+                gave_up.release();
+                let got = w.join().unwrap().is_some();
+                holder.join().unwrap();
+                got
+            });
+            let free = l.try_lock();
+            let was_free = free.is_some();
+            if let Some(g) = free {
+                l.unlock_now(g);
+            }
+            assert!(
+                was_free,
+                "round {round}: the lock stayed held after the timed taker returned {}",
+                if got { "the guard" } else { "None" }
+            );
+            if got {
+                won = true;
+                break;
+            }
+        }
+        assert!(
+            won,
+            "the timed taker never claimed the offer it saw on its way out (5 rounds)"
+        );
+    }
+
+    /// The other side of that race: the timed taker has seen its number on
+    /// offer on its way out and is stopped before claiming it
+    /// (`ticket_np.depart_claiming`); the releaser, seeing the number taken
+    /// and its taker departed, withdraws it at once, and the lock is free.
+    /// When the taker goes on, its claim must fail (a CAS from the offer it
+    /// saw): it returns `None` and the lock stays free. A claim that
+    /// overwrote the word (a swap) would leave the lock held by nobody.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn a_timed_taker_whose_offer_is_withdrawn_on_its_way_out_holds_nothing() {
+        use crate::sched::stall::Trap;
+        use lock_api::RawMutexTimed;
+        use std::sync::mpsc::channel;
+        const T: Duration = Duration::from_secs(20);
+        // A patience far beyond the test: only the departed mark withdraws.
+        let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
+        l.ask_kernel = false;
+        std::thread::scope(|s| {
+            let l = &l;
+            let (held, held_rx) = channel::<()>();
+            let (release, release_rx) = channel::<()>();
+            let holder = s.spawn(move || {
+                let g = l.lock(); // number 0
+                held.send(()).unwrap();
+                let _ = release_rx.recv();
+                l.unlock_now(g); // offers 2, withdraws it (departed), returns
+            });
+            held_rx.recv_timeout(T).unwrap();
+            let (w_id, w_id_rx) = channel();
+            let (w_go, w_go_rx) = channel::<()>();
+            let w = s.spawn(move || {
+                w_id.send(sched::current().id()).unwrap();
+                let _ = w_go_rx.recv();
+                l.try_lock_for(Duration::from_millis(1))
+                    .map(|g| l.unlock_now(g))
+            });
+            let w_id = w_id_rx.recv().unwrap();
+            let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
+            let claiming = Trap::at(stall::TICKET_NP_DEPART_CLAIMING)
+                .thread(w_id)
+                .arm();
+            w_go.send(()).unwrap();
+            gave_up.wait_hit(T).unwrap(); // number 2 taken, deadline passed
+            release.send(()).unwrap();
+            // Relaxed: polling; 2 on offer, the releaser waits for its claim.
+            let start = std::time::Instant::now();
+            while l.serving.load(Ordering::Relaxed) == CLAIMED && start.elapsed() < T {
+                std::hint::spin_loop();
+            }
+            gave_up.release();
+            claiming.wait_hit(T).unwrap(); // the taker saw 2 on offer
+            holder.join().unwrap(); // the releaser withdrew 2 (departed)
+            // Relaxed: the join ordered the withdrawal before.
+            assert_eq!(l.serving.load(Ordering::Relaxed), 4, "2 withdrawn, 4 free");
+            claiming.release();
+            let got = w.join().unwrap();
+            assert!(got.is_none(), "the taker claimed a withdrawn offer");
+        });
+        assert!(!l.is_locked(), "the lock stayed held after the taker left");
+        let g = l.try_lock().expect("free");
+        l.unlock_now(g);
+        assert_eq!(l.withdrawn(), 1);
     }
 
     #[test]

@@ -117,6 +117,11 @@ points! {
     /// claims it (the releaser may withdraw the offer here: the claim must fail).
     TICKET_NP_CLAIMING = "ticket_np.claiming",
         "Ticket-np acquire: own number seen offered, claim CAS not yet made", boost 8;
+    /// A timed Ticket-np taker giving up has seen its own number on offer and
+    /// not yet claimed it (the releaser may withdraw it here: the claim must
+    /// fail, and the taker then holds nothing).
+    TICKET_NP_DEPART_CLAIMING = "ticket_np.depart_claiming",
+        "Ticket-np depart: own number seen offered on the way out, claim CAS not yet made", boost 8;
     /// A queue lock's acquirer between swapping itself into the tail and linking
     /// its node behind its predecessor (the releaser waits on that link).
     QUEUE_LOCK_LINK = "queue_lock.link",
