@@ -1229,54 +1229,79 @@ mod tests {
         use lock_api::RawMutexTimed;
         use std::sync::mpsc::channel;
         const T: Duration = Duration::from_secs(20);
-        // A patience far beyond the test: only the departed mark withdraws.
-        let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
-        l.ask_kernel = false;
-        std::thread::scope(|s| {
-            let l = &l;
-            let (held, held_rx) = channel::<()>();
-            let (release, release_rx) = channel::<()>();
-            let holder = s.spawn(move || {
-                let g = l.lock(); // number 0
-                held.send(()).unwrap();
-                let _ = release_rx.recv();
-                l.unlock_now(g); // offers 2, withdraws it (departed), returns
+        // The case under test needs the taker's last look to see 2 on offer
+        // before the releaser withdraws it; on a loaded machine the releaser
+        // may see the departed mark and withdraw first (the taker then returns
+        // at its look, holding nothing: checked too). Rounds until the case
+        // under test happened.
+        let mut raced = 0u32;
+        for _round in 0..20 {
+            // A patience far beyond the test: only the departed mark withdraws.
+            let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
+            l.ask_kernel = false;
+            std::thread::scope(|s| {
+                let l = &l;
+                let (held, held_rx) = channel::<()>();
+                let (release, release_rx) = channel::<()>();
+                let holder = s.spawn(move || {
+                    let g = l.lock(); // number 0
+                    held.send(()).unwrap();
+                    let _ = release_rx.recv();
+                    l.unlock_now(g); // offers 2, withdraws it (departed), returns
+                });
+                held_rx.recv_timeout(T).unwrap();
+                let (w_id, w_id_rx) = channel();
+                let (w_go, w_go_rx) = channel::<()>();
+                let w = s.spawn(move || {
+                    w_id.send(sched::current().id()).unwrap();
+                    let _ = w_go_rx.recv();
+                    l.try_lock_for(Duration::from_millis(1))
+                        .map(|g| l.unlock_now(g))
+                });
+                let w_id = w_id_rx.recv().unwrap();
+                let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
+                let claiming = Trap::at(stall::TICKET_NP_DEPART_CLAIMING)
+                    .thread(w_id)
+                    .arm();
+                w_go.send(()).unwrap();
+                gave_up.wait_hit(T).unwrap(); // number 2 taken, deadline passed
+                release.send(()).unwrap();
+                // Relaxed: polling; 2 on offer, the releaser waits for its claim.
+                let start = std::time::Instant::now();
+                while l.serving.load(Ordering::Relaxed) == CLAIMED && start.elapsed() < T {
+                    std::hint::spin_loop();
+                }
+                gave_up.release();
+                // The taker stops before its claim (it saw 2 on offer), or it
+                // returns (the releaser withdrew 2 before its look).
+                let mut hit = false;
+                while start.elapsed() < T && !w.is_finished() {
+                    if claiming.wait_hit(Duration::from_millis(5)).is_ok() {
+                        hit = true;
+                        break;
+                    }
+                }
+                assert!(hit || w.is_finished(), "the taker neither claimed nor left");
+                holder.join().unwrap(); // the releaser withdrew 2 (departed)
+                // Relaxed: the join ordered the withdrawal before.
+                assert_eq!(l.serving.load(Ordering::Relaxed), 4, "2 withdrawn, 4 free");
+                claiming.release();
+                let got = w.join().unwrap();
+                assert!(got.is_none(), "the taker claimed a withdrawn offer");
+                raced += u32::from(hit);
             });
-            held_rx.recv_timeout(T).unwrap();
-            let (w_id, w_id_rx) = channel();
-            let (w_go, w_go_rx) = channel::<()>();
-            let w = s.spawn(move || {
-                w_id.send(sched::current().id()).unwrap();
-                let _ = w_go_rx.recv();
-                l.try_lock_for(Duration::from_millis(1))
-                    .map(|g| l.unlock_now(g))
-            });
-            let w_id = w_id_rx.recv().unwrap();
-            let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
-            let claiming = Trap::at(stall::TICKET_NP_DEPART_CLAIMING)
-                .thread(w_id)
-                .arm();
-            w_go.send(()).unwrap();
-            gave_up.wait_hit(T).unwrap(); // number 2 taken, deadline passed
-            release.send(()).unwrap();
-            // Relaxed: polling; 2 on offer, the releaser waits for its claim.
-            let start = std::time::Instant::now();
-            while l.serving.load(Ordering::Relaxed) == CLAIMED && start.elapsed() < T {
-                std::hint::spin_loop();
+            assert!(!l.is_locked(), "the lock stayed held after the taker left");
+            let g = l.try_lock().expect("free");
+            l.unlock_now(g);
+            assert_eq!(l.withdrawn(), 1);
+            if raced > 0 {
+                break;
             }
-            gave_up.release();
-            claiming.wait_hit(T).unwrap(); // the taker saw 2 on offer
-            holder.join().unwrap(); // the releaser withdrew 2 (departed)
-            // Relaxed: the join ordered the withdrawal before.
-            assert_eq!(l.serving.load(Ordering::Relaxed), 4, "2 withdrawn, 4 free");
-            claiming.release();
-            let got = w.join().unwrap();
-            assert!(got.is_none(), "the taker claimed a withdrawn offer");
-        });
-        assert!(!l.is_locked(), "the lock stayed held after the taker left");
-        let g = l.try_lock().expect("free");
-        l.unlock_now(g);
-        assert_eq!(l.withdrawn(), 1);
+        }
+        assert!(
+            raced > 0,
+            "in 20 rounds the releaser always withdrew before the taker's look"
+        );
     }
 
     #[test]
