@@ -11,7 +11,7 @@
 //!
 //! Run with `--nocapture` to see the detection latency distribution.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +19,7 @@ use mpsync::sched::{self, ContextBlock, native};
 use mpsync::util::clock::now_ns;
 
 mod common;
-use common::ebpf::{OnDrop, kernel_answers};
-
-fn pin(cpu: usize) {
-    native::pin_current_thread(cpu).expect("pin");
-}
+use common::ebpf::{OnDrop, kernel_answers, with_contended_victim};
 
 fn quantile(v: &mut [u64], q: f64) -> u64 {
     v.sort_unstable();
@@ -35,13 +31,6 @@ fn ebpf_preempted_thread_is_reported_within_100us_and_running_after() {
     if !kernel_answers("ebpf_preempted_thread_is_reported_within_100us_and_running_after") {
         return;
     }
-    let cpus = native::available_cpus().unwrap();
-    if cpus.len() < 2 {
-        println!("SKIPPED: needs 2 CPUs (an observer beside the contended one); have {cpus:?}");
-        return;
-    }
-    let (contended, observer_cpu) = (cpus[0], cpus[1]);
-    let stop = AtomicBool::new(false);
     // The victim's last "I am running" time (ns), written continuously.
     let last_run = AtomicU64::new(0);
     // Transitions to see each way, and undisturbed latency samples to judge. On
@@ -51,26 +40,8 @@ fn ebpf_preempted_thread_is_reported_within_100us_and_running_after() {
     const WANT: usize = 20;
     const SAMPLES: usize = 20;
     const AT_LEAST: usize = 5;
-    let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            pin(contended);
-            tx.send(sched::current()).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                last_run.store(now_ns(), Ordering::Relaxed);
-            }
-        });
-        // The competitor: CPU-bound on the same CPU.
-        s.spawn(|| {
-            pin(contended);
-            let mut x = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                x = std::hint::black_box(x.wrapping_add(1));
-            }
-        });
-        let _release = OnDrop(|| stop.store(true, Ordering::Relaxed));
-        let victim = rx.recv().unwrap();
-        pin(observer_cpu);
+    let on_spin = || last_run.store(now_ns(), Ordering::Relaxed);
+    with_contended_victim(on_spin, |victim, stop| {
         let me = sched::current();
         let off_cpu = |v: Option<native::KernelView>| v.map_or(0, |v| v.preemptions + v.blocks);
         let start_view = native::kernel_view(victim).expect("the victim has a slot");

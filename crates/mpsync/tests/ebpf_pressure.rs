@@ -33,7 +33,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const PATIENT: Duration = Duration::from_secs(30);
 
 mod common;
-use common::ebpf::{OnDrop, kernel_answers};
+use common::ebpf::{OnDrop, kernel_answers, pin, with_contended_victim};
 
 /// The registered threads and what the kernel says of them (for messages).
 fn registered() -> String {
@@ -42,10 +42,6 @@ fn registered() -> String {
         .map(|cb| format!("#{}: {:?}", cb.id(), native::kernel_view(cb)))
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-fn pin(cpu: usize) {
-    native::pin_current_thread(cpu).expect("pin");
 }
 
 /// Waits until no registered thread is preempted or woken and not yet running
@@ -70,39 +66,10 @@ fn wait_for_zero(what: &str) {
     }
 }
 
-/// Runs `f` on the observer (this thread, pinned to another CPU) while a
-/// registered victim and a registered competitor, both CPU-bound, share one
-/// CPU: the victim is preempted about half the time.
+/// Runs `f` on the observer while a registered victim and a competitor share
+/// one CPU ([`with_contended_victim`]).
 fn with_pressure<R>(f: impl FnOnce(&'static ContextBlock) -> R) -> Option<R> {
-    let cpus = native::available_cpus().unwrap();
-    if cpus.len() < 2 {
-        println!("SKIPPED: needs 2 CPUs (an observer beside the contended one); have {cpus:?}");
-        return None;
-    }
-    let (contended, observer_cpu) = (cpus[0], cpus[1]);
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
-    let r = std::thread::scope(|s| {
-        s.spawn(|| {
-            pin(contended);
-            tx.send(sched::current()).unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        });
-        s.spawn(|| {
-            pin(contended);
-            let mut x = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                x = std::hint::black_box(x.wrapping_add(1));
-            }
-        });
-        let _release = OnDrop(|| stop.store(true, Ordering::Relaxed));
-        let victim = rx.recv().unwrap();
-        pin(observer_cpu);
-        f(victim)
-    });
-    Some(r)
+    with_contended_victim(std::hint::spin_loop, |victim, _stop| f(victim))
 }
 
 #[test]

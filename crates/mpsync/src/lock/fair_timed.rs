@@ -121,11 +121,18 @@ use super::{McsTp, QueuedHandshaking, SmartQ, Tas};
 use crate::sched::{self, Wait, Waiter};
 use crate::sync::Ordering;
 
-/// The deadline `timeout` from now; `None` (no deadline: wait without one) if
-/// it cannot be represented.
+/// `try_lock_for` of every lock here: `try_lock_until` the deadline `timeout`
+/// from now, or a plain `lock` (no deadline) if that instant cannot be
+/// represented.
 #[inline]
-fn deadline_after(timeout: Duration) -> Option<Instant> {
-    Instant::now().checked_add(timeout)
+fn try_lock_for_until<L: RawMutexTimed<Instant = Instant>>(
+    l: &L,
+    timeout: Duration,
+) -> Option<L::Guard> {
+    match Instant::now().checked_add(timeout) {
+        Some(d) => l.try_lock_until(d),
+        None => Some(l.lock()),
+    }
 }
 
 /// `RawMutexFair` as the plain unlock, for locks that never let a newcomer
@@ -215,10 +222,7 @@ macro_rules! timed_by_lock_slow {
 
             #[inline]
             fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-                match deadline_after(timeout) {
-                    Some(d) => self.try_lock_until(d),
-                    None => Some(self.lock()),
-                }
+                try_lock_for_until(self, timeout)
             }
 
             #[inline]
@@ -246,10 +250,7 @@ unsafe impl RawMutexTimed for TicketNp {
 
     #[inline]
     fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-        match deadline_after(timeout) {
-            Some(d) => self.try_lock_until(d),
-            None => Some(self.lock()),
-        }
+        try_lock_for_until(self, timeout)
     }
 
     #[inline]
@@ -269,10 +270,7 @@ unsafe impl<P: SkipPolicy> RawMutexTimed for SkipQueue<P> {
 
     #[inline]
     fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-        match deadline_after(timeout) {
-            Some(d) => self.try_lock_until(d),
-            None => Some(self.lock()),
-        }
+        try_lock_for_until(self, timeout)
     }
 
     #[inline]
@@ -298,10 +296,7 @@ unsafe impl RawMutexTimed for BoundedSteal {
 
     #[inline]
     fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
-        match deadline_after(timeout) {
-            Some(d) => self.try_lock_until(d),
-            None => Some(self.lock()),
-        }
+        try_lock_for_until(self, timeout)
     }
 
     fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {

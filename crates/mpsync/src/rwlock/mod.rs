@@ -267,6 +267,7 @@ mod tests {
             l.try_lock_shared().is_none(),
             "a reader beside the upgraded writer"
         );
+        // SAFETY: `w` came from the upgrade just above, on this thread.
         unsafe { l.unlock_exclusive(w) };
         assert!(!l.is_locked());
     }

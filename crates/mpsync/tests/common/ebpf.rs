@@ -1,6 +1,9 @@
 //! Helpers of the eBPF tests (`tests/ebpf.rs`, `tests/ebpf_pressure.rs`).
 
-use mpsync::sched::native;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
+use mpsync::sched::{self, ContextBlock, native};
 
 /// Whether the kernel answers here; prints `SKIPPED: <test>: <reason>` when it
 /// may not (the program not built, not root, no BTF, or switched off by
@@ -36,4 +39,51 @@ impl<F: FnMut()> Drop for OnDrop<F> {
     fn drop(&mut self) {
         (self.0)();
     }
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin(cpu: usize) {
+    native::pin_current_thread(cpu).expect("pin");
+}
+
+/// Runs `f` on the observer (this thread, pinned to the second available CPU)
+/// while a registered victim and a registered competitor, both CPU-bound, share
+/// the first CPU: the victim is preempted about half the time. The victim runs
+/// `on_spin` in its loop; `f` gets the victim's context block and the flag that
+/// stops both (set again when `f` returns or unwinds). `None`, after printing
+/// `SKIPPED: ...`, with fewer than 2 CPUs.
+pub fn with_contended_victim<R>(
+    on_spin: impl Fn() + Sync,
+    f: impl FnOnce(&'static ContextBlock, &AtomicBool) -> R,
+) -> Option<R> {
+    let cpus = native::available_cpus().unwrap();
+    if cpus.len() < 2 {
+        println!("SKIPPED: needs 2 CPUs (an observer beside the contended one); have {cpus:?}");
+        return None;
+    }
+    let (contended, observer_cpu) = (cpus[0], cpus[1]);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            pin(contended);
+            tx.send(sched::current()).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                on_spin();
+            }
+        });
+        // The competitor: CPU-bound on the same CPU.
+        s.spawn(|| {
+            pin(contended);
+            let mut x = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        });
+        let _release = OnDrop(|| stop.store(true, Ordering::Relaxed));
+        let victim = rx.recv().unwrap();
+        pin(observer_cpu);
+        f(victim, &stop)
+    });
+    Some(r)
 }
