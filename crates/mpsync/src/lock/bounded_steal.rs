@@ -12,7 +12,7 @@
 //!   [`Waiter`](crate::sched::Waiter) that watches the holder; the head parks
 //!   when the holder is preempted or holds the lock beyond the waiter's
 //!   patience ([`HEAD_PARKED`] tells the releaser to wake it). Later waiters
-//!   spin at most [`STEAL_PATIENCE`] (a hand-over under way), then park, and
+//!   spin at most [`QUEUED_PATIENCE`] (a hand-over under way), then park, and
 //!   are woken *one step ahead*: when the waiter in front of them
 //!   takes the lock and leaves the queue, so they are awake and spinning by the
 //!   time the lock is free again. With the kernel's answer, patience parks the
@@ -98,14 +98,33 @@ pub const HEAD_PARKED: u32 = 4;
 /// Default fairness bound: a queue head waiting this long stops stealing.
 pub const FAIR_AFTER: Duration = Duration::from_micros(500);
 
-/// How long an arriving thread spins for a held lock before it queues: about
-/// two critical sections of a contended lock; beyond that, the time is better
-/// left to the holder and the head.
-pub const STEAL_PATIENCE: Duration = Duration::from_micros(2);
+/// How long an arriving thread spins for a held lock before it queues (less
+/// if the holder is preempted: the [`Waiter`] then says so at once). Long
+/// enough to outlast a critical section that runs, including one lengthened
+/// by the wake-up a new holder sends its successor from inside it (a futex
+/// wake, a few µs): an arrival that gives up queues behind every waiter and
+/// sleeps, and starts a turn out of order. Measured (issue 13, 8 threads on
+/// 2 cores, CS 0.2 µs / NCS 2 µs, counting queueings): with 2 µs (the first
+/// choice), 560–3,300 arrivals a second queued that way at quiet moments
+/// (9–40 % of all queueings) and 550–5,200 under load; with 10 or 20 µs,
+/// 3–150 under load.
+pub const STEAL_PATIENCE: Duration = Duration::from_micros(10);
+
+/// How long a waiter queued behind the head spins before it sleeps (it spins
+/// at all only while the holder runs and, where the kernel answers, nobody
+/// waits for a CPU): a hand-over already under way; beyond that its processor
+/// is better left to the holder and the head.
+pub const QUEUED_PATIENCE: Duration = Duration::from_micros(2);
 
 /// Default steal budget: acquisitions a thread may make outside the queue in a
 /// row while others are queued (a turn of ≈ 0.1–0.3 ms for microsecond
-/// critical sections).
+/// critical sections). Each turn costs a sleep and a wake-up (issue 13, 8
+/// threads on 2 cores, CS 0.2 µs / NCS 2 µs, quiet moments of the 2-core
+/// machine: ~6,000 turns a second, 0.83× parking_lot with fairness 0.95;
+/// without a budget 0.95–1.02× with fairness 0.74–0.93). Larger budgets were
+/// tried and not taken: on the same machine loaded by other work (load 10–16),
+/// 256 and 512 let the fairness fall to 0.43–0.73 in some rounds where 128
+/// kept it ≥ 0.81.
 pub const STEAL_BUDGET: u32 = 128;
 
 #[cfg(not(loom))]
@@ -354,10 +373,10 @@ impl BoundedSteal {
 
     /// Queued behind someone: sleep until made head (woken one step ahead).
     /// Only the head waits for the lock spinning; a waiter behind it spins at
-    /// most [`STEAL_PATIENCE`] (a hand-over already under way), then sleeps,
+    /// most [`QUEUED_PATIENCE`] (a hand-over already under way), then sleeps,
     /// leaving its processor to the holder and the head.
     fn wait_to_be_head(&self, n: &Node) {
-        let mut waiter = Self::waiter(Waiter::with_patience_ns(STEAL_PATIENCE.as_nanos() as u64));
+        let mut waiter = Self::waiter(Waiter::with_patience_ns(QUEUED_PATIENCE.as_nanos() as u64));
         loop {
             // Acquire: pairs with the predecessor's AcqRel swap to HEAD.
             if n.status.load(Ordering::Acquire) == HEAD {
@@ -593,7 +612,7 @@ mod tests {
     fn its_waits_count_wakeups() {
         for w in [
             Waiter::bounded_ns(STEAL_PATIENCE.as_nanos() as u64),
-            Waiter::with_patience_ns(STEAL_PATIENCE.as_nanos() as u64),
+            Waiter::with_patience_ns(QUEUED_PATIENCE.as_nanos() as u64),
             Waiter::new(),
         ] {
             assert!(!w.counts_wakeups());
@@ -697,7 +716,7 @@ mod tests {
     }
 
     /// Only the head waits for the lock spinning: a waiter queued behind it
-    /// announces SLEEPING and sleeps (after at most STEAL_PATIENCE of
+    /// announces SLEEPING and sleeps (after at most QUEUED_PATIENCE of
     /// spinning), while the holder still holds the lock.
     #[test]
     #[cfg_attr(miri, ignore = "waits on real time for queued threads")]

@@ -237,7 +237,7 @@ mod tas_b;
 mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
-pub use bounded_steal::{BoundedSteal, FAIR_AFTER, STEAL_BUDGET, STEAL_PATIENCE};
+pub use bounded_steal::{BoundedSteal, FAIR_AFTER, QUEUED_PATIENCE, STEAL_BUDGET, STEAL_PATIENCE};
 pub use clh::{Clh, ClhGuard};
 pub use clh_tp::{ClhTp, ClhTpGuard};
 pub use condvar::{Condvar, WaitTimeoutResult};
