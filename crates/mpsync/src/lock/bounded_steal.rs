@@ -130,8 +130,8 @@ pub const QUEUED_PATIENCE: Duration = Duration::from_micros(2);
 /// 256 and 512 let the fairness fall to 0.43–0.73 in some rounds where 128
 /// kept it ≥ 0.81. On 2 CPUs of a quiet 16-core machine (8 threads, 1 s
 /// rounds, 10 µs steal spin) budgets of 128, 512, 2048 and 10⁶ gave the same
-/// throughput within the rounds' noise (CS 0.2 / NCS 2: 0.73–0.89× parking_lot,
-/// fairness ≥ 0.95 for all), so the budget is not what keeps bounded-steal
+/// throughput within the rounds' noise (CS 0.2 / NCS 2 at 8 threads: 0.73–0.89×
+/// parking_lot, fairness ≥ 0.95 for all), so the budget is not what keeps bounded-steal
 /// below parking_lot there.
 pub const STEAL_BUDGET: u32 = 128;
 
