@@ -106,7 +106,7 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "real time: the releaser's patience is a clock")]
     fn handshaking_rescinds_an_unacknowledged_offer() {
-        skips_a_stalled_waiter::<HandshakePolicy>(true, WAITING, |_| ());
+        skips_a_stalled_waiter::<HandshakePolicy>(Some(0), WAITING, |_| ());
     }
 
     /// An acknowledged waiter resumed its no-preempt request first.

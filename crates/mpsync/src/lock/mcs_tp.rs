@@ -44,15 +44,27 @@ pub type McsTp = SkipQueue<TpPolicy>;
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::lock::skipq::{WAITING, tests::skips_a_stalled_waiter};
+    use crate::lock::skipq::{GRANT_FRESH_NS, WAITING, tests::skips_a_stalled_waiter};
     use crate::sync::Ordering;
 
     #[test]
     #[cfg_attr(miri, ignore = "real time: the releaser's patience is a clock")]
     fn mcs_tp_skips_a_waiter_with_a_stale_heartbeat() {
-        skips_a_stalled_waiter::<TpPolicy>(false, WAITING, |cb| {
+        skips_a_stalled_waiter::<TpPolicy>(None, WAITING, |cb| {
             // Relaxed: test setup before the block is shared.
             cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago
         });
+    }
+
+    /// Natively, with heartbeats only, a waiter whose heartbeat is fresh by
+    /// the general threshold (100 µs) but older than the grant's
+    /// [`GRANT_FRESH_NS`] is not handed the lock: a spinning waiter publishes
+    /// every few µs, so it is most likely off its CPU.
+    #[test]
+    #[cfg_attr(miri, ignore = "real time: the releaser's patience is a clock")]
+    fn mcs_tp_skips_a_waiter_preempted_less_than_the_threshold_ago() {
+        let age = 3 * GRANT_FRESH_NS;
+        assert!(std::time::Duration::from_nanos(age) < crate::sched::native::heartbeat_threshold());
+        skips_a_stalled_waiter::<TpPolicy>(Some(age), WAITING, |_| ());
     }
 }

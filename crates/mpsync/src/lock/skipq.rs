@@ -36,6 +36,17 @@
 //! 0.6–1.15× parking_lot fell to 0.1–0.97×). No lock here calls
 //! `sched_yield` natively.
 //!
+//! Where the kernel does not answer (eBPF off or not permitted), "preempted"
+//! is a stale heartbeat, and two rules keep heartbeats honest: a new holder
+//! publishes one as it takes the lock (else one that took it from an empty
+//! queue looked preempted to every waiter, which parked at once), and the
+//! releaser hands the lock only to a waiter whose heartbeat is at most
+//! [`GRANT_FRESH_NS`] old — a spinning waiter publishes every few µs, and the
+//! general 100 µs threshold let a waiter preempted less than 100 µs ago be
+//! granted, the lock then waiting out its time off the CPU. (cs1-ncs1, 8
+//! threads pinned on 2 loaded cores, eBPF off: Smart-Q/MCS-TP 0.1× →
+//! 0.5–0.9× parking_lot.)
+//!
 //! A parked waiter must never be handed the lock — the lock would then wait
 //! for it to wake up. So the grant is a CAS on the waiter's node state:
 //!
@@ -225,6 +236,16 @@ pub struct SkipGuard {
 /// waiter getting its processor back).
 pub const SKIP_DEFAULT_PATIENCE_NS: u64 = 20_000;
 
+/// Natively, where the kernel does not answer for a waiter (heartbeats only),
+/// the releaser hands the lock only to a waiter whose heartbeat is at most
+/// this old. A spinning waiter publishes one every
+/// [`CHECK_EVERY`] spins (≈ 1–2 µs), so a running one is far fresher; the
+/// general staleness threshold ([`sched::native::heartbeat_threshold`],
+/// 100 µs) let a waiter preempted up to 100 µs ago be handed the lock, which
+/// then waited out its whole time off the CPU (a tick or more). Skipping a
+/// running waiter by mistake only sends it round the queue again.
+pub const GRANT_FRESH_NS: u64 = 20_000;
+
 super::loom_const_new! {
     impl[P: SkipPolicy] SkipQueue<P> {
         /// An unlocked lock.
@@ -284,9 +305,23 @@ impl<P: SkipPolicy> SkipQueue<P> {
     }
 
     /// The calling thread (`cb`, node `me`) now holds the lock: record it for
-    /// the waiters' advice and wake the successor one step ahead of its turn.
+    /// the waiters' advice (with a fresh heartbeat where the kernel does not
+    /// answer for it) and wake the successor one step ahead of its turn.
     #[inline]
     fn acquired(&self, me: &SkipNode, cb: &'static ContextBlock) {
+        // Where the kernel does not answer for us (eBPF off or not permitted),
+        // waiters judge the holder by its heartbeat (`Waiter::spin`, the
+        // retry rule of `wait_native`). A thread that took the lock from an
+        // empty queue has published none since its last wait, maybe long
+        // ago: it looked preempted to every waiter at its first look, and
+        // they all parked (cs1-ncs1 pinned, 8 threads on 2 cores, eBPF off:
+        // ~50k parks/s, most hand-overs to a parked waiter that had to be
+        // woken first). One clock read, only without the kernel's answer
+        // (and not under loom, where heartbeats are not part of the model).
+        #[cfg(not(loom))]
+        if sched::native::kernel_preempted(cb).is_none() {
+            cb.publish_heartbeat();
+        }
         // Release: pairs with the Acquire load of `holder()`.
         self.holder.store(
             cb as *const ContextBlock as *mut ContextBlock,
@@ -553,7 +588,7 @@ impl<P: SkipPolicy> SkipQueue<P> {
             // Acquire: pairs with the waiter's AcqRel announcement.
             match c.state.load(Ordering::Acquire) {
                 WAITING => {
-                    if sched::is_preempted(cb) {
+                    if not_running(cb) {
                         return false;
                     }
                     // Acquire: pairs with the waiter's announcement when it
@@ -602,6 +637,25 @@ impl<P: SkipPolicy> SkipQueue<P> {
             unsafe { return_node(c) };
         }
     }
+}
+
+/// Releaser side: whether the spinning (`WAITING`) waiter `cb` is to be
+/// skipped as not running — [`sched::is_preempted`], and natively, where the
+/// kernel does not answer for it, also a heartbeat older than
+/// [`GRANT_FRESH_NS`]. Threads attached to the emulated scheduler are judged
+/// as in the papers (its state word, the general threshold).
+#[inline]
+fn not_running(cb: &ContextBlock) -> bool {
+    if sched::is_preempted(cb) {
+        return true;
+    }
+    // Under loom real time is not part of the model (as in `presumed_preempted`).
+    #[cfg(not(loom))]
+    if sched::native::kernel_preempted(cb).is_none() && !sched::emulated::is_attached(cb) {
+        let hb = cb.heartbeat_ns();
+        return hb != 0 && crate::util::clock::now_ns().saturating_sub(hb) > GRANT_FRESH_NS;
+    }
+    false
 }
 
 /// Whether `deadline` (if any) has passed. Reads the clock only for a timed
@@ -772,12 +826,14 @@ pub(super) mod tests {
     /// Holds `l`, enqueues a waiter that cannot run (its node is driven by hand,
     /// in `state`, its context block set up by `stall`), then a live waiter
     /// thread; on release the stalled waiter must be skipped with FAILURE and
-    /// the live one served. `fresh`: publish the stalled waiter's heartbeat
-    /// right before the release, so that only the policy's own check (the state
-    /// word, the handshake, the node state) can find it stalled, not a heartbeat
-    /// gone stale while the test set up. Returns the stalled block.
+    /// the live one served. `fresh`: `Some(age)`: right before the release,
+    /// set the stalled waiter's heartbeat to `age` ns ago (`Some(0)`: publish
+    /// it), so that only the policy's own check (the state word, the
+    /// handshake, the node state, the grant's freshness rule) can find it
+    /// stalled, not a heartbeat gone stale while the test set up. Returns the
+    /// stalled block.
     pub(in crate::lock) fn skips_a_stalled_waiter<P: SkipPolicy>(
-        fresh: bool,
+        fresh: Option<u64>,
         state: u32,
         stall: impl FnOnce(&'static ContextBlock),
     ) -> &'static ContextBlock {
@@ -808,8 +864,12 @@ pub(super) mod tests {
             while ghost.next.load(Ordering::Acquire).is_null() {
                 std::hint::spin_loop();
             }
-            if fresh {
-                cb.publish_heartbeat();
+            if let Some(age) = fresh {
+                // Relaxed: a hint, as `publish_heartbeat`'s store.
+                cb.peer.heartbeat.store(
+                    crate::util::clock::now_ns().saturating_sub(age),
+                    Ordering::Relaxed,
+                );
             }
             // SAFETY: `g` came from `l.lock()` on this thread.
             unsafe { l.unlock(g) };
@@ -839,7 +899,7 @@ pub(super) mod tests {
     /// PARKED and sleeps on, as under a long wake-up delay) is woken and then
     /// skipped, never handed the lock — for every policy.
     fn a_parked_waiter_is_woken_and_skipped<P: SkipPolicy>() {
-        let cb = skips_a_stalled_waiter::<P>(true, PARKED, |_| ());
+        let cb = skips_a_stalled_waiter::<P>(Some(0), PARKED, |_| ());
         // The releaser bumped the sleeper's wake word (one wake when it found
         // it parked, as it does ahead of a turn).
         assert_ne!(
@@ -922,6 +982,40 @@ pub(super) mod tests {
         succ.state.store(WAITING, Ordering::Relaxed);
         l.acquired(&me, crate::sched::current());
         assert_eq!(succ.state.load(Ordering::Relaxed), WAITING);
+    }
+
+    /// Where the kernel does not answer for the new holder (eBPF off or not
+    /// permitted; here a block the eBPF program never registered), taking the
+    /// lock publishes a fresh heartbeat — also from an empty queue, where the
+    /// thread published none while waiting — so that waiters judging the
+    /// holder by heartbeats do not find it preempted and park at once.
+    #[test]
+    fn a_new_holder_without_kernel_answers_publishes_a_heartbeat() {
+        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
+            std::sync::Mutex::new(Vec::new());
+        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
+        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
+        assert_eq!(
+            crate::sched::native::kernel_preempted(cb),
+            None,
+            "the kernel answers for a block nobody registered"
+        );
+        // Relaxed: test setup before the block is shared.
+        cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago: looks preempted
+        assert!(crate::sched::is_preempted(cb));
+        let l = super::super::SmartQ::new();
+        let me = SkipNode::new();
+        let before = crate::util::clock::now_ns();
+        l.acquired(&me, cb);
+        assert!(
+            cb.heartbeat_ns() >= before,
+            "no fresh heartbeat at the acquisition: {} < {before}",
+            cb.heartbeat_ns()
+        );
+        assert_eq!(
+            l.holder().map(|h| h as *const ContextBlock),
+            Some(cb as *const ContextBlock)
+        );
     }
 
     #[test]

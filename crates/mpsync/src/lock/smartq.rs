@@ -53,7 +53,7 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "real time: the releaser's patience is a clock")]
     fn smart_q_skips_a_preempted_waiter() {
-        skips_a_stalled_waiter::<SmartQPolicy>(true, WAITING, |cb| {
+        skips_a_stalled_waiter::<SmartQPolicy>(Some(0), WAITING, |cb| {
             cb.transition(
                 ThreadState::Preemptable,
                 ThreadState::Preempted,
