@@ -25,7 +25,9 @@
 //! | lock | `RawMutexFair` | `RawMutexTimed` |
 //! |------|----------------|-----------------|
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock already hands over in FIFO order | no: a taken ticket or queued node cannot be withdrawn |
-//! | [`TicketNp`], [`SmartQ`], [`QueuedHandshaking`], [`McsTp`], [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | not yet: their withdrawal protocols are being reworked (issue 13 §2) |
+//! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | yes: a waiter that gives up withdraws by CAS against the releaser's claim |
+//! | [`TicketNp`] | yes: the plain unlock (queue order; preempted takers skipped) | yes: a taker that gives up leaves its number, marked departed, to be withdrawn |
+//! | [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped) | yes: a waiter that gives up marks its node abandoned by CAS; whoever unlinks it takes the lock in its place |
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
 //! | [`TasB`] | no: nobody is known to wait | yes: a waiter that gives up stops backing off |
