@@ -13,8 +13,9 @@
 //! has not changed for longer than the heartbeat threshold calls
 //! [`sched::yield_now`] (natively `sched_yield`) and keeps its place.
 //! [`ClhTpNap`] never calls `sched_yield`; it is not the default because on 2
-//! loaded cores it was not as fast as `ClhTp` at every 8-thread point with
-//! the kernel's answers off (`lock-oversub`, README). In `ClhTpNap`,
+//! loaded cores it was not as fast as `ClhTp` at every 8-thread point
+//! (mostly with the kernel's answers off; `lock-oversub`, README). In
+//! `ClhTpNap`,
 //! natively, a waiter stops spinning when its predecessor is the holder and
 //! the kernel says it is preempted ([`sched::native::kernel_preempted`], the
 //! eBPF answer: the lock cannot move before the holder runs again), or when
@@ -275,8 +276,9 @@ pub type ClhTp = ClhTpWith<false>;
 
 /// CLH-TP whose native waiters never call `sched_yield`: a waiter that stops
 /// spinning withdraws its node and naps (module doc, "When a waiter stops
-/// spinning"). Not the default: on 2 loaded cores it was not as fast as
-/// [`ClhTp`] at every 8-thread point with the kernel's answers off.
+/// spinning"). Not the default: on 2 loaded cores it was faster than
+/// [`ClhTp`] at most `lock-oversub` points but not at every 8-thread point
+/// (mostly with the kernel's answers off; README).
 ///
 /// ```
 /// use mpsync::{Mutex, lock::ClhTpNap};
