@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
 use mpsync::Mutex;
 use mpsync::lock::{
-    BoundedSteal, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking, QueuedNp, SmartQ,
-    SpinThenPark, TasB, TasBNp, Ticket, TicketNp,
+    BoundedSteal, ClhTp, ClhTpNap, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking,
+    QueuedNp, SmartQ, SpinThenPark, TasB, TasBNp, Ticket, TicketNp,
 };
 use mpsync::sched;
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
@@ -339,6 +339,7 @@ fn timed_waiter_gets_a_lock_released_before_its_deadline() {
     timed_waiter_gets_a_released_lock::<QueuedHandshaking>("Queued-Handshaking");
     timed_waiter_gets_a_released_lock::<McsTp>("MCS-TP");
     timed_waiter_gets_a_released_lock::<TicketNp>("Ticket-np");
+    timed_waiter_gets_a_released_lock::<ClhTp>("CLH-TP");
 }
 
 /// 8 threads on the machine's cores: half acquire with `lock`, half with short
@@ -456,6 +457,24 @@ fn timed_torture_ticket_np() {
     timed_torture::<TicketNp>("Ticket-np");
 }
 
+/// CLH-TP's timed waiters leave their nodes abandoned in the queue, to be
+/// unlinked by the waiter behind (or the next arrival).
+#[test]
+fn timed_torture_clh_tp() {
+    timed_torture::<ClhTp>("CLH-TP");
+}
+
+#[test]
+fn timed_torture_np_clh_tp() {
+    timed_torture::<Np<ClhTp>>("CLH-TP-np");
+}
+
+/// The same for `ClhTpNap`, whose waiters also withdraw to nap natively.
+#[test]
+fn timed_torture_clh_tp_nap() {
+    timed_torture::<ClhTpNap>("CLH-TP-nap");
+}
+
 // --- timed acquisition of the self-withdrawing queue locks -----------------
 
 /// Timed waiters queued behind a holder *and* behind plain waiters all time out
@@ -523,6 +542,8 @@ fn timed_queue_waiters_withdraw() {
     // Numbers, not nodes: the timed takers' numbers come up after the holder
     // releases, and are withdrawn (they are marked departed).
     timed_waiters_withdraw_from_the_queue::<TicketNp>("Ticket-np");
+    // Nodes: the plain waiters behind the abandoned ones unlink them.
+    timed_waiters_withdraw_from_the_queue::<ClhTp>("CLH-TP");
 }
 
 /// The grant arrives exactly as a timed waiter gives up: the waiter is stopped
@@ -643,6 +664,45 @@ fn timed_queue_waiter_grant_races_withdrawal() {
     // patience that outlasts the stop, is `ticket.rs`'s unit test
     // `a_timed_taker_that_sees_its_offer_on_the_way_out_claims_it`.
     grant_as_timed_waiter_gives_up::<TicketNp>("Ticket-np", 3);
+    // CLH-TP: the lock reaches a waiter only through its own CAS, so the
+    // stopped waiter gives up and the release lands behind its abandoned node
+    // (the queue's tail): the probe must unlink it and get the lock, and
+    // `is_locked` must read the lock as free.
+    grant_as_timed_waiter_gives_up::<ClhTp>("CLH-TP", 3);
+}
+
+/// CLH-TP: timed waiters that gave up leave their nodes in the queue, the last
+/// one as the tail. While the holder keeps the lock, `is_locked` reads held and
+/// `try_lock` fails; once it releases, the lock is free behind the abandoned
+/// nodes: `is_locked` reads free and `try_lock` takes it (unlinking them).
+#[test]
+fn clh_tp_abandoned_tail_reads_free() {
+    let m = Arc::new(Mutex::<ClhTp, u64>::new(0));
+    let g = m.lock();
+    let w = m.clone();
+    let gave_up = within_deadline("CLH-TP", move || {
+        (0..3)
+            .filter(|_| w.try_lock_for(Duration::from_millis(2)).is_none())
+            .count()
+    });
+    assert_eq!(gave_up, 3, "a timed waiter got a lock that was held");
+    assert!(
+        m.is_locked(),
+        "held, behind abandoned nodes, but reads free"
+    );
+    assert!(m.try_lock().is_none(), "try_lock took a held lock");
+    drop(g);
+    assert!(
+        !m.is_locked(),
+        "released behind abandoned nodes, but reads held"
+    );
+    let mut g = m
+        .try_lock()
+        .expect("try_lock failed on a lock free behind abandoned nodes");
+    *g += 1;
+    drop(g);
+    assert!(!m.is_locked());
+    assert_eq!(*m.lock(), 1);
 }
 
 /// Serialises the tests that run the emulated pseudo-scheduler (one at a time
@@ -747,6 +807,11 @@ fn timed_torture_emulated_handshaking() {
 #[test]
 fn timed_torture_emulated_mcs_tp() {
     timed_torture_emulated::<McsTp>("MCS-TP");
+}
+
+#[test]
+fn timed_torture_emulated_clh_tp() {
+    timed_torture_emulated::<ClhTp>("CLH-TP");
 }
 
 // --- fair unlocks ----------------------------------------------------------

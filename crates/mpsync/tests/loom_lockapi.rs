@@ -14,7 +14,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
 use mpsync::Mutex;
-use mpsync::lock::{BoundedSteal, Condvar, McsTp, Native, SmartQ, SpinThenPark, TicketNp};
+use mpsync::lock::{BoundedSteal, ClhTp, Condvar, McsTp, Native, SmartQ, SpinThenPark, TicketNp};
 
 fn builder(preemptions: usize) -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
@@ -178,6 +178,19 @@ fn loom_mcs_tp_timed_grant_races_withdrawal() {
 #[test]
 fn loom_smart_q_timed_grant_races_withdrawal() {
     timed_races_plain(SmartQ::new);
+}
+
+/// CLH-TP's grant (the predecessor's RELEASED, taken by the waiter's own
+/// WAITING → HOLDING CAS) racing a timed waiter's withdrawal (its own WAITING
+/// → ABANDONED CAS, against its successor's removal): the timed thread queues
+/// behind or ahead of the plain one, twice, and gives up at its first look.
+/// A waiter that returned `None` after taking the lock, or an abandoned node
+/// that nobody unlinks, leaves the plain thread's `lock` waiting forever (a
+/// deadlock loom reports); an abandoned tail in front of a released lock must
+/// read free at the end.
+#[test]
+fn loom_clh_tp_timed_grant_races_withdrawal() {
+    timed_races_plain(ClhTp::new);
 }
 
 /// Ticket-np: a timed taker that gives up leaves its number, and whoever

@@ -31,7 +31,9 @@
 //!
 //! `MPSYNC_OVERSUB_LOCKS=bounded-steal,Ticket-np` ([`LOCKS_ENV`]) restricts a
 //! run to the named locks plus the baseline: an A/B of a few locks in seconds
-//! instead of the whole table's minutes.
+//! instead of the whole table's minutes. [`VARIANTS`] (`CLH-TP-nap`) run
+//! only when named there: `MPSYNC_OVERSUB_LOCKS=CLH-TP,CLH-TP-nap` compares
+//! CLH-TP's two native waitings in the same interleaved rounds.
 //!
 //! The figure shows `cs1-ncs1 unpinned`; `data.csv` and `run.json` hold every
 //! configuration (implementation column `lock | configuration`), and the
@@ -76,6 +78,12 @@ pub const SCHEDULER_CONSCIOUS: &[&str] = &[
     "Ticket-np",
     "CLH-TP",
 ];
+
+/// Variants of the scheduler-conscious locks, for A/B runs: run only when
+/// named in [`LOCKS_ENV`], shown and run with the kernel's answers off like
+/// the scheduler-conscious locks, without targets (`CLH-TP-nap`: CLH-TP whose
+/// native waiters withdraw and nap instead of `sched_yield`).
+pub const VARIANTS: &[&str] = &["CLH-TP-nap"];
 
 /// Target ratio of the scheduler-conscious locks with eBPF answers.
 pub const SC_TARGET_EBPF: f64 = 0.8;
@@ -133,7 +141,11 @@ fn entries(table: &[LockImpl], n: u32, kernel_answers: bool) -> Vec<Entry<'_>> {
         v.extend(
             table
                 .iter()
-                .filter(|i| SCHEDULER_CONSCIOUS.contains(&i.name) || i.name == OWN)
+                .filter(|i| {
+                    SCHEDULER_CONSCIOUS.contains(&i.name)
+                        || VARIANTS.contains(&i.name)
+                        || i.name == OWN
+                })
                 .map(|imp| Entry {
                     imp,
                     ebpf_off: true,
@@ -285,8 +297,17 @@ pub const LOCKS_ENV: &str = "MPSYNC_OVERSUB_LOCKS";
 
 /// The table, restricted by [`LOCKS_ENV`] where it is set.
 fn restrict(table: Vec<LockImpl>) -> anyhow::Result<Vec<LockImpl>> {
-    let Ok(want) = std::env::var(LOCKS_ENV) else {
-        return Ok(table);
+    restrict_to(table, std::env::var(LOCKS_ENV).ok())
+}
+
+/// [`restrict`] given the variable's value (`None`: unset): the table less
+/// the [`VARIANTS`], or the named locks and the baseline.
+fn restrict_to(table: Vec<LockImpl>, want: Option<String>) -> anyhow::Result<Vec<LockImpl>> {
+    let Some(want) = want else {
+        return Ok(table
+            .into_iter()
+            .filter(|i| !VARIANTS.contains(&i.name))
+            .collect());
     };
     let want: Vec<&str> = want
         .split(',')
@@ -475,6 +496,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 let r = v / base;
                 if imp.name == OWN
                     || SCHEDULER_CONSCIOUS.contains(&imp.name)
+                    || VARIANTS.contains(&imp.name)
                     || imp.name == BASELINE
                 {
                     line.push(format!("{shown} {r:.2} (fair {f:.2})"));
@@ -635,6 +657,18 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variants_run_only_when_named() {
+        let all = crate::experiments::locks::mutex_table();
+        let names = |t: Vec<LockImpl>| t.into_iter().map(|i| i.name).collect::<Vec<_>>();
+        let default = names(restrict_to(all.clone(), None).unwrap());
+        assert!(default.contains(&"CLH-TP"));
+        assert!(!default.contains(&"CLH-TP-nap"));
+        let named = names(restrict_to(all, Some("CLH-TP, CLH-TP-nap".into())).unwrap());
+        assert!(named.contains(&"CLH-TP-nap") && named.contains(&"CLH-TP"));
+        assert!(named.contains(&BASELINE) && !named.contains(&"Ticket-np"));
+    }
 
     #[test]
     fn the_table_has_both_workloads_both_placements_and_the_adversary() {

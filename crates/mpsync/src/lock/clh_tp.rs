@@ -6,10 +6,35 @@
 //! predecessor is itself a waiter that looks preempted ([`sched::is_preempted`]:
 //! the scheduler says `Preempted`, or its published heartbeat is stale) unlinks
 //! it: it marks that node *removed* and from then on spins on the node before it.
-//! The removed thread notices when it runs again and enqueues anew. Waiters also
-//! yield their processor when their predecessor's node has not changed for
-//! longer than the heartbeat threshold (a preempted holder, a long queue): the
-//! waiting-time clock is read by waiters only, never on the uncontended path.
+//! The removed thread notices when it runs again and enqueues anew.
+//!
+//! ## When a waiter stops spinning (issue 13 §2)
+//! [`ClhTp`] keeps main's native waiting: a waiter whose predecessor's node
+//! has not changed for longer than the heartbeat threshold calls
+//! [`sched::yield_now`] (natively `sched_yield`) and keeps its place.
+//! [`ClhTpNap`] never calls `sched_yield`; it is not the default because on 2
+//! loaded cores it was not as fast as `ClhTp` at every 8-thread point
+//! (mostly with the kernel's answers off; `lock-oversub`, README). In
+//! `ClhTpNap`,
+//! natively, a waiter stops spinning when its predecessor is the holder and
+//! the kernel says it is preempted ([`sched::native::kernel_preempted`], the
+//! eBPF answer: the lock cannot move before the holder runs again), or when
+//! its predecessor's node has not changed for longer than the heartbeat
+//! threshold (a preempted holder without the kernel's answer, a long queue)
+//! and some thread may be waiting for a CPU
+//! ([`sched::native::cpu_pressure`] true or unknown). It then *withdraws*
+//! first, with the timed waiter's CAS (WAITING → ABANDONED, below), naps for
+//! [`NAP`] through `sched` (a timed sleep on its own wake word, which nobody
+//! needs to wake) and enqueues again at the tail with a fresh node. So the
+//! lock never waits for a sleeping thread: a CLH release is a store to the
+//! releaser's own node, taken by the waiter behind it by its own CAS, and a
+//! withdrawn node is unlinked by the waiter behind it or the next arrival,
+//! which takes the lock in its place. No native `sched_yield`: a waiter
+//! staying runnable behind a preempted holder queued with the spinners for
+//! the CPU the holder needed. Under the emulated scheduler a waiter instead
+//! gives its virtual processor away ([`sched::yield_now`]), as in the paper.
+//! The waiting-time clock is read by waiters only, never on the uncontended
+//! path.
 //!
 //! ## The status word
 //! Each node has one word, `generation << 3 | state`; the generation grows every
@@ -23,6 +48,7 @@
 //! | REMOVED  | the successor, by CAS          | unlinked while presumed preempted: enqueue again |
 //! | HOLDING  | the owner, by CAS from WAITING | holds the lock; cannot be removed                |
 //! | RELEASED | the owner, leaving the CS      | the successor may take the lock and this node    |
+//! | ABANDONED | a timed owner giving up, by CAS from WAITING | it left; the successor unlinks and keeps the node |
 //!
 //! Why it is safe: only a node's current successor may remove it, and a waiter
 //! acts on its predecessor (removes it, or takes the lock from it) only after a
@@ -33,7 +59,31 @@
 //! nodes are therefore *type-stable*: they come from a global pool and are never
 //! freed (the pool is as large as the most nodes ever in use at once).
 //!
-//! Uses `sched`: `current`, `is_preempted`, heartbeats, `yield_now`.
+//! ## Timed acquisition (issue 13 §4)
+//!
+//! A timed waiter ([`lock_api::RawMutexTimed`]) reads the clock at every turn
+//! of its wait (the untimed one never does) and, once its deadline has passed
+//! and its predecessor has not released, gives up: it moves its own word from
+//! WAITING to ABANDONED by CAS (`timed_lock.gave_up` just before) and leaves,
+//! its node still linked. The lock reaches a waiter only through its own
+//! WAITING → HOLDING CAS, so there is no grant to race: the CAS races only the
+//! successor's removal (WAITING → REMOVED), exactly one wins, and a waiter
+//! removed first gives up holding nothing (its node is its own again).
+//!
+//! The waiter behind an abandoned node unlinks it at once, as it unlinks a
+//! preempted one, takes the node into its pool (its owner left), and waits on
+//! the node before it — taking the lock if that one was released meanwhile.
+//! An abandoned *tail* has no successor yet: the lock may be free behind it
+//! (its predecessor released) while the tail is not null. The next arrival
+//! unlinks it; `is_locked` walks back from the tail past abandoned nodes (free
+//! if it reaches a released node), and `try_lock`, whose CAS on an empty
+//! queue fails, makes the same walk and, if the lock is free, enqueues and
+//! takes it as a timed acquisition with a deadline of now. Nodes left
+//! abandoned by a lock that is dropped are not returned to the pool.
+//!
+//! Uses `sched`: `current`, `is_preempted`, heartbeats, the kernel's
+//! preemption answer and CPU pressure, `Waiter::sleep` (the nap), `yield_now`
+//! (emulated only).
 //! Progress: FIFO among running waiters; a preempted waiter loses its place.
 //!
 //! ```
@@ -45,10 +95,22 @@
 //! *other.lock() += 1; // nested acquisitions each take their own node
 //! drop(g);
 //! assert_eq!(m.lock().len(), 1);
+//!
+//! // Timed: a waiter that gives up leaves its node abandoned in the queue;
+//! // the lock, released behind it, reads free and is taken.
+//! use std::time::Duration;
+//! let g = m.lock();
+//! std::thread::scope(|s| {
+//!     s.spawn(|| assert!(m.try_lock_for(Duration::from_millis(1)).is_none()));
+//! });
+//! drop(g);
+//! assert!(!m.is_locked());
+//! assert!(m.try_lock().is_some());
 //! ```
 
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
+use std::time::{Duration, Instant};
 
 use crate::sched::{self, ContextBlock, stall};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering, spin_loop};
@@ -58,6 +120,15 @@ const BUSY: u64 = 1;
 const REMOVED: u64 = 2;
 const HOLDING: u64 = 3;
 const RELEASED: u64 = 4;
+const ABANDONED: u64 = 5;
+
+/// How long a native waiter that stopped spinning naps, withdrawn from the
+/// queue, before it enqueues again (module doc): below a scheduler slice
+/// (1–4 ms natively), long enough that the napper does not come back into a
+/// queue still stalled behind the same preempted holder. Measured on 2 loaded
+/// cores (lock-oversub, 4 and 8 threads): 20 µs naps were slower than 200 µs
+/// ones with the kernel's answers off (more withdraw/re-enqueue rounds).
+pub const NAP: Duration = Duration::from_micros(200);
 const STATE_BITS: u32 = 3;
 const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
 
@@ -73,6 +144,31 @@ const fn state(word: u64) -> u64 {
 const fn generation(word: u64) -> u64 {
     word >> STATE_BITS
 }
+
+/// How a wait in the queue ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waited {
+    /// We hold the lock.
+    Held,
+    /// Our successor removed us: enqueue again (or give up, past the deadline).
+    Removed,
+    /// A timed waiter gave up: its node is ABANDONED and the queue's now.
+    Left,
+    /// A native waiter stopped spinning: its node is ABANDONED and the
+    /// queue's now; nap, then enqueue again with a fresh node.
+    Napping,
+}
+
+/// Whether `deadline` (if any) has passed. Reads the clock only for a timed
+/// waiter.
+#[inline]
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// At most this many nodes are walked by `is_locked`/`try_lock` past
+/// abandoned ones (a racy walk over recycled nodes could otherwise cycle).
+const WALK_LIMIT: u32 = 1 << 12;
 
 /// A CLH-TP queue node (type-stable: never freed, see the module doc).
 #[derive(Debug)]
@@ -172,18 +268,39 @@ mod pool {
     }
 }
 
-/// The CLH-TP queue lock.
-pub struct ClhTp {
+/// The CLH-TP queue lock, with main's native waiting: past the heartbeat
+/// threshold a waiter calls `sched::yield_now` and keeps its place (module
+/// doc). [`ClhTpNap`] is the same lock with the withdraw-and-nap waiting of
+/// issue 13 §2.
+pub type ClhTp = ClhTpWith<false>;
+
+/// CLH-TP whose native waiters never call `sched_yield`: a waiter that stops
+/// spinning withdraws its node and naps (module doc, "When a waiter stops
+/// spinning"). Not the default: on 2 loaded cores it was faster than
+/// [`ClhTp`] at most `lock-oversub` points but not at every 8-thread point
+/// (mostly with the kernel's answers off; README).
+///
+/// ```
+/// use mpsync::{Mutex, lock::ClhTpNap};
+/// let m: Mutex<ClhTpNap, u32> = Mutex::new(0);
+/// *m.lock() += 1;
+/// assert_eq!(*m.lock(), 1);
+/// ```
+pub type ClhTpNap = ClhTpWith<true>;
+
+/// The CLH-TP queue lock; `WITHDRAW` chooses the native waiting ([`ClhTp`],
+/// [`ClhTpNap`]). Under the emulated scheduler both yield as the paper does.
+pub struct ClhTpWith<const WITHDRAW: bool> {
     tail: AtomicPtr<TpNode>,
     /// Waiters removed so far (diagnostic).
     removed: AtomicU64,
 }
 
-impl std::fmt::Debug for ClhTp {
+impl<const WITHDRAW: bool> std::fmt::Debug for ClhTpWith<WITHDRAW> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClhTp")
             // Relaxed: diagnostic snapshots.
-            .field("locked", &!self.tail.load(Ordering::Relaxed).is_null())
+            .field("locked", &lock_api::RawMutex::is_locked(self))
             .field("removed", &self.removed.load(Ordering::Relaxed))
             .finish()
     }
@@ -196,7 +313,7 @@ pub struct ClhTpGuard {
     _not_send: PhantomData<*mut ()>,
 }
 
-impl ClhTp {
+impl<const WITHDRAW: bool> ClhTpWith<WITHDRAW> {
     /// An unlocked lock.
     #[cfg(not(loom))]
     pub const fn new() -> Self {
@@ -244,10 +361,20 @@ impl ClhTp {
         }
     }
 
-    /// Waits as `me` (status `mine`) behind `pred`. Returns `true` holding the
-    /// lock, `false` if `me` was removed from the queue (enqueue again).
-    fn wait(&self, me: &'static TpNode, mut mine: u64, mut pred: &'static TpNode) -> bool {
+    /// Waits as `me` (status `mine`) behind `pred`, given a `deadline` at most
+    /// until then (module doc, "Timed acquisition").
+    fn wait(
+        &self,
+        me: &'static TpNode,
+        mut mine: u64,
+        mut pred: &'static TpNode,
+        deadline: Option<Instant>,
+    ) -> Waited {
         let cb = me.owner();
+        // Natively, a waiter that stops spinning withdraws and naps; under the
+        // emulated scheduler it yields its virtual processor (module doc).
+        // (`ClhTp`, `WITHDRAW` false: main's waiting, a `sched::yield_now`.)
+        let native = WITHDRAW && !cfg!(loom) && !sched::emulated::is_attached(cb);
         let mut spins = 0u32;
         let mut last_seen = u64::MAX;
         let mut seen_since = 0u64;
@@ -269,11 +396,22 @@ impl ClhTp {
                         Ok(_) => {
                             // The predecessor's node is ours now.
                             pool::give(pred);
-                            true
+                            Waited::Held
                         }
-                        Err(_) => false,
+                        Err(_) => Waited::Removed,
                     };
                 }
+                // A timed waiter ahead gave up: unlink it at once (its link
+                // is set: it gave up waiting, after linking), whatever its
+                // thread does — the lock may be free in front of it.
+                ABANDONED => match self.remove(me, mine, pred, ps) {
+                    Some((m, p)) => {
+                        mine = m;
+                        pred = p;
+                        continue;
+                    }
+                    None => return Waited::Removed,
+                },
                 // Relaxed pre-check of the link: `remove` re-reads it with Acquire.
                 WAITING
                     if sched::is_preempted(pred.owner())
@@ -289,7 +427,7 @@ impl ClhTp {
                             }
                             // Not removed (it moved on meanwhile): wait as usual.
                         }
-                        None => return false,
+                        None => return Waited::Removed,
                     }
                 }
                 _ => {}
@@ -299,8 +437,13 @@ impl ClhTp {
             if cfg!(loom) || spins.is_multiple_of(16) {
                 // Acquire: pairs with the remover's AcqRel CAS.
                 if me.status.load(Ordering::Acquire) != mine {
-                    return false; // removed while we looked preempted
+                    return Waited::Removed; // removed while we looked preempted
                 }
+            }
+            // A timed waiter reads the clock at every turn (never the
+            // untimed one): the lock was not free in front of us above.
+            if past(deadline) {
+                return Self::give_up(me, mine);
             }
             if spins.is_multiple_of(16) {
                 cb.publish_heartbeat();
@@ -316,9 +459,24 @@ impl ClhTp {
                 } else if now.saturating_sub(seen_since)
                     > sched::native::heartbeat_threshold().as_nanos() as u64
                 {
-                    sched::yield_now();
-                    cb.publish_heartbeat();
+                    if !native {
+                        // The paper's waiting: give the virtual processor away
+                        // (natively, for `ClhTp`, main's `sched_yield`).
+                        sched::yield_now();
+                        cb.publish_heartbeat();
+                    } else if sched::native::cpu_pressure() != Some(false) {
+                        // Some thread may wait for our CPU (or nobody knows).
+                        return Self::withdraw(me, mine);
+                    }
                 }
+            }
+            // The holder is off its CPU by the kernel's answer: the lock cannot
+            // move before it runs again, and it may need our CPU.
+            if native
+                && spins.is_multiple_of(16)
+                && Self::holder_preempted(pred, ps, sched::native::kernel_preempted)
+            {
+                return Self::withdraw(me, mine);
             }
             spin_loop();
         }
@@ -368,8 +526,15 @@ impl ClhTp {
                 new_pred = unsafe { &*pp.as_ptr() };
                 // Relaxed: published by the Release status store below.
                 me.prev.store(pp.as_ptr(), Ordering::Relaxed);
-                // Relaxed: a statistic.
-                self.removed.fetch_add(1, Ordering::Relaxed);
+                if state(ps) == ABANDONED {
+                    // Its thread left: the node is ours (nobody else refers to
+                    // it as a predecessor now; late readers see a new
+                    // generation once we reuse it).
+                    pool::give(pred);
+                } else {
+                    // Relaxed: a statistic.
+                    self.removed.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         // [4] Back to WAITING with a new generation, publishing the new link.
@@ -380,29 +545,13 @@ impl ClhTp {
     }
 }
 
-impl Default for ClhTp {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-// SAFETY: the holder is the thread whose node became the tail of an empty queue,
-// or whose WAITING → HOLDING CAS succeeded after its predecessor was RELEASED; a
-// node is RELEASED once and taken over by the one thread still queued behind it
-// (a removed waiter's CAS fails). Acquire/Release as commented at each step.
-unsafe impl lock_api::RawMutex for ClhTp {
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(not(loom))]
-    const INIT: Self = Self::new();
-    #[allow(clippy::declare_interior_mutable_const)]
-    #[cfg(loom)]
-    const INIT: Self = panic!("under loom, use ClhTp::new()");
-
-    type Guard = ClhTpGuard;
-
-    fn lock(&self) -> Self::Guard {
+impl<const WITHDRAW: bool> ClhTpWith<WITHDRAW> {
+    /// `lock`, or with a `deadline` the timed form: `None` after giving up,
+    /// holding nothing (module doc, "Timed acquisition").
+    #[inline]
+    pub(super) fn acquire(&self, deadline: Option<Instant>) -> Option<ClhTpGuard> {
         let cb = sched::current();
-        let me = pool::take();
+        let mut me = pool::take();
         loop {
             let mine = Self::prepare(me, cb);
             // If we will wait, a fresh heartbeat before anyone can judge us by
@@ -425,7 +574,7 @@ unsafe impl lock_api::RawMutex for ClhTp {
                 // Relaxed: only we and a successor's failing CAS look at it.
                 me.status
                     .store(pack(generation(mine), HOLDING), Ordering::Relaxed);
-                return Self::guard(me);
+                return Some(Self::guard(me));
             };
             // Until the link below, our successor cannot remove our predecessor
             // through us (it sees a null `prev`), and nobody waits on it.
@@ -438,10 +587,158 @@ unsafe impl lock_api::RawMutex for ClhTp {
             }
             // SAFETY: queued nodes are type-stable (never freed).
             let pred: &'static TpNode = unsafe { &*pred.as_ptr() };
-            if self.wait(me, mine, pred) {
-                return Self::guard(me);
+            match self.wait(me, mine, pred, deadline) {
+                Waited::Held => return Some(Self::guard(me)),
+                // The node stays in the queue; whoever unlinks it keeps it.
+                Waited::Left => return None,
+                // Withdrawn natively (module doc): the node stays in the
+                // queue, whoever unlinks it keeps it; nap, then enqueue again
+                // with a fresh node.
+                Waited::Napping => {
+                    stall::point(stall::CLH_TP_NAP);
+                    let nap = match deadline {
+                        Some(d) => NAP.min(d.saturating_duration_since(Instant::now())),
+                        None => NAP,
+                    };
+                    // Nobody wakes this sleep (we are on no queue): it times
+                    // out, or ends early on a stray wake of our wake word.
+                    sched::Waiter::sleep(sched::Waiter::token(), Some(nap));
+                    if past(deadline) {
+                        stall::point(stall::TIMED_GAVE_UP);
+                        return None;
+                    }
+                    me = pool::take();
+                }
+                // Removed: nobody refers to our node as a predecessor any more.
+                Waited::Removed if past(deadline) => {
+                    stall::point(stall::TIMED_GAVE_UP);
+                    pool::give(me);
+                    return None;
+                }
+                Waited::Removed => {}
             }
-            // Removed: nobody refers to our node as a predecessor any more.
+        }
+    }
+
+    /// A timed waiter `me` (status `mine`) whose deadline passed leaves: it
+    /// marks its node ABANDONED by CAS against its successor's removal (the
+    /// successor's CAS from `mine` to REMOVED): exactly one wins. The grant
+    /// cannot race it: the lock reaches us only when *we* move our word to
+    /// HOLDING; a predecessor RELEASED before or after this CAS is taken by
+    /// whoever unlinks our node.
+    #[cold]
+    fn give_up(me: &'static TpNode, mine: u64) -> Waited {
+        stall::point(stall::TIMED_GAVE_UP);
+        if Self::abandon(me, mine) {
+            Waited::Left
+        } else {
+            Waited::Removed
+        }
+    }
+
+    /// A native waiter `me` (status `mine`) stops spinning (module doc): it
+    /// withdraws as a timed waiter gives up, so that the lock never waits for
+    /// it while it naps. `Removed` if its successor removed it first.
+    #[cold]
+    fn withdraw(me: &'static TpNode, mine: u64) -> Waited {
+        if Self::abandon(me, mine) {
+            Waited::Napping
+        } else {
+            Waited::Removed
+        }
+    }
+
+    /// Moves our own word from `mine` (WAITING) to ABANDONED by CAS, against
+    /// our successor's removal: `false` if the successor removed us first.
+    #[inline]
+    fn abandon(me: &TpNode, mine: u64) -> bool {
+        // Release: pairs with the unlinker's Acquire status load, which then
+        // sees our link ([2] in `remove`). Acquire on failure: pairs with the
+        // remover's AcqRel CAS (our node is ours again).
+        me.status
+            .compare_exchange(
+                mine,
+                pack(generation(mine), ABANDONED),
+                Ordering::Release,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Whether `pred`, whose word was `ps`, is the holder's node and
+    /// `kernel_preempted` (the kernel's answer, asked only then) says its
+    /// thread is preempted: a native waiter then stops spinning (module doc).
+    #[inline]
+    fn holder_preempted(
+        pred: &TpNode,
+        ps: u64,
+        kernel_preempted: impl FnOnce(&ContextBlock) -> Option<bool>,
+    ) -> bool {
+        Self::is_holder(pred, ps) && kernel_preempted(pred.owner()) == Some(true)
+    }
+
+    /// Whether `pred`, whose word was `ps`, is the holder's node: HOLDING, or
+    /// WAITING unlinked (an uncontended holder's word before its HOLDING
+    /// store). A hint: a wrong answer costs a nap at most.
+    #[inline]
+    fn is_holder(pred: &TpNode, ps: u64) -> bool {
+        match state(ps) {
+            HOLDING => true,
+            // Relaxed: a hint (see above).
+            WAITING => pred.prev.load(Ordering::Relaxed).is_null(),
+            _ => false,
+        }
+    }
+
+    /// Whether the queue ending at `tail` holds the lock: walks back past
+    /// abandoned nodes (module doc, "Timed acquisition"). A snapshot: exact
+    /// when nothing moves, a hint otherwise.
+    fn held_behind(mut n: *mut TpNode) -> bool {
+        for _ in 0..WALK_LIMIT {
+            // SAFETY: nodes are type-stable (never freed).
+            let Some(node) = (unsafe { n.as_ref() }) else {
+                return false;
+            };
+            // Acquire: pairs with the owner's Release transitions, so that an
+            // ABANDONED node's link is seen.
+            match state(node.status.load(Ordering::Acquire)) {
+                // Acquire: pairs with the owner's Release link store.
+                ABANDONED => n = node.prev.load(Ordering::Acquire),
+                RELEASED => return false,
+                _ => return true,
+            }
+        }
+        true
+    }
+}
+
+impl<const WITHDRAW: bool> Default for ClhTpWith<WITHDRAW> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: the holder is the thread whose node became the tail of an empty queue,
+// or whose WAITING → HOLDING CAS succeeded after its predecessor was RELEASED; a
+// node is RELEASED once and taken over by the one thread still queued behind it
+// (a removed waiter's CAS fails; a timed waiter that gave up, by its own CAS
+// to ABANDONED, no longer takes it: the thread that unlinks its node does).
+// Acquire/Release as commented at each step.
+unsafe impl<const WITHDRAW: bool> lock_api::RawMutex for ClhTpWith<WITHDRAW> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(not(loom))]
+    const INIT: Self = Self::new();
+    #[allow(clippy::declare_interior_mutable_const)]
+    #[cfg(loom)]
+    const INIT: Self = panic!("under loom, use ClhTp::new()");
+
+    type Guard = ClhTpGuard;
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        match self.acquire(None) {
+            Some(g) => g,
+            None => unreachable!("an acquisition without a deadline never gives up"),
         }
     }
 
@@ -451,17 +748,27 @@ unsafe impl lock_api::RawMutex for ClhTp {
         // Relaxed: published by the CAS below.
         me.status
             .store(pack(generation(mine), HOLDING), Ordering::Relaxed);
-        // AcqRel: as the swap in `lock`; only on an empty queue.
+        // AcqRel: as the swap in `lock`; only on an empty queue. Acquire on
+        // failure: pairs with the AcqRel swap that enqueued the tail we see,
+        // so that its fields are seen by the walk below (off the fast path).
         match self.tail.compare_exchange(
             ptr::null_mut(),
             me as *const TpNode as *mut TpNode,
             Ordering::AcqRel,
-            Ordering::Relaxed,
+            Ordering::Acquire,
         ) {
             Ok(_) => Some(Self::guard(me)),
-            Err(_) => {
+            Err(tail) => {
                 pool::give(me);
-                None
+                // The tail may be a node whose timed waiter left, in front of
+                // a released lock: then the lock is free, and we take it as
+                // `lock` would, unlinking the abandoned nodes, giving up at
+                // once if a live waiter or holder is found.
+                if Self::held_behind(tail) {
+                    None
+                } else {
+                    self.acquire(Some(Instant::now()))
+                }
             }
         }
     }
@@ -492,8 +799,8 @@ unsafe impl lock_api::RawMutex for ClhTp {
     }
 
     fn is_locked(&self) -> bool {
-        // Relaxed: a momentary snapshot.
-        !self.tail.load(Ordering::Relaxed).is_null()
+        // Acquire: the tail's fields, read by the walk (a snapshot).
+        Self::held_behind(self.tail.load(Ordering::Acquire))
     }
 }
 
@@ -549,6 +856,79 @@ mod tests {
         assert!(!l.is_locked());
         // The ghost's owner would now enqueue again; here it just returns it.
         pool::give(ghost);
+    }
+
+    /// A node abandoned by a timed waiter whose thread runs (this one: not
+    /// preempted) is unlinked by the waiter behind it at once, which then gets
+    /// the lock from the holder; it is not counted as a removal.
+    #[test]
+    fn unlinks_an_abandoned_node_whatever_its_thread_does() {
+        let l = ClhTp::new();
+        let g = l.lock();
+        let ghost = pool::take();
+        let w = ClhTp::prepare(ghost, sched::current());
+        let holder = l.tail.swap(ghost as *const _ as *mut _, Ordering::AcqRel);
+        ghost.prev.store(holder, Ordering::Release);
+        assert_eq!(ClhTp::give_up(ghost, w), Waited::Left);
+        assert!(l.is_locked(), "held behind an abandoned tail, reads free");
+        let unlinked = std::thread::scope(|s| {
+            let live = s.spawn(|| {
+                let g = l.lock();
+                // SAFETY: acquired just above on this thread.
+                unsafe { l.unlock(g) };
+            });
+            let t = std::time::Instant::now();
+            let mut unlinked = true;
+            while ghost.status.load(Ordering::Acquire) == pack(generation(w), ABANDONED) {
+                if t.elapsed() > std::time::Duration::from_secs(20) {
+                    // Let the live waiter through, so that the scope ends
+                    // and the failure is reported.
+                    unlinked = false;
+                    ghost
+                        .status
+                        .store(pack(generation(w), RELEASED), Ordering::Release);
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            // SAFETY: `g` came from `l.lock()` on this thread.
+            unsafe { l.unlock(g) };
+            live.join().unwrap();
+            unlinked
+        });
+        assert!(
+            unlinked,
+            "the waiter behind an abandoned node did not unlink it in 20 s"
+        );
+        assert_eq!(l.removed(), 0, "an abandoned node counted as a removal");
+        assert!(!l.is_locked());
+    }
+
+    /// The kernel's trigger for a native waiter to stop spinning: its
+    /// predecessor is the holder (HOLDING, or WAITING without a link) and the
+    /// kernel says it is preempted; not a waiter ahead (that one is removed
+    /// instead), not a holder that runs or that the kernel does not answer for.
+    #[test]
+    fn stops_spinning_behind_a_holder_the_kernel_says_is_preempted() {
+        let n = pool::take();
+        let w = ClhTp::prepare(n, sched::current());
+        let holding = pack(generation(w), HOLDING);
+        assert!(ClhTp::holder_preempted(n, holding, |_| Some(true)));
+        // An uncontended holder before its HOLDING store (no link).
+        assert!(ClhTp::holder_preempted(n, w, |_| Some(true)));
+        assert!(!ClhTp::holder_preempted(n, holding, |_| Some(false)));
+        assert!(!ClhTp::holder_preempted(n, holding, |_| None));
+        // A linked waiter ahead, preempted: removed, not napped behind.
+        n.prev
+            .store(n as *const TpNode as *mut TpNode, Ordering::Relaxed);
+        assert!(!ClhTp::holder_preempted(n, w, |_| Some(true)));
+        assert!(!ClhTp::holder_preempted(
+            n,
+            pack(generation(w), RELEASED),
+            |_| Some(true)
+        ));
+        n.prev.store(ptr::null_mut(), Ordering::Relaxed);
+        pool::give(n);
     }
 
     /// A holder that is the only node empties the queue and keeps its node; a

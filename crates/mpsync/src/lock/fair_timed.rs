@@ -7,7 +7,7 @@
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock (FIFO hand-off) | no: a taken ticket or queued node cannot be withdrawn |
 //! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order, skipping preempted waiters) | yes: a waiter that gives up withdraws by CAS, as against a releaser's claim |
 //! | [`TicketNp`]                              | yes: the plain unlock (queue order, skipping preempted waiters) | yes: a waiter that gives up leaves its number to be withdrawn (see below) |
-//! | [`ClhTp`]                                 | yes: the plain unlock (queue order, skipping preempted waiters) | not yet (see below) |
+//! | [`ClhTp`]                                 | yes: the plain unlock (queue order, skipping preempted waiters) | yes: a waiter that gives up marks its own node ABANDONED by CAS; its unlinker takes the lock in its place (see below) |
 //! | [`BoundedSteal`]                          | yes: the queue head gets the lock, stealing is off | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`]              | no: the word names no waiter to hand to     | yes: a waiter that gives up just stops   |
 //! | [`TasB`]                                  | no: nobody is known to wait                 | yes: a waiter that gives up stops backing off |
@@ -77,10 +77,22 @@
 //! --threads 4,8 --trials 3 --scale 3.34`, Ticket-np ÷ parking_lot with
 //! eBPF on, geometric mean of the 10 points, 2 runs each: 0.83, 0.87 vs
 //! 0.94, 0.68 — within the noise, which is larger than any effect of one
-//! fence per idle unlock. CLH-TP's withdrawn node would have to be unlinked
-//! by its successor, and a withdrawn *tail* leaves a free lock whose tail is
-//! not null (its `try_lock` and `is_locked` read the tail), which needs a
-//! protocol of its own.
+//! fence per idle unlock.
+//!
+//! CLH-TP never hands the lock over either: a releaser writes only its own
+//! node, and the waiter behind it takes the lock by its own WAITING → HOLDING
+//! CAS. A timed waiter that gives up moves its own word WAITING → ABANDONED
+//! by CAS instead; the CAS races only its successor's removal (WAITING →
+//! REMOVED), so exactly one wins, and a waiter that took the lock never
+//! gives up. The abandoned node stays linked: the waiter behind it (or the
+//! next arrival, if it was the tail) unlinks it as it unlinks a preempted
+//! waiter, recycles it, and takes the lock if the node before it was
+//! released — so a departed waiter never strands the lock. A free lock may
+//! thus have a non-null tail (abandoned nodes in front of a released one):
+//! `is_locked` walks back past abandoned nodes, and `try_lock`, if it finds
+//! the lock free that way, enqueues and takes it with a deadline of now
+//! (clh_tp.rs, "Timed acquisition"). The untimed `lock`/`unlock` gained no
+//! RMW and no fence.
 //!
 //! ```
 //! use mpsync::{Mutex, MutexGuard, lock::{BoundedSteal, Native, NativeNp, Ticket}};
@@ -113,11 +125,11 @@ use lock_api::{RawMutex, RawMutexFair, RawMutexTimed};
 
 use super::bounded_steal::{HEAD_PARKED, LOCKED, NO_STEAL};
 use super::{
-    AndersonN, BoundedSteal, Clh, ClhTp, Native, Np, NpGuard, Queued, SkipPolicy, SkipQueue,
+    AndersonN, BoundedSteal, Clh, ClhTpWith, Native, Np, NpGuard, Queued, SkipPolicy, SkipQueue,
     SpinThenPark, TasB, Ticket, TicketNp, TicketSplit,
 };
 #[allow(unused_imports)] // named by the module doc's table
-use super::{McsTp, QueuedHandshaking, SmartQ, Tas};
+use super::{ClhTp, ClhTpNap, McsTp, QueuedHandshaking, SmartQ, Tas};
 use crate::sched::{self, Wait, Waiter};
 use crate::sync::Ordering;
 
@@ -160,7 +172,7 @@ fair_is_plain_unlock! {
     [] Clh;
     [] TicketNp;
     [P: SkipPolicy] SkipQueue<P>;
-    [] ClhTp;
+    [const WITHDRAW: bool] ClhTpWith<WITHDRAW>;
 }
 
 // SAFETY: `unlock_fair` is `unlock` with NO_STEAL set first while the lock is
@@ -265,6 +277,26 @@ unsafe impl RawMutexTimed for TicketNp {
 // acquisition"), so a releaser never hands the lock to a waiter that left, and
 // a waiter whose withdrawal lost to a SUCCESS returns the guard.
 unsafe impl<P: SkipPolicy> RawMutexTimed for SkipQueue<P> {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    #[inline]
+    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
+        try_lock_for_until(self, timeout)
+    }
+
+    #[inline]
+    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
+        self.acquire(Some(deadline))
+    }
+}
+
+// SAFETY: a timed waiter takes the lock only as `lock` does (the tail swap on
+// an empty queue, or its own WAITING → HOLDING CAS after its predecessor
+// released); when it gives up it marks its node ABANDONED by CAS on its own
+// word, so it can no longer take the lock, and whoever unlinks the node takes
+// the lock in its place (clh_tp.rs, "Timed acquisition").
+unsafe impl<const WITHDRAW: bool> RawMutexTimed for ClhTpWith<WITHDRAW> {
     type Duration = Duration;
     type Instant = Instant;
 
@@ -445,6 +477,9 @@ mod tests {
         timed_smart_q: SmartQ,
         timed_handshaking: QueuedHandshaking,
         timed_mcs_tp: McsTp,
-        timed_mcs_tp_np: Np<McsTp>
+        timed_mcs_tp_np: Np<McsTp>,
+        timed_clh_tp: ClhTp,
+        timed_clh_tp_np: Np<ClhTp>,
+        timed_clh_tp_nap: ClhTpNap
     );
 }

@@ -222,6 +222,11 @@ points! {
     /// handed to it from here on.
     TIMED_GAVE_UP = "timed_lock.gave_up",
         "timed lock: deadline passed, about to give up", boost 4;
+    /// A native CLH-TP waiter has stopped spinning: its node is withdrawn
+    /// (ABANDONED) and it has not yet napped (the lock must not wait for it
+    /// from here on).
+    CLH_TP_NAP = "clh_tp.nap",
+        "CLH-TP wait: node withdrawn to nap, nap not yet taken", boost 4;
     /// A condition-variable waiter has released the mutex and not yet parked: a
     /// notification that comes here must still end its wait.
     CONDVAR_WAIT = "condvar.wait",
