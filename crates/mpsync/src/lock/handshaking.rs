@@ -39,6 +39,7 @@ impl sealed::Sealed for HandshakePolicy {}
 impl SkipPolicy for HandshakePolicy {
     const NAME: &'static str = "Queued-Handshaking";
     const NO_PREEMPT: bool = true;
+    const ASKS_THE_WAITER: bool = true;
 
     fn offer(cand: &SkipNode, patience_ns: u64) -> bool {
         // Release: nothing to publish yet (the SUCCESS store does), but keep the
