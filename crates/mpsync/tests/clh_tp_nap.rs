@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::ebpf::OnDrop;
+use common::ebpf::{OnDrop, kernel_answers, with_contended_victim};
 use mpsync::Mutex;
-use mpsync::lock::ClhTpNap;
+use mpsync::lock::{ClhTp, ClhTpNap};
 use mpsync::sched::stall::{self, Trap};
 use mpsync::sched::{self, native};
 
@@ -119,4 +119,56 @@ fn a_withdrawn_napper_never_holds_up_the_lock() {
     });
     napper_round(true);
     napper_round(false);
+}
+
+/// `ClhTp` (the default form) waits the nap way where the kernel answers: a
+/// waiter behind a holder that the kernel reports preempted (it shares its CPU
+/// with a CPU-bound competitor, [`with_contended_victim`]) withdraws to nap —
+/// it reaches `clh_tp.nap` — instead of calling `sched_yield`.
+#[test]
+fn with_the_kernels_answers_clh_tp_naps_behind_a_preempted_holder() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !kernel_answers("with_the_kernels_answers_clh_tp_naps_behind_a_preempted_holder") {
+        return;
+    }
+    let m = Mutex::<ClhTp, u64>::new(0);
+    // The victim holds the lock 500 µs at a time, preempted about half the time.
+    let hold = || {
+        let mut g = m.lock();
+        *g += 1;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(500) {
+            std::hint::spin_loop();
+        }
+    };
+    let seen = with_contended_victim(hold, |_victim, stop| {
+        let (id_tx, id_rx) = channel();
+        let (go_tx, go_rx) = channel::<()>();
+        let m = &m;
+        thread::scope(|s| {
+            s.spawn(move || {
+                id_tx.send(sched::current().id()).unwrap();
+                go_rx.recv().unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    *m.lock() += 1;
+                }
+            });
+            let trap = Trap::at(stall::CLH_TP_NAP)
+                .thread(id_rx.recv().unwrap())
+                .arm();
+            go_tx.send(()).unwrap();
+            let hit = trap.wait_hit(Duration::from_secs(20));
+            // Let the waiter and the victim finish whatever happened.
+            stop.store(true, Ordering::Relaxed);
+            trap.release();
+            hit
+        })
+    });
+    if let Some(hit) = seen {
+        hit.unwrap_or_else(|e| {
+            panic!(
+                "in 20 s, a ClhTp waiter behind a holder sharing its CPU with a competitor never withdrew to nap with the kernel's answers on: {e:?}"
+            )
+        });
+    }
 }

@@ -82,7 +82,8 @@ pub const SCHEDULER_CONSCIOUS: &[&str] = &[
 /// Variants of the scheduler-conscious locks, for A/B runs: run only when
 /// named in [`LOCKS_ENV`], shown and run with the kernel's answers off like
 /// the scheduler-conscious locks, without targets (`CLH-TP-nap`: CLH-TP whose
-/// native waiters withdraw and nap instead of `sched_yield`).
+/// native waiters withdraw and nap instead of `sched_yield` also with heartbeats
+/// only; `CLH-TP` does so where the kernel answers).
 pub const VARIANTS: &[&str] = &["CLH-TP-nap"];
 
 /// Target ratio of the scheduler-conscious locks with eBPF answers.

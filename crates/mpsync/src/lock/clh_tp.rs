@@ -9,14 +9,22 @@
 //! The removed thread notices when it runs again and enqueues anew.
 //!
 //! ## When a waiter stops spinning (issue 13 §2)
-//! [`ClhTp`] keeps main's native waiting: a waiter whose predecessor's node
-//! has not changed for longer than the heartbeat threshold calls
-//! [`sched::yield_now`] (natively `sched_yield`) and keeps its place.
-//! [`ClhTpNap`] never calls `sched_yield`; it is not the default because on 2
-//! loaded cores it was not as fast as `ClhTp` at every 8-thread point
-//! (mostly with the kernel's answers off; `lock-oversub`, README). In
-//! `ClhTpNap`,
-//! natively, a waiter stops spinning when its predecessor is the holder and
+//! Natively, where the kernel answers for the waiter (eBPF), both forms
+//! withdraw and nap (below). With heartbeats only, [`ClhTp`] keeps the older
+//! waiting — a waiter whose predecessor's node has not changed for longer than
+//! the heartbeat threshold calls [`sched::yield_now`] (natively `sched_yield`)
+//! and keeps its place — and [`ClhTpNap`] still withdraws and naps. Measured
+//! on 2 CPUs of a quiet 16-core machine (`lock-oversub`, 8 threads, 1 s
+//! rounds, both forms in one run, two runs): with the kernel's answers the
+//! nap was as fast or faster at every point (cs1-ncs1 pinned 1.14/1.15× vs
+//! 1.01/1.03× parking_lot, with the burst adversary 1.23/1.17 vs 1.05/1.01,
+//! fairness 0.74–0.95 vs 0.58–0.91); with heartbeats only it lost at three of
+//! five points (cs1-ncs1 pinned 0.46/0.50 vs 0.91/0.97): without the kernel a
+//! waiter cannot tell a preempted holder from a long queue, and withdraws
+//! and naps 200 µs where a yield would have returned at once. So the one
+//! `sched_yield` left in a lock is CLH-TP's without eBPF.
+//! A waiter that waits the nap way stops spinning when its predecessor is the
+//! holder and
 //! the kernel says it is preempted ([`sched::native::kernel_preempted`], the
 //! eBPF answer: the lock cannot move before the holder runs again), or when
 //! its predecessor's node has not changed for longer than the heartbeat
@@ -29,7 +37,7 @@
 //! lock never waits for a sleeping thread: a CLH release is a store to the
 //! releaser's own node, taken by the waiter behind it by its own CAS, and a
 //! withdrawn node is unlinked by the waiter behind it or the next arrival,
-//! which takes the lock in its place. No native `sched_yield`: a waiter
+//! which takes the lock in its place. No `sched_yield` on this path: a waiter
 //! staying runnable behind a preempted holder queued with the spinners for
 //! the CPU the holder needed. Under the emulated scheduler a waiter instead
 //! gives its virtual processor away ([`sched::yield_now`]), as in the paper.
@@ -268,17 +276,16 @@ mod pool {
     }
 }
 
-/// The CLH-TP queue lock, with main's native waiting: past the heartbeat
-/// threshold a waiter calls `sched::yield_now` and keeps its place (module
-/// doc). [`ClhTpNap`] is the same lock with the withdraw-and-nap waiting of
-/// issue 13 §2.
+/// The CLH-TP queue lock. Natively, where the kernel answers (eBPF), a waiter
+/// that stops spinning withdraws its node and naps, as [`ClhTpNap`]; with
+/// heartbeats only it calls `sched::yield_now` past the heartbeat threshold
+/// and keeps its place (module doc, "When a waiter stops spinning").
 pub type ClhTp = ClhTpWith<false>;
 
-/// CLH-TP whose native waiters never call `sched_yield`: a waiter that stops
-/// spinning withdraws its node and naps (module doc, "When a waiter stops
-/// spinning"). Not the default: on 2 loaded cores it was faster than
-/// [`ClhTp`] at most `lock-oversub` points but not at every 8-thread point
-/// (mostly with the kernel's answers off; README).
+/// CLH-TP whose native waiters never call `sched_yield`, also with heartbeats
+/// only: a waiter that stops spinning withdraws its node and naps (module
+/// doc, "When a waiter stops spinning"). Slower than [`ClhTp`] where the
+/// kernel does not answer (module doc: measured).
 ///
 /// ```
 /// use mpsync::{Mutex, lock::ClhTpNap};
@@ -363,6 +370,20 @@ impl<const WITHDRAW: bool> ClhTpWith<WITHDRAW> {
 
     /// Waits as `me` (status `mine`) behind `pred`, given a `deadline` at most
     /// until then (module doc, "Timed acquisition").
+    ///
+    /// Whether the kernel answers for `cb` (the eBPF program registered it
+    /// and its answers are on): [`ClhTp`] then waits as [`ClhTpNap`].
+    #[inline]
+    fn kernel_answers(cb: &ContextBlock) -> bool {
+        #[cfg(not(loom))]
+        return sched::native::kernel_preempted(cb).is_some();
+        #[cfg(loom)]
+        {
+            let _ = cb;
+            false
+        }
+    }
+
     fn wait(
         &self,
         me: &'static TpNode,
@@ -373,8 +394,12 @@ impl<const WITHDRAW: bool> ClhTpWith<WITHDRAW> {
         let cb = me.owner();
         // Natively, a waiter that stops spinning withdraws and naps; under the
         // emulated scheduler it yields its virtual processor (module doc).
-        // (`ClhTp`, `WITHDRAW` false: main's waiting, a `sched::yield_now`.)
-        let native = WITHDRAW && !cfg!(loom) && !sched::emulated::is_attached(cb);
+        // `ClhTp` (`WITHDRAW` false) does so only where the kernel answers for
+        // us (eBPF); with heartbeats only it keeps the `sched::yield_now`
+        // (module doc: measured faster there).
+        let native = !cfg!(loom)
+            && !sched::emulated::is_attached(cb)
+            && (WITHDRAW || Self::kernel_answers(cb));
         let mut spins = 0u32;
         let mut last_seen = u64::MAX;
         let mut seen_since = 0u64;

@@ -15,7 +15,7 @@
 //! | [`Clh`]                | CLH                | spinning on the predecessor's node, FIFO  | Craig; Magnusson et al. |
 //! | [`McsTp`]              | MCS-TP             | own node, heartbeats; skipped if stale    | He, Scherer & Scott 2005|
 //! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred     | He, Scherer & Scott 2005|
-//! | [`ClhTpNap`]           | CLH-TP-nap         | as CLH-TP; natively withdraws and naps instead of `sched_yield` | issue 13 §2 |
+//! | [`ClhTpNap`]           | CLH-TP-nap         | as CLH-TP; withdraws and naps instead of `sched_yield` also without eBPF | issue 13 §2 |
 //! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
 //! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
 //! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | issue 13; pv-qspinlock, parking_lot |
