@@ -995,13 +995,10 @@ pub(super) mod tests {
         assert_eq!(succ.state.load(Ordering::Relaxed), WAITING);
     }
 
-    /// Where the kernel does not answer for the new holder (eBPF off or not
-    /// permitted; here a block the eBPF program never registered), taking the
-    /// lock publishes a fresh heartbeat — also from an empty queue, where the
-    /// thread published none while waiting — so that waiters judging the
-    /// holder by heartbeats do not find it preempted and park at once.
-    #[test]
-    fn a_new_holder_without_kernel_answers_publishes_a_heartbeat() {
+    /// A context block the eBPF program never registered (the kernel does not
+    /// answer for it: heartbeats only), kept alive for the test binary.
+    fn unregistered_block() -> &'static ContextBlock {
+        // Reachable from a static, so that Miri's leak check accepts it.
         static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
             std::sync::Mutex::new(Vec::new());
         let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
@@ -1011,6 +1008,17 @@ pub(super) mod tests {
             None,
             "the kernel answers for a block nobody registered"
         );
+        cb
+    }
+
+    /// Where the kernel does not answer for the new holder (eBPF off or not
+    /// permitted; here a block the eBPF program never registered), taking the
+    /// lock publishes a fresh heartbeat — also from an empty queue, where the
+    /// thread published none while waiting — so that waiters judging the
+    /// holder by heartbeats do not find it preempted and park at once.
+    #[test]
+    fn a_new_holder_without_kernel_answers_publishes_a_heartbeat() {
+        let cb = unregistered_block();
         // Relaxed: test setup before the block is shared.
         cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago: looks preempted
         assert!(crate::sched::is_preempted(cb));
@@ -1035,15 +1043,7 @@ pub(super) mod tests {
     /// the waiter itself ([`SkipPolicy::ASKS_THE_WAITER`]).
     #[test]
     fn only_policies_that_do_not_ask_the_waiter_skip_by_heartbeat_age() {
-        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
-            std::sync::Mutex::new(Vec::new());
-        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
-        assert_eq!(
-            crate::sched::native::kernel_preempted(cb),
-            None,
-            "the kernel answers for a block nobody registered"
-        );
+        let cb = unregistered_block();
         let age = 3 * GRANT_FRESH_NS;
         assert!(std::time::Duration::from_nanos(age) < crate::sched::native::heartbeat_threshold());
         // Relaxed: test setup before the block is shared.
