@@ -12,14 +12,13 @@
 //! Run with `--nocapture` to see the detection latency distribution.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mpsync::sched::{self, ContextBlock, native};
+use mpsync::sched::{self, native};
 use mpsync::util::clock::now_ns;
 
 mod common;
-use common::ebpf::{OnDrop, kernel_answers, with_contended_victim};
+use common::ebpf::{kernel_answers, with_contended_victim, with_futex_sleeper};
 
 fn quantile(v: &mut [u64], q: f64) -> u64 {
     v.sort_unstable();
@@ -145,31 +144,9 @@ fn ebpf_futex_sleeper_is_blocked_not_preempted() {
     if !kernel_answers("ebpf_futex_sleeper_is_blocked_not_preempted") {
         return;
     }
-    let word = mpsync::sync::AtomicU32::new(0);
     let woke = AtomicU32::new(0);
-    let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            tx.send(sched::current()).unwrap();
-            while word.load(mpsync::sync::Ordering::Acquire) == 0 {
-                let _ = sched::park(&word, 0, Some(Duration::from_secs(5)));
-            }
-            woke.store(1, Ordering::Release);
-        });
-        let _release = OnDrop(|| {
-            word.store(1, mpsync::sync::Ordering::Release);
-            sched::unpark_all(&word);
-        });
-        let sleeper = rx.recv().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while native::kernel_state(sleeper) != Some(native::KernelState::Blocked) {
-            assert!(
-                Instant::now() < deadline,
-                "a thread parked in a futex was not reported blocked within 5 s: {:?}",
-                native::kernel_view(sleeper)
-            );
-            std::hint::spin_loop();
-        }
+    let on_wake = || woke.store(1, Ordering::Release);
+    with_futex_sleeper(Duration::from_secs(5), on_wake, |sleeper, wake| {
         // While it sleeps: blocked every time we look, never preempted.
         let until = Instant::now() + Duration::from_millis(20);
         let mut looks = 0u64;
@@ -190,8 +167,7 @@ fn ebpf_futex_sleeper_is_blocked_not_preempted() {
         let v = native::kernel_view(sleeper).unwrap();
         assert!(v.blocks >= 1, "no block counted: {v:?}");
         assert!(v.off_ns > 0 && v.off_ns <= now_ns(), "off time: {v:?}");
-        word.store(1, mpsync::sync::Ordering::Release);
-        sched::unpark_all(&word);
+        wake();
         // Woken: the kernel saw it get a CPU again (or it already exited).
         let deadline = Instant::now() + Duration::from_secs(5);
         while woke.load(Ordering::Acquire) == 0 {

@@ -33,7 +33,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const PATIENT: Duration = Duration::from_secs(30);
 
 mod common;
-use common::ebpf::{OnDrop, kernel_answers, pin, with_contended_victim};
+use common::ebpf::{OnDrop, kernel_answers, pin, with_contended_victim, with_futex_sleeper};
 
 /// The registered threads and what the kernel says of them (for messages).
 fn registered() -> String {
@@ -124,47 +124,29 @@ fn a_futex_sleeper_does_not_count() {
         return;
     }
     wait_for_zero("before the test");
-    let word = mpsync::sync::AtomicU32::new(0);
-    let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            tx.send(sched::current()).unwrap();
-            while word.load(mpsync::sync::Ordering::Acquire) == 0 {
-                let _ = sched::park(&word, 0, Some(Duration::from_secs(5)));
+    with_futex_sleeper(
+        PATIENT,
+        || (),
+        |sleeper, _wake| {
+            // While it sleeps, the only other registered thread is this one, which
+            // runs whenever it looks: both counts are 0 at every look.
+            let until = Instant::now() + Duration::from_millis(20);
+            while Instant::now() < until {
+                let st = native::kernel_view(sleeper);
+                let n = native::threads_preempted_now();
+                let w = native::threads_woken_now();
+                if native::kernel_view(sleeper) == st
+                    && st.map(|v| v.state) == Some(native::KernelState::Blocked)
+                {
+                    assert_eq!(
+                        (n, w),
+                        (Some(0), Some(0)),
+                        "a thread sleeping in a futex counts as (preempted, woken): {st:?}"
+                    );
+                }
             }
-        });
-        let _release = OnDrop(|| {
-            word.store(1, mpsync::sync::Ordering::Release);
-            sched::unpark_all(&word);
-        });
-        let sleeper = rx.recv().unwrap();
-        let deadline = Instant::now() + PATIENT;
-        while native::kernel_state(sleeper) != Some(native::KernelState::Blocked) {
-            assert!(
-                Instant::now() < deadline,
-                "a thread parked in a futex was not reported blocked: {:?}",
-                native::kernel_view(sleeper)
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // While it sleeps, the only other registered thread is this one, which
-        // runs whenever it looks: both counts are 0 at every look.
-        let until = Instant::now() + Duration::from_millis(20);
-        while Instant::now() < until {
-            let st = native::kernel_view(sleeper);
-            let n = native::threads_preempted_now();
-            let w = native::threads_woken_now();
-            if native::kernel_view(sleeper) == st
-                && st.map(|v| v.state) == Some(native::KernelState::Blocked)
-            {
-                assert_eq!(
-                    (n, w),
-                    (Some(0), Some(0)),
-                    "a thread sleeping in a futex counts as (preempted, woken): {st:?}"
-                );
-            }
-        }
-    });
+        },
+    );
 }
 
 /// Pins the calling (unregistered) thread to `cpu` and makes it `SCHED_FIFO`;

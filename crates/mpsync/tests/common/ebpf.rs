@@ -1,7 +1,8 @@
-//! Helpers of the eBPF tests (`tests/ebpf.rs`, `tests/ebpf_pressure.rs`).
+//! Helpers of the eBPF tests (`tests/ebpf.rs`, `tests/ebpf_pressure.rs`, `tests/clh_tp_nap.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use mpsync::sched::{self, ContextBlock, native};
 
@@ -86,4 +87,43 @@ pub fn with_contended_victim<R>(
         f(victim, &stop)
     });
     Some(r)
+}
+
+/// Runs `f` while a registered thread sleeps in a futex (`sched::park` on a
+/// word of its own), once the kernel reports it blocked (within `patience`,
+/// else the test fails). `f` gets the sleeper's context block and `wake`, which
+/// ends the sleep (also done when `f` returns or unwinds); the sleeper runs
+/// `on_wake` once its sleep has ended.
+pub fn with_futex_sleeper<R>(
+    patience: Duration,
+    on_wake: impl FnOnce() + Send,
+    f: impl FnOnce(&'static ContextBlock, &dyn Fn()) -> R,
+) -> R {
+    let word = mpsync::sync::AtomicU32::new(0);
+    let wake = || {
+        word.store(1, mpsync::sync::Ordering::Release);
+        sched::unpark_all(&word);
+    };
+    let (tx, rx) = mpsc::channel::<&'static ContextBlock>();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tx.send(sched::current()).unwrap();
+            while word.load(mpsync::sync::Ordering::Acquire) == 0 {
+                let _ = sched::park(&word, 0, Some(Duration::from_secs(5)));
+            }
+            on_wake();
+        });
+        let _release = OnDrop(&wake);
+        let sleeper = rx.recv().unwrap();
+        let deadline = Instant::now() + patience;
+        while native::kernel_state(sleeper) != Some(native::KernelState::Blocked) {
+            assert!(
+                Instant::now() < deadline,
+                "a thread parked in a futex was not reported blocked within {patience:?}: {:?}",
+                native::kernel_view(sleeper)
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        f(sleeper, &wake)
+    })
 }
