@@ -295,8 +295,10 @@ pub type ClhTp = ClhTpWith<false>;
 /// ```
 pub type ClhTpNap = ClhTpWith<true>;
 
-/// The CLH-TP queue lock; `WITHDRAW` chooses the native waiting ([`ClhTp`],
-/// [`ClhTpNap`]). Under the emulated scheduler both yield as the paper does.
+/// The CLH-TP queue lock. Natively, where the kernel answers, a waiter that
+/// stops spinning withdraws and naps; `WITHDRAW` says whether it does so also
+/// with heartbeats only ([`ClhTpNap`]) or yields there ([`ClhTp`]). Under the
+/// emulated scheduler both yield as the paper does.
 pub struct ClhTpWith<const WITHDRAW: bool> {
     tail: AtomicPtr<TpNode>,
     /// Waiters removed so far (diagnostic).
@@ -486,7 +488,7 @@ impl<const WITHDRAW: bool> ClhTpWith<WITHDRAW> {
                 {
                     if !native {
                         // The paper's waiting: give the virtual processor away
-                        // (natively, for `ClhTp`, main's `sched_yield`).
+                        // (natively, `ClhTp` with heartbeats only: `sched_yield`).
                         sched::yield_now();
                         cb.publish_heartbeat();
                     } else if sched::native::cpu_pressure() != Some(false) {
@@ -849,10 +851,7 @@ mod tests {
     fn removes_a_preempted_waiter() {
         let l = ClhTp::new();
         let g = l.lock();
-        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
-            std::sync::Mutex::new(Vec::new());
-        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
+        let cb = crate::sched::unregistered_block();
         cb.transition(
             ThreadState::Preemptable,
             ThreadState::Preempted,

@@ -852,12 +852,7 @@ pub(super) mod tests {
     ) -> &'static ContextBlock {
         let l = SkipQueue::<P>::new();
         let g = l.lock();
-        // Context blocks are never freed (the registry's contract); this one is
-        // kept reachable from a static, as the registry keeps its own.
-        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
-            std::sync::Mutex::new(Vec::new());
-        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
+        let cb = crate::sched::unregistered_block();
         cb.publish_heartbeat();
         stall(cb);
         let ghost = Box::leak(Box::new(SkipNode::new()));
@@ -971,10 +966,7 @@ pub(super) mod tests {
     /// `PARKED` → `WOKEN` and a bump of the successor's wake word.
     #[test]
     fn the_new_holder_wakes_its_successor_one_step_ahead() {
-        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
-            std::sync::Mutex::new(Vec::new());
-        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
+        let cb = crate::sched::unregistered_block();
         let l = super::super::McsTp::new();
         let me = SkipNode::new();
         let succ = SkipNode::new();
@@ -997,22 +989,6 @@ pub(super) mod tests {
         assert_eq!(succ.state.load(Ordering::Relaxed), WAITING);
     }
 
-    /// A context block the eBPF program never registered (the kernel does not
-    /// answer for it: heartbeats only), kept alive for the test binary.
-    fn unregistered_block() -> &'static ContextBlock {
-        // Reachable from a static, so that Miri's leak check accepts it.
-        static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> =
-            std::sync::Mutex::new(Vec::new());
-        let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
-        KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
-        assert_eq!(
-            crate::sched::native::kernel_preempted(cb),
-            None,
-            "the kernel answers for a block nobody registered"
-        );
-        cb
-    }
-
     /// Where the kernel does not answer for the new holder (eBPF off or not
     /// permitted; here a block the eBPF program never registered), taking the
     /// lock publishes a fresh heartbeat — also from an empty queue, where the
@@ -1020,7 +996,7 @@ pub(super) mod tests {
     /// holder by heartbeats do not find it preempted and park at once.
     #[test]
     fn a_new_holder_without_kernel_answers_publishes_a_heartbeat() {
-        let cb = unregistered_block();
+        let cb = crate::sched::unregistered_block();
         // Relaxed: test setup before the block is shared.
         cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago: looks preempted
         assert!(crate::sched::is_preempted(cb));
@@ -1047,7 +1023,7 @@ pub(super) mod tests {
     #[cfg_attr(miri, ignore = "real time: heartbeat ages")]
     fn only_policies_that_do_not_ask_the_waiter_skip_by_heartbeat_age() {
         use super::super::{HandshakePolicy, SmartQPolicy, TpPolicy};
-        let cb = unregistered_block();
+        let cb = crate::sched::unregistered_block();
         let threshold = crate::sched::native::heartbeat_threshold().as_nanos() as u64;
         assert!(GRANT_FRESH_NS < threshold);
         // Older than the grant's limit, well within the general threshold.

@@ -238,6 +238,24 @@ pub fn partition() -> Partition {
     partition::emulated().unwrap_or_else(native::poll_partition)
 }
 
+/// Unit tests' context block that no thread owns and the eBPF program never
+/// registered (the kernel does not answer for it: heartbeats and the state
+/// word only). Context blocks are never freed (the registry's contract); this
+/// one is kept reachable from a static, as the registry keeps its own, so that
+/// Miri's leak check accepts it.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn unregistered_block() -> &'static ContextBlock {
+    static KEEP: std::sync::Mutex<Vec<&'static ContextBlock>> = std::sync::Mutex::new(Vec::new());
+    let cb: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
+    KEEP.lock().unwrap_or_else(|e| e.into_inner()).push(cb);
+    assert_eq!(
+        native::kernel_preempted(cb),
+        None,
+        "the kernel answers for a block nobody registered"
+    );
+    cb
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
