@@ -305,27 +305,19 @@ fn load() -> Result<Kernel, String> {
     let mut ebpf = Ebpf::load(OBJECT).map_err(|e| denied("cannot load the object", &e))?;
     let btf = Btf::from_sys_fs()
         .map_err(|e| denied("cannot read the kernel's BTF (/sys/kernel/btf/vmlinux)", &e))?;
-    {
+    for (name, tracepoint) in [
+        ("mpsync_sched_switch", "sched_switch"),
+        ("mpsync_sched_wakeup", "sched_wakeup"),
+    ] {
         let prog: &mut BtfTracePoint = ebpf
-            .program_mut("mpsync_sched_switch")
-            .ok_or("eBPF not loaded: the object has no program mpsync_sched_switch")?
+            .program_mut(name)
+            .ok_or_else(|| format!("eBPF not loaded: the object has no program {name}"))?
             .try_into()
-            .map_err(|e| denied("mpsync_sched_switch is not a tp_btf program", &e))?;
-        prog.load("sched_switch", &btf)
-            .map_err(|e| denied("the kernel refused the sched_switch program", &e))?;
+            .map_err(|e| denied(&format!("{name} is not a tp_btf program"), &e))?;
+        prog.load(tracepoint, &btf)
+            .map_err(|e| denied(&format!("the kernel refused the {tracepoint} program"), &e))?;
         prog.attach()
-            .map_err(|e| denied("cannot attach to tp_btf/sched_switch", &e))?;
-    }
-    {
-        let prog: &mut BtfTracePoint = ebpf
-            .program_mut("mpsync_sched_wakeup")
-            .ok_or("eBPF not loaded: the object has no program mpsync_sched_wakeup")?
-            .try_into()
-            .map_err(|e| denied("mpsync_sched_wakeup is not a tp_btf program", &e))?;
-        prog.load("sched_wakeup", &btf)
-            .map_err(|e| denied("the kernel refused the sched_wakeup program", &e))?;
-        prog.attach()
-            .map_err(|e| denied("cannot attach to tp_btf/sched_wakeup", &e))?;
+            .map_err(|e| denied(&format!("cannot attach to tp_btf/{tracepoint}"), &e))?;
     }
     let slots = ebpf
         .take_map("slots")
