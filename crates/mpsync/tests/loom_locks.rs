@@ -508,10 +508,9 @@ fn bounded_steal_twice() {
 }
 
 /// Bounded-steal with a steal budget of one, each of two threads acquiring
-/// twice: a thread's second acquisition finds its budget spent and, when the
-/// other is queued, joins the queue while the lock may be free — the turn that
-/// keeps the lock fair — in every order with the other's steal, queueing, park
-/// and wake.
+/// twice: every unlock ends a turn, and when the other is queued it is a fair
+/// unlock (NO_STEAL for the queue head) — the turn that keeps the lock fair —
+/// in every order with the other's steal, queueing, park and wake.
 #[test]
 fn bounded_steal_budget_one_twice() {
     acquire_twice(|| BoundedSteal::new().with_steal_budget(1).unwrap(), 2, 2);

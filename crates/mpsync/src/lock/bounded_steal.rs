@@ -33,16 +33,20 @@
 //!   busy, but left alone the threads that happen to be running take almost
 //!   every acquisition while the queued ones get one per fairness bound: over a
 //!   second, some threads of an oversubscribed machine get a hundred times the
-//!   acquisitions of others. So a thread may take the lock outside the queue at
-//!   most [`STEAL_BUDGET`] times in a row (per thread, counted in a
-//!   thread-local); with the budget spent and someone queued, its next
-//!   acquisition joins the queue's tail, and coming out of the queue refills the
-//!   budget. Every thread thus cycles through the same turn — queue, head,
-//!   holder, a budget of steals — in FIFO order, and the running set rotates
-//!   every few hundred microseconds instead of once per fairness bound (the
-//!   idea of Dice's Malthusian locks: a small circulating set, rotated for
-//!   long-term fairness). The wake-ups this costs are one per turn, not one per
-//!   acquisition, and happen one step ahead.
+//!   acquisitions of others. So a thread may take the lock at most
+//!   [`STEAL_BUDGET`] times in a row (per thread, counted in a thread-local)
+//!   before its turn ends: the unlock that ends it is a *fair* unlock when
+//!   someone is queued — it sets [`NO_STEAL`], so the queue head takes the lock
+//!   next — and refills the budget. Coming out of the queue refills it too.
+//!   The spender itself never queues for fairness's sake: it goes on running
+//!   and stealing, and the queue moves one step per turn, each step a wake-up
+//!   sent one step ahead. (The first budget made the spender join the queue's
+//!   tail and sleep there. That rotated the running set, but each turn then
+//!   also put a running thread to sleep, and when all the threads of one CPU
+//!   were queued that CPU went idle: at CS 0.2 µs / NCS 2 µs, 8 threads pinned
+//!   to 2 CPUs, 16–22 % of the CPUs' time was idle and the lock ran at
+//!   0.72–0.79× parking_lot; ending a turn with a fair unlock instead left
+//!   3–6 % idle — see [`STEAL_BUDGET`].)
 //!
 //! Waiters' nodes come from a per-thread cache and are off the queue before the
 //! critical section starts. A waker never touches a node its wakee may already
@@ -62,7 +66,7 @@
 //! | `word` bit    | set by                         | cleared by                 |
 //! |---------------|--------------------------------|----------------------------|
 //! | [`LOCKED`]    | the acquiring CAS              | `unlock`'s `fetch_and`     |
-//! | [`NO_STEAL`]  | the queue head, after waiting  | the head's acquiring CAS   |
+//! | [`NO_STEAL`]  | the queue head, after waiting; a holder ending its turn | the head's acquiring CAS |
 //! | [`HEAD_PARKED`]| the queue head, before parking| `unlock` (then wakes it), or the head's CAS |
 //!
 //! ```
@@ -120,20 +124,26 @@ pub const STEAL_PATIENCE: Duration = Duration::from_micros(10);
 /// is better left to the holder and the head.
 pub const QUEUED_PATIENCE: Duration = Duration::from_micros(2);
 
-/// Default steal budget: acquisitions a thread may make outside the queue in a
-/// row while others are queued (a turn of ≈ 0.1–0.3 ms for microsecond
-/// critical sections). Each turn costs a sleep and a wake-up (issue 13, 8
-/// threads on 2 cores, CS 0.2 µs / NCS 2 µs, quiet moments of the 2-core
-/// machine: ~6,000 turns a second, 0.83× parking_lot with fairness 0.95;
-/// without a budget 0.95–1.02× with fairness 0.74–0.93). Larger budgets were
-/// tried and not taken: on the same machine loaded by other work (load 10–16),
-/// 256 and 512 let the fairness fall to 0.43–0.73 in some rounds where 128
-/// kept it ≥ 0.81. On 2 CPUs of a quiet 16-core machine (8 threads, 1 s
-/// rounds, 10 µs steal spin) budgets of 128, 512, 2048 and 10⁶ gave the same
-/// throughput within the rounds' noise (CS 0.2 / NCS 2 at 8 threads: 0.73–0.89×
-/// parking_lot, fairness ≥ 0.95 for all), so the budget is not what keeps bounded-steal
-/// below parking_lot there.
-pub const STEAL_BUDGET: u32 = 128;
+/// Default steal budget: acquisitions a thread may make in a row before its
+/// turn ends with a fair unlock (module doc, "a steal budget per thread"): a
+/// turn of ≈ 1 ms for microsecond critical sections. Measured (issue 13) on
+/// the quiet 2-core machine with a scratch program: 8 threads, 1 s runs, each
+/// beside a `parking_lot::Mutex` run in the same process (the ratio), CPU idle
+/// from /proc/stat; ranges over 2–6 runs per cell:
+///
+/// | turn ends by | budget | CS 0.2 / NCS 2 pinned | unpinned | CS 1 / NCS 1 pinned | unpinned |
+/// |---|---|---|---|---|---|
+/// | queueing (before) | 128 | 0.72–0.82×, fair ≥ 0.94, idle 16–24 % | 0.71–0.87×, fair ≥ 0.93 | 1.07–1.24×, fair ≥ 0.92 | 1.11–1.34×, fair ≥ 0.93 |
+/// | fair unlock | 256 | 0.92–0.94×, fair ≥ 0.97 | 0.92–0.93×, fair ≥ 0.97 | 1.38×, fair ≥ 0.98 | 1.35–1.37×, fair ≥ 0.96 |
+/// | fair unlock | **512** | 0.90–1.02×, fair ≥ 0.93, idle 1–6 % | 0.91–0.95×, fair ≥ 0.96 | 1.21–1.40×, fair ≥ 0.95 | 1.10–1.46×, fair ≥ 0.93 |
+/// | fair unlock | 2048 | 0.98×, fair ≥ 0.84 | 0.94–0.96×, fair ≥ 0.87 | 1.37–1.49×, fair ≥ 0.82 | 1.34–1.39×, fair ≥ 0.83 |
+/// | none (10⁶) | — | 0.98–1.04×, fair ≥ 0.87 | 0.99–1.00×, fair ≥ 0.79 | 1.42–1.43×, fair ≥ 0.70 | 1.36–1.37×, fair ≥ 0.67 |
+///
+/// So without turns bounded-steal is as fast as parking_lot but no fairer
+/// (parking_lot: 0.62–0.94 in the same runs); 512 keeps the fairness ≥ 0.93 at
+/// 0.9–1.0× where the critical section is short and the lock seldom
+/// contended, and ≈ 1.35× where it is contended.
+pub const STEAL_BUDGET: u32 = 512;
 
 #[cfg(not(loom))]
 thread_local! {
@@ -310,20 +320,26 @@ impl BoundedSteal {
         unsafe { p.as_ref() }
     }
 
+    /// The end of a turn: a holder that spent its steal budget refills it, and
+    /// if someone is queued, releases fairly (module doc: "a steal budget per
+    /// thread") — the queue head takes the lock next.
+    #[cold]
+    fn end_turn(&self) {
+        set_steals_left(self.steal_budget);
+        // Relaxed: advice; a queue that forms or empties a moment later only
+        // moves one hand-over between the fast and the fair way (as in
+        // `unlock_fair`, whose reasoning this is).
+        if !self.tail.load(Ordering::Relaxed).is_null() {
+            // Relaxed: the lock is still ours; the Release RMW of `unlock`
+            // publishes the bit with the critical section.
+            self.word.fetch_or(NO_STEAL, Ordering::Relaxed);
+        }
+    }
+
     #[cold]
     fn lock_slow(&self) {
-        let mut left = steals_left(self.steal_budget);
-        if left == 0 {
-            // Relaxed: advice; a queue that forms or empties a moment later
-            // only moves one acquisition between the fast and the fair way.
-            if self.tail.load(Ordering::Relaxed).is_null() {
-                // Nobody to be fair to: a new turn.
-                left = self.steal_budget;
-                set_steals_left(left);
-            }
-        }
-        // Phase 1: a running arrival with steals left spins briefly for the lock.
-        if left > 0 {
+        // Phase 1: a running arrival spins briefly for the lock.
+        {
             // The steal patience is the Waiter's own: the clock is read once
             // every CHECK_EVERY spins, with the look at the holder, not at
             // every spin. Bounded: here `Park` means "queue", which must
@@ -332,7 +348,7 @@ impl BoundedSteal {
             let mut waiter = Self::waiter(Waiter::bounded_ns(STEAL_PATIENCE.as_nanos() as u64));
             loop {
                 if self.try_steal() {
-                    Self::spend_steal(left);
+                    Self::spend_steal(steals_left(self.steal_budget));
                     return;
                 }
                 if waiter.spin(self.holder()) == Wait::Park {
@@ -559,15 +575,13 @@ unsafe impl lock_api::RawMutex for BoundedSteal {
 
     #[inline]
     fn lock(&self) -> Self::Guard {
-        let left = steals_left(self.steal_budget);
         // Acquire: pairs with the Release RMW of `unlock`.
-        if left > 0
-            && self
-                .word
-                .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+        if self
+            .word
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
         {
-            Self::spend_steal(left);
+            Self::spend_steal(steals_left(self.steal_budget));
             self.set_holder();
         } else {
             self.lock_slow();
@@ -589,6 +603,10 @@ unsafe impl lock_api::RawMutex for BoundedSteal {
 
     #[inline]
     unsafe fn unlock(&self, _guard: Self::Guard) {
+        // This thread's budget is spent: its turn ends here (module doc).
+        if steals_left(self.steal_budget) == 0 {
+            self.end_turn();
+        }
         // Release: publishes the critical section to the next Acquire CAS.
         // Keeps NO_STEAL (the head's); clears HEAD_PARKED, and wakes the head.
         let old = self
@@ -631,14 +649,14 @@ mod tests {
         }
     }
 
-    /// A thread that spent its steal budget while someone is queued joins the
-    /// queue's tail: the queued waiter gets the lock before the spender's next
-    /// acquisition, even though the lock is free when the spender asks and the
-    /// fairness bound (1 s here) has not stopped stealing. Without the budget
-    /// the spender takes the free lock at once.
+    /// A thread that spent its steal budget while someone is queued ends its
+    /// turn with a fair unlock: the queued waiter gets the lock before the
+    /// spender's next acquisition, even though the spender asks at once and
+    /// the fairness bound (1 s here) has not stopped stealing. Without the
+    /// budget the spender takes the free lock again at once.
     #[test]
     #[cfg_attr(miri, ignore = "waits on real time for a queued thread")]
-    fn a_thread_out_of_steals_queues_behind_a_waiter() {
+    fn a_thread_out_of_steals_lets_the_queue_head_in() {
         let l = BoundedSteal::with_fair_after(Duration::from_secs(1))
             .unwrap()
             .with_steal_budget(1)
@@ -661,7 +679,8 @@ mod tests {
             }
             // SAFETY: A holds the lock (locked above).
             unsafe { l.unlock(lock_api::GuardSend::new()) };
-            l.lock(); // budget spent, B queued: A must queue behind B
+            // Budget spent, B queued: that unlock was fair, B goes first.
+            l.lock();
             let a_again = order.fetch_add(1, StdOrdering::SeqCst);
             // SAFETY: locked just above.
             unsafe { l.unlock(lock_api::GuardSend::new()) };
