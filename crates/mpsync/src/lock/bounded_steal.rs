@@ -661,35 +661,39 @@ mod tests {
             .unwrap()
             .with_steal_budget(1)
             .unwrap();
-        let order = StdU32::new(0);
-        let (b_at, a_again_at) = std::thread::scope(|s| {
-            l.lock(); // A's one steal of this turn
-            let b = s.spawn(|| {
-                l.lock();
-                let at = order.fetch_add(1, StdOrdering::SeqCst);
-                // SAFETY: locked just above, by this thread.
+        // Several rounds: without the fair unlock, A's immediate re-lock wins
+        // the race against the spinning head almost always, but not always.
+        for round in 0..20 {
+            let order = StdU32::new(0);
+            let (b_at, a_again_at) = std::thread::scope(|s| {
+                l.lock(); // A's one steal of this turn
+                let b = s.spawn(|| {
+                    l.lock();
+                    let at = order.fetch_add(1, StdOrdering::SeqCst);
+                    // SAFETY: locked just above, by this thread.
+                    unsafe { l.unlock(lock_api::GuardSend::new()) };
+                    at
+                });
+                // Wait until B is queued.
+                let t0 = Instant::now();
+                while l.tail.load(Ordering::Relaxed).is_null() {
+                    assert!(t0.elapsed() < Duration::from_secs(20), "B never queued");
+                    crate::sched::yield_now();
+                }
+                // SAFETY: A holds the lock (locked above).
                 unsafe { l.unlock(lock_api::GuardSend::new()) };
-                at
+                // Budget spent, B queued: that unlock was fair, B goes first.
+                l.lock();
+                let a_again = order.fetch_add(1, StdOrdering::SeqCst);
+                // SAFETY: locked just above.
+                unsafe { l.unlock(lock_api::GuardSend::new()) };
+                (b.join().unwrap(), a_again)
             });
-            // Wait until B is queued.
-            let t0 = Instant::now();
-            while l.tail.load(Ordering::Relaxed).is_null() {
-                assert!(t0.elapsed() < Duration::from_secs(20), "B never queued");
-                crate::sched::yield_now();
-            }
-            // SAFETY: A holds the lock (locked above).
-            unsafe { l.unlock(lock_api::GuardSend::new()) };
-            // Budget spent, B queued: that unlock was fair, B goes first.
-            l.lock();
-            let a_again = order.fetch_add(1, StdOrdering::SeqCst);
-            // SAFETY: locked just above.
-            unsafe { l.unlock(lock_api::GuardSend::new()) };
-            (b.join().unwrap(), a_again)
-        });
-        assert!(
-            b_at < a_again_at,
-            "A took the lock again ({a_again_at}) before the queued B ({b_at}) with its steal budget spent"
-        );
+            assert!(
+                b_at < a_again_at,
+                "round {round}: A took the lock again ({a_again_at}) before the queued B ({b_at}) with its steal budget spent"
+            );
+        }
     }
 
     /// A queue head that has waited past the fairness bound sets NO_STEAL
