@@ -291,10 +291,21 @@ mod pool {
 
 /// The CLH-TP queue lock. Natively a waiter that stops spinning — behind a
 /// holder the kernel says is preempted, or past the heartbeat threshold while
-/// some thread may wait for a CPU — withdraws its node and naps [`NAP`], with
+/// some thread may wait for a CPU — withdraws its node and naps 200 µs, with
 /// the kernel's answers (eBPF) and with heartbeats only; it never calls
 /// `sched_yield`. Under the emulated scheduler it yields its virtual
 /// processor, as in the paper (module doc, "When a waiter stops spinning").
+///
+/// ```
+/// use mpsync::{Mutex, lock::ClhTp};
+/// let m: Mutex<ClhTp, u32> = Mutex::new(0);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| *m.lock() += 1);
+///     }
+/// });
+/// assert_eq!(*m.lock(), 4);
+/// ```
 pub struct ClhTp {
     tail: AtomicPtr<TpNode>,
     /// Waiters removed so far (diagnostic).
