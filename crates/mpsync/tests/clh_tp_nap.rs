@@ -1,9 +1,13 @@
-//! `ClhTpNap`, CLH-TP's native waiting without `sched_yield` (issue 13 §2;
-//! lock/clh_tp.rs, "When a waiter stops spinning"): a waiter that stops spinning withdraws its node first (the timed
-//! waiter's WAITING → ABANDONED CAS), naps, and enqueues again — so the lock
-//! never waits for a sleeping thread. The heartbeat trigger is forced here,
-//! with the kernel's answers switched off (CPU pressure unknown); the kernel's
-//! trigger (a preempted holder) is a unit test in `lock/clh_tp.rs`.
+//! `ClhTp`'s native waiting without `sched_yield` (issue 13 §2;
+//! lock/clh_tp.rs, "When a waiter stops spinning"): a waiter that stops
+//! spinning withdraws its node first (the timed waiter's WAITING → ABANDONED
+//! CAS), naps, and enqueues again — so the lock never waits for a sleeping
+//! thread — with the kernel's answers and with heartbeats only. The heartbeat
+//! trigger is forced here, with the kernel's answers switched off (CPU
+//! pressure unknown): the waiter must reach `clh_tp.nap`, where a yielding
+//! waiter would keep its place and never get there. The kernel's trigger (a
+//! preempted holder) is a unit test in `lock/clh_tp.rs`, and is seen here
+//! where eBPF answers.
 //!
 //! Its own test binary: the test switches process-wide settings (the kernel's
 //! answers, the heartbeat threshold). Nothing here asserts speed; every wait
@@ -19,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::ebpf::{OnDrop, kernel_answers, with_contended_victim};
 use mpsync::Mutex;
-use mpsync::lock::{ClhTp, ClhTpNap};
+use mpsync::lock::ClhTp;
 use mpsync::sched::stall::{self, Trap};
 use mpsync::sched::{self, native};
 
@@ -42,7 +46,7 @@ static SERIAL: StdMutex<()> = StdMutex::new(());
 /// would hold it up forever), and `is_locked` must read free after it. Then
 /// the napper goes on: it must get the lock after its nap.
 fn napper_round(probe: bool) {
-    let m = Arc::new(Mutex::<ClhTpNap, u64>::new(0));
+    let m = Arc::new(Mutex::<ClhTp, u64>::new(0));
     let g = m.lock();
     let (id_tx, id_rx) = channel();
     let (go_tx, go_rx) = channel::<()>();
@@ -104,9 +108,11 @@ fn napper_round(probe: bool) {
     assert_eq!(*m.lock(), 1 + if probe { 10 } else { 0 });
 }
 
-/// The heartbeat trigger, twice: with a probe (the lock does not wait for the
-/// napper), and without (the napper enqueues again behind its own withdrawn
-/// node, unlinks it and takes the lock released behind it).
+/// `ClhTp` with heartbeats only (the kernel's answers switched off) withdraws
+/// and naps past the heartbeat threshold instead of yielding in place. Twice:
+/// with a probe (the lock does not wait for the napper), and without (the
+/// napper enqueues again behind its own withdrawn node, unlinks it and takes
+/// the lock released behind it).
 #[test]
 fn a_withdrawn_napper_never_holds_up_the_lock() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -121,10 +127,10 @@ fn a_withdrawn_napper_never_holds_up_the_lock() {
     napper_round(false);
 }
 
-/// `ClhTp` (the default form) waits the nap way where the kernel answers: a
-/// waiter behind a holder that the kernel reports preempted (it shares its CPU
-/// with a CPU-bound competitor, [`with_contended_victim`]) withdraws to nap —
-/// it reaches `clh_tp.nap` — instead of calling `sched_yield`.
+/// `ClhTp` waits the nap way also where the kernel answers: a waiter behind a
+/// holder that the kernel reports preempted (it shares its CPU with a
+/// CPU-bound competitor, [`with_contended_victim`]) withdraws to nap — it
+/// reaches `clh_tp.nap` — instead of calling `sched_yield`.
 #[test]
 fn with_the_kernels_answers_clh_tp_naps_behind_a_preempted_holder() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
 use mpsync::Mutex;
 use mpsync::lock::{
-    BoundedSteal, ClhTp, ClhTpNap, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking,
-    QueuedNp, SmartQ, SpinThenPark, TasB, TasBNp, Ticket, TicketNp,
+    BoundedSteal, ClhTp, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking, QueuedNp, SmartQ,
+    SpinThenPark, TasB, TasBNp, Ticket, TicketNp,
 };
 use mpsync::sched;
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
@@ -458,7 +458,8 @@ fn timed_torture_ticket_np() {
 }
 
 /// CLH-TP's timed waiters leave their nodes abandoned in the queue, to be
-/// unlinked by the waiter behind (or the next arrival).
+/// unlinked by the waiter behind (or the next arrival); natively its stalled
+/// waiters also withdraw to nap (the same CAS) and enqueue again.
 #[test]
 fn timed_torture_clh_tp() {
     timed_torture::<ClhTp>("CLH-TP");
@@ -467,12 +468,6 @@ fn timed_torture_clh_tp() {
 #[test]
 fn timed_torture_np_clh_tp() {
     timed_torture::<Np<ClhTp>>("CLH-TP-np");
-}
-
-/// The same for `ClhTpNap`, whose waiters also withdraw to nap natively.
-#[test]
-fn timed_torture_clh_tp_nap() {
-    timed_torture::<ClhTpNap>("CLH-TP-nap");
 }
 
 // --- timed acquisition of the self-withdrawing queue locks -----------------

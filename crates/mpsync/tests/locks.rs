@@ -14,8 +14,8 @@ use std::time::Duration;
 use lock_api::RawMutex;
 use mpsync::lock::BoundedSteal;
 use mpsync::lock::{
-    Anderson, Clh, ClhTp, ClhTpNap, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking,
-    QueuedNp, SmartQ, SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
+    Anderson, Clh, ClhTp, McsTp, Native, NativeNp, Np, Queued, QueuedHandshaking, QueuedNp, SmartQ,
+    SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
 use mpsync::sched::stall::{self, Trap};
@@ -290,7 +290,6 @@ torture! {
     clh_np: Np<Clh> => 60,
     clh_tp: ClhTp => 300,
     clh_tp_np: Np<ClhTp> => 300,
-    clh_tp_nap: ClhTpNap => 300,
     spin_then_park: SpinThenPark => 2_000,
     spin_then_park_np: Np<SpinThenPark> => 2_000,
     bounded_steal: BoundedSteal => 2_000,

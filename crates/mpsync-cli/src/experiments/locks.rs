@@ -5,9 +5,8 @@
 use std::hint::black_box;
 
 use mpsync::lock::{
-    Anderson, BoundedSteal, Clh, ClhTp, ClhTpNap, McsTp, Native, NativeNp, Queued,
-    QueuedHandshaking, QueuedNp, SmartQ, SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp,
-    TicketSplit,
+    Anderson, BoundedSteal, Clh, ClhTp, McsTp, Native, NativeNp, Queued, QueuedHandshaking,
+    QueuedNp, SmartQ, SpinThenPark, Tas, TasB, TasBNp, Ticket, TicketNp, TicketSplit,
 };
 use mpsync::util::clock::now_ns;
 
@@ -319,7 +318,6 @@ pub fn mutex_table() -> Vec<LockImpl> {
         row!("CLH", Origin::Mpsync, true, mpsync::Mutex<Clh, ()>),
         row!("MCS-TP", Origin::Mpsync, true, mpsync::Mutex<McsTp, ()>),
         row!("CLH-TP", Origin::Mpsync, true, mpsync::Mutex<ClhTp, ()>),
-        row!("CLH-TP-nap", Origin::Mpsync, true, mpsync::Mutex<ClhTpNap, ()>),
         row!("spin-then-park", Origin::Mpsync, false, mpsync::Mutex<SpinThenPark, ()>),
         row!("bounded-steal", Origin::Mpsync, false, mpsync::Mutex<BoundedSteal, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),

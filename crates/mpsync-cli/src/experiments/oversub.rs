@@ -31,9 +31,7 @@
 //!
 //! `MPSYNC_OVERSUB_LOCKS=bounded-steal,Ticket-np` ([`LOCKS_ENV`]) restricts a
 //! run to the named locks plus the baseline: an A/B of a few locks in seconds
-//! instead of the whole table's minutes. [`VARIANTS`] (`CLH-TP-nap`) run
-//! only when named there: `MPSYNC_OVERSUB_LOCKS=CLH-TP,CLH-TP-nap` compares
-//! CLH-TP's two native waitings in the same interleaved rounds.
+//! instead of the whole table's minutes.
 //!
 //! The figure shows `cs1-ncs1 unpinned`; `data.csv` and `run.json` hold every
 //! configuration (implementation column `lock | configuration`), and the
@@ -78,13 +76,6 @@ pub const SCHEDULER_CONSCIOUS: &[&str] = &[
     "Ticket-np",
     "CLH-TP",
 ];
-
-/// Variants of the scheduler-conscious locks, for A/B runs: run only when
-/// named in [`LOCKS_ENV`], shown and run with the kernel's answers off like
-/// the scheduler-conscious locks, without targets (`CLH-TP-nap`: CLH-TP whose
-/// native waiters withdraw and nap instead of `sched_yield` also with heartbeats
-/// only; `CLH-TP` does so where the kernel answers).
-pub const VARIANTS: &[&str] = &["CLH-TP-nap"];
 
 /// Target ratio of the scheduler-conscious locks with eBPF answers.
 pub const SC_TARGET_EBPF: f64 = 0.8;
@@ -142,11 +133,7 @@ fn entries(table: &[LockImpl], n: u32, kernel_answers: bool) -> Vec<Entry<'_>> {
         v.extend(
             table
                 .iter()
-                .filter(|i| {
-                    SCHEDULER_CONSCIOUS.contains(&i.name)
-                        || VARIANTS.contains(&i.name)
-                        || i.name == OWN
-                })
+                .filter(|i| SCHEDULER_CONSCIOUS.contains(&i.name) || i.name == OWN)
                 .map(|imp| Entry {
                     imp,
                     ebpf_off: true,
@@ -301,14 +288,11 @@ fn restrict(table: Vec<LockImpl>) -> anyhow::Result<Vec<LockImpl>> {
     restrict_to(table, std::env::var(LOCKS_ENV).ok())
 }
 
-/// [`restrict`] given the variable's value (`None`: unset): the table less
-/// the [`VARIANTS`], or the named locks and the baseline.
+/// [`restrict`] given the variable's value (`None`: unset): the whole table,
+/// or the named locks and the baseline.
 fn restrict_to(table: Vec<LockImpl>, want: Option<String>) -> anyhow::Result<Vec<LockImpl>> {
     let Some(want) = want else {
-        return Ok(table
-            .into_iter()
-            .filter(|i| !VARIANTS.contains(&i.name))
-            .collect());
+        return Ok(table);
     };
     let want: Vec<&str> = want
         .split(',')
@@ -497,7 +481,6 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 let r = v / base;
                 if imp.name == OWN
                     || SCHEDULER_CONSCIOUS.contains(&imp.name)
-                    || VARIANTS.contains(&imp.name)
                     || imp.name == BASELINE
                 {
                     line.push(format!("{shown} {r:.2} (fair {f:.2})"));
@@ -660,15 +643,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn variants_run_only_when_named() {
+    fn the_locks_variable_restricts_to_the_named_locks_and_the_baseline() {
         let all = crate::experiments::locks::mutex_table();
         let names = |t: Vec<LockImpl>| t.into_iter().map(|i| i.name).collect::<Vec<_>>();
-        let default = names(restrict_to(all.clone(), None).unwrap());
-        assert!(default.contains(&"CLH-TP"));
-        assert!(!default.contains(&"CLH-TP-nap"));
-        let named = names(restrict_to(all, Some("CLH-TP, CLH-TP-nap".into())).unwrap());
-        assert!(named.contains(&"CLH-TP-nap") && named.contains(&"CLH-TP"));
+        let every = names(all.clone());
+        assert_eq!(names(restrict_to(all.clone(), None).unwrap()), every);
+        let named = names(restrict_to(all.clone(), Some("CLH-TP, Smart-Q".into())).unwrap());
+        assert_eq!(named.len(), 3, "{named:?}");
+        assert!(named.contains(&"CLH-TP") && named.contains(&"Smart-Q"));
         assert!(named.contains(&BASELINE) && !named.contains(&"Ticket-np"));
+        let err = restrict_to(all, Some("CLH-TP, CLH-TP-nap".into())).unwrap_err();
+        assert!(err.to_string().contains("CLH-TP-nap"), "{err}");
     }
 
     #[test]

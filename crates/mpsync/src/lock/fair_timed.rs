@@ -125,11 +125,11 @@ use lock_api::{RawMutex, RawMutexFair, RawMutexTimed};
 
 use super::bounded_steal::{HEAD_PARKED, LOCKED, NO_STEAL};
 use super::{
-    AndersonN, BoundedSteal, Clh, ClhTpWith, Native, Np, NpGuard, Queued, SkipPolicy, SkipQueue,
+    AndersonN, BoundedSteal, Clh, ClhTp, Native, Np, NpGuard, Queued, SkipPolicy, SkipQueue,
     SpinThenPark, TasB, Ticket, TicketNp, TicketSplit,
 };
 #[allow(unused_imports)] // named by the module doc's table
-use super::{ClhTp, ClhTpNap, McsTp, QueuedHandshaking, SmartQ, Tas};
+use super::{McsTp, QueuedHandshaking, SmartQ, Tas};
 use crate::sched::{self, Wait, Waiter};
 use crate::sync::Ordering;
 
@@ -172,7 +172,7 @@ fair_is_plain_unlock! {
     [] Clh;
     [] TicketNp;
     [P: SkipPolicy] SkipQueue<P>;
-    [const WITHDRAW: bool] ClhTpWith<WITHDRAW>;
+    [] ClhTp;
 }
 
 // SAFETY: `unlock_fair` is `unlock` with NO_STEAL set first while the lock is
@@ -296,7 +296,7 @@ unsafe impl<P: SkipPolicy> RawMutexTimed for SkipQueue<P> {
 // released); when it gives up it marks its node ABANDONED by CAS on its own
 // word, so it can no longer take the lock, and whoever unlinks the node takes
 // the lock in its place (clh_tp.rs, "Timed acquisition").
-unsafe impl<const WITHDRAW: bool> RawMutexTimed for ClhTpWith<WITHDRAW> {
+unsafe impl RawMutexTimed for ClhTp {
     type Duration = Duration;
     type Instant = Instant;
 
@@ -479,7 +479,6 @@ mod tests {
         timed_mcs_tp: McsTp,
         timed_mcs_tp_np: Np<McsTp>,
         timed_clh_tp: ClhTp,
-        timed_clh_tp_np: Np<ClhTp>,
-        timed_clh_tp_nap: ClhTpNap
+        timed_clh_tp_np: Np<ClhTp>
     );
 }

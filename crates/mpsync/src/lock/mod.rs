@@ -14,8 +14,7 @@
 //! | [`SmartQ`]             | Smart-Q            | own node; skipped if preempted            | 003 Figure 1            |
 //! | [`Clh`]                | CLH                | spinning on the predecessor's node, FIFO  | Craig; Magnusson et al. |
 //! | [`McsTp`]              | MCS-TP             | own node, heartbeats; skipped if stale    | He, Scherer & Scott 2005|
-//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred     | He, Scherer & Scott 2005|
-//! | [`ClhTpNap`]           | CLH-TP-nap         | as CLH-TP; withdraws and naps instead of `sched_yield` also without eBPF | issue 13 §2 |
+//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred; stalled: withdraws, naps | He, Scherer & Scott 2005; issue 13 §2 |
 //! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
 //! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
 //! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | issue 13; pv-qspinlock, parking_lot |
@@ -28,7 +27,7 @@
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock already hands over in FIFO order | no: a taken ticket or queued node cannot be withdrawn |
 //! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | yes: a waiter that gives up withdraws by CAS against the releaser's claim |
 //! | [`TicketNp`] | yes: the plain unlock (queue order; preempted takers skipped) | yes: a taker that gives up leaves its number, marked departed, to be withdrawn |
-//! | [`ClhTp`], [`ClhTpNap`] | yes: the plain unlock (queue order; preempted waiters skipped) | yes: a waiter that gives up marks its node abandoned by CAS; whoever unlinks it takes the lock in its place |
+//! | [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped) | yes: a waiter that gives up marks its node abandoned by CAS; whoever unlinks it takes the lock in its place |
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
 //! | [`TasB`] | no: nobody is known to wait | yes: a waiter that gives up stops backing off |
@@ -242,7 +241,7 @@ mod ticket;
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
 pub use bounded_steal::{BoundedSteal, FAIR_AFTER, QUEUED_PATIENCE, STEAL_BUDGET, STEAL_PATIENCE};
 pub use clh::{Clh, ClhGuard};
-pub use clh_tp::{ClhTp, ClhTpGuard, ClhTpNap, ClhTpWith};
+pub use clh_tp::{ClhTp, ClhTpGuard};
 pub use condvar::{Condvar, WaitTimeoutResult};
 pub use handshaking::{HandshakePolicy, QueuedHandshaking};
 pub use mcs_tp::{McsTp, TpPolicy};
@@ -401,7 +400,6 @@ mod tests {
         mcs_tp: McsTp,
         clh: Clh,
         clh_tp: ClhTp,
-        clh_tp_nap: ClhTpNap,
         spin_then_park: SpinThenPark,
         bounded_steal: BoundedSteal
     );
