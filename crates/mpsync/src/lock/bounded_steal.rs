@@ -335,9 +335,19 @@ impl BoundedSteal {
     #[cold]
     fn end_turn(&self) {
         set_steals_left(self.steal_budget);
-        // Relaxed: advice; a queue that forms or empties a moment later only
-        // moves one hand-over between the fast and the fair way (as in
-        // `unlock_fair`, whose reasoning this is).
+        self.let_the_head_in();
+    }
+
+    /// The holder's fair release, before its `unlock`: if someone is queued,
+    /// NO_STEAL, so the queue head takes the lock next (`end_turn`, and
+    /// `unlock_fair` in `lock/fair_timed.rs`).
+    #[inline]
+    pub(super) fn let_the_head_in(&self) {
+        // Relaxed: we hold the lock, and every queue change that matters was
+        // made by a holder before us (ordered to us by the Acquire of our own
+        // acquisition) or by ourselves; the queue cannot empty while we hold
+        // the lock (only a new holder leaves it). A thread queueing right now
+        // is a newcomer, and a plain unlock is fair to it.
         if !self.tail.load(Ordering::Relaxed).is_null() {
             // Relaxed: the lock is still ours; the Release RMW of `unlock`
             // publishes the bit with the critical section.
@@ -348,21 +358,19 @@ impl BoundedSteal {
     #[cold]
     fn lock_slow(&self) {
         // Phase 1: a running arrival spins briefly for the lock.
-        {
-            // The steal patience is the Waiter's own: the clock is read once
-            // every CHECK_EVERY spins, with the look at the holder, not at
-            // every spin. Bounded: here `Park` means "queue", which must
-            // happen even while everyone runs (else nobody queues and the
-            // fairness bound never applies).
-            let mut waiter = Self::waiter(Waiter::bounded_ns(STEAL_PATIENCE.as_nanos() as u64));
-            loop {
-                if self.try_steal() {
-                    Self::spend_steal(steals_left(self.steal_budget));
-                    return;
-                }
-                if waiter.spin(self.holder()) == Wait::Park {
-                    break;
-                }
+        // The steal patience is the Waiter's own: the clock is read once
+        // every CHECK_EVERY spins, with the look at the holder, not at
+        // every spin. Bounded: here `Park` means "queue", which must
+        // happen even while everyone runs (else nobody queues and the
+        // fairness bound never applies).
+        let mut waiter = Self::waiter(Waiter::bounded_ns(STEAL_PATIENCE.as_nanos() as u64));
+        loop {
+            if self.try_steal() {
+                Self::spend_steal(steals_left(self.steal_budget));
+                return;
+            }
+            if waiter.spin(self.holder()) == Wait::Park {
+                break;
             }
         }
         // Phase 2: queue.

@@ -181,16 +181,7 @@ fair_is_plain_unlock! {
 unsafe impl RawMutexFair for BoundedSteal {
     #[inline]
     unsafe fn unlock_fair(&self, guard: Self::Guard) {
-        // Relaxed: we hold the lock, and every queue change that matters was
-        // made by a holder before us (ordered to us by the Acquire of our own
-        // acquisition) or by ourselves; the queue cannot empty while we hold
-        // the lock (only a new holder leaves it). A thread queueing right now
-        // is a newcomer, and a plain unlock is fair to it.
-        if !self.tail.load(Ordering::Relaxed).is_null() {
-            // Relaxed: the lock is still ours; the Release of `unlock` below
-            // publishes the bit with the critical section.
-            self.word.fetch_or(NO_STEAL, Ordering::Relaxed);
-        }
+        self.let_the_head_in();
         // SAFETY: the caller's contract is `unlock`'s.
         unsafe { self.unlock(guard) }
     }
