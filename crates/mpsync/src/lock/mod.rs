@@ -253,7 +253,7 @@ pub use smartq::{SmartQ, SmartQPolicy};
 pub use spin_park::{SPIN_THEN_PARK_DEFAULT_PATIENCE, SpinThenPark};
 pub use tas::Tas;
 pub use tas_b::TasB;
-pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketSplit};
+pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketNpGuard, TicketSplit};
 
 /// TAS-B with its critical section marked no-preempt (paper 003 §4.1).
 pub type TasBNp = Np<TasB>;

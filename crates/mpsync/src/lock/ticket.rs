@@ -252,18 +252,26 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 ///
 /// | `serving` | `next`  | state                                     | left by                                                       |
 /// |-----------|---------|-------------------------------------------|---------------------------------------------------------------|
-/// | `t`       | `== t`  | free: offered to whoever takes `t` next   | the taker's claim (`t → t\|1`)                                |
+/// | `t`       | `== t`  | free: offered to whoever takes `t` next   | the taker's claim (`t → t\|1`); or an *idle claim* `t → t\|1` by a thread that takes no number |
 /// | `t`       | `> t`   | reserved: offered to the taker of `t`     | its claim; or a withdrawal CAS `t → t+2` by the releaser (after its patience) or by the taker of `t+2` (idle lock, see `acquire`) |
-/// | `t\|1`    | `> t`   | held by the taker of `t`                  | its release: the store `t+2` (the only plain store)           |
+/// | `t\|1`    | `>= t`  | held: by the taker of `t`, or by an idle claimer (then `next` was `t` at its claim) | its release: the store `t+2` by a taker, `t` by an idle claimer (the only plain stores) |
 ///
-/// \[1\] `serving` only grows (claim +1, release +1, withdrawal +2; mod 2³²).
+/// \[1\] The ticket in `serving` (`serving & !CLAIMED`) never decreases, and
+/// never passes `next`: a claim sets bit 0, a taker's release adds 1 (past
+/// its own number), an idle claimer's release clears bit 0 (it took no
+/// number, so the same one is on offer again), a withdrawal adds 2 (past a
+/// number that was taken).
 /// \[2\] Every write but the holder's release store is a CAS from an unclaimed
-/// (even) value, so a claimed word changes only by its holder's release.
-/// \[3\] Only the taker of `t` (numbers are unique: `fetch_add`, or `try_lock`'s
-/// CAS on `next`) attempts the claim `t → t|1`, and by \[1\] an offer that was
-/// withdrawn is never offered again. So one thread holds at a time: from its
-/// claim to its release store. Wrap-around needs 2³⁰ hand-overs while one
-/// thread stalls between its read and its CAS.
+/// (even) value, so a claimed word changes only by its holder's release. So
+/// one thread holds at a time: from its CAS that made the word odd to its
+/// release store.
+/// \[3\] Which thread may claim (fairness, not safety): the taker of `t`
+/// (numbers are unique: `fetch_add`), or — only while `next` showed that
+/// nobody took `t` — an idle claimer. The uncontended lock is the idle claim:
+/// one CAS to lock, one store to unlock, as the plain ticket lock. A taker that
+/// took `t` in the race with an idle claim finds `t` claimed: it marks its
+/// slot departed (so whoever watches the offer of `t` later withdraws it at
+/// once) and takes a new number.
 ///
 /// Who took which number (a hint, never part of the protocol above): a waiter
 /// records its thread's kernel key ([`sched::native::kernel_key`], an index,
@@ -284,11 +292,15 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// its number is withdrawn when it comes up and it takes a new one on waking.
 ///
 /// Timed acquisition (`lock_api::RawMutexTimed`): a taker whose deadline
-/// passes marks its slot departed and leaves its number, which its offerer
-/// then withdraws at once — except an idle releaser (`next` showed nobody
-/// took the offer), which cannot know; a SeqCst fence on each side makes
-/// that releaser see the number taken, or the departing taker see the offer
-/// and claim it (it then returns the lock, past its deadline). See `depart`.
+/// passes marks its slot departed and leaves its number. Whoever finds a
+/// departed number on offer withdraws it at once: its releaser, the taker
+/// behind it — and, where the releaser found the lock idle (its look at
+/// `next` can miss a number taken just then; no fence orders the two, to
+/// keep the uncontended unlock a store and a load), the next `lock` or
+/// `try_lock`, which withdraws a departed offer with nobody behind it before
+/// its idle claim (`is_locked` counts that lock free). A departing taker that
+/// sees its own number on offer on the way out claims it and returns the
+/// lock, past its deadline. See `depart`.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
@@ -304,6 +316,24 @@ pub struct TicketNp {
     takers: [AtomicU64; TAKERS],
     /// Where waiters park, by number (`SLEEPY` | ring count); see `park`.
     bells: [AtomicU32; TAKERS],
+}
+
+/// Guard state of [`TicketNp`]: the no-preempt request, and the number its
+/// release puts on offer — the one after the holder's own, or, after an idle
+/// claim (no number taken), the claimed one again. Not `Send`: the request
+/// belongs to its thread.
+#[derive(Debug)]
+#[must_use = "release it through the lock's unlock"]
+pub struct TicketNpGuard {
+    token: super::np::NpToken,
+    offer: u32,
+}
+
+impl TicketNpGuard {
+    #[inline]
+    fn new(token: super::np::NpToken, offer: u32) -> Self {
+        Self { token, offer }
+    }
 }
 
 impl TicketNp {
@@ -352,19 +382,78 @@ impl TicketNp {
     /// The timed acquisition (`lock_api::RawMutexTimed`, in `fair_timed`):
     /// `try_lock`, then the waiting path until `deadline`.
     #[inline]
-    pub(super) fn try_lock_until_impl(&self, deadline: Instant) -> Option<super::np::NpToken> {
+    pub(super) fn try_lock_until_impl(&self, deadline: Instant) -> Option<TicketNpGuard> {
         use lock_api::RawMutex;
         if let Some(g) = self.try_lock() {
             return Some(g);
         }
         let token = super::np::NpToken::request();
-        if self.acquire(token.cb(), Some(deadline)) {
-            Some(token)
-        } else {
-            // Nothing was held: end the request without the warned thread's yield.
-            token.cancel();
-            None
+        match self.acquire(token.cb(), Some(deadline)) {
+            Some(mine) => Some(TicketNpGuard::new(token, mine.wrapping_add(2))),
+            None => {
+                // Nothing was held: end the request without the warned thread's yield.
+                token.cancel();
+                None
+            }
         }
+    }
+
+    /// The idle claim (\[3\] at [`TicketNp`]): claims the number on offer
+    /// without taking it, if `next` shows that nobody took it, and returns it
+    /// (the release offers it again).
+    #[inline]
+    fn claim_idle(&self) -> Option<u32> {
+        // Relaxed: a look; the CAS decides. A stale `next` only lets us claim a
+        // number that was taken just now, whose taker then finds it claimed and
+        // takes another (`acquire`).
+        let n = self.next.load(Ordering::Relaxed);
+        // Acquire: orders the critical section after the previous holder's
+        // Release store (or a withdrawal CAS in its release sequence).
+        self.serving
+            .compare_exchange(n, n | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(n)
+    }
+
+    /// `lock` past a failed idle claim: take a number and wait for it.
+    #[cold]
+    #[inline(never)]
+    fn lock_slow(&self, token: super::np::NpToken) -> TicketNpGuard {
+        let Some(mine) = self.acquire(token.cb(), None) else {
+            unreachable!("an untimed acquire returns only with its number claimed")
+        };
+        TicketNpGuard::new(token, mine.wrapping_add(2))
+    }
+
+    /// Withdraws the offers of departed takers, starting from `s` (a value of
+    /// `serving` the caller read), and returns the last value seen: claimed,
+    /// or an offer to a taker that did not depart (or to nobody yet). Anyone
+    /// may do this, as the releaser and the taker behind do (a departed taker
+    /// never claims), and a lock whose releaser saw nobody behind it ("Timed
+    /// acquisition" at [`TicketNp`]) needs it: there, departed numbers can
+    /// stand in a row before the first live one.
+    #[cold]
+    fn withdraw_departed(&self, mut s: u32) -> u32 {
+        // A departed number was taken (only its taker marks it), so `next` is
+        // past it and the withdrawal keeps \[1\].
+        while s & CLAIMED == 0 && self.departed(s) {
+            // Relaxed: passes no data; an RMW, so a claim that reads it still
+            // synchronizes with the release store before it.
+            match self.serving.compare_exchange(
+                s,
+                s.wrapping_add(2),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    // Relaxed: a statistic.
+                    self.withdrawn.fetch_add(1, Ordering::Relaxed);
+                    s = s.wrapping_add(2);
+                }
+                Err(v) => s = v,
+            }
+        }
+        s
     }
 
     /// Offers withdrawn from preempted (or slow) acquirers since creation.
@@ -399,15 +488,31 @@ impl TicketNp {
     /// A taker that gave up (timed, see `depart`) counts as off its CPU.
     #[inline]
     fn taker_off_cpu(&self, t: u32) -> bool {
-        // Relaxed: see `record_taker` (a missed mark costs a patience).
-        let v = self.taker_slot(t).load(Ordering::Relaxed);
-        if (v >> 32) as u32 == t && v as u32 == DEPARTED {
+        if self.departed(t) {
             return true;
         }
         matches!(
             self.taker_state(t),
             Some(sched::native::KernelState::Preempted | sched::native::KernelState::Blocked)
         )
+    }
+
+    /// Whether the taker of number `t` gave up on it: a timed taker past its
+    /// deadline, or one that found `t` claimed by an idle claim.
+    #[inline]
+    fn departed(&self, t: u32) -> bool {
+        // Relaxed: see `record_taker` (a missed mark costs a patience).
+        let v = self.taker_slot(t).load(Ordering::Relaxed);
+        (v >> 32) as u32 == t && v as u32 == DEPARTED
+    }
+
+    /// Marks number `t` given up by its taker, the caller: whoever watches its
+    /// offer withdraws it at once.
+    #[inline]
+    fn mark_departed(&self, t: u32) {
+        // Relaxed: see `record_taker` (a missed mark costs a patience).
+        self.taker_slot(t)
+            .store((u64::from(t) << 32) | u64::from(DEPARTED), Ordering::Relaxed);
     }
 
     /// The kernel's state of the taker of number `t`; `None` when nobody knows.
@@ -476,12 +581,12 @@ impl TicketNp {
         }
     }
 
-    /// Takes numbers until one is served: returns `true` with the lock
-    /// claimed. With a `deadline`, a waiter that sees it pass gives up
-    /// ([`depart`](Self::depart)) and returns `false` holding nothing — or
-    /// `true` if its number was on offer then and its claim won.
+    /// Takes numbers until one is served: returns the number claimed. With a
+    /// `deadline`, a waiter that sees it pass gives up
+    /// ([`depart`](Self::depart)) and returns `None` holding nothing — or its
+    /// number if that was on offer then and its claim won.
     #[inline]
-    fn acquire(&self, cb: &sched::ContextBlock, deadline: Option<Instant>) -> bool {
+    fn acquire(&self, cb: &sched::ContextBlock, deadline: Option<Instant>) -> Option<u32> {
         'ticket: loop {
             // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
             let mine = self.next.fetch_add(2, Ordering::Relaxed);
@@ -499,8 +604,14 @@ impl TicketNp {
                 let s = self.serving.load(Ordering::Acquire);
                 let d = ahead(mine, s & !CLAIMED);
                 if d < 0 || (d == 0 && s & CLAIMED != 0) {
-                    // Our number was withdrawn (or, with `d == 0` claimed, wrapped
-                    // past): take a new one.
+                    // Our number was withdrawn, or, with `d == 0`, claimed by an
+                    // idle claim that raced our taking it (or wrapped past): take
+                    // a new one. A claimed number comes back on offer at its
+                    // idle claimer's release: mark it given up, so that whoever
+                    // watches that offer withdraws it at once.
+                    if d == 0 {
+                        self.mark_departed(mine);
+                    }
                     if paused == Some(true) {
                         cb.resume_no_preempt();
                     }
@@ -521,9 +632,16 @@ impl TicketNp {
                         Ordering::Acquire,
                         Ordering::Relaxed,
                     ) {
-                        Ok(_) => return true,
+                        Ok(_) => return Some(mine),
                         Err(_) => continue 'ticket, // withdrawn just now
                     }
+                }
+                if s & CLAIMED == 0 && self.departed(s) {
+                    // The number on offer was given up by its taker, and nobody
+                    // may be left to withdraw it (its releaser can have missed
+                    // the take: see "Timed acquisition" at `TicketNp`).
+                    self.withdraw_departed(s);
+                    continue;
                 }
                 // We wait: say who took `mine` (the releaser then learns whether
                 // we run), and let the scheduler preempt us.
@@ -535,7 +653,7 @@ impl TicketNp {
                     if paused {
                         cb.resume_no_preempt();
                     }
-                    return self.depart(mine);
+                    return self.depart(mine).then_some(mine);
                 }
                 if d == 2 && s & CLAIMED == 0 {
                     // We are next, and the number ahead of us is on offer but not
@@ -603,26 +721,17 @@ impl TicketNp {
 
     /// A timed waiter holding number `mine` gives up. Nobody hands the lock
     /// over (a taker holds it only by its own claim), so leaving is enough —
-    /// but the offer of `mine` must not be stranded: whoever offers it and
-    /// sees that `mine` was taken waits for the claim and withdraws it (at
-    /// once: the slot says we left); whoever offers it and sees `next ==
-    /// mine` (nobody took it, as far as it can tell) returns. The fences here
-    /// and in [`hand_over`](Self::hand_over) make the two a Dekker pair: our
-    /// `fetch_add` of `mine` is before our fence, the offer before the
-    /// releaser's; either its later look at `next` sees `mine` taken, or our
-    /// look at `serving` below sees the offer — which we then claim (a late
-    /// win: the caller gets the lock past its deadline). Returns whether we
-    /// claimed.
+    /// but the offer of `mine` must not be stranded: we mark the number
+    /// departed, and whoever finds it on offer withdraws it at once (its
+    /// releaser; the taker behind; where the releaser saw nobody behind, the
+    /// next `lock` or `try_lock`: see "Timed acquisition" at [`TicketNp`]).
+    /// An offer that is already there we claim ourselves on the way out (a
+    /// late win: the caller gets the lock past its deadline). Returns whether
+    /// we claimed.
     #[cold]
     fn depart(&self, mine: u32) -> bool {
         stall::point(stall::TIMED_GAVE_UP);
-        // Relaxed: ordered before the releaser's look by the fences.
-        self.taker_slot(mine).store(
-            (u64::from(mine) << 32) | u64::from(DEPARTED),
-            Ordering::Relaxed,
-        );
-        // SeqCst: pairs with the fence in `hand_over` (Dekker, see above).
-        crate::sync::fence(Ordering::SeqCst);
+        self.mark_departed(mine);
         // Relaxed: the claim CAS below synchronizes.
         let s = self.serving.load(Ordering::Relaxed);
         // Acquire: as the claim in `acquire`. Fails if the offer was withdrawn
@@ -636,9 +745,10 @@ impl TicketNp {
             .is_ok()
     }
 
-    /// The releaser's side: offer the number after ours, wait briefly for its
-    /// claim; with no claim in time, withdraw the offer — the withdrawal CAS
-    /// itself offers the number after — and wait again.
+    /// The releaser's side: offer number `t` (the one after ours; after an
+    /// idle claim, the claimed one again), wait briefly for its claim; with no
+    /// claim in time, withdraw the offer — the withdrawal CAS itself offers the
+    /// number after — and wait again.
     ///
     /// The offer is stored once, over our own claim; from then on the releaser
     /// writes `serving` only by withdrawal CASes from the unclaimed offer it is
@@ -648,34 +758,39 @@ impl TicketNp {
     /// offered and claim it, and the next pass's store erased that claim and
     /// handed the lock on to a second thread (test
     /// `withdrawn_number_retaken_and_claimed_keeps_its_claim`).
-    #[inline]
-    fn hand_over(&self, claimed: u32) {
-        let mut t = (claimed & !CLAIMED).wrapping_add(2);
+    #[inline(always)]
+    fn offer(&self, t: u32) {
         // Release: publishes the critical section to the claimant's Acquire (its
         // claim reads this store, or a withdrawal CAS in its release sequence).
         self.serving.store(t, Ordering::Release);
+        // Nobody took number t: the lock is free, and whoever takes t (or
+        // claims it idle) has it. Relaxed, and not ordered after our store (no
+        // fence: the uncontended unlock stays a store and a load). A number
+        // taken just now that this look misses is claimed by its taker, which
+        // sees the offer eventually; one whose taker gives up is withdrawn by
+        // the next acquirer ("Timed acquisition" at [`TicketNp`]).
+        if self.next.load(Ordering::Relaxed) != t {
+            self.offer_taken(t);
+        }
+    }
+
+    /// The rest of [`offer`](Self::offer): number `t`, on offer, was taken.
+    #[cold]
+    #[inline(never)]
+    fn offer_taken(&self, mut t: u32) {
         loop {
-            // Nobody holds number t: the lock is free, and whoever takes t claims
-            // it (the waiter behind watches that claim, see `acquire`). Relaxed:
-            // a hint; an acquirer that took t sees the offer eventually either way.
-            if self.next.load(Ordering::Relaxed) == t {
-                // Not taken, as far as we can tell; a timed taker that took t
-                // and gave up may have missed our offer: the SeqCst fence pairs
-                // with the one in `depart`, and the look after it sees its
-                // number taken, or it saw (and claimed) the offer.
-                crate::sync::fence(Ordering::SeqCst);
-                if self.next.load(Ordering::Relaxed) == t {
-                    return;
-                }
-            }
             // Waiters are behind t: wake those that parked (the offer, or the
             // withdrawal that made it, moved `serving`).
             self.ring();
             let mut patience = Patience::start(u64::from(self.patience_ns));
             loop {
                 // Relaxed: only the CAS below (or the claimant's) decides. Any
-                // value but `t` is a later one (`serving` only grows): claimed,
-                // or withdrawn by the waiter behind, which then claims its own.
+                // value but `t` is `t` claimed, or a later offer (withdrawn by
+                // the waiter behind, which then claims its own): either way the
+                // lock is someone else's to hand on. (An idle claim of `t` and
+                // its release between two of our looks leave `t` on offer
+                // again, with its idle claimer waiting for the same claim: one
+                // withdrawal CAS wins, and the other returns.)
                 if self.serving.load(Ordering::Relaxed) != t {
                     return;
                 }
@@ -704,6 +819,10 @@ impl TicketNp {
                 }
                 Err(_) => return, // claimed (or withdrawn by the waiter behind)
             }
+            // As in `offer`: nobody took the number now on offer.
+            if self.next.load(Ordering::Relaxed) == t {
+                return;
+            }
         }
     }
 }
@@ -728,64 +847,64 @@ unsafe impl lock_api::RawMutex for TicketNp {
     #[cfg(loom)]
     const INIT: Self = panic!("under loom, use TicketNp::new()");
 
-    type Guard = super::np::NpToken;
+    type Guard = TicketNpGuard;
 
     #[inline]
     fn lock(&self) -> Self::Guard {
         let token = super::np::NpToken::request();
-        let claimed = self.acquire(token.cb(), None);
-        debug_assert!(claimed);
-        token
+        if let Some(t) = self.claim_idle() {
+            // Claimed in place: the release offers the same number again.
+            return TicketNpGuard::new(token, t);
+        }
+        self.lock_slow(token)
     }
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
         let token = super::np::NpToken::request();
-        // Acquire: pairs with the releaser's Release offer.
-        let s = self.serving.load(Ordering::Acquire);
-        if s & CLAIMED == 0 {
-            // Take number s only if it is the one on offer with nobody holding
-            // it (the lock is free), then claim it. Relaxed: the claim below
-            // synchronizes.
-            if self
-                .next
-                .compare_exchange(s, s.wrapping_add(2), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-            {
-                // Acquire: as in `acquire`. Nobody else claims s (it is our
-                // number); a releaser that saw us take it may withdraw it if we
-                // are slower than its patience, and so may the taker of s + 2.
-                if self
-                    .serving
-                    .compare_exchange(s, s | CLAIMED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Some(token);
-                }
-                // Withdrawn in between: the number we took is already skipped
-                // (serving moved past it), and we never held it. Not acquired.
-            }
+        // Only the idle claim: a number on offer to someone else's taken number,
+        // or claimed, is not ours; offers to departed takers are withdrawn first.
+        if let Some(t) = self.claim_idle().or_else(|| {
+            // Relaxed: a look; the claim synchronizes.
+            let s = self.serving.load(Ordering::Relaxed);
+            (s & CLAIMED == 0 && self.departed(s) && self.withdraw_departed(s) != s)
+                .then(|| self.claim_idle())
+                .flatten()
+        }) {
+            return Some(TicketNpGuard::new(token, t));
         }
         // Nothing was held: end the request without the warned thread's yield.
         token.cancel();
         None
     }
 
-    #[inline]
+    #[inline(always)]
     unsafe fn unlock(&self, guard: Self::Guard) {
-        // Relaxed: only the holder reads its own claimed offer.
-        let s = self.serving.load(Ordering::Relaxed);
-        self.hand_over(s);
-        guard.release();
+        self.offer(guard.offer);
+        guard.token.release();
     }
 
     #[inline]
     fn is_locked(&self) -> bool {
-        // Free is exactly `serving == next` (table at `TicketNp`): a claim sets
-        // bit 0 of `serving` (tickets are even), and a taken number makes
-        // `next` pass an unclaimed offer — reserved for its taker, which is
-        // what `try_lock` also refuses. Relaxed: a momentary snapshot.
-        self.next.load(Ordering::Relaxed) != self.serving.load(Ordering::Relaxed)
+        // Free is `serving == next` (table at `TicketNp`): a claim sets bit 0 of
+        // `serving` (tickets are even), and a taken number makes `next` pass an
+        // unclaimed offer — reserved for its taker, which is what `try_lock`
+        // also refuses — unless every number from the offer to `next` was
+        // given up by its taker (departed), which `try_lock` withdraws before
+        // its idle claim. Relaxed: a momentary snapshot.
+        let n = self.next.load(Ordering::Relaxed);
+        let mut s = self.serving.load(Ordering::Relaxed);
+        // Departed marks live in TAKERS slots: a longer row is not seen.
+        for _ in 0..=TAKERS {
+            if s == n {
+                return false;
+            }
+            if s & CLAIMED != 0 || !self.departed(s) {
+                return true;
+            }
+            s = s.wrapping_add(2);
+        }
+        true
     }
 }
 
@@ -800,7 +919,7 @@ mod tests {
     #[test]
     fn releaser_withdraws_a_stalled_number() {
         let l = TicketNp::with_patience(Duration::from_micros(200)).unwrap();
-        let g = l.lock();
+        let g = l.lock_numbered();
         // The stalled waiter: takes the next number and never claims it.
         l.next.fetch_add(2, Ordering::Relaxed);
         std::thread::scope(|s| {
@@ -839,7 +958,13 @@ mod tests {
     }
 
     impl TicketNp {
-        fn unlock_now(&self, g: super::super::np::NpToken) {
+        /// `lock` by taking a number even when the lock is idle (no idle
+        /// claim), for the tests that follow numbers through a hand-over.
+        fn lock_numbered(&self) -> TicketNpGuard {
+            self.lock_slow(super::super::np::NpToken::request())
+        }
+
+        fn unlock_now(&self, g: TicketNpGuard) {
             // SAFETY: test helper; `g` came from this lock on this thread.
             unsafe { lock_api::RawMutex::unlock(self, g) };
         }
@@ -865,7 +990,7 @@ mod tests {
             let (a_id, a_id_rx) = channel();
             let (a_go, a_go_rx) = channel::<()>();
             let a = s.spawn(move || {
-                let g = l.lock(); // ticket 0
+                let g = l.lock_numbered(); // ticket 0
                 a_id.send(sched::current().id()).unwrap();
                 let _ = a_go_rx.recv();
                 l.unlock_now(g); // stops at TICKET_NP_WITHDRAWN
@@ -945,7 +1070,7 @@ mod tests {
             let (a_go, a_go_rx) = channel::<()>();
             let (a_holds, a_holds_rx) = channel::<()>();
             let a = s.spawn(move || {
-                let g = l.lock(); // number 0
+                let g = l.lock_numbered(); // number 0
                 a_holds.send(()).unwrap();
                 let _ = a_go_rx.recv();
                 l.unlock_now(g); // offers 2, waits its patience, withdraws 2 -> 4
@@ -1025,7 +1150,7 @@ mod tests {
         // Loads the eBPF program (where permitted) before the taker registers.
         let answers = sched::native::preemption_answers();
         let l = TicketNp::new();
-        let g = l.lock(); // number 0, claimed
+        let g = l.lock_numbered(); // number 0, claimed
         let mut never = Patience::start(u64::MAX);
         // This thread runs: as the recorded taker of 4 it is not given up on.
         l.record_taker(4, sched::current());
@@ -1097,7 +1222,7 @@ mod tests {
         use std::time::Instant;
         const T: Duration = Duration::from_secs(20);
         let l = TicketNp::new();
-        let g = l.lock(); // number 0
+        let g = l.lock_numbered(); // number 0
         // The waiter takes number 2: its bell.
         let bell = &l.bells[1];
         std::thread::scope(|s| {
@@ -1159,7 +1284,7 @@ mod tests {
                 let (release, release_rx) = channel::<()>();
                 // The holder: number 0; its unlock waits for the claim of 2.
                 let holder = s.spawn(move || {
-                    let g = l.lock();
+                    let g = l.lock_numbered();
                     held.send(()).unwrap();
                     let _ = release_rx.recv();
                     l.unlock_now(g);
@@ -1244,7 +1369,7 @@ mod tests {
                 let (held, held_rx) = channel::<()>();
                 let (release, release_rx) = channel::<()>();
                 let holder = s.spawn(move || {
-                    let g = l.lock(); // number 0
+                    let g = l.lock_numbered(); // number 0
                     held.send(()).unwrap();
                     let _ = release_rx.recv();
                     l.unlock_now(g); // offers 2, withdraws it (departed), returns
@@ -1302,6 +1427,114 @@ mod tests {
             raced > 0,
             "in 20 rounds the releaser always withdrew before the taker's look"
         );
+    }
+
+    /// The uncontended lock is the idle claim: it takes no number, and its
+    /// release puts the same number back on offer, so the lock is left as it
+    /// was found (`serving == next`) and the next idle claim works again. A
+    /// taken number's release offers the number after it.
+    #[test]
+    fn an_idle_claim_takes_no_number_and_its_release_reoffers_it() {
+        let l = TicketNp::new();
+        for _ in 0..3 {
+            let g = l.lock();
+            // Relaxed: single-threaded.
+            assert_eq!(l.next.load(Ordering::Relaxed), 0, "no number taken");
+            assert_eq!(l.serving.load(Ordering::Relaxed), CLAIMED, "0 claimed");
+            assert!(l.is_locked());
+            assert!(l.try_lock().is_none(), "try_lock got a held lock");
+            l.unlock_now(g);
+            assert_eq!(l.serving.load(Ordering::Relaxed), 0, "0 on offer again");
+            assert!(!l.is_locked());
+        }
+        let g = l.try_lock().expect("free");
+        assert_eq!(l.next.load(Ordering::Relaxed), 0, "try_lock took no number");
+        l.unlock_now(g);
+        let g = l.lock_numbered();
+        assert_eq!(l.next.load(Ordering::Relaxed), 2, "number 0 taken");
+        l.unlock_now(g);
+        assert_eq!(l.serving.load(Ordering::Relaxed), 2, "the next number on offer");
+        assert!(!l.is_locked());
+        let g = l.lock();
+        assert_eq!(l.serving.load(Ordering::Relaxed), 2 | CLAIMED);
+        l.unlock_now(g);
+    }
+
+    /// A thread that arrives while the lock is held by an idle claim takes the
+    /// claimed number itself (nobody had taken it), finds it claimed, marks it
+    /// departed and takes the next. The idle claimer's release puts the
+    /// claimed number back on offer, sees it taken, and — by the departed
+    /// mark, with a patience of 1 s and no kernel answers — withdraws it at
+    /// once, which offers the waiter's number. The waiter must never get in
+    /// while the lock is held: a taker that claimed its number although it
+    /// was claimed (a CAS from the claimed value) would.
+    #[test]
+    #[cfg_attr(miri, ignore)] // real time: the hand-over is timed
+    fn a_taker_of_an_idly_claimed_number_moves_on_and_is_let_in_at_once() {
+        use std::sync::mpsc::{RecvTimeoutError, channel};
+        use std::time::Instant;
+        const T: Duration = Duration::from_secs(20);
+        let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
+        l.ask_kernel = false;
+        let g = l.lock(); // idle claim of 0
+        std::thread::scope(|s| {
+            let l = &l;
+            let (held, held_rx) = channel::<()>();
+            let w = s.spawn(move || {
+                let g = l.lock(); // takes 0 (claimed), then 2
+                held.send(()).unwrap();
+                l.unlock_now(g);
+            });
+            let start = Instant::now();
+            // Relaxed: polling for the waiter's second number.
+            while l.next.load(Ordering::Relaxed) != 4 && start.elapsed() < T {
+                std::hint::spin_loop();
+            }
+            assert_eq!(l.next.load(Ordering::Relaxed), 4, "the waiter took 0, then 2");
+            match held_rx.recv_timeout(Duration::from_millis(100)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) => panic!("the waiter got in while the idle claim held the lock"),
+                Err(e) => panic!("the waiter died: {e}"),
+            }
+            let start = Instant::now();
+            l.unlock_now(g);
+            let took = start.elapsed();
+            held_rx.recv_timeout(T).expect("the waiter gets the lock");
+            w.join().unwrap();
+            assert!(
+                took < Duration::from_millis(500),
+                "the release waited {took:?} for the claim of a number whose taker had moved on"
+            );
+        });
+        assert_eq!(l.withdrawn(), 1, "number 0 withdrawn");
+        assert!(!l.is_locked());
+    }
+
+    /// A departed taker's number on offer with nobody behind it (the releaser
+    /// looked at `next` before the take: no fence orders the two) does not
+    /// keep the lock: `is_locked` counts it free, and `try_lock` withdraws it
+    /// and claims the lock — through a row of departed numbers too.
+    #[test]
+    fn offers_of_departed_takers_do_not_keep_the_lock() {
+        let l = TicketNp::new();
+        for _ in 0..3 {
+            // Relaxed: single-threaded. A taker takes the number on offer …
+            let t = l.next.fetch_add(2, Ordering::Relaxed);
+            // … and gives up on it (a timed taker past its deadline).
+            l.mark_departed(t);
+        }
+        assert!(!l.is_locked(), "three departed numbers keep the lock");
+        let g = l.try_lock().expect("try_lock withdraws departed offers");
+        assert_eq!(l.withdrawn(), 3);
+        assert_eq!(l.serving.load(Ordering::Relaxed), 6 | CLAIMED);
+        l.unlock_now(g);
+        assert!(!l.is_locked());
+        // One live taker among them keeps it reserved.
+        let t = l.next.fetch_add(2, Ordering::Relaxed);
+        l.mark_departed(t);
+        l.next.fetch_add(2, Ordering::Relaxed); // a live taker, not yet claiming
+        assert!(l.is_locked());
+        assert!(l.try_lock().is_none(), "try_lock took a live taker's offer");
     }
 
     #[test]

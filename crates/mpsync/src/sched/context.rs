@@ -341,6 +341,19 @@ impl ContextBlock {
         compiler_fence(Ordering::SeqCst);
         self.owner.depth.store(0, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
+        // The common case inline (nobody touched our state); the rest out of
+        // line, so that an unlock with its release stays small enough to inline.
+        if self.peer.state.load() == ThreadState::Preemptable {
+            return self.warned();
+        }
+        self.end_request_slow()
+    }
+
+    /// [`release_no_preempt`](Self::release_no_preempt) past the outermost
+    /// release's store, where the state word is not `Preemptable`.
+    #[cold]
+    #[inline(never)]
+    fn end_request_slow(&self) -> bool {
         loop {
             let s = self.peer.state.load();
             let r = match s {
