@@ -1454,6 +1454,7 @@ mod tests {
         assert_eq!(l.next.load(Ordering::Relaxed), 2, "number 0 taken");
         l.unlock_now(g);
         assert_eq!(l.serving.load(Ordering::Relaxed), 2, "the next number on offer");
+        assert_eq!(l.withdrawn(), 0, "the release waited for a claim of its own number");
         assert!(!l.is_locked());
         let g = l.lock();
         assert_eq!(l.serving.load(Ordering::Relaxed), 2 | CLAIMED);
