@@ -511,8 +511,10 @@ impl TicketNp {
     #[inline]
     fn mark_departed(&self, t: u32) {
         // Relaxed: see `record_taker` (a missed mark costs a patience).
-        self.taker_slot(t)
-            .store((u64::from(t) << 32) | u64::from(DEPARTED), Ordering::Relaxed);
+        self.taker_slot(t).store(
+            (u64::from(t) << 32) | u64::from(DEPARTED),
+            Ordering::Relaxed,
+        );
     }
 
     /// The kernel's state of the taker of number `t`; `None` when nobody knows.
@@ -636,13 +638,6 @@ impl TicketNp {
                         Err(_) => continue 'ticket, // withdrawn just now
                     }
                 }
-                if s & CLAIMED == 0 && self.departed(s) {
-                    // The number on offer was given up by its taker, and nobody
-                    // may be left to withdraw it (its releaser can have missed
-                    // the take: see "Timed acquisition" at `TicketNp`).
-                    self.withdraw_departed(s);
-                    continue;
-                }
                 // We wait: say who took `mine` (the releaser then learns whether
                 // we run), and let the scheduler preempt us.
                 let paused = *paused.get_or_insert_with(|| {
@@ -655,12 +650,15 @@ impl TicketNp {
                     }
                     return self.depart(mine).then_some(mine);
                 }
-                if d == 2 && s & CLAIMED == 0 {
-                    // We are next, and the number ahead of us is on offer but not
-                    // claimed: its taker may be preempted between taking it and
-                    // claiming (an idle lock's releaser did not wait for it). If
-                    // it stays unclaimed past the patience, or the kernel says its
-                    // taker is off its CPU, withdraw it ourselves.
+                if s & CLAIMED == 0 {
+                    // A number ahead of us is on offer but not claimed: its taker
+                    // may be preempted between taking it and claiming, or have
+                    // given up (departed) — and nobody else may be watching: an
+                    // idle lock's releaser did not wait for it (its look at
+                    // `next` can miss the take), and a releaser stops watching
+                    // once anyone withdraws. So every waiter watches: if the
+                    // offer stays unclaimed past the patience, or its taker left
+                    // or is off its CPU (the kernel says), withdraw it.
                     let p = match &mut watched {
                         Some((w, p)) if *w == s => p,
                         _ => {
@@ -669,19 +667,29 @@ impl TicketNp {
                                 .1
                         }
                     };
-                    if self.give_up_on(s, p)
-                        && self
+                    if self.give_up_on(s, p) {
+                        if self
                             .serving
-                            // Relaxed: passes no data; our claim (next round)
-                            // is the synchronizing operation.
-                            .compare_exchange(s, mine, Ordering::Relaxed, Ordering::Relaxed)
+                            // Relaxed: passes no data; the claim that reads it (an
+                            // RMW in the offer's release sequence) synchronizes.
+                            .compare_exchange(
+                                s,
+                                s.wrapping_add(2),
+                                Ordering::Relaxed,
+                                Ordering::Relaxed,
+                            )
                             .is_ok()
-                    {
-                        // Relaxed: a statistic.
-                        self.withdrawn.fetch_add(1, Ordering::Relaxed);
+                        {
+                            // Relaxed: a statistic.
+                            self.withdrawn.fetch_add(1, Ordering::Relaxed);
+                        }
+                        continue;
                     }
-                    spin_loop();
-                    continue;
+                    if d == 2 {
+                        // We are next: stay on the CPU to claim at once.
+                        spin_loop();
+                        continue;
+                    }
                 }
                 // The holder is off its CPU (the kernel says so), or — where
                 // the kernel does not say that it runs (a long section) —
@@ -1453,8 +1461,16 @@ mod tests {
         let g = l.lock_numbered();
         assert_eq!(l.next.load(Ordering::Relaxed), 2, "number 0 taken");
         l.unlock_now(g);
-        assert_eq!(l.serving.load(Ordering::Relaxed), 2, "the next number on offer");
-        assert_eq!(l.withdrawn(), 0, "the release waited for a claim of its own number");
+        assert_eq!(
+            l.serving.load(Ordering::Relaxed),
+            2,
+            "the next number on offer"
+        );
+        assert_eq!(
+            l.withdrawn(),
+            0,
+            "the release waited for a claim of its own number"
+        );
         assert!(!l.is_locked());
         let g = l.lock();
         assert_eq!(l.serving.load(Ordering::Relaxed), 2 | CLAIMED);
@@ -1491,7 +1507,11 @@ mod tests {
             while l.next.load(Ordering::Relaxed) != 4 && start.elapsed() < T {
                 std::hint::spin_loop();
             }
-            assert_eq!(l.next.load(Ordering::Relaxed), 4, "the waiter took 0, then 2");
+            assert_eq!(
+                l.next.load(Ordering::Relaxed),
+                4,
+                "the waiter took 0, then 2"
+            );
             match held_rx.recv_timeout(Duration::from_millis(100)) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(()) => panic!("the waiter got in while the idle claim held the lock"),
