@@ -58,26 +58,20 @@
 //! Ticket-np never hands the lock over (the releaser offers a number; its
 //! taker holds the lock only by its own claim CAS), so a timed taker whose
 //! deadline passes leaves its number to be withdrawn like a preempted
-//! taker's, and marks its taker slot departed so that the releaser (or the
-//! waiter behind) withdraws it at once. The one offerer that does not wait
-//! for a claim is a releaser that finds the lock idle (`next` equals its
-//! offer); in a store-buffer race that look misses a taker that has just
-//! taken the offered number, which an untimed taker claims later but a
-//! departed one would not (loom found the stranded offer). So the idle
-//! releaser's look is after a SeqCst fence, paired with one in the
-//! departing taker before its last look at `serving`: either the releaser
-//! sees the number taken (and withdraws it), or the departing taker sees the
-//! offer and claims it — returning the lock past its deadline, as the queue
-//! locks' late winners do. The fence is on the idle unlock only (a waiter
-//! behind makes the releaser wait for a claim without it). Its cost, on 2
-//! loaded cores (load average 11–16, a CI run and another helper beside),
-//! binary without the fence vs with it, alternated: `lock-latency --trials
-//! 5`, Ticket-np uncontended, median of 5 runs 11.9 vs 12.2 ns (÷
-//! parking_lot 1.45 vs 1.60; single runs spread 10–14 ns); `lock-oversub
-//! --threads 4,8 --trials 3 --scale 3.34`, Ticket-np ÷ parking_lot with
-//! eBPF on, geometric mean of the 10 points, 2 runs each: 0.83, 0.87 vs
-//! 0.94, 0.68 — within the noise, which is larger than any effect of one
-//! fence per idle unlock.
+//! taker's, and marks its taker slot departed so that whoever finds the
+//! number on offer withdraws it at once: its releaser, any waiter behind it,
+//! or `try_lock`. The one offerer that does not wait for a claim is a
+//! releaser that finds the lock idle (`next` equals its offer); that look is
+//! not fenced against the takes (the uncontended unlock stays a store and a
+//! load), so it can miss a number taken just then — an untimed taker claims
+//! it later, and a departed one's offer is withdrawn by the next acquirer
+//! (loom's timed model checks that the lock ends free). A departing taker
+//! that sees its own offer on the way out claims it and returns the lock
+//! past its deadline, as the queue locks' late winners do. Until the idle
+//! claim (issue 13 §3) the idle look was fenced, paired with a fence in the
+//! departing taker; without the fence and with the idle claim, Ticket-np
+//! uncontended went from 9.7 to 2.2 ns (Ticket: 2.1 ns; `lock-latency
+//! --trials 7`, quiet 2-core machine).
 //!
 //! CLH-TP never hands the lock over either: a releaser writes only its own
 //! node, and the waiter behind it takes the lock by its own WAITING → HOLDING
@@ -244,8 +238,8 @@ timed_by_lock_slow!(Native, TasB, SpinThenPark);
 
 // SAFETY: a timed waiter takes the lock only by the claim CAS that `lock`
 // uses (on its own number's offer); when it gives up it has claimed nothing,
-// and an offer of its number is withdrawn by whoever made it (the Dekker pair
-// of fences at `TicketNp::depart`) or claimed by the waiter itself on its way
+// and an offer of its number is withdrawn by whoever finds it (the departed
+// mark, see `TicketNp::depart`) or claimed by the waiter itself on its way
 // out, which then returns the guard.
 unsafe impl RawMutexTimed for TicketNp {
     type Duration = Duration;

@@ -7,7 +7,7 @@
 //! | [`TasB`]               | TAS-B              | test, backoff (cap 30 µs)                 | 003 §4.1, 000 §4        |
 //! | [`Ticket`]             | Ticket             | proportional backoff, FIFO                | 001 §3.1, 004 §3.1      |
 //! | [`TicketSplit`]        | (Ticket, split)    | as Ticket, counters on two cache lines    | 004 §3.1                |
-//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw         | 001 §3.1                |
+//! | [`TicketNp`]           | Ticket-np          | handshake: offer, claim, withdraw; uncontended: claim in place | 001 §3.1 |
 //! | [`AndersonN`]          | Anderson           | spinning on its own array slot, FIFO      | 004 §3.1                |
 //! | [`Queued`]             | Queued (MCS)       | spinning on its own node, FIFO            | 003 §4.1                |
 //! | [`QueuedHandshaking`]  | Queued-Handshaking | own node; ack or be skipped               | 003 §3                  |

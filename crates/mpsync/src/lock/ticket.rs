@@ -14,7 +14,10 @@
 //! no claim in time it withdraws the offer (one CAS decides the race) and offers
 //! the following number. A withdrawn acquirer, when it runs again, takes a new
 //! number. The critical section is no-preempt (nesting through the context
-//! block's depth); the wait is not.
+//! block's depth); the wait is not. On an idle lock Ticket-np takes no number
+//! at all: it claims the offer in place (one CAS to lock, one store and one
+//! load to unlock: the plain lock's cost), and its release offers the same
+//! number again.
 //!
 //! Layout: [`Ticket`] keeps both counters in one cache line (004 found that
 //! faster); [`TicketSplit`] pads them onto separate lines, for measuring the
