@@ -521,7 +521,8 @@ impl<P: SkipPolicy> SkipQueue<P> {
     #[inline]
     pub(super) fn acquire(&self, deadline: Option<Instant>) -> Option<SkipGuard> {
         let token = P::NO_PREEMPT.then(NpToken::request);
-        let cb = sched::current();
+        // The token carries our block: one thread-local lookup, not two.
+        let cb = token.as_ref().map_or_else(sched::current, NpToken::cb);
         let node = take_node();
         // SAFETY: our node, valid until we give it back; shared fields are atomics.
         let me = unsafe { node.as_ref() };
@@ -725,7 +726,8 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
 
     fn try_lock(&self) -> Option<Self::Guard> {
         let token = P::NO_PREEMPT.then(NpToken::request);
-        let cb = sched::current();
+        // The token carries our block: one thread-local lookup, not two.
+        let cb = token.as_ref().map_or_else(sched::current, NpToken::cb);
         let node = take_node();
         // SAFETY: as in `lock`.
         let me = unsafe { node.as_ref() };
@@ -753,7 +755,55 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
         None
     }
 
+    #[inline]
     unsafe fn unlock(&self, guard: Self::Guard) {
+        // The uncontended release inline: nobody linked behind us, and the
+        // queue empties by one CAS. Everything else out of line (`unlock_slow`,
+        // which starts over from the link).
+        let mine = guard.node;
+        // SAFETY: the caller's contract: `guard` came from this lock, so `mine` is
+        // the holder's node.
+        let me = unsafe { mine.as_ref() };
+        // Acquire: pairs with the successor's Release link store. Release (the
+        // CAS): publishes the critical section to the next acquirer.
+        if me.next.load(Ordering::Acquire).is_null()
+            && self
+                .tail
+                .compare_exchange(
+                    mine.as_ptr(),
+                    ptr::null_mut(),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            // SAFETY: the queue is empty: nobody refers to our node.
+            unsafe { return_node(mine) };
+            if let Some(t) = guard.token {
+                t.release();
+            }
+            return;
+        }
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.unlock_slow(guard) }
+    }
+
+    fn is_locked(&self) -> bool {
+        // Relaxed: a momentary snapshot.
+        !self.tail.load(Ordering::Relaxed).is_null()
+    }
+}
+
+impl<P: SkipPolicy> SkipQueue<P> {
+    /// `unlock` past its uncontended case: a successor linked (or is linking)
+    /// behind us. Repeats the uncontended case's look (its CAS failed, or the
+    /// link was there).
+    ///
+    /// # Safety
+    /// As `unlock`: `guard` came from this lock, on this thread.
+    #[cold]
+    #[inline(never)]
+    unsafe fn unlock_slow(&self, guard: SkipGuard) {
         let mine = guard.node;
         // SAFETY: the caller's contract: `guard` came from this lock, so `mine` is
         // the holder's node.
@@ -823,11 +873,6 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
         if let Some(t) = guard.token {
             t.release();
         }
-    }
-
-    fn is_locked(&self) -> bool {
-        // Relaxed: a momentary snapshot.
-        !self.tail.load(Ordering::Relaxed).is_null()
     }
 }
 

@@ -604,6 +604,7 @@ pub(crate) fn set_answering(on: bool) {
 }
 
 /// Whether the lock-facing answers are on.
+#[inline]
 pub(crate) fn answering() -> bool {
     // Relaxed: see `set_answering`.
     ANSWERING.load(Ordering::Relaxed)
