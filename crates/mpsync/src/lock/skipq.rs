@@ -796,8 +796,7 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
 
 impl<P: SkipPolicy> SkipQueue<P> {
     /// `unlock` past its uncontended case: a successor linked (or is linking)
-    /// behind us. Repeats the uncontended case's look (its CAS failed, or the
-    /// link was there).
+    /// behind us.
     ///
     /// # Safety
     /// As `unlock`: `guard` came from this lock, on this thread.
@@ -808,31 +807,11 @@ impl<P: SkipPolicy> SkipQueue<P> {
         // SAFETY: the caller's contract: `guard` came from this lock, so `mine` is
         // the holder's node.
         let me = unsafe { mine.as_ref() };
-        // Acquire: pairs with the successor's Release link store.
-        let mut cand = match NonNull::new(me.next.load(Ordering::Acquire)) {
-            Some(c) => c,
-            None => {
-                // Release: publishes the critical section to the next acquirer.
-                if self
-                    .tail
-                    .compare_exchange(
-                        mine.as_ptr(),
-                        ptr::null_mut(),
-                        Ordering::Release,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                {
-                    // SAFETY: the queue is empty: nobody refers to our node.
-                    unsafe { return_node(mine) };
-                    if let Some(t) = guard.token {
-                        t.release();
-                    }
-                    return;
-                }
-                Self::wait_next(me)
-            }
-        };
+        // `unlock` found a link, or its CAS failed: a successor swapped itself
+        // in and links (or has linked) behind us. Acquire: pairs with the
+        // successor's Release link store.
+        let mut cand =
+            NonNull::new(me.next.load(Ordering::Acquire)).unwrap_or_else(|| Self::wait_next(me));
         // Our successor linked itself: nobody reads our node any more.
         // SAFETY: as just said.
         unsafe { return_node(mine) };
