@@ -256,7 +256,7 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// | `serving` | `next`  | state                                     | left by                                                       |
 /// |-----------|---------|-------------------------------------------|---------------------------------------------------------------|
 /// | `t`       | `== t`  | free: offered to whoever takes `t` next   | the taker's claim (`t → t\|1`); or an *idle claim* `t → t\|1` by a thread that takes no number |
-/// | `t`       | `> t`   | reserved: offered to the taker of `t`     | its claim; or a withdrawal CAS `t → t+2` by the releaser (after its patience) or by the taker of `t+2` (idle lock, see `acquire`) |
+/// | `t`       | `> t`   | reserved: offered to the taker of `t`     | its claim; or a withdrawal CAS `t → t+2` by the releaser or by any waiter behind it (after the patience, or at once for a taker that left or is off its CPU: see `acquire`) |
 /// | `t\|1`    | `>= t`  | held: by the taker of `t`, or by an idle claimer (then `next` was `t` at its claim) | its release: the store `t+2` by a taker, `t` by an idle claimer (the only plain stores) |
 ///
 /// \[1\] The ticket in `serving` (`serving & !CLAIMED`) never decreases, and
@@ -440,23 +440,30 @@ impl TicketNp {
         // A departed number was taken (only its taker marks it), so `next` is
         // past it and the withdrawal keeps \[1\].
         while s & CLAIMED == 0 && self.departed(s) {
-            // Relaxed: passes no data; an RMW, so a claim that reads it still
-            // synchronizes with the release store before it.
-            match self.serving.compare_exchange(
-                s,
-                s.wrapping_add(2),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    // Relaxed: a statistic.
-                    self.withdrawn.fetch_add(1, Ordering::Relaxed);
-                    s = s.wrapping_add(2);
-                }
-                Err(v) => s = v,
-            }
+            s = match self.withdraw(s) {
+                Ok(()) => s.wrapping_add(2),
+                Err(v) => v,
+            };
         }
         s
+    }
+
+    /// Withdraws the unclaimed offer `s`: the CAS `s → s + 2`, which offers
+    /// the number after it in the same step. `Err` with the value found when
+    /// `serving` was no longer `s` (claimed, or withdrawn by someone else).
+    #[inline]
+    fn withdraw(&self, s: u32) -> Result<(), u32> {
+        // Release: the claimant of s + 2 reads this CAS (a release-sequence
+        // member of the offer store before it anyway; explicit, for the reader).
+        self.serving.compare_exchange(
+            s,
+            s.wrapping_add(2),
+            Ordering::Release,
+            Ordering::Relaxed,
+        )?;
+        // Relaxed: a statistic.
+        self.withdrawn.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Offers withdrawn from preempted (or slow) acquirers since creation.
@@ -671,21 +678,8 @@ impl TicketNp {
                         }
                     };
                     if self.give_up_on(s, p) {
-                        if self
-                            .serving
-                            // Relaxed: passes no data; the claim that reads it (an
-                            // RMW in the offer's release sequence) synchronizes.
-                            .compare_exchange(
-                                s,
-                                s.wrapping_add(2),
-                                Ordering::Relaxed,
-                                Ordering::Relaxed,
-                            )
-                            .is_ok()
-                        {
-                            // Relaxed: a statistic.
-                            self.withdrawn.fetch_add(1, Ordering::Relaxed);
-                        }
+                        // Lost to a claim or another withdrawal: re-read either way.
+                        let _ = self.withdraw(s);
                         continue;
                     }
                     if d == 2 {
@@ -812,23 +806,14 @@ impl TicketNp {
                 }
                 spin_loop();
             }
-            // Withdraw t, which offers t + 2 in the same step. Release: the
-            // claimant of t + 2 reads this CAS (a release-sequence member of our
-            // offer store anyway; explicit, for the reader).
-            match self.serving.compare_exchange(
-                t,
-                t.wrapping_add(2),
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
+            // Withdraw t, which offers t + 2 in the same step.
+            match self.withdraw(t) {
+                Ok(()) => {
                     stall::point(stall::TICKET_NP_WITHDRAWN);
-                    // Relaxed: a statistic.
-                    self.withdrawn.fetch_add(1, Ordering::Relaxed);
                     // t + 2 is on offer now (the CAS wrote it): never store it.
                     t = t.wrapping_add(2);
                 }
-                Err(_) => return, // claimed (or withdrawn by the waiter behind)
+                Err(_) => return, // claimed (or withdrawn by a waiter)
             }
             // As in `offer`: nobody took the number now on offer.
             if self.next.load(Ordering::Relaxed) == t {
@@ -844,9 +829,10 @@ impl Default for TicketNp {
     }
 }
 
-// SAFETY: mutual exclusion by [1]–[3] at `TicketNp`: a thread holds the lock
-// from its claim CAS (serving t → t|1) to its release store (t+2); meanwhile no
-// other write can succeed on the claimed word, and no other claim can either.
+// SAFETY: mutual exclusion by [2] at `TicketNp`: a thread holds the lock from
+// its claim CAS (serving t → t|1, of its own number or an idle claim) to its
+// release store (t+2, or t after an idle claim); meanwhile no other write can
+// succeed on the claimed word, and no other claim can either.
 // The claim's Acquire reads the previous holder's Release offer store or a
 // withdrawal CAS after it (Release; the RMWs extend the store's release
 // sequence), so each critical section happens before the next.
@@ -878,7 +864,7 @@ unsafe impl lock_api::RawMutex for TicketNp {
         if let Some(t) = self.claim_idle().or_else(|| {
             // Relaxed: a look; the claim synchronizes.
             let s = self.serving.load(Ordering::Relaxed);
-            (s & CLAIMED == 0 && self.departed(s) && self.withdraw_departed(s) != s)
+            (self.withdraw_departed(s) != s)
                 .then(|| self.claim_idle())
                 .flatten()
         }) {
