@@ -131,7 +131,8 @@ pub struct SkipNode {
     pub(super) next: AtomicPtr<SkipNode>,
     /// The node state (module doc).
     pub(super) state: AtomicU32,
-    /// Queued-Handshaking's notification word (see `handshaking.rs`).
+    /// Queued-Handshaking's notification word (see `handshaking.rs`); only
+    /// that policy reads it, and resets it at each attempt.
     pub(super) offer: AtomicU32,
     /// The waiting thread's context block.
     pub(super) owner: AtomicPtr<ContextBlock>,
@@ -289,7 +290,10 @@ impl<P: SkipPolicy> SkipQueue<P> {
         // Relaxed: all published by the AcqRel tail swap (or the try_lock CAS).
         me.next.store(ptr::null_mut(), Ordering::Relaxed);
         me.state.store(WAITING, Ordering::Relaxed);
-        me.offer.store(0, Ordering::Relaxed);
+        // Only a policy that asks the waiter uses the offer word.
+        if P::ASKS_THE_WAITER {
+            me.offer.store(0, Ordering::Relaxed);
+        }
         me.owner.store(
             cb as *const ContextBlock as *mut ContextBlock,
             Ordering::Relaxed,
@@ -313,11 +317,11 @@ impl<P: SkipPolicy> SkipQueue<P> {
         unsafe { p.as_ref() }
     }
 
-    /// The calling thread (`cb`, node `me`) now holds the lock: record it for
-    /// the waiters' advice (with a fresh heartbeat where the kernel does not
-    /// answer for it) and wake the successor one step ahead of its turn.
+    /// The calling thread (`cb`) now holds the lock: record it for the
+    /// waiters' advice, with a fresh heartbeat where the kernel does not
+    /// answer for it.
     #[inline]
-    fn acquired(&self, me: &SkipNode, cb: &'static ContextBlock) {
+    fn acquired(&self, cb: &'static ContextBlock) {
         // Where the kernel does not answer for us (eBPF off or not permitted),
         // waiters judge the holder by its heartbeat (`Waiter::spin`, the
         // retry rule of `wait_native`). A thread that took the lock from an
@@ -329,13 +333,20 @@ impl<P: SkipPolicy> SkipQueue<P> {
         // (and not under loom, where heartbeats are not part of the model).
         #[cfg(not(loom))]
         if sched::native::kernel_preempted(cb).is_none() {
-            cb.publish_heartbeat();
+            publish_heartbeat(cb);
         }
         // Release: pairs with the Acquire load of `holder()`.
         self.holder.store(
             cb as *const ContextBlock as *mut ContextBlock,
             Ordering::Release,
         );
+    }
+
+    /// After a wait in the queue (`me` was handed the lock): wake our
+    /// successor, if it parked, one step ahead of its turn. (An acquisition
+    /// from an empty queue skips this: a successor that enqueued behind it
+    /// since is still in its first spins.)
+    fn wake_successor(me: &SkipNode) {
         // Acquire: pairs with the successor's Release link store.
         if let Some(s) = NonNull::new(me.next.load(Ordering::Acquire)) {
             // SAFETY: our successor waits for a verdict only our release gives,
@@ -517,7 +528,9 @@ impl<P: SkipPolicy> SkipQueue<P> {
     }
 
     /// `lock`, or with a `deadline` the timed form: `None` after withdrawing
-    /// (module doc, "Timed acquisition"), holding nothing.
+    /// (module doc, "Timed acquisition"), holding nothing. The uncontended
+    /// acquisition (the queue empty at our look and at our swap) is inline;
+    /// everything else is out of line ([`Self::acquire_contended`]).
     #[inline]
     pub(super) fn acquire(&self, deadline: Option<Instant>) -> Option<SkipGuard> {
         let token = P::NO_PREEMPT.then(NpToken::request);
@@ -526,34 +539,78 @@ impl<P: SkipPolicy> SkipQueue<P> {
         let node = take_node();
         // SAFETY: our node, valid until we give it back; shared fields are atomics.
         let me = unsafe { node.as_ref() };
+        Self::prepare(me, cb);
+        // A look before the swap: if the lock looks held we will wait, and
+        // publish a fresh heartbeat before anyone can judge us by it (see
+        // `acquire_contended`). Relaxed: a hint (see there if it was wrong).
+        // (Under loom, where heartbeats are not part of the model, no look:
+        // it would only add a scheduling point.)
+        if !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null() {
+            return self.acquire_contended(node, cb, token, None, deadline);
+        }
+        // AcqRel: Release publishes the node's fields to the next acquirer;
+        // Acquire orders us after the predecessor's enqueue.
+        let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
+        if let Some(pred) = NonNull::new(pred) {
+            // Taken between our look and our swap.
+            return self.acquire_contended(node, cb, token, Some(pred), deadline);
+        }
+        self.acquired(cb);
+        Some(Self::guard(node, token))
+    }
+
+    /// `acquire` past its uncontended case: wait in the queue (and enqueue
+    /// again after each skip). `swapped`: `Some(pred)` when `acquire` already
+    /// swapped `node` in behind `pred` (the lock looked free and was taken
+    /// meanwhile); `None` when the lock looked held and `node` (prepared) is
+    /// not enqueued yet.
+    #[cold]
+    #[inline(never)]
+    fn acquire_contended(
+        &self,
+        node: NonNull<SkipNode>,
+        cb: &'static ContextBlock,
+        token: Option<NpToken>,
+        mut swapped: Option<NonNull<SkipNode>>,
+        deadline: Option<Instant>,
+    ) -> Option<SkipGuard> {
+        // SAFETY: our node, valid until we give it back; shared fields are atomics.
+        let me = unsafe { node.as_ref() };
         let mut retry = false;
         loop {
-            Self::prepare(me, cb);
-            // If we will wait, a fresh heartbeat before anyone can judge us by it
-            // (a releaser sees our node only through the link below, which the
-            // Release store publishes after this) — and before the swap, so the
-            // clock read does not widen the window between the swap and the link
-            // that a releaser may be waiting on. Not on the uncontended path: only
-            // if the lock looks held. Relaxed: a hint (see below if it was wrong).
-            // (Under loom, where heartbeats are not part of the model, after
-            // the link: the look would only add a scheduling point.)
-            let contended = !cfg!(loom) && !self.tail.load(Ordering::Relaxed).is_null();
-            if contended {
-                cb.publish_heartbeat();
-            }
-            // AcqRel: Release publishes the node's fields to the next acquirer;
-            // Acquire orders us after the predecessor's enqueue.
-            let pred = self.tail.swap(node.as_ptr(), Ordering::AcqRel);
-            if pred.is_null() {
-                break;
-            }
+            let (pred, looked_held) = match swapped.take() {
+                Some(pred) => (pred, false),
+                None => {
+                    if retry {
+                        Self::prepare(me, cb);
+                    }
+                    // Whether the lock looks held (on the first round `acquire`
+                    // looked). Relaxed: a hint.
+                    let held =
+                        !cfg!(loom) && (!retry || !self.tail.load(Ordering::Relaxed).is_null());
+                    // We will probably wait: a fresh heartbeat before anyone
+                    // can judge us by it (a releaser sees our node only through
+                    // the link below, which the Release store publishes after
+                    // this) — and before the swap, so the clock read does not
+                    // widen the window between the swap and the link that a
+                    // releaser may be waiting on.
+                    if held {
+                        cb.publish_heartbeat();
+                    }
+                    // AcqRel: as in `acquire`.
+                    match NonNull::new(self.tail.swap(node.as_ptr(), Ordering::AcqRel)) {
+                        Some(pred) => (pred, held),
+                        None => break,
+                    }
+                }
+            };
             // The window a releaser may wait on (`wait_next`).
             stall::point(stall::QUEUE_LOCK_LINK);
             // SAFETY: the predecessor's node stays valid until its holder (or a
             // releaser skipping it) has read the link we write here.
             // Release: publishes our node to whoever reads the link.
-            unsafe { (*pred).next.store(node.as_ptr(), Ordering::Release) };
-            if !contended {
+            unsafe { pred.as_ref().next.store(node.as_ptr(), Ordering::Release) };
+            if !looked_held {
                 // Taken between our look and our swap: publish now. A releaser
                 // that judged us by an old heartbeat meanwhile skipped us, which
                 // only sends us round again.
@@ -584,7 +641,8 @@ impl<P: SkipPolicy> SkipQueue<P> {
             }
             retry = true;
         }
-        self.acquired(me, cb);
+        self.acquired(cb);
+        Self::wake_successor(me);
         Some(Self::guard(node, token))
     }
 
@@ -672,6 +730,14 @@ fn not_running<P: SkipPolicy>(cb: &ContextBlock) -> bool {
     false
 }
 
+/// `cb.publish_heartbeat()` out of line: the clock read kept off the inline
+/// acquisition (it runs there only where the kernel does not answer).
+#[cfg(not(loom))]
+#[inline(never)]
+fn publish_heartbeat(cb: &ContextBlock) {
+    cb.publish_heartbeat();
+}
+
 /// Whether `deadline` (if any) has passed. Reads the clock only for a timed
 /// acquisition.
 #[inline]
@@ -743,7 +809,7 @@ unsafe impl<P: SkipPolicy> lock_api::RawMutex for SkipQueue<P> {
             )
             .is_ok()
         {
-            self.acquired(me, cb);
+            self.acquired(cb);
             return Some(Self::guard(node, token));
         }
         // SAFETY: the CAS failed: no queue refers to `node`.
@@ -986,12 +1052,12 @@ pub(super) mod tests {
         }
     }
 
-    /// A new holder wakes its parked successor one step ahead of its turn:
-    /// `PARKED` → `WOKEN` and a bump of the successor's wake word.
+    /// A holder handed the lock after a wait wakes its parked successor one
+    /// step ahead of its turn: `PARKED` → `WOKEN` and a bump of the
+    /// successor's wake word.
     #[test]
     fn the_new_holder_wakes_its_successor_one_step_ahead() {
         let cb = crate::sched::unregistered_block();
-        let l = super::super::McsTp::new();
         let me = SkipNode::new();
         let succ = SkipNode::new();
         succ.owner
@@ -1000,7 +1066,7 @@ pub(super) mod tests {
         me.next
             .store(&succ as *const _ as *mut SkipNode, Ordering::Relaxed);
         let word = crate::sched::waiter::wake_word(cb).load(Ordering::Relaxed);
-        l.acquired(&me, crate::sched::current());
+        super::super::McsTp::wake_successor(&me);
         assert_eq!(succ.state.load(Ordering::Relaxed), WOKEN);
         assert_ne!(
             crate::sched::waiter::wake_word(cb).load(Ordering::Relaxed),
@@ -1009,7 +1075,7 @@ pub(super) mod tests {
         );
         // A spinning successor is left alone.
         succ.state.store(WAITING, Ordering::Relaxed);
-        l.acquired(&me, crate::sched::current());
+        super::super::McsTp::wake_successor(&me);
         assert_eq!(succ.state.load(Ordering::Relaxed), WAITING);
     }
 
@@ -1025,9 +1091,8 @@ pub(super) mod tests {
         cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago: looks preempted
         assert!(crate::sched::is_preempted(cb));
         let l = super::super::SmartQ::new();
-        let me = SkipNode::new();
         let before = crate::util::clock::now_ns();
-        l.acquired(&me, cb);
+        l.acquired(cb);
         assert!(
             cb.heartbeat_ns() >= before,
             "no fresh heartbeat at the acquisition: {} < {before}",
