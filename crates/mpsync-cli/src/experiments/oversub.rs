@@ -283,6 +283,11 @@ fn configs(threads: &[u32], quick: bool) -> Vec<Config> {
 /// locks against the baseline without the whole table's minutes.
 pub const LOCKS_ENV: &str = "MPSYNC_OVERSUB_LOCKS";
 
+/// A target's verdict when none of its locks ran at a point it covers (a run
+/// restricted by [`LOCKS_ENV`], or no thread count of 2+ / 4+).
+const NOT_RUN: &str =
+    "not evaluated: none of its locks ran at a point it covers (MPSYNC_OVERSUB_LOCKS, --threads)";
+
 /// The table, restricted by [`LOCKS_ENV`] where it is set.
 fn restrict(table: Vec<LockImpl>) -> anyhow::Result<Vec<LockImpl>> {
     restrict_to(table, std::env::var(LOCKS_ENV).ok())
@@ -516,26 +521,30 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             ));
         }
     }
-    details.push(format!(
-        "target: {OWN} >= 1.0x {BASELINE} with fairness >= 0.8 at every point with 2+ threads: {} ({} of {own_checked} points missed{}{})",
-        if own_missed.is_empty() && own_checked > 0 {
-            "met"
-        } else {
-            "missed"
-        },
-        own_missed.len(),
-        if own_missed.is_empty() { "" } else { ": " },
-        own_missed.join("; ")
-    ));
-    let target_line = |label: &str, bar: f64, checked: usize, missed: &[String]| {
+    details.push(if own_checked == 0 {
         format!(
-            "target ({label}): {} each >= {bar}x {BASELINE} with fairness >= 0.5 at every point with 4+ threads (the issue: 4 and 8 threads on 2 cores): {} ({} of {checked} missed{}{})",
-            SCHEDULER_CONSCIOUS.join(", "),
-            if missed.is_empty() && checked > 0 {
-                "met"
-            } else {
-                "missed"
-            },
+            "target: {OWN} >= 1.0x {BASELINE} with fairness >= 0.8 at every point with 2+ threads: {NOT_RUN}"
+        )
+    } else {
+        format!(
+            "target: {OWN} >= 1.0x {BASELINE} with fairness >= 0.8 at every point with 2+ threads: {} ({} of {own_checked} points missed{}{})",
+            if own_missed.is_empty() { "met" } else { "missed" },
+            own_missed.len(),
+            if own_missed.is_empty() { "" } else { ": " },
+            own_missed.join("; ")
+        )
+    });
+    let target_line = |label: &str, bar: f64, checked: usize, missed: &[String]| {
+        let what = format!(
+            "target ({label}): {} each >= {bar}x {BASELINE} with fairness >= 0.5 at every point with 4+ threads (the issue: 4 and 8 threads on 2 cores)",
+            SCHEDULER_CONSCIOUS.join(", ")
+        );
+        if checked == 0 {
+            return format!("{what}: {NOT_RUN}");
+        }
+        format!(
+            "{what}: {} ({} of {checked} missed{}{})",
+            if missed.is_empty() { "met" } else { "missed" },
             missed.len(),
             if missed.is_empty() { "" } else { ": " },
             missed.join("; ")
