@@ -564,7 +564,6 @@ impl<P: SkipPolicy> SkipQueue<P> {
     /// swapped `node` in behind `pred` (the lock looked free and was taken
     /// meanwhile); `None` when the lock looked held and `node` (prepared) is
     /// not enqueued yet.
-    #[cold]
     #[inline(never)]
     fn acquire_contended(
         &self,
