@@ -787,6 +787,7 @@ impl TicketNp {
             // Waiters are behind t: wake those that parked (the offer, or the
             // withdrawal that made it, moved `serving`).
             self.ring();
+            stall::point(stall::TICKET_NP_OFFER_WATCH);
             let mut patience = Patience::start(u64::from(self.patience_ns));
             loop {
                 // Relaxed: only the CAS below (or the claimant's) decides. Any
@@ -1254,14 +1255,17 @@ mod tests {
     /// The offer arrives exactly as a timed taker gives up: the taker is
     /// stopped at `timed_lock.gave_up` (its deadline already passed while it
     /// waited behind the holder); the holder releases and offers its number,
-    /// waiting for the claim (a 1 s patience, no kernel answers: the stopped
-    /// taker is not given up on meanwhile). On its way out the taker sees
-    /// the offer and claims it: it must return the guard (the lock is its),
-    /// run its section alone, and leave the lock free. Rounds repeat (at most
-    /// 5) while the releaser's patience ran out first on a loaded machine (the
-    /// taker then finds its number withdrawn and returns `None`, also
-    /// correct); a departing taker that dropped a won claim leaves the lock
-    /// held by nobody, which the final `try_lock` reports.
+    /// and is stopped at `ticket_np.offer_watch` before it watches for the
+    /// claim (so it can neither see the departed mark nor withdraw: a 1 s
+    /// patience and no kernel answers besides). The taker goes on: it marks
+    /// its number departed, sees it on offer, and claims it. It must return
+    /// the guard (the lock is its), run its section alone, and leave the
+    /// lock free; the releaser, let go after, finds the claim and returns. A
+    /// departing taker that dropped a won claim leaves the lock held by
+    /// nobody, which the final `try_lock` reports. (Without the releaser's
+    /// stop, the releaser that sees the departed mark first withdraws the
+    /// number, and the taker returns `None`: also correct, and the race the
+    /// earlier form of this test left to chance.)
     #[test]
     #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
     fn a_timed_taker_that_sees_its_offer_on_the_way_out_claims_it() {
@@ -1270,70 +1274,71 @@ mod tests {
         use std::sync::atomic::AtomicBool as StdBool;
         use std::sync::mpsc::channel;
         const T: Duration = Duration::from_secs(20);
-        let mut won = false;
-        for round in 0..5 {
-            let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
-            l.ask_kernel = false;
-            let inside = StdBool::new(false);
-            let got = std::thread::scope(|s| {
-                let (l, inside) = (&l, &inside);
-                let (held, held_rx) = channel::<()>();
-                let (release, release_rx) = channel::<()>();
-                // The holder: number 0; its unlock waits for the claim of 2.
-                let holder = s.spawn(move || {
-                    let g = l.lock_numbered();
-                    held.send(()).unwrap();
-                    let _ = release_rx.recv();
-                    l.unlock_now(g);
-                });
-                held_rx.recv_timeout(T).unwrap();
-                let (w_id, w_id_rx) = channel();
-                let (w_go, w_go_rx) = channel::<()>();
-                let w = s.spawn(move || {
-                    w_id.send(sched::current().id()).unwrap();
-                    let _ = w_go_rx.recv();
-                    // Number 2; the deadline passes while 0 is held.
-                    let g = l.try_lock_for(Duration::from_millis(1))?;
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
-                    inside.store(false, Ordering::SeqCst);
-                    l.unlock_now(g);
-                    Some(())
-                });
-                let gave_up = Trap::at(stall::TIMED_GAVE_UP)
-                    .thread(w_id_rx.recv().unwrap())
-                    .arm();
-                w_go.send(()).unwrap();
-                gave_up.wait_hit(T).unwrap();
-                // The holder releases; we wait until 2 is on offer.
-                release.send(()).unwrap();
-                let start = std::time::Instant::now();
-                // Relaxed: polling; the verdict is the waiter's return.
-                while l.serving.load(Ordering::Relaxed) == CLAIMED && start.elapsed() < T {
-                    std::hint::spin_loop();
-                }
-                gave_up.release();
-                let got = w.join().unwrap().is_some();
-                holder.join().unwrap();
-                got
-            });
-            let free = l.try_lock();
-            let was_free = free.is_some();
-            if let Some(g) = free {
+        let mut l = TicketNp::with_patience(Duration::from_secs(1)).unwrap();
+        l.ask_kernel = false;
+        let inside = StdBool::new(false);
+        let (got, on_offer) = std::thread::scope(|s| {
+            let (l, inside) = (&l, &inside);
+            let (holder_id, holder_id_rx) = channel();
+            let (held, held_rx) = channel::<()>();
+            let (release, release_rx) = channel::<()>();
+            // The holder: number 0; its unlock offers 2.
+            let holder = s.spawn(move || {
+                holder_id.send(sched::current().id()).unwrap();
+                let g = l.lock_numbered();
+                held.send(()).unwrap();
+                let _ = release_rx.recv();
                 l.unlock_now(g);
-            }
-            assert!(
-                was_free,
-                "round {round}: the lock stayed held after the timed taker returned {}",
-                if got { "the guard" } else { "None" }
-            );
-            if got {
-                won = true;
-                break;
-            }
+            });
+            let watch = Trap::at(stall::TICKET_NP_OFFER_WATCH)
+                .thread(holder_id_rx.recv().unwrap())
+                .arm();
+            held_rx.recv_timeout(T).unwrap();
+            let (w_id, w_id_rx) = channel();
+            let (w_go, w_go_rx) = channel::<()>();
+            let w = s.spawn(move || {
+                w_id.send(sched::current().id()).unwrap();
+                let _ = w_go_rx.recv();
+                // Number 2; the deadline passes while 0 is held.
+                let g = l.try_lock_for(Duration::from_millis(1))?;
+                assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
+                inside.store(false, Ordering::SeqCst);
+                l.unlock_now(g);
+                Some(())
+            });
+            let gave_up = Trap::at(stall::TIMED_GAVE_UP)
+                .thread(w_id_rx.recv().unwrap())
+                .arm();
+            w_go.send(()).unwrap();
+            gave_up.wait_hit(T).unwrap();
+            // The holder releases: 2 is on offer, and the holder stops.
+            release.send(()).unwrap();
+            watch.wait_hit(T).unwrap();
+            // Relaxed: the releaser is stopped; its offer is all that moved.
+            let on_offer = l.serving.load(Ordering::Relaxed);
+            gave_up.release();
+            let got = w.join().unwrap().is_some();
+            watch.release();
+            holder.join().unwrap();
+            (got, on_offer)
+        });
+        assert_eq!(
+            on_offer, 2,
+            "the releaser stopped with {on_offer} in `serving`, not its offer of 2"
+        );
+        let free = l.try_lock();
+        let was_free = free.is_some();
+        if let Some(g) = free {
+            l.unlock_now(g);
         }
         assert!(
-            won,
-            "the timed taker never claimed the offer it saw on its way out (5 rounds)"
+            was_free,
+            "the lock stayed held after the timed taker returned {}",
+            if got { "the guard" } else { "None" }
+        );
+        assert!(
+            got,
+            "the timed taker saw its number on offer on its way out, with the releaser stopped, and did not claim it"
         );
     }
 

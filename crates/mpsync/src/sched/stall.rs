@@ -122,6 +122,10 @@ points! {
     /// fail, and the taker then holds nothing).
     TICKET_NP_DEPART_CLAIMING = "ticket_np.depart_claiming",
         "Ticket-np depart: own number seen offered on the way out, claim CAS not yet made", boost 8;
+    /// Ticket-np's releaser: a number that was taken is on offer, and the
+    /// releaser has not yet begun to watch for its claim (nor to withdraw it).
+    TICKET_NP_OFFER_WATCH = "ticket_np.offer_watch",
+        "Ticket-np offer_taken: a taken number on offer, its claim not yet watched for", boost 4;
     /// A queue lock's acquirer between swapping itself into the tail and linking
     /// its node behind its predecessor (the releaser waits on that link).
     QUEUE_LOCK_LINK = "queue_lock.link",
