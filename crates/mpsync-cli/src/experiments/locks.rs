@@ -118,18 +118,50 @@ pub struct ThroughputSpec {
 }
 
 fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicU64, Ordering};
     let lock = L::create();
     // Updated only inside the critical section with a plain load + store: if two
     // threads were ever inside at once, increments would be lost.
     let guarded = AtomicU64::new(0);
+    let w = mpsync::util::busy::BusyWork::global();
+    let counts = run_workers(spec, || {
+        lock.with(|| {
+            // Relaxed: protected by the lock under test.
+            let v = guarded.load(Ordering::Relaxed);
+            w.run_iters(spec.cs_iters);
+            guarded.store(v + 1, Ordering::Relaxed);
+        });
+    })?;
+    let total: u64 = counts.iter().sum();
+    let seen = guarded.into_inner();
+    anyhow::ensure!(
+        seen == total,
+        "mutual exclusion violated: {total} acquisitions but the guarded counter says {seen}"
+    );
+    Ok(counts)
+}
+
+/// The ceiling of a [`ThroughputSpec`] run: the same loop with no lock at all,
+/// the critical section's work done by every thread at once and nothing
+/// shared. No lock can run the loop faster (`lock-oversub` reports it beside
+/// the locks, in the same rounds). Per-thread iterations.
+pub fn ceiling_throughput(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
+    let w = mpsync::util::busy::BusyWork::global();
+    run_workers(spec, || w.run_iters(spec.cs_iters))
+}
+
+/// Runs `spec.threads` workers, each looping {`section`; non-critical work}
+/// until `spec.duration` has passed, pinned as `spec.pin` says; returns each
+/// worker's iterations.
+fn run_workers(spec: &ThroughputSpec, section: impl Fn() + Sync) -> anyhow::Result<Vec<u64>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
     let start = std::sync::Barrier::new(spec.threads as usize + 1);
     let w = mpsync::util::busy::BusyWork::global();
-    let counts = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let hs: Vec<_> = (0..spec.threads)
             .map(|i| {
-                let (lock, guarded, stop, start) = (&lock, &guarded, &stop, &start);
+                let (section, stop, start) = (&section, &stop, &start);
                 let cpu = (!spec.pin.is_empty()).then(|| spec.pin[i as usize % spec.pin.len()]);
                 s.spawn(move || {
                     let pinned = cpu.map(mpsync::sched::native::pin_current_thread);
@@ -140,12 +172,7 @@ fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
                     let mut n = 0u64;
                     // Relaxed: a stop request; the join orders everything after.
                     while !stop.load(Ordering::Relaxed) {
-                        lock.with(|| {
-                            // Relaxed: protected by the lock under test.
-                            let v = guarded.load(Ordering::Relaxed);
-                            w.run_iters(spec.cs_iters);
-                            guarded.store(v + 1, Ordering::Relaxed);
-                        });
+                        section();
                         n += 1;
                         w.run_iters(spec.ncs_iters);
                     }
@@ -164,14 +191,7 @@ fn throughput<L: BenchLock>(spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
                     .and_then(|r| r)
             })
             .collect::<anyhow::Result<Vec<u64>>>()
-    })?;
-    let total: u64 = counts.iter().sum();
-    let seen = guarded.into_inner();
-    anyhow::ensure!(
-        seen == total,
-        "mutual exclusion violated: {total} acquisitions but the guarded counter says {seen}"
-    );
-    Ok(counts)
+    })
 }
 
 /// The synthetic lock program of paper 003 §4.1: each worker loops

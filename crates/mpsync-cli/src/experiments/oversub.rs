@@ -29,6 +29,12 @@
 //! so they fall back to heartbeats exactly as on a machine without eBPF — both
 //! lines in the same interleaved rounds.
 //!
+//! Every round also runs the loop with no lock at all ([`CEILING`]: the
+//! critical section's work done by every thread at once, nothing shared): the
+//! most any lock could reach at that point. Where the lock is seldom
+//! contended (CS 0.2 µs / NCS 2 µs), the baseline runs close to the ceiling,
+//! and a lock's ratio cannot rise above the ceiling's.
+//!
 //! `MPSYNC_OVERSUB_LOCKS=bounded-steal,Ticket-np` ([`LOCKS_ENV`]) restricts a
 //! run to the named locks plus the baseline: an A/B of a few locks in seconds
 //! instead of the whole table's minutes.
@@ -43,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use mpsync::util::busy::BusyWork;
 
-use super::locks::{LockImpl, Origin, ThroughputSpec, mutex_table};
+use super::locks::{LockImpl, Origin, ThroughputSpec, ceiling_throughput, mutex_table};
 use super::{Experiment, Params};
 use crate::env::Preempt;
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
@@ -62,6 +68,9 @@ pub const BURST_MS: f64 = 2.0;
 pub const BURST_PERIOD_MS: f64 = 10.0;
 /// The peer every ratio is taken against.
 pub const BASELINE: &str = "parking_lot::Mutex";
+/// The line of the loop run with no lock at all ([`ceiling_throughput`]): the
+/// most any lock could reach at that point.
+pub const CEILING: &str = "no lock (ceiling)";
 /// mpsync's own lock that combines the waiting policy (issue 13's target: at
 /// least 1.0× the baseline, fairness at least 0.8, at every point).
 pub const OWN: &str = "bounded-steal";
@@ -86,19 +95,37 @@ pub const EBPF_OFF: &str = " (eBPF off)";
 /// The eBPF-off lines run from this many threads (where the targets apply).
 pub const EBPF_OFF_FROM_THREADS: u32 = 4;
 
-/// One run of a round: a lock, with or without the kernel's answers.
+/// One run of a round: a lock, with or without the kernel's answers, or the
+/// loop with no lock (`imp` none: the [`CEILING`]).
 #[derive(Clone, Copy)]
 struct Entry<'a> {
-    imp: &'a LockImpl,
+    imp: Option<&'a LockImpl>,
     ebpf_off: bool,
 }
 
 impl Entry<'_> {
+    /// The lock's name; [`CEILING`] for the run without a lock.
+    fn lock(&self) -> &'static str {
+        self.imp.map_or(CEILING, |i| i.name)
+    }
+
     fn name(&self) -> String {
         if self.ebpf_off {
-            format!("{}{EBPF_OFF}", self.imp.name)
+            format!("{}{EBPF_OFF}", self.lock())
         } else {
-            self.imp.name.to_string()
+            self.lock().to_string()
+        }
+    }
+
+    /// One fixed-duration run: per-thread acquisitions (iterations for the
+    /// ceiling).
+    fn run(&self, spec: &ThroughputSpec) -> anyhow::Result<Vec<u64>> {
+        match self.imp {
+            Some(imp) => {
+                let _off = AnswersOff::new(self.ebpf_off);
+                (imp.throughput)(spec)
+            }
+            None => ceiling_throughput(spec),
         }
     }
 }
@@ -120,22 +147,27 @@ impl Drop for AnswersOff {
     }
 }
 
-/// The runs of one round at `n` threads.
+/// The runs of one round at `n` threads: every lock, the ceiling, and the
+/// eBPF-off lines.
 fn entries(table: &[LockImpl], n: u32, kernel_answers: bool) -> Vec<Entry<'_>> {
     let mut v: Vec<Entry<'_>> = table
         .iter()
         .map(|imp| Entry {
-            imp,
+            imp: Some(imp),
             ebpf_off: false,
         })
         .collect();
+    v.push(Entry {
+        imp: None,
+        ebpf_off: false,
+    });
     if kernel_answers && n >= EBPF_OFF_FROM_THREADS {
         v.extend(
             table
                 .iter()
                 .filter(|i| SCHEDULER_CONSCIOUS.contains(&i.name) || i.name == OWN)
                 .map(|imp| Entry {
-                    imp,
+                    imp: Some(imp),
                     ebpf_off: true,
                 }),
         );
@@ -365,6 +397,9 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             }
         ),
     ];
+    details.push(format!(
+        "{CEILING}: the same loop with no lock at all, in the same rounds (every thread runs the critical section's work at once, nothing shared): no lock can run the loop faster, so no lock's ratio can exceed the ceiling's"
+    ));
     if duration < Duration::from_secs(1) {
         details.push(format!(
             "rounds of {:.0} ms are shorter than the issue's 1 s: where threads outnumber cores, a thread's share of the CPU over so short a round depends on the OS's time slices (a few ms each), so \"fair\" here measures the kernel as much as the lock — judge fairness on 1 s rounds (`--scale {:.2}`)",
@@ -412,11 +447,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             for r in 0..rounds {
                 for k in 0..runs.len() {
                     let entry = runs[(k + r as usize) % runs.len()];
-                    let counts = {
-                        let _off = AnswersOff::new(entry.ebpf_off);
-                        (entry.imp.throughput)(&spec)
-                    }
-                    .map_err(|e| {
+                    let counts = entry.run(&spec).map_err(|e| {
                         anyhow::anyhow!("{} with {n} threads ({}): {e}", entry.name(), cfg.label)
                     })?;
                     let total: u64 = counts.iter().sum();
@@ -469,8 +500,10 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 .filter(|b| *b > 0.0)
                 .unwrap_or(1.0);
             let mut line = Vec::new();
+            let ceiling = med(&series_name(CEILING, cfg.label), x, value).map(|v| v / base);
+            let at_ceiling = ceiling.map_or(String::new(), |c| format!(", {CEILING} {c:.2}"));
             for entry in entries(&table, n, kernel_answers) {
-                let imp = entry.imp;
+                let lock = entry.lock();
                 let shown = entry.name();
                 let name = series_name(&shown, cfg.label);
                 let Some(v) = med(&name, x, value) else {
@@ -484,19 +517,23 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                     normalized: v / base,
                 });
                 let r = v / base;
-                if imp.name == OWN
-                    || SCHEDULER_CONSCIOUS.contains(&imp.name)
-                    || imp.name == BASELINE
+                if lock == OWN
+                    || SCHEDULER_CONSCIOUS.contains(&lock)
+                    || lock == BASELINE
+                    || lock == CEILING
                 {
                     line.push(format!("{shown} {r:.2} (fair {f:.2})"));
                 }
-                if imp.name == OWN && !entry.ebpf_off && n >= 2 {
+                if lock == OWN && !entry.ebpf_off && n >= 2 {
                     own_checked += 1;
                     if r < 1.0 || f < 0.8 {
-                        own_missed.push(format!("{} {n} thr: {r:.2}, fair {f:.2}", cfg.label));
+                        own_missed.push(format!(
+                            "{} {n} thr: {r:.2}, fair {f:.2}{at_ceiling}",
+                            cfg.label
+                        ));
                     }
                 }
-                if SCHEDULER_CONSCIOUS.contains(&imp.name) && n >= 4 {
+                if SCHEDULER_CONSCIOUS.contains(&lock) && n >= 4 {
                     // With the kernel's answers (the plain line where eBPF
                     // answers) the bar is higher than with heartbeats.
                     let with_kernel = kernel_answers && !entry.ebpf_off;
@@ -508,8 +545,8 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                     *checked += 1;
                     if r < bar || f < 0.5 {
                         missed.push(format!(
-                            "{} at {} {n} thr: {r:.2}, fair {f:.2}",
-                            imp.name, cfg.label
+                            "{lock} at {} {n} thr: {r:.2}, fair {f:.2}",
+                            cfg.label
                         ));
                     }
                 }
@@ -594,7 +631,11 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         }
     }
     let figure_cfg = "cs1-ncs1 unpinned";
-    let names: Vec<&str> = table.iter().map(|i| i.name).collect();
+    let names: Vec<&str> = table
+        .iter()
+        .map(|i| i.name)
+        .chain(std::iter::once(CEILING))
+        .collect();
     let series: Vec<Series> = names
         .iter()
         .map(|n| Series {
@@ -665,6 +706,41 @@ mod tests {
         assert!(named.contains(&BASELINE) && !named.contains(&"Ticket-np"));
         let err = restrict_to(all, Some("CLH-TP, CLH-TP-nap".into())).unwrap_err();
         assert!(err.to_string().contains("CLH-TP-nap"), "{err}");
+    }
+
+    /// Every round runs the ceiling once (never as an eBPF-off line), and the
+    /// ceiling's run loops on every thread.
+    #[test]
+    fn every_round_runs_the_ceiling_once() {
+        let table = restrict_to(
+            crate::experiments::locks::mutex_table(),
+            Some("bounded-steal".into()),
+        )
+        .unwrap();
+        for (n, answers) in [(2, true), (8, true), (8, false)] {
+            let e = entries(&table, n, answers);
+            let ceilings: Vec<String> = e
+                .iter()
+                .filter(|e| e.imp.is_none())
+                .map(Entry::name)
+                .collect();
+            assert_eq!(ceilings, [CEILING], "{n} threads, answers {answers}");
+        }
+        let spec = ThroughputSpec {
+            threads: 3,
+            duration: Duration::from_millis(30),
+            cs_iters: 10,
+            ncs_iters: 10,
+            pin: Vec::new(),
+        };
+        let counts = Entry {
+            imp: None,
+            ebpf_off: false,
+        }
+        .run(&spec)
+        .unwrap();
+        assert_eq!(counts.len(), 3);
+        assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
     }
 
     #[test]
