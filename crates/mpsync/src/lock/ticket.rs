@@ -911,6 +911,27 @@ mod tests {
     use super::*;
     use lock_api::RawMutex;
 
+    /// Spawns a timed taker on `s`: it reports its `sched` thread id (for a
+    /// trap), waits for the go, then runs `take`. Returns its handle, its id
+    /// and the go.
+    fn spawn_timed_taker<'s, R: Send + 's>(
+        s: &'s std::thread::Scope<'s, '_>,
+        take: impl FnOnce() -> R + Send + 's,
+    ) -> (
+        std::thread::ScopedJoinHandle<'s, R>,
+        u64,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (id, id_rx) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let h = s.spawn(move || {
+            id.send(sched::current().id()).unwrap();
+            let _ = go_rx.recv();
+            take()
+        });
+        (h, id_rx.recv().unwrap(), go)
+    }
+
     /// A waiter that took a number and stalled before claiming it (a preempted
     /// one) is passed over: the releaser withdraws its offer after the patience
     /// and the live waiter behind it gets the lock (001 §3.1).
@@ -1294,11 +1315,7 @@ mod tests {
                 .thread(holder_id_rx.recv().unwrap())
                 .arm();
             held_rx.recv_timeout(T).unwrap();
-            let (w_id, w_id_rx) = channel();
-            let (w_go, w_go_rx) = channel::<()>();
-            let w = s.spawn(move || {
-                w_id.send(sched::current().id()).unwrap();
-                let _ = w_go_rx.recv();
+            let (w, w_id, w_go) = spawn_timed_taker(s, move || {
                 // Number 2; the deadline passes while 0 is held.
                 let g = l.try_lock_for(Duration::from_millis(1))?;
                 assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
@@ -1306,9 +1323,7 @@ mod tests {
                 l.unlock_now(g);
                 Some(())
             });
-            let gave_up = Trap::at(stall::TIMED_GAVE_UP)
-                .thread(w_id_rx.recv().unwrap())
-                .arm();
+            let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
             w_go.send(()).unwrap();
             gave_up.wait_hit(T).unwrap();
             // The holder releases: 2 is on offer, and the holder stops.
@@ -1377,15 +1392,10 @@ mod tests {
                     l.unlock_now(g); // offers 2, withdraws it (departed), returns
                 });
                 held_rx.recv_timeout(T).unwrap();
-                let (w_id, w_id_rx) = channel();
-                let (w_go, w_go_rx) = channel::<()>();
-                let w = s.spawn(move || {
-                    w_id.send(sched::current().id()).unwrap();
-                    let _ = w_go_rx.recv();
+                let (w, w_id, w_go) = spawn_timed_taker(s, move || {
                     l.try_lock_for(Duration::from_millis(1))
                         .map(|g| l.unlock_now(g))
                 });
-                let w_id = w_id_rx.recv().unwrap();
                 let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
                 let claiming = Trap::at(stall::TICKET_NP_DEPART_CLAIMING)
                     .thread(w_id)
