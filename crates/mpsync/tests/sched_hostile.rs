@@ -36,6 +36,10 @@ use mpsync::sched::{self, ContextBlock, native};
 /// The environment variable naming the role a fresh process plays.
 const ROLE: &str = "MPSYNC_HOSTILE_ROLE";
 
+/// The environment of a role without the kernel's answers (the emulated
+/// scheduler's and the registry's own paths, alone).
+const NO_EBPF: &[(&str, &str)] = &[("MPSYNC_EBPF", "off"), ("MPSYNC_EBPF_REQUIRED", "0")];
+
 /// How long a forked child may take before its alarm ends it (a hang).
 const CHILD_ALARM_S: u32 = 20;
 
@@ -57,7 +61,10 @@ fn in_fresh_process(test: &str, role: &str, env: &[(&str, &str)]) -> bool {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    for line in text.lines().filter_map(|l| l.find("role ").map(|i| &l[i..])) {
+    for line in text
+        .lines()
+        .filter_map(|l| l.find("role ").map(|i| &l[i..]))
+    {
         println!("{line}");
     }
     assert!(
@@ -316,28 +323,35 @@ role_test!(
     }
 );
 
+/// A registration holds the registry's lock while another thread forks: the
+/// fork waits for it (the fork handlers hold the lock across the fork), and
+/// the child registers its threads.
+fn fork_while_registering() -> Result<String, String> {
+    // The forking thread registers first (so the fork handlers are in).
+    let loaded = *native::preemption_answers() == native::PreemptionAnswers::Ebpf;
+    fork_while_stopped_at(stall::SCHED_REGISTER_LOCKED, register, loaded, true)?;
+    parent_goes_on()?;
+    Ok("forked while a registration held the registry's lock".into())
+}
+
 role_test!(
     fork_while_another_thread_registers,
     "fork-registering",
     &[],
-    || {
-        // The forking thread registers first (so the fork handlers are in).
-        let _ = native::preemption_answers();
-        fork_while_stopped_at(
-            stall::SCHED_REGISTER_LOCKED,
-            register,
-            *native::preemption_answers() == native::PreemptionAnswers::Ebpf,
-            true,
-        )?;
-        parent_goes_on()?;
-        Ok("forked while a registration held the registry's lock".into())
-    }
+    fork_while_registering
+);
+
+role_test!(
+    fork_while_another_thread_registers_without_ebpf,
+    "fork-registering-no-ebpf",
+    NO_EBPF,
+    fork_while_registering
 );
 
 role_test!(
     fork_while_the_emulated_handlers_are_installed,
     "fork-emu-handler",
-    &[],
+    NO_EBPF,
     || {
         let emu = AtomicPtr::<Emulated>::new(std::ptr::null_mut());
         fork_while_stopped_at(
@@ -359,7 +373,7 @@ role_test!(
 role_test!(
     fork_while_a_thread_attaches_to_an_emulated_scheduler,
     "fork-emu-attach",
-    &[],
+    NO_EBPF,
     || {
         let emu = Emulated::start(EmulatedConfig::new(1, 2.0).unwrap().seed(2)).unwrap();
         fork_while_stopped_at(
@@ -540,7 +554,7 @@ role_test!(
 role_test!(
     a_registration_after_the_last_destructor_round_is_taken_back_without_ebpf,
     "late-registration-no-ebpf",
-    &[("MPSYNC_EBPF", "off"), ("MPSYNC_EBPF_REQUIRED", "0")],
+    NO_EBPF,
     late_registration_is_taken_back
 );
 
@@ -615,7 +629,7 @@ role_test!(
 role_test!(
     with_ebpf_off_every_kernel_answer_is_none,
     "ebpf-off",
-    &[("MPSYNC_EBPF", "off"), ("MPSYNC_EBPF_REQUIRED", "0")],
+    NO_EBPF,
     || {
         let a = native::preemption_answers();
         match a {
@@ -653,3 +667,41 @@ role_test!(
         Ok("no kernel answers; heartbeats; Ticket-np and fork work".into())
     }
 );
+
+/// A thread-local's destructor that uses `sched` (a lock's node cache, a
+/// reclaimer's registration) runs on the thread's own block, which goes back
+/// after it: nothing leaks, nothing waits.
+#[test]
+fn a_thread_local_destructor_may_use_sched() {
+    struct UsesSched(std::sync::mpsc::Sender<usize>);
+    impl Drop for UsesSched {
+        fn drop(&mut self) {
+            let cb = sched::current();
+            let w = mpsync::sync::AtomicU32::new(0);
+            let _ = sched::park(&w, 0, Some(Duration::from_micros(50)));
+            assert!(!sched::is_preempted(cb));
+            let _ = self.0.send(cb as *const ContextBlock as usize);
+        }
+    }
+    thread_local! {
+        static HOLD: std::cell::RefCell<Option<UsesSched>> = const { std::cell::RefCell::new(None) };
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let during = std::thread::spawn(move || {
+        HOLD.with(|h| *h.borrow_mut() = Some(UsesSched(tx)));
+        sched::current() as *const ContextBlock as usize
+    })
+    .join()
+    .unwrap();
+    let in_destructor = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        in_destructor, during,
+        "the destructor registered anew instead of using the thread's block"
+    );
+    assert!(
+        !sched::live_threads()
+            .iter()
+            .any(|b| *b as *const ContextBlock as usize == during),
+        "the block of a thread whose thread-local destructor used sched was not given back"
+    );
+}
