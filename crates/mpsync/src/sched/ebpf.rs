@@ -210,6 +210,8 @@ struct Kernel {
     /// Whether the thread's own return from `__schedule` repairs a missed
     /// switch-in (`tp_btf/sched_exit_tp` attached; Linux 6.17+).
     repairs: bool,
+    /// This process's id as the kernel sees it (a slot's owner identity).
+    tgid: u32,
 }
 
 // SAFETY: `base` points to a MAP_SHARED mapping that lives as long as the process
@@ -502,6 +504,7 @@ fn load() -> Result<Kernel, String> {
         _slots: slots,
         base: base.cast(),
         repairs,
+        tgid,
     };
     k.self_test()?;
     Ok(k)
@@ -697,7 +700,7 @@ impl Kernel {
             field!(s, off_ns, u64).store(0, Ordering::Relaxed);
             field!(s, on_ns, u64).store(0, Ordering::Relaxed);
             field!(s, state, u32).store(initial, Ordering::Relaxed);
-            field!(s, tgid, u32).store(kernel_tgid(), Ordering::Relaxed);
+            field!(s, tgid, u32).store(self.tgid, Ordering::Relaxed);
             field!(s, tid, u32).store(tid, Ordering::Relaxed);
         });
         // Out of WAIT_FREE (a slot given back), counted from here on.

@@ -29,7 +29,7 @@ mod imp {
         /// destructor of another key, or of a thread-local, used `sched`):
         /// the C library may run no more destructor rounds, so the thread may
         /// exit still holding its block. Taken back once the thread is gone
-        /// (`reclaim_late`).
+        /// (`take_gone`).
         late: Vec<&'static ContextBlock>,
     }
 
@@ -65,7 +65,7 @@ mod imp {
     /// register again (another key's destructor using `sched` after ours ran) sets
     /// the key again, which makes the C library run our destructor once more
     /// (`PTHREAD_DESTRUCTOR_ITERATIONS` rounds): the block still goes back — or,
-    /// after the last round, is taken back by `reclaim_late` once the thread is
+    /// after the last round, is taken back by `take_gone` once the thread is
     /// gone.
     ///
     /// Made with a CAS, not a `OnceLock`: a child of `fork` forked while
@@ -201,24 +201,37 @@ mod imp {
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
     }
 
-    /// Takes back the late blocks whose threads are gone (with the registry's
-    /// lock held). Every late block is the block of a thread that may still
-    /// run (in a destructor round the C library still runs), so each is
-    /// checked, never assumed.
-    fn reclaim_late(blocks: &mut Blocks) {
+    /// Takes the late blocks whose threads are gone out of the late list (with
+    /// the registry's lock held); the caller gives them back after letting go
+    /// of the lock ([`give_back_gone`]: detaching from an emulated scheduler
+    /// takes that scheduler's lock, which must not be taken under ours). Each
+    /// late block's thread may still run (in a destructor round the C library
+    /// still runs), so each is checked, never assumed gone.
+    fn take_gone(blocks: &mut Blocks) -> Vec<&'static ContextBlock> {
+        let mut gone = Vec::new();
         blocks.late.retain(|&cb| {
             // Relaxed: a block the owner gave back itself (another round ran)
-            // is no longer late; `in_use` is only cleared by `give_back`.
+            // is no longer late; only `give_back` clears `in_use`.
             if !cb.peer.in_use.load(Ordering::Relaxed) {
                 return false;
             }
-            if !owner_gone(cb) {
-                return true;
+            if owner_gone(cb) {
+                gone.push(cb);
+                return false;
             }
+            true
+        });
+        gone
+    }
+
+    /// Gives back the blocks [`take_gone`] took (without the registry's lock).
+    fn give_back_gone(gone: Vec<&'static ContextBlock>) -> usize {
+        let n = gone.len();
+        for cb in gone {
             super::super::emulated::detach_exiting(cb);
             give_back(cb, true);
-            false
-        });
+        }
+        n
     }
 
     /// The calling thread's block, registering it on first use.
@@ -246,7 +259,7 @@ mod imp {
         let key = exit_key();
         install_fork_handlers();
         let late = EXITING.with(|e| e.get());
-        let (index, cb) = {
+        let (index, cb) = loop {
             let mut blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
             super::super::stall::point(super::super::stall::SCHED_REGISTER_LOCKED);
             let take_free = |all: &[&'static ContextBlock]| {
@@ -261,10 +274,16 @@ mod imp {
                             .is_ok()
                 })
             };
-            let mut free = take_free(&blocks.all);
+            let free = take_free(&blocks.all);
             if free.is_none() && !blocks.late.is_empty() {
-                reclaim_late(&mut blocks);
-                free = take_free(&blocks.all);
+                // Out of free blocks: take back those of late threads gone
+                // since, then look again.
+                let gone = take_gone(&mut blocks);
+                if !gone.is_empty() {
+                    drop(blocks);
+                    give_back_gone(gone);
+                    continue;
+                }
             }
             let (index, cb) = free.unwrap_or_else(|| {
                 let b: &'static ContextBlock = Box::leak(Box::new(ContextBlock::new()));
@@ -275,7 +294,7 @@ mod imp {
             if late {
                 blocks.late.push(cb);
             }
-            (index, cb)
+            break (index, cb);
         };
         // A stale peer (a lock releaser still holding the previous owner's block)
         // may have made the free block `OtherUnpreemptable`: start clean.
@@ -327,10 +346,8 @@ mod imp {
     /// Takes back the blocks of threads that registered after their exit
     /// destructor and have exited since; returns how many.
     pub fn reclaim_exited() -> usize {
-        let mut blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
-        let before = blocks.late.len();
-        reclaim_late(&mut blocks);
-        before - blocks.late.len()
+        let gone = take_gone(&mut BLOCKS.lock().unwrap_or_else(|e| e.into_inner()));
+        give_back_gone(gone)
     }
 }
 
