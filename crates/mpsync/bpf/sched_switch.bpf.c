@@ -107,7 +107,9 @@ volatile const __u32 mpsync_tgid = 0;
  * `off_ns` the registered threads that exited without giving their slot back,
  * `on_ns` the record writes that found another write under way (never
  * expected: the writers of a slot are serialized), `tid` a tid whose next
- * switch-in the program is to hide (tests: an event the kernel did not show). */
+ * switch-in the program is to hide (tests: an event the kernel did not show),
+ * `waits` whether to hide it from the repair too, `state` the tid whose
+ * repair is skipped once. */
 #define PRESSURE_SLOT (MPSYNC_MAX_SLOTS - 2)
 
 /* A slot's `waits`: 0, which header count its thread is in, or free. */
@@ -238,10 +240,16 @@ static __attribute__((always_inline)) void switched_in(struct slot *h, struct sl
 	seq_end(h, s);
 }
 
-/* Whether the test knob asks to hide this switch-in of `tid` (once). */
+/* Whether the test knob asks to hide this switch-in of `tid` (once). With
+ * the header's `waits` set, hidden from the repair too (as on a kernel without
+ * sched_exit_tp): the header's `state` then names the tid not to repair, once. */
 static __attribute__((always_inline)) int hidden(struct slot *h, __u32 tid)
 {
-	return h && h->tid == tid && __sync_val_compare_and_swap(&h->tid, tid, 0) == tid;
+	if (!h || h->tid != tid || __sync_val_compare_and_swap(&h->tid, tid, 0) != tid)
+		return 0;
+	if (h->waits)
+		h->state = tid;
+	return 1;
 }
 
 /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -292,6 +300,9 @@ int mpsync_sched_exit(__u64 *ctx)
 	if (!s || s->state == STATE_RUNNING)
 		return 0;
 	struct slot *h = header();
+	if (h && h->state == (__u32)id &&
+	    __sync_val_compare_and_swap(&h->state, (__u32)id, 0) == (__u32)id)
+		return 0; /* hidden from the repair too (the test knob) */
 	if (h)
 		__sync_fetch_and_add(&h->switches_in, 1);
 	switched_in(h, s, bpf_ktime_get_ns());

@@ -20,7 +20,7 @@
 //!
 //! A kernel may hide a context switch from its tracepoints (a machine's own
 //! agent whose events are not traced, a recursion miss): the tests also hide
-//! switch-ins on purpose (`native::testing::hide_next_switch_in`), so the
+//! switch-ins on purpose (`native::hide_next_switch_in`), so the
 //! repair is checked on every machine, not only where the kernel hides some.
 //!
 //! Where this process may not load eBPF each test prints `SKIPPED: <reason>`;
@@ -169,6 +169,7 @@ fn kernel_answers_agree_with_the_threads_own_view() {
         .collect();
     let blocks: Mutex<Vec<&'static ContextBlock>> = Mutex::new(Vec::new());
     let duration = run_for();
+    let repaired_before = native::switch_ins_repaired();
     std::thread::scope(|s| {
         let _release = OnDrop(|| stop.store(true, Ordering::Relaxed));
         for i in 0..workers_n {
@@ -249,7 +250,9 @@ fn kernel_answers_agree_with_the_threads_own_view() {
         rate(sw, sl),
         rate(rw, rl),
         rate(pb, pl),
-        native::switch_ins_repaired(),
+        native::switch_ins_repaired()
+            .zip(repaired_before)
+            .map(|(a, b)| a - b),
     );
     let first = t.first.lock().unwrap().clone();
     assert!(
@@ -305,7 +308,10 @@ fn a_switch_in_the_kernel_hides_is_repaired_before_the_thread_runs() {
             let word = AtomicU32::new(0);
             let mut wrong = Vec::new();
             for round in 1..=ROUNDS {
-                assert!(native::hide_next_switch_in(me), "the kernel answers for us");
+                assert!(
+                    native::hide_next_switch_in(me, false),
+                    "the kernel answers for us"
+                );
                 // A blocking call: it always switches out and back in (a
                 // yield with nobody else runnable would not).
                 if round % 2 == 0 {
@@ -393,7 +399,7 @@ fn the_pressure_counts_do_not_drift() {
             while start.elapsed() < duration {
                 round += 1;
                 if repairs && round % 2 == 0 {
-                    native::hide_next_switch_in(me);
+                    native::hide_next_switch_in(me, false);
                 }
                 std::thread::sleep(Duration::from_micros(50));
                 spin_flagged(&spinning, round, Duration::from_micros(100));
@@ -433,7 +439,7 @@ fn the_pressure_counts_do_not_drift() {
                 for j in 0..200u32 {
                     let me = sched::current();
                     if repairs && j % 3 == 0 {
-                        native::hide_next_switch_in(me);
+                        native::hide_next_switch_in(me, false);
                     }
                     match (i as u32 + j) % 3 {
                         0 => std::thread::sleep(Duration::from_micros(20)),
@@ -454,4 +460,65 @@ fn the_pressure_counts_do_not_drift() {
         native::switch_ins_repaired()
     );
     wait_for_zero("after the churn");
+}
+
+/// Where the kernel cannot repair a switch-in it hid (no `sched_exit_tp`,
+/// hidden here from the repair too), a thread asking about itself is still
+/// told that it runs — through every lock-facing answer — while its record
+/// says otherwise; the record is set right at its next switch.
+#[test]
+fn a_thread_asking_about_itself_runs_even_where_the_kernel_cannot_repair() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !kernel_answers("a_thread_asking_about_itself_runs_even_where_the_kernel_cannot_repair") {
+        return;
+    }
+    let (stale, wrong) = std::thread::spawn(|| {
+        let me = sched::current();
+        let key = native::kernel_key(me);
+        let (mut stale, mut wrong) = (0u32, Vec::new());
+        for round in 0..50 {
+            assert!(native::hide_next_switch_in(me, true));
+            std::thread::sleep(Duration::from_micros(50));
+            let raw = native::kernel_view(me).map(|v| v.state);
+            if raw != Some(native::KernelState::Running) {
+                stale += 1;
+            }
+            let answers = (
+                native::kernel_state(me),
+                sched::is_preempted(me),
+                key.map(native::kernel_state_at),
+            );
+            if answers
+                != (
+                    Some(native::KernelState::Running),
+                    false,
+                    key.map(|_| Some(native::KernelState::Running)),
+                )
+            {
+                wrong.push(format!(
+                    "round {round}: record {raw:?}, answers {answers:?}"
+                ));
+            }
+            // The next switch out and in, seen: the record is right again.
+            std::thread::sleep(Duration::from_micros(50));
+            let again = native::kernel_view(me).map(|v| v.state);
+            if again != Some(native::KernelState::Running) {
+                wrong.push(format!(
+                    "round {round}: still {again:?} after a switch the program saw"
+                ));
+            }
+        }
+        (stale, wrong)
+    })
+    .join()
+    .unwrap();
+    println!("50 switch-ins hidden from the repair too: the record was stale after {stale}");
+    assert!(
+        wrong.is_empty(),
+        "a thread asking about itself was not told that it runs: {wrong:#?}"
+    );
+    assert!(
+        stale >= 25,
+        "the hidden switch-ins left the record stale only {stale} times of 50: the scenario did not happen"
+    );
 }

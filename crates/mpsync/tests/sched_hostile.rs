@@ -645,7 +645,7 @@ role_test!(
             && native::threads_woken_now().is_none()
             && native::cpu_pressure().is_none()
             && native::switch_ins_repaired().is_none()
-            && !native::hide_next_switch_in(me);
+            && !native::hide_next_switch_in(me, false);
         if !none {
             return Err("a kernel answer with MPSYNC_EBPF=off".into());
         }

@@ -327,12 +327,14 @@ fn start_loading() {
     {
         return;
     }
+    // A child forked from here to the handler's installation is known by its
+    // pid (`forked_slow`).
+    stall::point(stall::SCHED_EBPF_START);
     // SAFETY: registers a handler that only stores to a static atomic.
     if unsafe { libc::pthread_atfork(None, None, Some(forked_child)) } != 0 {
         // Relaxed: read by `load`, on the loader, which this thread starts.
         ATFORK_FAILED.store(true, Ordering::Relaxed);
     }
-    stall::point(stall::SCHED_EBPF_START);
     let spawned = std::thread::Builder::new()
         .name("mpsync-ebpf-load".into())
         .spawn(load_and_publish);
@@ -1019,13 +1021,16 @@ pub(crate) fn switch_ins_repaired() -> Option<u64> {
 }
 
 /// Asks the program to hide the next switch-in of `cb`'s thread, as a kernel
-/// that does not trace some context does (tests of the repair); `false` when
-/// the kernel does not answer for it.
-pub(crate) fn hide_next_switch_in(cb: &ContextBlock) -> bool {
+/// that does not trace some context does — and, with `from_the_repair_too`,
+/// to skip its repair as well, as a kernel without `sched_exit_tp` would
+/// (tests); `false` when the kernel does not answer for it.
+pub(crate) fn hide_next_switch_in(cb: &ContextBlock, from_the_repair_too: bool) -> bool {
     let (Some(_), Some(h)) = (slot_of(cb), header()) else {
         return false;
     };
-    // Relaxed: read by the program at a later switch; a knob, nothing published.
+    // Relaxed: read by the program at a later switch; knobs, nothing published
+    // (the flag before the tid: the program reads the flag once it took the tid).
+    field!(h, waits, u32).store(u32::from(from_the_repair_too), Ordering::Relaxed);
     field!(h, tid, u32).store(cb.peer.ktid.load(Ordering::Relaxed), Ordering::Relaxed);
     true
 }

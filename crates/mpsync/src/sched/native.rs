@@ -461,17 +461,20 @@ pub fn switch_ins_repaired() -> Option<u64> {
 /// Fault injection for tests: asks the eBPF program to ignore the next
 /// switch-in of `cb`'s thread, as a kernel that does not trace some context
 /// does, so that the repair ([`switch_ins_repaired`]) and the answers that
-/// rest on it can be checked on any machine. Returns `false` when the kernel
-/// does not answer for `cb`. Only one switch-in is hidden at a time
+/// rest on it can be checked on any machine; with `from_the_repair_too`, the
+/// repair skips it as well, as on a kernel without `sched_exit_tp` (the
+/// thread's record is then set right only at its next switch, and only its
+/// own questions are answered right meanwhile). Returns `false` when the
+/// kernel does not answer for `cb`. Only one switch-in is hidden at a time
 /// (process-wide); a later call replaces an earlier one not yet used.
-pub fn hide_next_switch_in(cb: &ContextBlock) -> bool {
+pub fn hide_next_switch_in(cb: &ContextBlock, from_the_repair_too: bool) -> bool {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
-        super::ebpf::hide_next_switch_in(cb)
+        super::ebpf::hide_next_switch_in(cb, from_the_repair_too)
     }
     #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
     {
-        let _ = cb;
+        let _ = (cb, from_the_repair_too);
         false
     }
 }

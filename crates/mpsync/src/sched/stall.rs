@@ -237,9 +237,9 @@ points! {
         "condvar wait: mutex released, not yet parked", boost 4;
     // sched: initialisation points a fork may hit (sound-sched):
     /// The process's first registration has begun loading the eBPF program
-    /// (the fork handler is installed) and has not yet started the loader.
+    /// and has installed neither the fork handler nor the loader yet.
     SCHED_EBPF_START = "sched.ebpf.start",
-        "sched: eBPF loading begun, loader not yet started";
+        "sched: eBPF loading begun, fork handler and loader not yet installed";
     /// The eBPF loader thread, before it loads the program.
     SCHED_EBPF_LOADING = "sched.ebpf.loading",
         "sched: eBPF loader about to load the program";
