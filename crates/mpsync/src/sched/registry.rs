@@ -235,6 +235,16 @@ mod imp {
     }
 
     /// The calling thread's block, registering it on first use.
+    ///
+    /// Callable from anywhere on the thread, also from a destructor that runs
+    /// as it exits: a thread-local's `Drop` uses the thread's own block (it
+    /// goes back after every thread-local destructor); a thread-specific-data
+    /// destructor that runs after `sched`'s own (in a later round of the C
+    /// library's) registers the thread again, and that block is taken back
+    /// once the thread is gone ([`reclaim_exited_threads`](crate::sched::reclaim_exited_threads)).
+    /// A child of `fork` may call it at any moment, whatever its parent's
+    /// threads were doing at the fork: the registry's lock is held across
+    /// `fork`, and nothing here waits for another process's initialisation.
     #[inline]
     pub fn current() -> &'static ContextBlock {
         let p = CURRENT.with(|c| c.get());
