@@ -314,7 +314,7 @@ fn a_switch_in_the_kernel_hides_is_repaired_before_the_thread_runs() {
                 );
                 // A blocking call: it always switches out and back in (a
                 // yield with nobody else runnable would not).
-                if round % 2 == 0 {
+                if round.is_multiple_of(2) {
                     std::thread::sleep(Duration::from_micros(50));
                 } else {
                     let _ = sched::park(&word, 0, Some(Duration::from_micros(50)));
@@ -398,7 +398,7 @@ fn the_pressure_counts_do_not_drift() {
             let mut round = 0u64;
             while start.elapsed() < duration {
                 round += 1;
-                if repairs && round % 2 == 0 {
+                if repairs && round.is_multiple_of(2) {
                     native::hide_next_switch_in(me, false);
                 }
                 std::thread::sleep(Duration::from_micros(50));
@@ -438,7 +438,7 @@ fn the_pressure_counts_do_not_drift() {
             s.spawn(move || {
                 for j in 0..200u32 {
                     let me = sched::current();
-                    if repairs && j % 3 == 0 {
+                    if repairs && j.is_multiple_of(3) {
                         native::hide_next_switch_in(me, false);
                     }
                     match (i as u32 + j) % 3 {

@@ -406,7 +406,12 @@ extern "C" fn late_user(v: *mut libc::c_void) {
     if round < DESTRUCTOR_ROUNDS {
         // SAFETY: sets this key (its number is in LATE_KEY) to a non-null
         // value: the C library runs another round.
-        unsafe { libc::pthread_setspecific(late_key(), (round + 1) as *const libc::c_void) };
+        unsafe {
+            libc::pthread_setspecific(
+                late_key(),
+                std::ptr::without_provenance::<libc::c_void>(round + 1),
+            )
+        };
         return;
     }
     let cb = sched::current();
@@ -439,7 +444,7 @@ fn a_thread_registering_after_its_last_destructor_round() -> (&'static ContextBl
     let tid = std::thread::spawn(move || {
         let _ = sched::current();
         // SAFETY: a live key; the value counts destructor rounds.
-        unsafe { libc::pthread_setspecific(key, 1 as *const libc::c_void) };
+        unsafe { libc::pthread_setspecific(key, std::ptr::without_provenance::<libc::c_void>(1)) };
         // SAFETY: gettid has no preconditions.
         unsafe { libc::gettid() as u32 }
     })
