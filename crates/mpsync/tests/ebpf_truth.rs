@@ -192,11 +192,12 @@ fn kernel_answers_agree_with_the_threads_own_view() {
                     // Running now: known to spin until the flag is lowered
                     // (in the chaos build, not stalled by it meanwhile: a
                     // chaos stall parks the thread, which is a block).
-                    let quiet = mpsync::sync::Exempt::new();
-                    ws[i].spinning.store(round, Ordering::Release);
-                    spin_looking(me, key, 20_000, t);
-                    ws[i].spinning.store(0, Ordering::Release);
-                    drop(quiet);
+                    {
+                        let _quiet = mpsync::sync::Exempt::new();
+                        ws[i].spinning.store(round, Ordering::Release);
+                        spin_looking(me, key, 20_000, t);
+                        ws[i].spinning.store(0, Ordering::Release);
+                    }
                 }
                 // Wake a partner that may be parked on our ring.
                 for b in bell.iter() {
