@@ -73,7 +73,12 @@ fn build(obj: &std::path::Path) -> Result<String, Built> {
         )));
     }
     let o = Command::new(&clang)
-        .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-c"])
+        // -mcpu=v3: the atomic exchange and compare-and-swap the counts are
+        // kept with (Linux 5.12+; older kernels refuse the program, and the
+        // heartbeats answer there).
+        .args([
+            "-target", "bpf", "-mcpu=v3", "-O2", "-g", "-Wall", "-Werror", "-c",
+        ])
         .arg("bpf/sched_switch.bpf.c")
         .arg("-o")
         .arg(obj)

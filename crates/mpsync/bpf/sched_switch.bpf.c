@@ -22,26 +22,48 @@
 // or two loads. The two are kept apart because a woken thread mostly waits for
 // an idle core's wake-up latency (tens of us), not for a busy CPU: the
 // skip-queue locks park spinners on the first count only, bounded-steal (whose
-// woken queue head may wait for a spinner's slice) on both. Each slot's `waits`
-// word says whether, and in which count, its thread is counted: 0, or one of
-// WAIT_PREEMPTED and WAIT_WOKEN (never both: a thread is woken only from
-// BLOCKED, preempted only while it runs, and its switch-in clears either). It
-// is set (and that count incremented) when a thread starts waiting for a CPU,
-// cleared (and the same count decremented) when it gets one, or when it blocks
-// after a switch-in the program did not see (rarely, a running thread's slot
-// still says PREEMPTED; cause unknown, see tests/ebpf.rs), or when user space
-// takes the slot back. Different threads' transitions run on different CPUs
-// at once: the counts are changed with atomic adds. They cannot drift: each
-// count is the number of slots with its bit set, and a thread claims its slot
-// (waits 0) and gives it back (user space clears `waits`, with the matching
-// decrement, after removing its tid) only while it runs, so no write of the
-// program to that slot races those of user space. A thread's own transitions
-// are serialized by the runqueue that holds it (switches and wake-ups run
-// under that runqueue's lock).
+// woken queue head may wait for a spinner's slice) on both.
 //
-// A thread is switched out and in by the CPU whose runqueue holds it, under that
-// runqueue's lock, so the writes to one slot never race each other; user space
-// reads each field as one aligned 32- or 64-bit load.
+// Each slot's `waits` word says whether, and in which count, its thread is
+// counted: 0, WAIT_PREEMPTED or WAIT_WOKEN, or WAIT_FREE for a slot no thread
+// owns. Every change of `waits` is one atomic exchange or compare-and-swap, and
+// each count moves only with a successful one: +1 with 0 -> WAIT_x, -1 with
+// WAIT_x -> 0 (or -> WAIT_FREE when the slot is given back). So each count is
+// the number of slots whose `waits` holds its value, whatever the order in
+// which CPUs run these programs and user space gives slots back, and whatever
+// events the kernel does not show us: the counts cannot drift. (Between the
+// exchange and the add a reader may see the count one off: a hint for one
+// instant, never a drift.) No count is ever taken on a free slot: WAIT_FREE is
+// left only by the owner's claim (user space), and every increment starts
+// from 0.
+//
+// Events the kernel does not show. A tracepoint is not always called: a kernel
+// may trace nothing while some task is current (seen on a VM whose agent's
+// threads are never traced: their switch-out, which is the next thread's
+// switch-in, never reaches sched_switch; once a second, when the agent runs),
+// and a program is skipped on a recursion miss. A switch-in we do not see would
+// leave a running thread's slot saying BLOCKED or PREEMPTED for as long as it
+// keeps its CPU. So the thread's own return from __schedule
+// (tp_btf/sched_exit_tp, in its own context, before it runs another
+// instruction of its own) checks its slot and repairs a missed switch-in
+// (counted in the header's `switches_in`); where the kernel lacks that
+// tracepoint (before Linux 6.17) a missed switch-in is repaired at the
+// thread's next switch-out, and a thread asking about itself is told that it
+// runs by user space.
+//
+// Identity. A slot is its thread's only while the slot's tid *and* tgid are
+// the task's: a task of another process that got the same tid (a forked
+// child, a reused pid) is not tracked. A registered thread that exits without
+// giving its slot back (tp_btf/sched_process_exit) has its slot marked EXITED,
+// uncounted and its tid removed, so nothing is tracked into the slot later.
+//
+// Records. The multi-word record of a slot is written between two increments
+// of its `seq` (odd while being written): user space reads a record whose
+// `seq` was even and unchanged around the read, never a torn one. The writers
+// of one slot are serialized: a thread is switched out and in, and returns
+// from __schedule, on the CPU whose runqueue holds it, under that runqueue's
+// lock or in its own context; its wake-up changes only `waits`, by one
+// compare-and-swap.
 //
 // Self-contained on purpose: no vmlinux.h, no libbpf headers. Only clang is
 // needed to build it (crates/mpsync/build.rs); task_struct is read through CO-RE
@@ -63,40 +85,59 @@ typedef unsigned long long __u64;
 
 /* The kernel's helpers, by number (include/uapi/linux/bpf.h). */
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
+static __u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 
 struct task_struct {
 	int pid;
+	int tgid;
 } __attribute__((preserve_access_index));
 
+/* The process that loaded this copy of the program (its tgid as the kernel
+ * sees it), set by the loader: the programs that run in the current task's
+ * context look no further for another process's tasks. */
+volatile const __u32 mpsync_tgid = 0;
+
 #define MPSYNC_MAX_SLOTS 4096
-/* The header slot: never a thread's; `preemptions` is the preempted-now count,
- * `blocks` the woken-now count (see the top). */
+/* The header slot: never a thread's. `preemptions` is the preempted-now count,
+ * `blocks` the woken-now count (see the top), `switches_in` the switch-ins
+ * repaired (seen missed by the thread's own return from __schedule),
+ * `off_ns` the registered threads that exited without giving their slot back,
+ * `on_ns` the record writes that found another write under way (never
+ * expected: the writers of a slot are serialized), `tid` a tid whose next
+ * switch-in the program is to hide (tests: an event the kernel did not show),
+ * `waits` whether to hide it from the repair too, `state` the tid whose
+ * repair is skipped once. */
 #define PRESSURE_SLOT (MPSYNC_MAX_SLOTS - 2)
 
-/* A slot's `waits`: 0, or which header count its thread is in. */
+/* A slot's `waits`: 0, which header count its thread is in, or free. */
 #define WAIT_PREEMPTED 1
 #define WAIT_WOKEN 2
+#define WAIT_FREE 3
 
 enum {
 	STATE_UNKNOWN = 0,
 	STATE_RUNNING = 1,
 	STATE_PREEMPTED = 2,
 	STATE_BLOCKED = 3,
+	/* The owner exited without giving the slot back. */
+	STATE_EXITED = 4,
 };
 
 struct slot {
 	__u32 tid;          /* user space: the owner's kernel tid, 0 when free */
 	__u32 state;        /* STATE_* */
 	__u32 cpu;          /* CPU it last ran on */
-	__u32 waits;        /* 0, WAIT_PREEMPTED or WAIT_WOKEN: which header count */
+	__u32 waits;        /* 0, WAIT_PREEMPTED, WAIT_WOKEN or WAIT_FREE */
 	__u64 switches_in;  /* times it got a CPU */
 	__u64 preemptions;  /* times it lost the CPU still runnable */
 	__u64 blocks;       /* times it left the CPU to wait */
 	__u64 off_ns;       /* bpf_ktime_get_ns() when it last left the CPU */
 	__u64 on_ns;        /* ... when it last got one */
-	__u64 _pad2;
+	__u32 seq;          /* odd while the record is being written */
+	__u32 tgid;         /* user space: the owner's process (kernel tgid) */
 };
 
 struct {
@@ -114,29 +155,101 @@ struct {
 	__uint(max_entries, MPSYNC_MAX_SLOTS);
 } tids SEC(".maps");
 
-static __attribute__((always_inline)) struct slot *slot_of(__u32 tid)
+static __attribute__((always_inline)) struct slot *header(void)
+{
+	__u32 hkey = PRESSURE_SLOT;
+	return bpf_map_lookup_elem(&slots, &hkey);
+}
+
+/* The slot of the task (tid, tgid), if it is a registered thread's. */
+static __attribute__((always_inline)) struct slot *slot_of(__u32 tid, __u32 tgid)
 {
 	__u32 *idx = bpf_map_lookup_elem(&tids, &tid);
 	if (!idx)
 		return 0;
 	struct slot *s = bpf_map_lookup_elem(&slots, idx);
-	/* A slot being handed to another thread: not ours any more. */
-	if (!s || s->tid != tid)
+	/* A slot being handed to another thread, or a task of another process
+	 * with the same tid: not ours. */
+	if (!s || s->tid != tid || s->tgid != tgid)
 		return 0;
 	return s;
 }
 
-/* Takes `s` out of the header count it is in, if any. */
-static __attribute__((always_inline)) void uncount(struct slot *h, struct slot *s)
+static __attribute__((always_inline)) struct slot *slot_of_task(struct task_struct *t)
+{
+	return slot_of((__u32)t->pid, (__u32)t->tgid);
+}
+
+/* Opens a record write: `seq` odd. The fetching add is a full barrier, so the
+ * record's writes are not seen before it. */
+static __attribute__((always_inline)) void seq_begin(struct slot *h, struct slot *s)
+{
+	if ((__sync_fetch_and_add(&s->seq, 1) & 1) && h)
+		__sync_fetch_and_add(&h->on_ns, 1);
+}
+
+/* Closes it: `seq` even again, after the record's writes (a full barrier
+ * too). Found even: another write overlapped ours (never expected). */
+static __attribute__((always_inline)) void seq_end(struct slot *h, struct slot *s)
+{
+	if (!(__sync_fetch_and_add(&s->seq, 1) & 1) && h)
+		__sync_fetch_and_add(&h->on_ns, 1);
+}
+
+/* Counts `s` in the count `w` (WAIT_PREEMPTED or WAIT_WOKEN), unless it is in
+ * one already (or free): 0 -> w, then +1. */
+static __attribute__((always_inline)) void count(struct slot *h, struct slot *s, __u32 w)
+{
+	if (!h || __sync_val_compare_and_swap(&s->waits, 0, w) != 0)
+		return;
+	if (w == WAIT_PREEMPTED)
+		__sync_fetch_and_add(&h->preemptions, 1);
+	else
+		__sync_fetch_and_add(&h->blocks, 1);
+}
+
+/* Takes `s` out of the count it is in, if any: w -> `to` (0, or WAIT_FREE),
+ * then -1 in count w. */
+static __attribute__((always_inline)) void uncount_to(struct slot *h, struct slot *s, __u32 to)
 {
 	__u32 w = s->waits;
-	if (!h || !w)
+	if (!h || w == WAIT_FREE || w == to)
 		return;
-	s->waits = 0;
+	if (__sync_val_compare_and_swap(&s->waits, w, to) != w)
+		return; /* changed meanwhile: whoever changed it counted it */
 	if (w == WAIT_PREEMPTED)
 		__sync_fetch_and_add(&h->preemptions, -1);
-	else
+	else if (w == WAIT_WOKEN)
 		__sync_fetch_and_add(&h->blocks, -1);
+}
+
+static __attribute__((always_inline)) void uncount(struct slot *h, struct slot *s)
+{
+	uncount_to(h, s, 0);
+}
+
+/* `s`'s thread got a CPU (or is found running without a recorded switch-in). */
+static __attribute__((always_inline)) void switched_in(struct slot *h, struct slot *s, __u64 now)
+{
+	seq_begin(h, s);
+	uncount(h, s);
+	s->on_ns = now;
+	s->cpu = bpf_get_smp_processor_id();
+	s->switches_in += 1;
+	s->state = STATE_RUNNING;
+	seq_end(h, s);
+}
+
+/* Whether the test knob asks to hide this switch-in of `tid` (once). With
+ * the header's `waits` set, hidden from the repair too (as on a kernel without
+ * sched_exit_tp): the header's `state` then names the tid not to repair, once. */
+static __attribute__((always_inline)) int hidden(struct slot *h, __u32 tid)
+{
+	if (!h || h->tid != tid || __sync_val_compare_and_swap(&h->tid, tid, 0) != tid)
+		return 0;
+	if (h->waits)
+		h->state = tid;
+	return 1;
 }
 
 /* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -149,35 +262,75 @@ int mpsync_sched_switch(__u64 *ctx)
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	__u32 prev_state = (__u32)ctx[3];
 	__u64 now = bpf_ktime_get_ns();
-	__u32 hkey = PRESSURE_SLOT;
-	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
+	struct slot *h = header();
 
-	struct slot *s = slot_of((__u32)prev->pid);
+	struct slot *s = slot_of_task(prev);
 	if (s) {
 		int runnable = preempt || prev_state == 0 /* TASK_RUNNING */;
+		seq_begin(h, s);
 		s->off_ns = now;
 		if (runnable) {
 			s->preemptions += 1;
 			s->state = STATE_PREEMPTED;
-			if (h && !s->waits) {
-				s->waits = WAIT_PREEMPTED;
-				__sync_fetch_and_add(&h->preemptions, 1);
-			}
+			count(h, s, WAIT_PREEMPTED);
 		} else {
 			s->blocks += 1;
 			s->state = STATE_BLOCKED;
 			/* Counted, and its switch-in was not seen (see the top). */
 			uncount(h, s);
 		}
+		seq_end(h, s);
 	}
-	s = slot_of((__u32)next->pid);
-	if (s) {
-		uncount(h, s);
-		s->on_ns = now;
-		s->cpu = bpf_get_smp_processor_id();
-		s->switches_in += 1;
-		s->state = STATE_RUNNING;
-	}
+	s = slot_of_task(next);
+	if (s && !hidden(h, (__u32)next->pid))
+		switched_in(h, s, now);
+	return 0;
+}
+
+/* TP_PROTO(bool is_switch, unsigned long ip): the end of __schedule, in the
+ * context of the task that returns from it — the one that was switched in.
+ * Repairs a switch-in that sched_switch did not see (see the top). */
+SEC("tp_btf/sched_exit_tp")
+int mpsync_sched_exit(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if ((__u32)(id >> 32) != mpsync_tgid)
+		return 0;
+	struct slot *s = slot_of((__u32)id, (__u32)(id >> 32));
+	if (!s || s->state == STATE_RUNNING)
+		return 0;
+	struct slot *h = header();
+	if (h && h->state == (__u32)id &&
+	    __sync_val_compare_and_swap(&h->state, (__u32)id, 0) == (__u32)id)
+		return 0; /* hidden from the repair too (the test knob) */
+	if (h)
+		__sync_fetch_and_add(&h->switches_in, 1);
+	switched_in(h, s, bpf_ktime_get_ns());
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p, bool group_dead): a task exits, in its own
+ * context. A registered thread that did not give its slot back (it registered
+ * again after its last thread-exit destructor) is forgotten here: nothing is
+ * tracked into its slot later, whoever gets its tid. */
+SEC("tp_btf/sched_process_exit")
+int mpsync_task_exit(__u64 *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	if ((__u32)(id >> 32) != mpsync_tgid)
+		return 0;
+	struct slot *s = slot_of(tid, (__u32)(id >> 32));
+	if (!s)
+		return 0;
+	struct slot *h = header();
+	seq_begin(h, s);
+	s->state = STATE_EXITED;
+	uncount_to(h, s, WAIT_FREE);
+	seq_end(h, s);
+	bpf_map_delete_elem(&tids, &tid);
+	if (h)
+		__sync_fetch_and_add(&h->off_ns, 1);
 	return 0;
 }
 
@@ -189,15 +342,10 @@ SEC("tp_btf/sched_wakeup")
 int mpsync_sched_wakeup(__u64 *ctx)
 {
 	struct task_struct *p = (struct task_struct *)ctx[0];
-	struct slot *s = slot_of((__u32)p->pid);
+	struct slot *s = slot_of_task(p);
 	if (!s || s->state != STATE_BLOCKED || s->waits)
 		return 0;
-	__u32 hkey = PRESSURE_SLOT;
-	struct slot *h = bpf_map_lookup_elem(&slots, &hkey);
-	if (!h)
-		return 0;
-	s->waits = WAIT_WOKEN;
-	__sync_fetch_and_add(&h->blocks, 1);
+	count(header(), s, WAIT_WOKEN);
 	return 0;
 }
 

@@ -267,3 +267,85 @@ fn ebpf_a_forked_child_does_not_read_the_parents_map() {
         "the parent's slot no longer follows it (read before: {seen:?})"
     );
 }
+
+/// A lock in memory shared between processes (a process-shared Ticket-np)
+/// records its waiters' kernel keys; each process loads its own program and
+/// map. A key written by another process must read "unknown" here — never
+/// the state of some thread of this process.
+#[test]
+fn ebpf_a_key_from_another_process_reads_unknown() {
+    const FOREIGN: &str = "MPSYNC_TEST_FOREIGN_KEY";
+    if let Ok(k) = std::env::var(FOREIGN) {
+        // The other process: threads of its own in every state (this thread
+        // running, one blocked in a join, one sleeping), then the key of a
+        // thread of the first process.
+        let key: u32 = k.parse().unwrap();
+        assert!(kernel_answers(
+            "ebpf_a_key_from_another_process_reads_unknown (child)"
+        ));
+        let me = sched::current();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let seen = std::thread::scope(|s| {
+            let sleeper = s.spawn(move || {
+                let _ = sched::current();
+                let _ = rx.recv();
+            });
+            let joiner = s.spawn(move || {
+                let _ = sched::current();
+                sleeper.join().unwrap();
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            // Every slot this process has: none is the foreign thread's.
+            let mine = native::kernel_key(me).expect("a key of our own");
+            let seen = (
+                native::kernel_state_at(key),
+                native::kernel_state_at(mine),
+                (0..64u32)
+                    .filter(|&k| k != mine && native::kernel_state_at(k).is_some())
+                    .count(),
+            );
+            tx.send(()).unwrap();
+            joiner.join().unwrap();
+            seen
+        });
+        println!("FOREIGN-RESULT {seen:?}");
+        return;
+    }
+    if !kernel_answers("ebpf_a_key_from_another_process_reads_unknown") {
+        return;
+    }
+    with_futex_sleeper(
+        Duration::from_secs(5),
+        || {},
+        |sleeper, _wake| {
+            let key = native::kernel_key(sleeper).expect("the sleeper has a key");
+            assert_eq!(
+                native::kernel_state_at(key),
+                Some(native::KernelState::Blocked),
+                "our own key"
+            );
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "ebpf_a_key_from_another_process_reads_unknown",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(FOREIGN, key.to_string())
+                .output()
+                .expect("run the other process");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "the other process failed:\n{text}");
+            let line = text
+                .lines()
+                .find_map(|l| l.find("FOREIGN-RESULT").map(|i| &l[i..]))
+                .unwrap_or_else(|| panic!("no result from the other process:\n{text}"));
+            println!("key {key} of this process, read by another: {line}");
+            assert_eq!(
+                line, "FOREIGN-RESULT (None, Some(Running), 0)",
+                "another process read this process's key {key} (a thread blocked in a futex here) as one of its own threads' states; want (None for the foreign key, Running for its own key, 0 small integers answered)"
+            );
+        },
+    );
+}

@@ -44,26 +44,9 @@ fn registered() -> String {
         .join("; ")
 }
 
-/// Waits until no registered thread is preempted or woken and not yet running
-/// (the threads of an earlier test may still be exiting); fails with what it
-/// saw after [`PATIENT`].
+/// [`common::ebpf::wait_for_zero`] with this file's patience.
 fn wait_for_zero(what: &str) {
-    let deadline = Instant::now() + PATIENT;
-    let mut seen = Vec::new();
-    loop {
-        let n = (native::threads_preempted_now(), native::threads_woken_now());
-        if n == (Some(0), Some(0)) {
-            return;
-        }
-        if seen.last() != Some(&n) && seen.len() < 32 {
-            seen.push(n);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: the counts of (preempted, woken) threads never came back to 0 in {PATIENT:?} (values seen: {seen:?})"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::ebpf::wait_for_zero(what, PATIENT);
 }
 
 /// Runs `f` on the observer while a registered victim and a competitor share

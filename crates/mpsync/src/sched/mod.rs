@@ -37,6 +37,7 @@ mod ebpf;
 pub mod emulated;
 mod futex;
 pub mod native;
+mod once;
 pub mod partition;
 mod registry;
 pub mod stall;
@@ -59,6 +60,26 @@ use crate::sync::AtomicU32;
 /// Context blocks of all live registered threads (a snapshot).
 pub fn live_threads() -> Vec<&'static ContextBlock> {
     registry::live()
+}
+
+/// Takes back the context blocks of threads that used `sched` after their
+/// own exit destructors had run (in a destructor of a thread-local or a
+/// thread-specific key the C library ran last) and have exited since; returns
+/// how many. A block is normally given back as its thread exits; such a late
+/// registration may outlive the C library's last destructor round, and its
+/// block is then taken back once the thread is gone (the kernel saw it exit,
+/// or no thread of the process has its tid). The registry does this by itself
+/// when it runs out of free blocks; this does it now. The kernel stops
+/// answering for such a thread as it exits, whoever gets its tid later.
+pub fn reclaim_exited_threads() -> usize {
+    #[cfg(not(loom))]
+    {
+        registry::reclaim_exited()
+    }
+    #[cfg(loom)]
+    {
+        0
+    }
 }
 
 /// Asks not to be preempted until the matching [`release_no_preempt`]. Nests.

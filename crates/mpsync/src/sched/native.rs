@@ -109,10 +109,19 @@ impl PreemptionAnswers {
 
 /// Where preemption answers come from in this process. The first call (or the
 /// first thread to register with `sched`) loads the eBPF program where the
-/// process is permitted to; the outcome is decided once.
+/// process is permitted to; the outcome is decided once. In a child of `fork`
+/// of a process that loaded it (or was loading it) the answer is the
+/// heartbeats, at once: the child never waits for its parent's loader.
 pub fn preemption_answers() -> &'static PreemptionAnswers {
-    static A: OnceLock<PreemptionAnswers> = OnceLock::new();
-    A.get_or_init(|| {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    if let Some(why) = super::ebpf::forked_why() {
+        static CHILD: std::sync::atomic::AtomicPtr<PreemptionAnswers> =
+            std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+        return decided_once(&CHILD, || PreemptionAnswers::Heartbeat(why.into()));
+    }
+    static A: std::sync::atomic::AtomicPtr<PreemptionAnswers> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    decided_once(&A, || {
         #[cfg(all(target_os = "linux", not(loom), not(miri)))]
         {
             // Registering loads the program (or records why not).
@@ -127,6 +136,40 @@ pub fn preemption_answers() -> &'static PreemptionAnswers {
             PreemptionAnswers::Heartbeat(ebpf_build().trim_start_matches("not built: ").into())
         }
     })
+}
+
+/// The value in `cell`, decided by `f` at the first call. Not a `OnceLock`: a
+/// child of `fork` forked while another thread ran `f` would wait for that
+/// thread forever; here two threads may both run `f` (each decides the same),
+/// and the first to publish wins (the other's value is leaked: a few bytes,
+/// once).
+fn decided_once(
+    cell: &'static std::sync::atomic::AtomicPtr<PreemptionAnswers>,
+    f: impl FnOnce() -> PreemptionAnswers,
+) -> &'static PreemptionAnswers {
+    use std::sync::atomic::Ordering as StdOrdering;
+    // Acquire: pairs with the Release CAS below (the value is initialized).
+    let p = cell.load(StdOrdering::Acquire);
+    if !p.is_null() {
+        // SAFETY: published below from a leaked Box, never freed.
+        return unsafe { &*p };
+    }
+    let mine = Box::into_raw(Box::new(f()));
+    // Release/Acquire: publishes ours, or reads the winner's.
+    match cell.compare_exchange(
+        std::ptr::null_mut(),
+        mine,
+        StdOrdering::AcqRel,
+        StdOrdering::Acquire,
+    ) {
+        // SAFETY: `mine` is leaked from here on, never freed.
+        Ok(_) => unsafe { &*mine },
+        Err(won) => {
+            // SAFETY: `mine` was never shared; `won` is leaked, never freed.
+            drop(unsafe { Box::from_raw(mine) });
+            unsafe { &*won }
+        }
+    }
 }
 
 /// How this build of mpsync got its eBPF program: "built with CLANG VERSION"
@@ -190,6 +233,8 @@ pub struct KernelView {
 
 /// The kernel's state of `cb`'s thread (one load), or `None` when the kernel does
 /// not answer for it (eBPF not in use, a free block, beyond the map's slots).
+/// The calling thread's own block reads `Running`: it runs, whatever a switch
+/// the kernel did not show the program left in the record.
 #[inline]
 pub fn kernel_state(cb: &ContextBlock) -> Option<KernelState> {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
@@ -203,10 +248,11 @@ pub fn kernel_state(cb: &ContextBlock) -> Option<KernelState> {
     }
 }
 
-/// A pointer-free, process-independent name of `cb`'s thread for
-/// [`kernel_state_at`]: a lock that records who waits (Ticket-np's takers)
-/// stores it, even in memory shared between processes. `None` when the kernel
-/// does not answer for `cb` (or the answers are switched off).
+/// A pointer-free name of `cb`'s thread for [`kernel_state_at`]: a lock that
+/// records who waits (Ticket-np's takers) stores it, even in memory shared
+/// between processes. It is the thread's kernel tid, which no other live
+/// thread of any process has. `None` when the kernel does not answer for `cb`
+/// (or the answers are switched off).
 #[inline]
 pub fn kernel_key(cb: &ContextBlock) -> Option<u32> {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
@@ -221,8 +267,13 @@ pub fn kernel_key(cb: &ContextBlock) -> Option<u32> {
 }
 
 /// The kernel's state of the thread named `key` ([`kernel_key`]), or `None`
-/// when it does not answer. Only a hint: a key from another process, or of a
-/// thread that has exited since, names some other thread of this process.
+/// when it does not answer. A process answers only for its own registered
+/// threads: a key written by another process (a lock in shared memory), or of
+/// a thread that has exited since, reads `None` — "unknown", on which a lock
+/// falls back to its patience — never the state of some other thread. (A tid
+/// the kernel gave again to a new registered thread of this process names that
+/// thread: a stale key's hint, as the kernel reuses tids only after many
+/// others.) A thread asking with its own key is told `Running`.
 #[inline]
 pub fn kernel_state_at(key: u32) -> Option<KernelState> {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
@@ -374,7 +425,10 @@ pub(crate) fn pressure_given(
     }
 }
 
-/// The kernel's counters and times for `cb`'s thread (see [`kernel_state`]).
+/// The kernel's counters and times for `cb`'s thread: the eBPF program's
+/// record as it stands, read whole (never half of one switch and half of
+/// another). A diagnostic: unlike [`kernel_state`], the calling thread's own
+/// record is shown as it is.
 pub fn kernel_view(cb: &ContextBlock) -> Option<KernelView> {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
@@ -384,6 +438,44 @@ pub fn kernel_view(cb: &ContextBlock) -> Option<KernelView> {
     {
         let _ = cb;
         None
+    }
+}
+
+/// How many switch-ins of registered threads the kernel did not show the
+/// eBPF program and the thread's own return from the scheduler repaired (a
+/// kernel may trace nothing while some task is current, e.g. a VM's own agent;
+/// see the module doc of `sched::ebpf`); `None` where the kernel has no
+/// `sched_exit_tp` tracepoint (before Linux 6.17: such a switch-in is set
+/// right at the thread's next switch), or does not answer.
+pub fn switch_ins_repaired() -> Option<u64> {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::switch_ins_repaired()
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        None
+    }
+}
+
+/// Fault injection for tests: asks the eBPF program to ignore the next
+/// switch-in of `cb`'s thread, as a kernel that does not trace some context
+/// does, so that the repair ([`switch_ins_repaired`]) and the answers that
+/// rest on it can be checked on any machine; with `from_the_repair_too`, the
+/// repair skips it as well, as on a kernel without `sched_exit_tp` (the
+/// thread's record is then set right only at its next switch, and only its
+/// own questions are answered right meanwhile). Returns `false` when the
+/// kernel does not answer for `cb`. Only one switch-in is hidden at a time
+/// (process-wide); a later call replaces an earlier one not yet used.
+pub fn hide_next_switch_in(cb: &ContextBlock, from_the_repair_too: bool) -> bool {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::hide_next_switch_in(cb, from_the_repair_too)
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        let _ = (cb, from_the_repair_too);
+        false
     }
 }
 

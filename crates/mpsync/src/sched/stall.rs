@@ -235,6 +235,28 @@ points! {
     /// notification that comes here must still end its wait.
     CONDVAR_WAIT = "condvar.wait",
         "condvar wait: mutex released, not yet parked", boost 4;
+    // sched: initialisation points a fork may hit (sound-sched):
+    /// The process's first registration has begun loading the eBPF program
+    /// and has installed neither the fork handler nor the loader yet.
+    SCHED_EBPF_START = "sched.ebpf.start",
+        "sched: eBPF loading begun, fork handler and loader not yet installed";
+    /// The eBPF loader thread, before it loads the program.
+    SCHED_EBPF_LOADING = "sched.ebpf.loading",
+        "sched: eBPF loader about to load the program";
+    /// The eBPF loader has loaded the program and not yet handed out the
+    /// slots of the threads that registered meanwhile, nor said ready.
+    SCHED_EBPF_LOADED = "sched.ebpf.loaded",
+        "sched: eBPF program loaded, waiting registrations not yet attached";
+    /// A registration holds the registry's lock (a block being taken).
+    SCHED_REGISTER_LOCKED = "sched.register.locked",
+        "sched: registry lock held by a registering thread";
+    /// The emulated scheduler's signal and fork handlers are being installed
+    /// (the process's first `Emulated::start`).
+    SCHED_EMU_HANDLER = "sched.emulated.handler",
+        "sched: emulated scheduler's handlers being installed";
+    /// A thread attaching to the emulated scheduler holds the scheduler's lock.
+    SCHED_EMU_ATTACH = "sched.emulated.attach",
+        "sched: attaching thread holds the emulated scheduler's lock";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

@@ -127,3 +127,40 @@ pub fn with_futex_sleeper<R>(
         f(sleeper, &wake)
     })
 }
+
+/// Waits until no registered thread is preempted or woken and not yet running
+/// (the threads of an earlier test may still be exiting); fails with what it
+/// saw after `patience`.
+pub fn wait_for_zero(what: &str, patience: Duration) {
+    let deadline = Instant::now() + patience;
+    let mut seen = Vec::new();
+    loop {
+        let n = (native::threads_preempted_now(), native::threads_woken_now());
+        if n == (Some(0), Some(0)) {
+            return;
+        }
+        if seen.last() != Some(&n) && seen.len() < 32 {
+            seen.push(n);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the counts of (preempted, woken) threads never came back to 0 in {patience:?} (values seen: {seen:?}; registered: {:?})",
+            sched::live_threads()
+                .iter()
+                .map(|cb| native::kernel_view(cb))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Raises `flag` to `round` (the calling thread is known to run), spins for
+/// `d`, lowers it: what an observer may check the kernel's answers against.
+pub fn spin_flagged(flag: &std::sync::atomic::AtomicU64, round: u64, d: Duration) {
+    flag.store(round, Ordering::Release);
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+    flag.store(0, Ordering::Release);
+}

@@ -42,6 +42,7 @@ impl Emulated {
                     reason: "the pseudo-scheduler already has its maximum of 4096 attached threads",
                 });
             }
+            crate::sched::stall::point(crate::sched::stall::SCHED_EMU_ATTACH);
             inner.threads.push(Attached::new(cb, vproc));
             let eff = vproc % inner.available;
             // Relaxed: informational (see ContextBlock::processor).

@@ -12,7 +12,7 @@
 //! the processor spends on the other applications. Everything here is
 //! async-signal-safe.
 
-use std::sync::{Mutex, Once};
+use std::sync::atomic::{AtomicI32, Ordering as StdOrdering};
 use std::time::Duration;
 
 use crate::sched::context::{ContextBlock, SignalVerdict};
@@ -23,14 +23,21 @@ use crate::util::clock::now_ns;
 
 use super::attach::{detach_in_forked_child, shared_of};
 use super::{SchedError, Shared};
+use crate::sched::once::ForkSafeOnce;
+use crate::sched::stall;
 
 /// The signal the pseudo-scheduler preempts with: `SIGRTMIN + 3`.
 pub fn preemption_signal() -> i32 {
     libc::SIGRTMIN() + 3
 }
 
-static HANDLER: Once = Once::new();
-static HANDLER_ERR: Mutex<Option<String>> = Mutex::new(None);
+/// Once per process, and once more in a child of `fork` forked while another
+/// thread installed them (a `Once` would make that child wait forever).
+static HANDLER: ForkSafeOnce = ForkSafeOnce::new();
+/// Why installing failed: 0 (it did not), `errno` of `sigaction`, or minus
+/// the error of `pthread_atfork`. An atomic, not a lock a child of `fork`
+/// could find held.
+static HANDLER_ERR: AtomicI32 = AtomicI32::new(0);
 
 /// Errno is thread-local and the handler may run between a syscall and the read of
 /// its errno: save and restore it.
@@ -104,7 +111,8 @@ pub(super) fn wait_resumed(cb: &ContextBlock, block: bool) {
 
 /// Installs the preemption handler and the fork handler, once per process.
 pub(super) fn install_handler() -> Result<(), SchedError> {
-    HANDLER.call_once(|| {
+    HANDLER.call(|| {
+        stall::point(stall::SCHED_EMU_HANDLER);
         // SAFETY: `sa` is zero-initialized then filled; the handler is an `extern "C"`
         // function that only does async-signal-safe work; SA_RESTART makes interrupted
         // syscalls (e.g. a parked futex wait) restart or report EINTR, which every
@@ -117,28 +125,31 @@ pub(super) fn install_handler() -> Result<(), SchedError> {
             libc::sigaction(preemption_signal(), &sa, std::ptr::null_mut())
         };
         if r != 0 {
-            *HANDLER_ERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
-                "sigaction failed: {}",
-                std::io::Error::last_os_error()
-            ));
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
+            // Relaxed: published by the once's Release store.
+            HANDLER_ERR.store(errno.max(1), StdOrdering::Relaxed);
             return;
         }
         // SAFETY: `detach_in_forked_child` is an `extern "C"` function with no
-        // arguments that does only async-signal-safe work, as a child handler must.
+        // arguments that does only async-signal-safe work, as a child handler must
+        // (and is idempotent: installed twice — again in a child forked while
+        // the parent installed it — it runs twice at a fork, harmlessly).
         let r = unsafe { libc::pthread_atfork(None, None, Some(detach_in_forked_child)) };
         if r != 0 {
-            *HANDLER_ERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
-                "pthread_atfork failed: {}",
-                std::io::Error::from_raw_os_error(r)
-            ));
+            // Relaxed: as above.
+            HANDLER_ERR.store(-r.max(1), StdOrdering::Relaxed);
         }
     });
-    match HANDLER_ERR
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-    {
-        Some(e) => Err(SchedError::Os(e)),
-        None => Ok(()),
+    // Relaxed: the once's Acquire load ordered this after its store.
+    match HANDLER_ERR.load(StdOrdering::Relaxed) {
+        0 => Ok(()),
+        e if e > 0 => Err(SchedError::Os(format!(
+            "sigaction failed: {}",
+            std::io::Error::from_raw_os_error(e)
+        ))),
+        e => Err(SchedError::Os(format!(
+            "pthread_atfork failed: {}",
+            std::io::Error::from_raw_os_error(-e)
+        ))),
     }
 }
