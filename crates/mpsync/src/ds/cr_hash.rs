@@ -109,15 +109,23 @@ use lock_api::{Mutex, RawMutex};
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{Liveness, check_local};
-use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
+use super::map::{
+    ConcurrentMap, MapError, RegisteredHandle, RegisteredMap, UnderLock, drop_pair_and_free,
+    free_chain,
+};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering};
 use crate::util::CachePadded;
 
 /// The hazard slot that protects the current table (slots 0 and 1 are the
-/// chain's hand-over-hand window): hazard-pointer domains need 3 slots.
+/// chain's hand-over-hand window, [`SPARE_SLOT`] its third node).
 const TABLE_SLOT: usize = 2;
+
+/// The readers' third window slot: the successor of a node being removed,
+/// which a reader protects before it steps over that node (see `read_chain`).
+/// With [`TABLE_SLOT`], hazard-pointer domains need 4 slots per thread.
+const SPARE_SLOT: usize = 3;
 
 /// A chain node. `#[repr(C)]` with the [`Liveness`] first (the loom test
 /// allocator relies on it).
@@ -167,20 +175,22 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Table<K, V, L, R, A> {
         &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
     }
 
-    /// Frees every node on the chains (the table's own memory stays).
+    /// Frees every node on the chains (the table's own memory stays); a
+    /// panicking drop of one does not stop the others ([`free_chain`]).
     fn free_chains(&mut self) {
         for b in self.buckets.iter() {
-            // Relaxed: `&mut self`, no other thread.
-            let mut p = b.head.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: nodes on a chain are linked, owned by the table, visited
-                // once; removed ones belong to the domain.
-                let next = unsafe { &*p }.next.load(Ordering::Relaxed);
-                // SAFETY: as above; freed once, here.
-                unsafe { free_node::<K, V, R, A>(p.cast()) };
-                p = next;
-            }
-            b.head.store(ptr::null_mut(), Ordering::Relaxed);
+            // Relaxed (here and below): `&mut self`, no other thread.
+            let first = b.head.swap(ptr::null_mut(), Ordering::Relaxed);
+            // SAFETY: nodes on a chain are linked (removed ones belong to the
+            // domain), owned by the table, reached only through the chain (the
+            // head is cleared first), and freed once, each `next` read before.
+            unsafe {
+                free_chain(
+                    first,
+                    |p| (*p).next.load(Ordering::Relaxed),
+                    free_node::<K, V, R, A>,
+                )
+            };
         }
     }
 }
@@ -213,18 +223,20 @@ unsafe fn free_table<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc>(p: *mut u8) 
 
 const MARK: usize = 1;
 
-/// Drops a node's key and value and gives its memory back to `A`.
+/// Drops a node's key and value and gives its memory back to `A` (panic-safely:
+/// see [`drop_pair_and_free`]).
 ///
 /// # Safety
 /// `p` came from `A::alloc::<Node<K, V, R>>`, no thread can reach it any more, and it
 /// is freed once.
 unsafe fn free_node<K, V, R: Reclaimer, A: NodeAlloc>(p: *mut u8) {
     let n = p.cast::<Node<K, V, R>>();
-    // SAFETY: the contract: a live node nobody else reaches, dropped and freed once.
+    // SAFETY: the contract: a live node nobody else reaches; key and value moved
+    // out and dropped once, its memory freed once, by `A`, which made it.
     unsafe {
-        ptr::drop_in_place(&raw mut (*n).key);
-        ptr::drop_in_place(&raw mut (*n).value);
-        A::free::<Node<K, V, R>>(p);
+        drop_pair_and_free(&raw const (*n).key, &raw const (*n).value, || {
+            A::free::<Node<K, V, R>>(p)
+        })
     }
 }
 
@@ -342,8 +354,8 @@ unsafe impl<
 
 impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send + Clone,
-    V: Send + Clone,
+    K: Hash + Eq + Send + Clone + 'static,
+    V: Send + Clone + 'static,
     L: RawMutex + Send,
     R: Reclaimer + Default,
     A: NodeAlloc,
@@ -362,8 +374,8 @@ where
 
 impl<K, V, L, R, A, S> Default for CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send + Clone,
-    V: Send + Clone,
+    K: Hash + Eq + Send + Clone + 'static,
+    V: Send + Clone + 'static,
     L: RawMutex + Send,
     R: Reclaimer + Default,
     A: NodeAlloc,
@@ -374,8 +386,10 @@ where
     }
 }
 
-impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
+impl<K: 'static, V: 'static, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S>
     CrHashMap<K, V, L, R, A, S>
+where
+    S: BuildHasher + Default,
 {
     /// An empty table of `buckets` buckets (resized only by
     /// [`resize`](Self::resize)). Errors if `buckets` is 0.
@@ -384,7 +398,9 @@ impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + D
     }
 }
 
-impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, S> {
+impl<K: 'static, V: 'static, L: RawMutex, R: Reclaimer, A: NodeAlloc, S>
+    CrHashMap<K, V, L, R, A, S>
+{
     fn make(buckets: usize, auto: Option<Auto<Self, R::Local>>, domain: Arc<R>, hasher: S) -> Self {
         Self {
             table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(buckets)))),
@@ -407,7 +423,9 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, 
         }
         Ok(Self::make(buckets, None, domain, hasher))
     }
+}
 
+impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, S> {
     /// The reclamation domain.
     pub fn domain(&self) -> &Arc<R> {
         &self.domain
@@ -428,8 +446,8 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, 
 
 impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send + Clone,
-    V: Send + Clone,
+    K: Hash + Eq + Send + Clone + 'static,
+    V: Send + Clone + 'static,
     L: RawMutex + Send,
     R: Reclaimer,
     A: NodeAlloc,
@@ -450,16 +468,19 @@ where
     /// documentation](self#resize)): readers go on meanwhile, writers wait. A
     /// table that resizes itself may resize again later. Errors if `buckets` is 0.
     ///
+    /// May be called from a key's or value's `Drop` (also one that a resize
+    /// runs: see [Your code inside an operation](self#your-code-inside-an-operation)).
+    ///
     /// # Panics
-    /// If `local` is registered with another domain; if a key's or value's
-    /// `clone` panics (the table is then left as it was).
+    /// If `local` is registered with another domain; if a key's `Hash` or a
+    /// key's or value's `Clone` panics (the table is then left as it was); if
+    /// called from a `Hash`, `Eq` or `Clone` that a table runs under its locks.
     pub fn resize(&self, local: &R::Local, buckets: usize) -> Result<(), MapError> {
         check_local(&*self.domain, local, "CrHashMap::resize");
         if buckets == 0 {
             return Err(MapError::ZeroBuckets);
         }
-        let _r = self.resize_lock.lock();
-        self.resize_locked(local, buckets);
+        self.resize_with(local, "CrHashMap::resize", |_| Some(buckets));
         Ok(())
     }
 
@@ -467,61 +488,88 @@ where
     /// under the resize lock (another thread may have resized already).
     fn auto_resize(&self, local: &R::Local) {
         let Some(auto) = &self.auto else { return };
-        let _r = self.resize_lock.lock();
-        // Relaxed: a hint; the count is exact under all bucket locks, not here.
-        let len = self.count.load(Ordering::Relaxed);
-        if let Some(n) = auto.policy.target(self.buckets(), len) {
-            self.resize_locked(local, n);
-        }
+        self.resize_with(local, "CrHashMap's automatic resize", |buckets| {
+            // Relaxed: a hint; the count is exact under all bucket locks, not here.
+            auto.policy
+                .target(buckets, self.count.load(Ordering::Relaxed))
+        });
     }
 
-    /// The copying resize (module documentation, steps 1–3). Call with the
-    /// resize lock held.
-    fn resize_locked(&self, local: &R::Local, buckets: usize) {
-        // Acquire: pairs with the previous resizer's Release publish. Only a
-        // resizer replaces or retires tables, and we hold the resize lock.
-        let old = self.table.load(Ordering::Acquire);
-        // SAFETY: the current table, which only we (the resizer) could retire.
-        let t = unsafe { &*old };
-        if t.buckets.len() == buckets {
-            return;
-        }
-        // [1] Freeze: every bucket lock, in index order.
-        let held: Vec<_> = t.buckets.iter().map(|b| b.lock.lock()).collect();
-        // [2] Copy. A panicking `clone` drops `new` (freeing its copies) and
-        // `held` (unlocking): the table is as it was.
-        let new = Box::new(Table::<K, V, L, R, A>::new(buckets));
-        for b in t.buckets.iter() {
-            // Relaxed: under the bucket lock, as in `insert`.
-            let mut p = b.head.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: as in `insert`: linked under the lock, so not freed.
-                let n = unsafe { &*p };
-                let nb = new.bucket(self.hasher.hash_one(&n.key));
-                // Relaxed: `new` is not shared yet; [3]'s Release publishes it all.
-                let head = nb.head.load(Ordering::Relaxed);
-                let copy = A::alloc(Node {
-                    live: Liveness::new(),
-                    hdr: Header::of_local(local),
-                    next: AtomicPtr::new(head),
-                    key: n.key.clone(),
-                    value: n.value.clone(),
-                });
-                nb.head.store(copy.as_ptr(), Ordering::Relaxed);
-                p = n.next.load(Ordering::Relaxed);
+    /// The copying resize (module documentation, steps 1–3) to the bucket
+    /// count `target` picks for the current one (`None`, or the same count: no
+    /// resize), decided under the resize lock.
+    ///
+    /// No user `Drop` runs while a lock is held: a `Hash` or `Clone` that
+    /// panics unwinds out of every lock before the partial copy is dropped,
+    /// and the replaced table is retired — which may free it at once, dropping
+    /// its keys and values — only after every lock is released, so those drops
+    /// may use the table, resize it included.
+    fn resize_with(
+        &self,
+        local: &R::Local,
+        op: &'static str,
+        target: impl FnOnce(usize) -> Option<usize>,
+    ) {
+        // Declared before the locks, so dropped after them when a `clone` or
+        // `hash` unwinds: the copy made so far, and a key cloned for a node
+        // whose value's clone panicked, are dropped with no lock held.
+        let mut new: Option<Box<Table<K, V, L, R, A>>> = None;
+        let mut key: Option<K>;
+        let old = {
+            let _u = UnderLock::enter(op);
+            let _r = self.resize_lock.lock();
+            // Acquire: pairs with the previous resizer's Release publish. Only a
+            // resizer replaces or retires tables, and we hold the resize lock.
+            let old = self.table.load(Ordering::Acquire);
+            // SAFETY: the current table, which only we (the resizer) could retire.
+            let t = unsafe { &*old };
+            let n = t.buckets.len();
+            let Some(buckets) = target(n).filter(|&b| b != n) else {
+                return;
+            };
+            // [1] Freeze: every bucket lock, in index order.
+            let held: Vec<_> = t.buckets.iter().map(|b| b.lock.lock()).collect();
+            // [2] Copy.
+            let nt = new.insert(Box::new(Table::<K, V, L, R, A>::new(buckets)));
+            for b in t.buckets.iter() {
+                // Relaxed: under the bucket lock, as in `insert`.
+                let mut p = b.head.load(Ordering::Relaxed);
+                while !p.is_null() {
+                    // SAFETY: as in `insert`: linked under the lock, so not freed.
+                    let n = unsafe { &*p };
+                    let nb = nt.bucket(self.hasher.hash_one(&n.key));
+                    key = Some(n.key.clone());
+                    let value = n.value.clone();
+                    // Relaxed: `new` is not shared yet; [3]'s Release publishes it all.
+                    let head = nb.head.load(Ordering::Relaxed);
+                    let copy = A::alloc(Node {
+                        live: Liveness::new(),
+                        hdr: Header::of_local(local),
+                        next: AtomicPtr::new(head),
+                        key: key.take().expect("cloned just above"),
+                        value,
+                    });
+                    nb.head.store(copy.as_ptr(), Ordering::Relaxed);
+                    p = n.next.load(Ordering::Relaxed);
+                }
             }
-        }
-        // [3] Publish. Release: pairs with the Acquire in `current` (readers
-        // and writers see the copied chains); a writer waiting on a lock of
-        // `old` sees it after the unlock (the lock's own ordering).
-        self.nbuckets.store(buckets, Ordering::Relaxed);
-        self.table.store(Box::into_raw(new), Ordering::Release);
-        drop(held);
+            stall::point(stall::CR_RESIZE_FROZEN);
+            // [3] Publish. Release: pairs with the Acquire in `current` (readers
+            // and writers see the copied chains); a writer waiting on a lock of
+            // `old` sees it after the unlock (the lock's own ordering).
+            self.nbuckets.store(buckets, Ordering::Relaxed);
+            let nt = new.take().expect("made above");
+            self.table.store(Box::into_raw(nt), Ordering::Release);
+            drop(held);
+            old
+        };
+        // Every lock released: reclamation (which may run users' drops) only now.
         let g = local.enter();
         // SAFETY: `old` is no longer the current table, so no new operation
         // reaches it or its nodes; it is retired once (by the resizer that
-        // replaced it); `free_table` frees what `Box::new` made, with its
-        // chains, from any thread (`K`, `V`, `L`: `Send`).
+        // replaced it: the next resizer finds the new table current); `free_table`
+        // frees what `Box::new` made, with its chains, from any thread (`K`, `V`,
+        // `L`: `Send`).
         unsafe { g.retire_raw(old.cast(), free_table::<K, V, L, R, A>) };
     }
 }
@@ -547,14 +595,17 @@ where
         t
     }
 
-    /// Locks `key`'s bucket in the current table (protected by `g`), the
-    /// table it is in, and `key`'s hash.
+    /// Locks the bucket of hash `h` in the current table (protected by `g`),
+    /// inside an [`UnderLock`] region for operation `op` (entered before the
+    /// lock is taken: a call from a `Hash`/`Eq`/`Clone` run under a table's
+    /// lock panics instead of waiting).
     fn lock_bucket<'g, G: Guard>(
         &self,
         g: &'g G,
-        key: &K,
-    ) -> (&'g Bucket<K, V, L, R>, lock_api::MutexGuard<'g, L, ()>) {
-        let h = self.hasher.hash_one(key);
+        h: u64,
+        op: &'static str,
+    ) -> Locked<'g, K, V, L, R> {
+        let region = UnderLock::enter(op);
         loop {
             let t: &'g Table<K, V, L, R, A> = self.current(g);
             let b = t.bucket(h);
@@ -563,49 +614,28 @@ where
             // bucket lock of `t`, and we hold one: if it was replaced, the
             // unlock we acquired ordered the store before this load.
             if ptr::eq(self.table.load(Ordering::Relaxed), t) {
-                return (b, w);
+                return Locked {
+                    bucket: b,
+                    _lock: w,
+                    _region: region,
+                };
             }
             // `t` was replaced while we waited: retry in the new table.
         }
     }
 
-    /// The reader's search: `key`'s node, protected by `g` (slots 0 and 1, hand
-    /// over hand; until `g` protects into them again), or `None`.
+    /// The reader's search: `key`'s node, protected by `g` until `g` protects
+    /// into its slots again ([`read_chain`]), or `None`.
     fn search<'g, G: Guard>(
         b: &'g Bucket<K, V, L, R>,
         key: &K,
         g: &'g G,
     ) -> Option<&'g Node<K, V, R>> {
-        'retry: loop {
-            // [1] `link` is the bucket's head or the `next` of the node protected
-            // by slot `s_prev` (see [2]).
-            let mut link: &'g AtomicPtr<Node<K, V, R>> = &b.head;
-            let (mut s_cur, mut s_prev) = (0usize, 1usize);
-            loop {
-                let cur = g.protect(s_cur, link);
-                if cur.tag() & MARK != 0 {
-                    // The node we stand on was removed: its successor may be freed.
-                    continue 'retry;
-                }
-                // SAFETY: [2] `cur` is protected by `s_cur` (not protected into
-                // again before the swap below moves on), validated against an
-                // unmarked `link`: the node holding `link` was not removed then, so
-                // `cur` was in the chain, not retired, and is not freed while the
-                // slot holds it (nor while the table, protected too, lives).
-                let c = unsafe { cur.as_ref() }?;
-                c.live.check();
-                // Present: `cur` was reached through a validated, unmarked link, so
-                // it was in the chain then. (A remove linearizes at its unlink; a
-                // reader that finds the node marked but still linked overlaps that
-                // remove, so reporting it present is linearizable — no mark check.)
-                if c.key == *key {
-                    return Some(c);
-                }
-                link = &c.next;
-                std::mem::swap(&mut s_cur, &mut s_prev);
-                stall::point(stall::CR_READ_STEPPED);
-            }
-        }
+        // Present: reached through a validated link (see `read_chain`), so in
+        // the chain then. (A remove linearizes at its unlink; a reader that
+        // finds the node marked but still linked overlaps that remove, so
+        // reporting it present is linearizable — no mark check.)
+        read_chain(b, g, |seen| matches!(seen, Seen::Node(c) if c.key == *key))
     }
 
     /// A clone of `key`'s value, if present (lockless).
@@ -656,7 +686,9 @@ where
     pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
         let g = local.enter();
-        let (b, w) = self.lock_bucket(&g, &key);
+        let h = self.hasher.hash_one(&key);
+        let locked = self.lock_bucket(&g, h, "CrHashMap::insert");
+        let b = locked.bucket;
         // Relaxed (in this walk): we hold the lock, and every change to this chain
         // is made under it, so our loads see the chain as the last writer left it.
         let head = b.head.load(Ordering::Relaxed);
@@ -666,6 +698,8 @@ where
             // unlinks under the lock before retiring), so none is freed.
             let n = unsafe { &*p };
             if n.key == key {
+                // Unlocks; `key` and `value` are dropped after, with no lock held.
+                drop(locked);
                 return false;
             }
             p = n.next.load(Ordering::Relaxed);
@@ -680,7 +714,7 @@ where
         // Release: publishes the node (key, value, next) to readers' Acquire loads.
         b.head.store(node.as_ptr(), Ordering::Release);
         let len = self.counted(1);
-        drop(w);
+        drop(locked);
         drop(g);
         self.maybe_resize(local, len);
         true
@@ -697,8 +731,9 @@ where
     {
         check_local(&*self.domain, local, "CrHashMap::remove");
         let g = local.enter();
-        let (b, w) = self.lock_bucket(&g, key);
-        let mut link: &AtomicPtr<Node<K, V, R>> = &b.head;
+        let h = self.hasher.hash_one(key);
+        let locked = self.lock_bucket(&g, h, "CrHashMap::remove");
+        let mut link: &AtomicPtr<Node<K, V, R>> = &locked.bucket.head;
         // Relaxed: as in `insert` (the lock orders writers).
         let mut p = link.load(Ordering::Relaxed);
         while !p.is_null() {
@@ -710,9 +745,11 @@ where
                 // [1] Mark, then [2] unlink. Release on both: a reader that sees
                 // the mark (or the new link) also sees everything before it.
                 n.next.store(next.map_addr(|a| a | MARK), Ordering::Release);
+                stall::point(stall::CR_MARKED);
                 link.store(next, Ordering::Release);
                 let len = self.counted(-1);
-                drop(w);
+                drop(locked);
+                // No lock held: the retire may run users' drops.
                 // SAFETY: unlinked by us ([2]) under the lock, so retired once;
                 // `free_node` frees what `A::alloc` made, from any thread.
                 unsafe { g.retire_raw(p.cast(), free_node::<K, V, R, A>) };
@@ -755,6 +792,7 @@ where
     /// The number of entries (each bucket counted under its lock, one after
     /// another, with resizes held off: approximate under concurrent updates).
     pub fn len(&self) -> usize {
+        let _u = UnderLock::enter("CrHashMap::len");
         let _r = self.resize_lock.lock();
         // Acquire: pairs with the resizer's Release publish.
         // SAFETY: the current table; only a resizer retires it, and we hold the
@@ -889,6 +927,90 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for CrHashMap<
     }
 }
 
+/// A bucket locked by a writer: its lock, and the [`UnderLock`] region around
+/// it (fields drop in order: the lock is released first).
+struct Locked<'g, K, V, L: RawMutex, R: Reclaimer> {
+    bucket: &'g Bucket<K, V, L, R>,
+    _lock: lock_api::MutexGuard<'g, L, ()>,
+    _region: UnderLock,
+}
+
+/// What [`read_chain`] shows its visitor.
+enum Seen<'g, K, V, R: Reclaimer> {
+    /// A node of the chain, protected by the guard until the walk moves two
+    /// nodes on (or returns it).
+    Node(&'g Node<K, V, R>),
+    /// The walk starts again from the head: forget the nodes shown so far.
+    Restart,
+}
+
+/// The readers' traversal of bucket `b`'s chain: shows `visit` each node in
+/// chain order and returns the first it accepts (`None`: the end).
+///
+/// Hand over hand under hazard pointers: the predecessor (slot `s_prev`), the
+/// node stood on (`s_cur`) and, while stepping, its successor (`s_next`).
+/// A node found **marked** is one a writer is removing; the reader does not
+/// wait for its unlink, it **steps over** it, if it is still linked:
+/// it protects the successor, then re-reads the link that led to the marked
+/// node. If that link (of the unmarked predecessor, or the head) still points
+/// to it, the node was still in the chain after the successor's hazard was
+/// published — so its remover, which marks and unlinks under the bucket lock
+/// and releases it only after the unlink, still held the lock, and the
+/// successor (removable only under that lock) was in the chain too, and is now
+/// protected. Otherwise (the node was unlinked meanwhile, a node inserted at
+/// the head) the walk restarts: only a writer's completed step makes it.
+/// Lock-free, and never waits for a writer.
+fn read_chain<'g, K, V, L: RawMutex, R: Reclaimer, G: Guard>(
+    b: &'g Bucket<K, V, L, R>,
+    g: &'g G,
+    mut visit: impl FnMut(Seen<'g, K, V, R>) -> bool,
+) -> Option<&'g Node<K, V, R>> {
+    'retry: loop {
+        // [1] `link` is the bucket's head or the `next` of the node protected
+        // by slot `s_prev`, and pointed to `cur` (unmarked) when `cur` was
+        // validated: directly (protected through it), or through marked nodes
+        // stepped over, which were still linked.
+        let mut link: &'g AtomicPtr<Node<K, V, R>> = &b.head;
+        let (mut s_cur, mut s_prev, mut s_next) = (0usize, 1usize, SPARE_SLOT);
+        let mut cur = g.protect(s_cur, link);
+        loop {
+            // SAFETY: [2] `cur` is protected by `s_cur` (not protected into
+            // again before the walk moves past it) and was in the chain after
+            // its hazard was published: validated against the head, against an
+            // unmarked `next` of its predecessor (a node is unlinked only after
+            // it is marked, so the predecessor was in the chain then, and so was
+            // `cur`), or stepped onto from a marked node still linked (see the
+            // function's doc). So it was not retired then, and is not freed while
+            // the slot holds it (nor while the table, protected too, lives).
+            let c = unsafe { cur.as_ref() }?;
+            c.live.check();
+            if visit(Seen::Node(c)) {
+                return Some(c);
+            }
+            stall::point(stall::CR_READ_STEPPED);
+            let next = g.protect(s_next, &c.next);
+            if next.tag() & MARK == 0 {
+                // `c` is not being removed: `next` is its successor in the chain.
+                link = &c.next;
+                (s_prev, s_cur, s_next) = (s_cur, s_next, s_prev);
+            } else {
+                // `c` is being removed. Acquire: pairs with the writer's Release
+                // unlink; the hazard on `next` is published before this load
+                // (`protect`'s fence), as Michael's validation needs.
+                if link.load(Ordering::Acquire) != cur.as_ptr() {
+                    // Unlinked meanwhile (or a node inserted before it): its
+                    // successor may be removed and freed by now.
+                    visit(Seen::Restart);
+                    continue 'retry;
+                }
+                // Still linked: step over it (`link` stays; `c`'s slot is free).
+                (s_cur, s_next) = (s_next, s_cur);
+            }
+            cur = next.untagged();
+        }
+    }
+}
+
 /// The guard type of scheme `R`.
 type GuardOf<'l, R> = <<R as Reclaimer>::Local as Local>::Guard<'l>;
 
@@ -913,32 +1035,18 @@ where
     R: Reclaimer,
     A: NodeAlloc,
 {
-    /// One pass over bucket `b`'s chain into a fresh buffer, restarting (and
-    /// emptying the buffer) when the node it stands on is removed, as `search`.
+    /// One pass over bucket `b`'s chain into a fresh buffer ([`read_chain`]);
+    /// a pass that restarts empties the buffer.
     fn fill(&mut self, b: &Bucket<K, V, L, R>) -> Vec<(K, V)> {
-        let g = &self.guard;
         let mut out = Vec::new();
-        'retry: loop {
-            out.clear();
-            // As in `search`, [1].
-            let mut link = &b.head;
-            let (mut s_cur, mut s_prev) = (0usize, 1usize);
-            loop {
-                let cur = g.protect(s_cur, link);
-                if cur.tag() & MARK != 0 {
-                    continue 'retry;
-                }
-                // SAFETY: as in `search`, [2].
-                let Some(c) = (unsafe { cur.as_ref() }) else {
-                    return out;
-                };
-                c.live.check();
-                out.push((c.key.clone(), c.value.clone()));
-                link = &c.next;
-                std::mem::swap(&mut s_cur, &mut s_prev);
-                stall::point(stall::CR_READ_STEPPED);
+        read_chain(b, &self.guard, |seen| {
+            match seen {
+                Seen::Node(c) => out.push((c.key.clone(), c.value.clone())),
+                Seen::Restart => out.clear(),
             }
-        }
+            false
+        });
+        out
     }
 }
 
@@ -1135,8 +1243,8 @@ mod tests {
     }
 
     #[derive(Clone)]
-    struct Counted<'a>(&'a AtomicUsize);
-    impl Drop for Counted<'_> {
+    struct Counted(std::sync::Arc<AtomicUsize>);
+    impl Drop for Counted {
         fn drop(&mut self) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -1144,12 +1252,12 @@ mod tests {
 
     #[test]
     fn values_are_dropped_exactly_once() {
-        let drops = AtomicUsize::new(0);
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
         {
-            let m: CrHashMap<u32, Counted<'_>, TasB, Qsbr> = CrHashMap::with_buckets(2).unwrap();
+            let m: CrHashMap<u32, Counted, TasB, Qsbr> = CrHashMap::with_buckets(2).unwrap();
             let mut h = m.handle();
             for k in 0..5 {
-                assert!(h.insert(k, Counted(&drops)));
+                assert!(h.insert(k, Counted(drops.clone())));
             }
             drop(h.remove(&1));
             assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 1);
@@ -1206,26 +1314,26 @@ mod tests {
         assert_eq!(ResizePolicy::new(0, 2), Err(MapError::ZeroBuckets));
         assert_eq!(ResizePolicy::new(1, 0), Err(MapError::ZeroLoad));
         /// Counts live values: made and cloned +1, dropped -1.
-        struct Tracked<'a>(&'a AtomicUsize);
-        impl<'a> Tracked<'a> {
-            fn new(c: &'a AtomicUsize) -> Self {
+        struct Tracked(std::sync::Arc<AtomicUsize>);
+        impl Tracked {
+            fn new(c: &std::sync::Arc<AtomicUsize>) -> Self {
                 c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Tracked(c)
+                Tracked(c.clone())
             }
         }
-        impl Clone for Tracked<'_> {
+        impl Clone for Tracked {
             fn clone(&self) -> Self {
-                Tracked::new(self.0)
+                Tracked::new(&self.0)
             }
         }
-        impl Drop for Tracked<'_> {
+        impl Drop for Tracked {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let live = AtomicUsize::new(0);
+        let live = std::sync::Arc::new(AtomicUsize::new(0));
         {
-            let m: CrHashMap<u32, Tracked<'_>, TasB, Qsbr> =
+            let m: CrHashMap<u32, Tracked, TasB, Qsbr> =
                 CrHashMap::with_policy(p, Arc::new(Qsbr::new()), RandomState::new());
             assert_eq!(m.policy(), Some(p));
             let mut h = m.handle();

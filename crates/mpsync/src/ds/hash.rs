@@ -81,7 +81,7 @@ unsafe impl<K: Send + Sync, V: Send + Sync, R: Reclaimer, A: NodeAlloc, S: Sync>
 {
 }
 
-impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
+impl<K: 'static, V: 'static, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
     LfHashMap<K, V, R, A, S>
 {
     /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
@@ -96,7 +96,7 @@ impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
     }
 }
 
-impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Default
+impl<K: 'static, V: 'static, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Default
     for LfHashMap<K, V, R, A, S>
 {
     fn default() -> Self {
@@ -104,7 +104,7 @@ impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Defau
     }
 }
 
-impl<K, V, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> {
+impl<K: 'static, V: 'static, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> {
     /// An empty table of `buckets` buckets whose retired nodes go to `domain`
     /// (with hazard pointers: at least 2 slots per thread). Errors if `buckets`
     /// is 0.
@@ -121,7 +121,9 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> 
             _owns: PhantomData,
         })
     }
+}
 
+impl<K, V, R: Reclaimer, A: NodeAlloc, S> LfHashMap<K, V, R, A, S> {
     /// The reclamation domain (register threads with `R::register(m.domain())`).
     pub fn domain(&self) -> &Arc<R> {
         &self.domain
@@ -257,7 +259,7 @@ where
             // One guard per bucket: under EBR a walk of the whole table would
             // otherwise hold the epoch back for its whole length.
             let g = local.enter();
-            hm_list::for_each::<K, V, R>(b, &g, &mut f);
+            hm_list::for_each::<K, V, R, A>(b, &g, &mut f);
         }
     }
 
@@ -341,7 +343,7 @@ where
             self.next_bucket += 1;
             let mut out = Vec::new();
             let g = self.local.enter();
-            hm_list::for_each::<K, V, R>(b, &g, &mut |k, v| out.push((k.clone(), v.clone())));
+            hm_list::for_each::<K, V, R, A>(b, &g, &mut |k, v| out.push((k.clone(), v.clone())));
             drop(g);
             self.buf = out.into_iter();
         }
@@ -425,6 +427,17 @@ where
     }
 }
 
+impl<K: 'static, V: 'static, R: ProtectsReachable, A: NodeAlloc, S: BuildHasher>
+    FastReadHashMap<K, V, R, A, S>
+{
+    /// An empty table of `buckets` buckets over `domain`. Errors if `buckets` is 0.
+    pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
+        Ok(Self {
+            inner: LfHashMap::with_domain(buckets, domain, hasher)?,
+        })
+    }
+}
+
 /// Hart's fast-read table (Figure 5.16): an [`LfHashMap`] whose `get` and
 /// `contains_key` walk past deleted nodes without helping or restarting. Only
 /// over schemes that protect everything reachable (`R: ProtectsReachable`).
@@ -438,8 +451,10 @@ pub struct FastReadHashMap<
     inner: LfHashMap<K, V, R, A, S>,
 }
 
-impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Default>
+impl<K: 'static, V: 'static, R: ProtectsReachable + Default, A: NodeAlloc, S>
     FastReadHashMap<K, V, R, A, S>
+where
+    S: BuildHasher + Default,
 {
     /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
     pub fn new() -> Self {
@@ -456,8 +471,10 @@ impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Defaul
     }
 }
 
-impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Default> Default
+impl<K: 'static, V: 'static, R: ProtectsReachable + Default, A: NodeAlloc, S> Default
     for FastReadHashMap<K, V, R, A, S>
+where
+    S: BuildHasher + Default,
 {
     fn default() -> Self {
         Self::new()
@@ -472,13 +489,6 @@ where
     A: NodeAlloc,
     S: BuildHasher,
 {
-    /// An empty table of `buckets` buckets over `domain`. Errors if `buckets` is 0.
-    pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
-        Ok(Self {
-            inner: LfHashMap::with_domain(buckets, domain, hasher)?,
-        })
-    }
-
     /// As [`LfHashMap::iter`] (the traversal is Michael's, not the fast read).
     ///
     /// # Panics
@@ -682,8 +692,8 @@ mod tests {
 
     /// Counts its drops in a shared counter.
     #[derive(Clone)]
-    struct Counted<'a>(&'a AtomicUsize);
-    impl Drop for Counted<'_> {
+    struct Counted(std::sync::Arc<AtomicUsize>);
+    impl Drop for Counted {
         fn drop(&mut self) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
@@ -691,15 +701,15 @@ mod tests {
 
     #[test]
     fn keys_and_values_are_dropped_exactly_once() {
-        let drops = AtomicUsize::new(0);
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
         {
-            let m: LfHashMap<u32, Counted<'_>, Qsbr> = LfHashMap::with_buckets(2).unwrap();
+            let m: LfHashMap<u32, Counted, Qsbr> = LfHashMap::with_buckets(2).unwrap();
             let mut h = m.handle();
             for k in 0..6 {
-                assert!(h.insert(k, Counted(&drops)));
+                assert!(h.insert(k, Counted(drops.clone())));
             }
             assert!(
-                !h.insert(0, Counted(&drops)),
+                !h.insert(0, Counted(drops.clone())),
                 "the refused value is dropped"
             );
             assert_eq!(drops.load(Ordering::Relaxed), 1);

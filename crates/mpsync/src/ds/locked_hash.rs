@@ -29,7 +29,7 @@ use std::hash::{BuildHasher, Hash};
 use lock_api::{Mutex, RawMutex};
 
 use super::hash::DEFAULT_BUCKETS;
-use super::map::{ConcurrentMap, MapError, MapHandle};
+use super::map::{ConcurrentMap, MapError, MapHandle, UnderLock};
 
 /// One bucket: its pairs behind its lock.
 type Bucket<K, V, L> = Mutex<L, Vec<(K, V)>>;
@@ -86,40 +86,72 @@ impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
         &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
     }
 
-    /// Inserts `key → value` if `key` is absent; `false` if it was present.
+    /// Inserts `key → value` if `key` is absent; `false` if it was present
+    /// (the pair is then dropped, after the lock is released).
+    ///
+    /// # Panics
+    /// If called from a `Hash`, `Eq` or `Clone` (or `for_each` callback) that a
+    /// table runs under its lock (see the [module documentation](self)).
     pub fn insert(&self, key: K, value: V) -> bool {
-        let mut b = self.bucket(&key).lock();
+        let b = self.bucket(&key);
+        let _u = UnderLock::enter("LockedHashMap::insert");
+        let mut b = b.lock();
         if b.iter().any(|(k, _)| *k == key) {
+            // The lock is released before `key` and `value` (parameters) drop.
             return false;
         }
         b.push((key, value));
         true
     }
 
-    /// Removes `key` and returns its value.
+    /// Removes `key` and returns its value (the key is dropped after the lock
+    /// is released).
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn remove(&self, key: &K) -> Option<V> {
-        let mut b = self.bucket(key).lock();
-        let i = b.iter().position(|(k, _)| k == key)?;
-        Some(b.swap_remove(i).1)
+        let b = self.bucket(key);
+        let (k, v) = {
+            let _u = UnderLock::enter("LockedHashMap::remove");
+            let mut b = b.lock();
+            let i = b.iter().position(|(k, _)| k == key)?;
+            b.swap_remove(i)
+        };
+        drop(k);
+        Some(v)
     }
 
     /// A clone of `key`'s value.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn get(&self, key: &K) -> Option<V>
     where
         V: Clone,
     {
-        let b = self.bucket(key).lock();
+        let b = self.bucket(key);
+        let _u = UnderLock::enter("LockedHashMap::get");
+        let b = b.lock();
         b.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
     }
 
     /// Whether `key` is present.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn contains_key(&self, key: &K) -> bool {
-        self.bucket(key).lock().iter().any(|(k, _)| k == key)
+        let b = self.bucket(key);
+        let _u = UnderLock::enter("LockedHashMap::contains_key");
+        b.lock().iter().any(|(k, _)| k == key)
     }
 
     /// The number of entries: buckets are locked one after another, so under
     /// concurrent updates the sum is approximate.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn len(&self) -> usize {
+        let _u = UnderLock::enter("LockedHashMap::len");
         self.buckets.iter().map(|b| b.lock().len()).sum()
     }
 
@@ -129,20 +161,47 @@ impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
     }
 
     /// An iterator over clones of the entries, one bucket at a time (each
-    /// copied under its lock, so no lock is held between calls to `next`).
+    /// copied under its lock, so no lock is held between calls to `next`: the
+    /// code that consumes the iterator may use the table).
     /// Weakly consistent, as [`LfHashMap::iter`](super::hash::LfHashMap::iter):
     /// a key present throughout is yielded exactly once, none twice.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert) (each `next` that copies a bucket).
     pub fn iter(&self) -> impl Iterator<Item = (K, V)> + '_
     where
         K: Clone,
         V: Clone,
     {
-        self.buckets.iter().flat_map(|b| b.lock().clone())
+        self.buckets.iter().flat_map(|b| {
+            // Filled under the lock, dropped after it (also when a `clone`
+            // panics midway): no `Drop` runs under the lock.
+            let (mut ks, mut vs) = (Vec::new(), Vec::new());
+            {
+                let _u = UnderLock::enter("LockedHashMap::iter");
+                let b = b.lock();
+                ks.reserve(b.len());
+                vs.reserve(b.len());
+                for (k, v) in b.iter() {
+                    ks.push(k.clone());
+                    vs.push(v.clone());
+                }
+            }
+            ks.into_iter().zip(vs)
+        })
     }
 
     /// Calls `f` on every entry, one bucket (locked) at a time.
+    ///
+    /// `f` runs under the bucket's lock: it must not call an operation of this
+    /// (or any lock-based or CR) table, which panics ([`iter`](Self::iter)
+    /// runs no user code under a lock).
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         for b in self.buckets.iter() {
+            let _u = UnderLock::enter("LockedHashMap::for_each");
             for (k, v) in b.lock().iter() {
                 f(k, v);
             }

@@ -235,6 +235,17 @@ points! {
     /// notification that comes here must still end its wait.
     CONDVAR_WAIT = "condvar.wait",
         "condvar wait: mutex released, not yet parked", boost 4;
+    // maps (sound-maps):
+    /// Concurrently-readable hash table, remove: the node is marked (its
+    /// successor link frozen), not yet unlinked; the writer holds the bucket's
+    /// lock (readers must step over the node, not wait for the unlink).
+    CR_MARKED = "cr_hash.remove.marked",
+        "CR remove: node marked, not yet unlinked (bucket lock held)", boost 4;
+    /// Concurrently-readable hash table, resize: every bucket lock of the old
+    /// table is held and the copy is being made; the new table is not yet
+    /// published (readers must go on in the old table).
+    CR_RESIZE_FROZEN = "cr_hash.resize.frozen",
+        "CR resize: old table frozen (every bucket lock held), new table not yet published", boost 4;
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
