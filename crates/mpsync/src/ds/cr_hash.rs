@@ -19,11 +19,19 @@
 //! | `p | 1`            | remove, under the bucket lock    | `n` is removed; frozen     |
 //!
 //! The mark is what makes the table correct over **any** scheme: a reader
-//! protects the chain hand over hand (as in [`hm_list`](super::hm_list)) and
-//! restarts when the node it stands on is marked, because under hazard pointers
-//! the successor of a removed node may already be freed. Under QSBR and EBR a
-//! reader never needs to restart for that reason, but the same code is kept for
-//! all schemes. Insert-if-absent, as the other tables ([`map`](super::map)).
+//! protects the chain hand over hand (as in [`hm_list`](super::hm_list)), and
+//! a node it finds marked may be one whose successor is already freed (hazard
+//! pointers: the node was unlinked, the successor removed after it). So a
+//! reader **steps over** a marked node only while that node is still linked —
+//! it protects the successor, then checks that the link that led it to the
+//! node still points there. A writer marks and unlinks under the bucket lock,
+//! so a node marked and still linked is one whose writer holds the lock: its
+//! successor cannot have been removed. Otherwise the reader restarts from the
+//! head (the unlink is done: a writer completed a step). The reader never waits
+//! for the unlink: a writer stopped between its mark and its unlink delays no
+//! reader. Under QSBR and EBR the check is never needed for safety, but the
+//! same code is kept for all schemes. Insert-if-absent, as the other tables
+//! ([`map`](super::map)).
 //!
 //! # Resize
 //!
@@ -68,11 +76,54 @@
 //! the writers (not the readers) while it copies, and `K: Clone, V: Clone` for
 //! resizing tables.
 //!
-//! Progress: reads are lock-free (they restart only when a writer removed the
-//! node they stand on); writes are blocking (a writer preempted holding a
-//! bucket's lock delays that bucket's other writers, never its readers; a
-//! preempted resizer delays every writer). Uses `sched`: through the lock `L`,
-//! and the stall point [`stall::CR_READ_STEPPED`].
+//! Progress: reads (`get`, `get_with`, `contains_key`, `iter`) are lock-free
+//! and never wait for a writer (they restart only after a writer completed an
+//! unlink or an insert at the head of the chain they walk); writes and `len`
+//! are blocking (a writer preempted holding a bucket's lock delays that
+//! bucket's other writers, never its readers; a preempted resizer delays every
+//! writer, never a reader). Uses `sched`: through the lock `L`, and the stall
+//! points [`stall::CR_READ_STEPPED`], [`stall::CR_MARKED`] and
+//! [`stall::CR_RESIZE_FROZEN`].
+//!
+//! # Keys and values are `'static`
+//!
+//! Removed nodes and replaced tables are freed by the reclamation domain
+//! later, possibly after the table is gone (as for
+//! [`LfHashMap`](super::hash#keys-and-values-are-static)):
+//!
+//! ```compile_fail,E0597
+//! use mpsync::ds::cr_hash::CrHashMap;
+//! use mpsync::lock::TasB;
+//! use mpsync::reclaim::{Ebr, Reclaimer};
+//!
+//! let name = String::from("borrowed");
+//! let m: CrHashMap<&str, u32, TasB, Ebr> = CrHashMap::new();
+//! let l = Ebr::register(m.domain());
+//! m.insert(&l, &name, 1); // error: `name` does not live long enough ('static)
+//! ```
+//!
+//! # Your code inside an operation
+//!
+//! - **`Drop`** of a key or value never runs under one of the table's locks:
+//!   a remove retires its node after unlocking, and a resize retires the table
+//!   it replaced — whose keys and values may be dropped at once — only after
+//!   releasing every lock. So a drop, wherever reclamation runs it (inside
+//!   any operation of the domain, a resize's included), may do anything: read,
+//!   write, count or resize this table, through
+//!   [`Auto`](super::handle::Auto), a handle or a registration of its own.
+//! - **Readers** (`get`, `get_with`, `contains_key`, `iter`, and the code that
+//!   consumes an iterator) run `Eq` and `Clone` holding no lock: anything.
+//! - **Writers** run `Eq` (insert, remove) and `V::clone` (remove) under the
+//!   bucket's lock, and a resize runs `Hash` and `Clone` of every entry under
+//!   all of them (`Hash` of an insert's or remove's key runs before the lock).
+//!   From there the lock-free reads of any table work; an operation that takes
+//!   a lock of this or another lock-based or CR table (`insert`, `remove`,
+//!   `resize`, `len`, every [`LockedHashMap`](super::locked_hash::LockedHashMap)
+//!   operation) **panics**, rather than wait for a lock its own thread holds.
+//! - A **panic** in `Hash`, `Eq` or `Clone` propagates out of the operation
+//!   and leaves the table as it was (the insert or remove not done; a resize
+//!   not done, the old table in place); no lock stays held. A key whose drop
+//!   panics still has its value dropped and its node freed.
 //!
 //! ```
 //! use mpsync::ds::cr_hash::CrHashMap;
@@ -111,7 +162,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{Liveness, check_local};
 use super::map::{
     ConcurrentMap, MapError, RegisteredHandle, RegisteredMap, UnderLock, drop_pair_and_free,
-    free_chain,
+    free_chains,
 };
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
@@ -176,22 +227,24 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Table<K, V, L, R, A> {
     }
 
     /// Frees every node on the chains (the table's own memory stays); a
-    /// panicking drop of one does not stop the others ([`free_chain`]).
+    /// panicking drop of one does not stop the others ([`free_chains`]).
     fn free_chains(&mut self) {
-        for b in self.buckets.iter() {
-            // Relaxed (here and below): `&mut self`, no other thread.
-            let first = b.head.swap(ptr::null_mut(), Ordering::Relaxed);
-            // SAFETY: nodes on a chain are linked (removed ones belong to the
-            // domain), owned by the table, reached only through the chain (the
-            // head is cleared first), and freed once, each `next` read before.
-            unsafe {
-                free_chain(
-                    first,
-                    |p| (*p).next.load(Ordering::Relaxed),
-                    free_node::<K, V, R, A>,
-                )
-            };
-        }
+        // Relaxed (here and below): `&mut self`, no other thread. Each head is
+        // cleared first: the nodes are reached only through the joined chain.
+        let heads = self
+            .buckets
+            .iter()
+            .map(|b| b.head.swap(ptr::null_mut(), Ordering::Relaxed));
+        // SAFETY: nodes on a chain are linked (removed ones belong to the
+        // domain), owned by the table, and freed once, each `next` read before.
+        unsafe {
+            free_chains(
+                heads,
+                |p| (*p).next.load(Ordering::Relaxed),
+                |p, n| (*p).next.store(n, Ordering::Relaxed),
+                free_node::<K, V, R, A>,
+            )
+        };
     }
 }
 
@@ -415,7 +468,8 @@ impl<K: 'static, V: 'static, L: RawMutex, R: Reclaimer, A: NodeAlloc, S>
     }
 
     /// An empty table of `buckets` buckets over `domain` (resized only by
-    /// [`resize`](Self::resize); hazard pointers: at least 3 slots per thread).
+    /// [`resize`](Self::resize); hazard pointers: 4 slots per thread, made on
+    /// demand).
     /// Errors if `buckets` is 0.
     pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
         if buckets == 0 {
@@ -454,8 +508,8 @@ where
     S: BuildHasher,
 {
     /// An empty table of `policy.min_buckets()` buckets over `domain`, which
-    /// grows and shrinks by itself as `policy` says (hazard pointers: at least 3
-    /// slots per thread).
+    /// grows and shrinks by itself as `policy` says (hazard pointers: 4
+    /// slots per thread, made on demand).
     pub fn with_policy(policy: ResizePolicy, domain: Arc<R>, hasher: S) -> Self {
         let auto = Auto {
             policy,
@@ -1301,6 +1355,133 @@ mod tests {
         resize_keeps_everything::<Qsbr>();
         resize_keeps_everything::<HazardPointers>();
         resize_keeps_everything::<Leak>();
+    }
+
+    /// A value that, when dropped, counts, resizes and writes the table that
+    /// held it (reached through a `Weak`: inert once the table is dropping).
+    struct Reenter<R: Reclaimer> {
+        table: std::sync::Weak<CrHashMap<u32, Reenter<R>, TasB, R>>,
+        k: u32,
+        /// Re-entries left (shared): each resize copies values, whose drops
+        /// come here again.
+        budget: std::sync::Arc<AtomicUsize>,
+    }
+    impl<R: Reclaimer> Clone for Reenter<R> {
+        /// A resize's copy keeps the table: its drop (when the replaced table
+        /// is freed) re-enters too.
+        fn clone(&self) -> Self {
+            Reenter {
+                table: self.table.clone(),
+                k: self.k,
+                budget: self.budget.clone(),
+            }
+        }
+    }
+    impl<R: Reclaimer> Drop for Reenter<R> {
+        fn drop(&mut self) {
+            let Some(m) = self.table.upgrade() else {
+                return;
+            };
+            let left = self.budget.fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |b| b.checked_sub(1),
+            );
+            if left.is_err() {
+                return;
+            }
+            let l = R::register(m.domain());
+            assert!(m.len() <= 8);
+            m.resize(&l, 1 + (self.k as usize % 3)).unwrap();
+            let fresh = 100 + self.k;
+            let inert = Reenter {
+                table: std::sync::Weak::new(),
+                k: fresh,
+                budget: self.budget.clone(),
+            };
+            {
+                if m.insert(&l, fresh, inert) {
+                    assert!(m.remove(&l, &fresh).is_some());
+                }
+            }
+        }
+    }
+
+    /// Values whose drop — run while a resize frees the table it replaced
+    /// (hazard pointers scan at every retire: at once) — calls `len`,
+    /// `resize` and insert/remove of the same table. Used to deadlock (the
+    /// resize retired the old table holding the resize lock). Miri-sized.
+    fn a_drop_during_a_resize_reenters<R: Reclaimer>(d: Arc<R>) {
+        let m = std::sync::Arc::new(
+            CrHashMap::<u32, Reenter<R>, TasB, R>::with_domain(1, d, RandomState::new()).unwrap(),
+        );
+        let l = R::register(m.domain());
+        let budget = std::sync::Arc::new(AtomicUsize::new(12));
+        for k in 0..6 {
+            let v = Reenter {
+                table: std::sync::Arc::downgrade(&m),
+                k,
+                budget: budget.clone(),
+            };
+            assert!(m.insert(&l, k, v));
+        }
+        for n in [4, 2, 5] {
+            m.resize(&l, n).unwrap();
+        }
+        assert_eq!(m.len(), 6);
+        for k in 0..6 {
+            assert_eq!(m.get(&l, &k).map(|v| v.k), Some(k));
+        }
+        assert!(
+            budget.load(std::sync::atomic::Ordering::Relaxed) < 12,
+            "{}: no drop re-entered the table",
+            R::NAME
+        );
+        drop(l);
+        drop(m);
+    }
+
+    #[test]
+    fn a_drop_during_a_resize_may_count_resize_and_write() {
+        a_drop_during_a_resize_reenters(Arc::new(HazardPointers::with_threshold(4, 1).unwrap()));
+        a_drop_during_a_resize_reenters(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    }
+
+    /// A key whose clone or hash calls a lock-taking operation of the table
+    /// from under the table's lock: the documented panic, not a deadlock; the
+    /// table is usable after.
+    #[test]
+    fn a_lock_taking_call_from_under_a_lock_panics() {
+        struct Key(u32, std::sync::Weak<CrHashMap<Key, u32, TasB, Leak>>);
+        impl PartialEq for Key {
+            fn eq(&self, o: &Self) -> bool {
+                self.0 == o.0
+            }
+        }
+        impl Eq for Key {}
+        impl Hash for Key {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                self.0.hash(h)
+            }
+        }
+        impl Clone for Key {
+            fn clone(&self) -> Self {
+                if let Some(m) = self.1.upgrade() {
+                    m.len(); // from a resize: under every bucket lock
+                }
+                Key(self.0, self.1.clone())
+            }
+        }
+        let m = std::sync::Arc::new(CrHashMap::<Key, u32, TasB, Leak>::with_buckets(2).unwrap());
+        let l = Leak::register(m.domain());
+        assert!(m.insert(&l, Key(1, std::sync::Arc::downgrade(&m)), 10));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.resize(&l, 4)));
+        let msg = r.expect_err("a resize that cloned the key");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("would deadlock"), "{msg}");
+        assert_eq!((m.buckets(), m.len()), (2, 1), "the table as it was");
+        assert!(m.insert(&l, Key(2, std::sync::Weak::new()), 20), "usable");
+        assert_eq!(m.get(&l, &Key(1, std::sync::Weak::new())), Some(10));
     }
 
     #[test]

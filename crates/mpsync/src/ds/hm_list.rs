@@ -26,16 +26,17 @@
 //! does not help: it walks past marked nodes, which is safe only where the scheme
 //! protects everything reachable ([`ProtectsReachable`]).
 //!
-//! Progress: lock-free (`get_fast`: wait-free apart from the list's length). Uses
-//! `sched`: only the stall points [`stall::HM_MARKED`]
-//! and [`stall::HM_FIND_STEPPED`].
+//! Progress: lock-free, every traversal (searches and the walk of `for_each`
+//! alike: a node left marked by a stopped remover is unlinked by whoever meets
+//! it); `get_fast`: wait-free apart from the list's length. Uses `sched`: only
+//! the stall points [`stall::HM_MARKED`] and [`stall::HM_FIND_STEPPED`].
 
 use std::marker::PhantomData;
 use std::ptr;
 
 use super::alloc::NodeAlloc;
 use super::lf::{CasBackoff, Liveness};
-use super::map::{drop_pair_and_free, free_chain};
+use super::map::{drop_pair_and_free, free_chains};
 use crate::reclaim::{Guard, Header, Local, Protected, ProtectsReachable, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{AtomicPtr, Ordering};
@@ -426,23 +427,24 @@ pub(crate) fn contains_fast<K: Ord, V, R: ProtectsReachable>(
     search_fast::<K, V, R>(head, key, g).is_some()
 }
 
-/// Frees every node of the list at `head`, marked or not (the structure is being
-/// dropped: no thread can reach it); a panicking drop of one does not stop
-/// the others ([`free_chain`]).
+/// Frees every node of the lists at `heads` (a table's buckets), marked or
+/// not (the structure is being dropped: no thread can reach it); a panicking
+/// drop of one does not stop the others ([`free_chains`]).
 ///
 /// # Safety
-/// No other thread uses the list, now or later; nodes still linked are freed
+/// No other thread uses the lists, now or later; nodes still linked are freed
 /// here, retired ones by their domain.
-pub(crate) unsafe fn free_all<K, V, R: Reclaimer, A: NodeAlloc>(head: &AtomicPtr<Node<K, V, R>>) {
-    // Relaxed (both loads): exclusive access (the contract).
-    let first = unmarked(head.load(Ordering::Relaxed));
-    // SAFETY: every node reachable from the head is linked (an unlinked node is
+pub(crate) unsafe fn free_all<K, V, R: Reclaimer, A: NodeAlloc>(heads: &[Head<K, V, R>]) {
+    // Relaxed (all): exclusive access (the contract).
+    let heads = heads.iter().map(|h| unmarked(h.load(Ordering::Relaxed)));
+    // SAFETY: every node reachable from a head is linked (an unlinked node is
     // no longer reachable), so never retired; owned by the list, visited and
     // freed once; its `next` is read before it is freed.
     unsafe {
-        free_chain(
-            first,
+        free_chains(
+            heads,
             |p| unmarked((*p).next.load(Ordering::Relaxed)),
+            |p, n| (*p).next.store(n, Ordering::Relaxed),
             free_node::<K, V, R, A>,
         )
     }

@@ -9,6 +9,20 @@
 //! with the lock-free table. Insert-if-absent, as the other tables (see
 //! [`map`](super::map)). Needs nothing from `sched` beyond what the lock uses.
 //!
+//! # Your code inside an operation
+//!
+//! `Hash` runs before the bucket's lock is taken; `Eq`, `Clone` and the
+//! callback of [`for_each`](LockedHashMap::for_each) run under it. From there,
+//! operations of the lock-free tables work; an operation of this or another
+//! lock-based or CR table **panics** (it would wait for a lock its own thread
+//! holds, or take two tables' locks in an order another thread may reverse).
+//! **`Drop`** of a key or value never runs under a lock (a refused insert's
+//! pair and a removed key are dropped after the lock is released), so it may
+//! use the table; so may the code that consumes an [`iter`](LockedHashMap::iter),
+//! which copies each bucket under its lock and yields after. A panic in any of
+//! them leaves the table as it was and releases the lock. Keys and values may
+//! borrow (nothing outlives the table).
+//!
 //! ```
 //! use mpsync::ds::locked_hash::LockedHashMap;
 //! use mpsync::lock::TasBNp;
@@ -288,5 +302,52 @@ mod tests {
         assert!(MapHandle::insert(&mut h, 4, "four".into()));
         assert_eq!(MapHandle::get(&mut h, &4).as_deref(), Some("four"));
         assert!(LockedHashMap::<u8, u8, Native>::with_buckets(0).is_err());
+    }
+
+    /// A key whose drop uses the table (a removed key is dropped after the
+    /// lock is released), and whose `Eq` tries to: the documented panic, the
+    /// lock released, the table usable after.
+    #[test]
+    fn a_key_may_use_the_table_from_drop_not_from_eq() {
+        type Table = LockedHashMap<Key, u32, TasB>;
+        struct Key(u32, std::sync::Weak<Table>, bool);
+        impl PartialEq for Key {
+            fn eq(&self, o: &Self) -> bool {
+                let armed = if self.2 { self } else { o };
+                if let (true, Some(m)) = (armed.2, armed.1.upgrade()) {
+                    m.contains_key(&Key(0, std::sync::Weak::new(), false));
+                }
+                self.0 == o.0
+            }
+        }
+        impl Eq for Key {}
+        impl std::hash::Hash for Key {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                self.0.hash(h)
+            }
+        }
+        impl Drop for Key {
+            fn drop(&mut self) {
+                if let (false, Some(m)) = (self.2, self.1.upgrade()) {
+                    assert!(m.insert(Key(self.0 + 100, std::sync::Weak::new(), false), 0));
+                }
+            }
+        }
+        let m = std::sync::Arc::new(Table::with_buckets(1).unwrap());
+        let w = std::sync::Arc::downgrade(&m);
+        assert!(m.insert(Key(1, w.clone(), false), 1));
+        assert_eq!(m.remove(&Key(1, std::sync::Weak::new(), false)), Some(1));
+        assert!(
+            m.contains_key(&Key(101, std::sync::Weak::new(), false)),
+            "the drop inserted"
+        );
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            m.get(&Key(101, w.clone(), true))
+        }));
+        let msg = r.expect_err("`Eq` under the lock called contains_key");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("would deadlock"), "{msg}");
+        assert_eq!(m.len(), 1, "usable: the lock was released");
+        assert_eq!(m.remove(&Key(101, std::sync::Weak::new(), false)), Some(0));
     }
 }

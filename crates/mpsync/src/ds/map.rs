@@ -19,6 +19,17 @@
 //! [`CrHashMap::new`](super::cr_hash::CrHashMap::new) grows and shrinks by
 //! itself; the other tables keep the bucket count they were made with.
 //!
+//! **Your keys' and values' code.** A `Drop` never runs under a table's lock,
+//! so it may use any table, the one dropping it included (the lock-free and
+//! CR tables' keys and values are `'static`: they are freed by a reclamation
+//! domain that may outlive the table). `Hash`, `Eq`/`Ord` and `Clone` may use
+//! any table where they run with no lock held — everywhere in the lock-free
+//! tables, in the CR table's reads — and only lock-free reads where a table
+//! runs them under its lock (the CR table's writers and resize, every
+//! `LockedHashMap` operation): a lock-taking operation started there panics
+//! instead of deadlocking. A panic in any of them leaves the table consistent
+//! and usable. Each table's module documentation says exactly where.
+//!
 //! ```
 //! use mpsync::ds::map::{ConcurrentMap, MapHandle};
 //! use mpsync::ds::hash::LfHashMap;
@@ -222,6 +233,37 @@ pub(crate) unsafe fn free_chain<N>(
         p = rest.p;
         std::mem::forget(rest);
     }
+}
+
+/// Frees the chains whose first nodes are `heads` (a table's buckets) as one
+/// chain ([`free_chain`]): each chain's last node is linked to the next
+/// chain's first (`set_next`), so a panicking drop in one bucket does not
+/// stop the others either. `next` reads a node's successor (null at a chain's
+/// end).
+///
+/// # Safety
+/// As [`free_chain`], for every chain; the chains are disjoint, and the
+/// caller's access to them exclusive (their links are rewritten).
+pub(crate) unsafe fn free_chains<N>(
+    heads: impl IntoIterator<Item = *mut N>,
+    next: impl Fn(*mut N) -> *mut N + Copy,
+    set_next: impl Fn(*mut N, *mut N),
+    free: unsafe fn(*mut u8),
+) {
+    let (mut first, mut last): (*mut N, *mut N) = (std::ptr::null_mut(), std::ptr::null_mut());
+    for h in heads.into_iter().filter(|h| !h.is_null()) {
+        if last.is_null() {
+            first = h;
+        } else {
+            set_next(last, h);
+        }
+        last = h;
+        while !next(last).is_null() {
+            last = next(last);
+        }
+    }
+    // SAFETY: the contract: one chain of owned nodes now, each reached once.
+    unsafe { free_chain(first, next, free) }
 }
 
 #[cfg(not(loom))]

@@ -96,6 +96,26 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 /// may re-enter the map that called it, or panic).
 pub type HookFn = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
 
+/// Keeps the panics the hooks make on purpose (their message says so) out of
+/// the test output; any other panic is reported as usual.
+pub fn quiet_deliberate_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info
+                .payload()
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("");
+            if !msg.contains("(on purpose)") {
+                default(info)
+            }
+        }));
+    });
+}
+
 /// One hook slot.
 #[derive(Default)]
 pub struct Hook(Mutex<Option<HookFn>>);
@@ -113,8 +133,23 @@ impl Hook {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(f));
     }
 
+    /// Runs `f(arg)` from now on, the first `budget` times only (a hook whose
+    /// work makes more values, whose hooks would do the same, without end).
+    pub fn set_budgeted(&self, budget: usize, f: impl Fn(u64) + Send + Sync + 'static) {
+        let left = AtomicU64::new(budget as u64);
+        self.set(move |arg| {
+            if left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
+                .is_ok()
+            {
+                f(arg)
+            }
+        });
+    }
+
     /// Panics (with `msg`) at the next firing, once; inert after.
     pub fn panic_once(&self, msg: &'static str) {
+        quiet_deliberate_panics();
         let armed = AtomicBool::new(true);
         self.set(move |_| {
             if armed.swap(false, Ordering::SeqCst) {
