@@ -1028,3 +1028,50 @@ fn drops_reenter_from_several_threads() {
         threads_reenter(pair);
     }
 }
+
+/// A CR resize whose fourth value `Clone` panics: the copy made so far, and
+/// the key cloned for the value whose clone panicked, are dropped after every
+/// lock is released — their drops use the table (`len`) — and the table
+/// stays as it was.
+#[test]
+fn cr_a_resize_whose_clone_panics_drops_its_partial_copy_with_no_lock_held() {
+    for pair in [
+        cr(Arc::new(Leak::new()), Via::Auto, false),
+        cr(hp(), Via::Auto, false),
+    ] {
+        let t = pair.0.clone();
+        let what = t.name();
+        let fam = StdArc::new(Families::new());
+        let (t2, fam2, what2) = (t.clone(), fam.clone(), what.clone());
+        must_complete(&what, move || {
+            let (t, fam, what) = (t2, fam2, what2);
+            for k in 0..8 {
+                assert!(t.insert(fam.key(k), fam.val(k)));
+            }
+            for hooks in [&fam.keys, &fam.vals] {
+                let t = t.clone();
+                hooks
+                    .on_drop
+                    .set_budgeted(64, move |_| assert!(t.len() <= 8));
+            }
+            map_support::quiet_deliberate_panics();
+            let clones = std::sync::atomic::AtomicUsize::new(0);
+            fam.vals.on_clone.set(move |_| {
+                if clones.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 3 {
+                    panic!("the fourth clone panics (on purpose)");
+                }
+            });
+            let r = catch_unwind(AssertUnwindSafe(|| t.resize(5)));
+            fam.clear();
+            assert!(r.is_err(), "{what}: the clone panicked");
+            assert_eq!(
+                contents(&*t),
+                (0..8).collect(),
+                "{what}: the table as it was"
+            );
+            assert_eq!(t.len(), 8, "{what}");
+        });
+        drop(t);
+        finish(pair, &fam, &what);
+    }
+}

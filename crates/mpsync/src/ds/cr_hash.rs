@@ -95,11 +95,17 @@
 //! use mpsync::ds::cr_hash::CrHashMap;
 //! use mpsync::lock::TasB;
 //! use mpsync::reclaim::{Ebr, Reclaimer};
+//! use mpsync::sync::Arc;
+//! use std::collections::hash_map::RandomState;
 //!
-//! let name = String::from("borrowed");
-//! let m: CrHashMap<&str, u32, TasB, Ebr> = CrHashMap::new();
-//! let l = Ebr::register(m.domain());
-//! m.insert(&l, &name, 1); // error: `name` does not live long enough ('static)
+//! let domain = Arc::new(Ebr::new());
+//! let l = Ebr::register(&domain); // keeps the domain alive after the table
+//! {
+//!     let name = String::from("borrowed");
+//!     let m: CrHashMap<&str, u32, TasB, Ebr> =
+//!         CrHashMap::with_domain(8, domain.clone(), RandomState::new()).unwrap();
+//!     m.insert(&l, &name, 1); // error: `name` does not live long enough ('static)
+//! }
 //! ```
 //!
 //! # Your code inside an operation
