@@ -663,7 +663,7 @@ fn panics_leave_the_map_usable(pair: Pair, which: Panicky, census: bool) {
             let k = (step * 7) % 12;
             which.arm(&fam);
             let r = catch_unwind(AssertUnwindSafe(|| match step % 6 {
-                0 | 1 => Some(t.insert(fam.key(k), fam.val(k)) == !model.contains(&k)),
+                0 | 1 => Some(t.insert(fam.key(k), fam.val(k)) != model.contains(&k)),
                 2 => Some(t.get(&fam.probe(k)).map(|v| v.k) == model.contains(&k).then_some(k)),
                 3 => Some(t.remove(&fam.probe(k)).map(|v| v.k) == model.contains(&k).then_some(k)),
                 4 => {

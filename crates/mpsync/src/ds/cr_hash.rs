@@ -260,6 +260,9 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Drop for Table<K, V, L, R, A
     }
 }
 
+/// A table made by a resize, before it is published.
+type TableBox<K, V, L, R, A> = Box<Table<K, V, L, R, A>>;
+
 /// Frees a table retired by a resize, with the nodes on its chains. Under loom
 /// the table is marked dead and kept, so a reader that uses it afterwards fails
 /// the model (its nodes go to `A`, which the loom tests make poisoning too).
@@ -573,7 +576,7 @@ where
         // Declared before the locks, so dropped after them when a `clone` or
         // `hash` unwinds: the copy made so far, and a key cloned for a node
         // whose value's clone panicked, are dropped with no lock held.
-        let mut new: Option<Box<Table<K, V, L, R, A>>> = None;
+        let mut new: Option<TableBox<K, V, L, R, A>> = None;
         let mut key: Option<K>;
         let old = {
             let _u = UnderLock::enter(op);
