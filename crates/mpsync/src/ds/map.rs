@@ -313,6 +313,7 @@ impl Drop for UnderLock {
     }
 }
 
+#[cfg(not(loom))]
 #[cold]
 #[inline(never)]
 #[track_caller]
