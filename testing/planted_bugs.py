@@ -79,6 +79,11 @@ def cargo(b: dict, no_run: bool) -> list[str]:
     if b.get("release"):
         cmd.append("--release")
     args = b["test"].split()
+    if no_run and "--doc" in args:
+        # Doc tests cannot be built alone (no `--no-run`): build the library
+        # they test (its packages: the arguments before `--doc`); a
+        # `compile_fail` doc test is the proof a mutation must break.
+        return ["cargo", "build", "--target-dir", target] + args[: args.index("--doc")]
     if no_run:
         # Build only; `--no-run` must come before any `--` (test-binary arguments).
         cut = args.index("--") if "--" in args else len(args)

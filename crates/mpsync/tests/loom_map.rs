@@ -12,7 +12,9 @@
 //! - the fast read (EBR) walking past two removed nodes;
 //! - the CR table's resize (a copying resize under every bucket lock, the old
 //!   table retired with its chains) racing a reader that walks the old table,
-//!   and racing an insert that must land in the new one.
+//!   and racing an insert that must land in the new one;
+//! - the CR table's reader racing two removals: it may step over a node
+//!   marked and still linked, never onto a successor freed after the unlink.
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead
 //! (`ds::lf::Liveness`, checked at every node access) and keeps the memory: a
@@ -76,8 +78,9 @@ impl Eager for Ebr {
 }
 impl Eager for HazardPointers {
     fn eager() -> Arc<Self> {
-        // 3 slots: the CR table protects its bucket array in the third.
-        Arc::new(HazardPointers::with_threshold(3, 1).unwrap())
+        // 4 slots: the CR table protects its bucket array in the third, and
+        // its readers step over a removed node with the fourth.
+        Arc::new(HazardPointers::with_threshold(4, 1).unwrap())
     }
 }
 
@@ -312,6 +315,40 @@ fn cr_resize_vs_updates<R: Eager>() {
         assert_eq!(m.get(&l, &1), None, "the remove was undone by the resize");
         assert_eq!(m.len(), 1);
     });
+}
+
+/// CR chain 1, 2, 3 (one bucket): a writer removes 2 and then 3 while a
+/// reader looks for 3. The reader may find 2 marked (its writer between the
+/// mark and the unlink) and step over it to 3 — allowed only while 2 is still
+/// linked, when 3 cannot be removed yet; a reader that stepped onto 3 after
+/// 2's unlink, with 3 removed and freed as eagerly as the scheme allows,
+/// fails the model.
+fn cr_reader_steps_over_a_removed_node<R: Eager>() {
+    model(|| {
+        let m = make_cr::<R>(&[3, 2, 1]);
+        let m1 = m.clone();
+        let w = thread::spawn(move || {
+            let l = R::register(m1.domain());
+            assert_eq!(m1.remove(&l, &2), Some(20));
+            assert_eq!(m1.remove(&l, &3), Some(30));
+        });
+        let l = R::register(m.domain());
+        let got = m.get(&l, &3);
+        assert!(got == Some(30) || got.is_none(), "{got:?}");
+        w.join().unwrap();
+        assert_eq!(m.get(&l, &3), None);
+        assert_eq!(m.get(&l, &1), Some(10));
+    });
+}
+
+#[test]
+fn loom_map_cr_reader_steps_over_a_removed_node_hp() {
+    cr_reader_steps_over_a_removed_node::<HazardPointers>();
+}
+
+#[test]
+fn loom_map_cr_reader_steps_over_a_removed_node_ebr() {
+    cr_reader_steps_over_a_removed_node::<Ebr>();
 }
 
 #[test]

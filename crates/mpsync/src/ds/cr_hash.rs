@@ -19,11 +19,19 @@
 //! | `p | 1`            | remove, under the bucket lock    | `n` is removed; frozen     |
 //!
 //! The mark is what makes the table correct over **any** scheme: a reader
-//! protects the chain hand over hand (as in [`hm_list`](super::hm_list)) and
-//! restarts when the node it stands on is marked, because under hazard pointers
-//! the successor of a removed node may already be freed. Under QSBR and EBR a
-//! reader never needs to restart for that reason, but the same code is kept for
-//! all schemes. Insert-if-absent, as the other tables ([`map`](super::map)).
+//! protects the chain hand over hand (as in [`hm_list`](super::hm_list)), and
+//! a node it finds marked may be one whose successor is already freed (hazard
+//! pointers: the node was unlinked, the successor removed after it). So a
+//! reader **steps over** a marked node only while that node is still linked —
+//! it protects the successor, then checks that the link that led it to the
+//! node still points there. A writer marks and unlinks under the bucket lock,
+//! so a node marked and still linked is one whose writer holds the lock: its
+//! successor cannot have been removed. Otherwise the reader restarts from the
+//! head (the unlink is done: a writer completed a step). The reader never waits
+//! for the unlink: a writer stopped between its mark and its unlink delays no
+//! reader. Under QSBR and EBR the check is never needed for safety, but the
+//! same code is kept for all schemes. Insert-if-absent, as the other tables
+//! ([`map`](super::map)).
 //!
 //! # Resize
 //!
@@ -68,11 +76,60 @@
 //! the writers (not the readers) while it copies, and `K: Clone, V: Clone` for
 //! resizing tables.
 //!
-//! Progress: reads are lock-free (they restart only when a writer removed the
-//! node they stand on); writes are blocking (a writer preempted holding a
-//! bucket's lock delays that bucket's other writers, never its readers; a
-//! preempted resizer delays every writer). Uses `sched`: through the lock `L`,
-//! and the stall point [`stall::CR_READ_STEPPED`].
+//! Progress: reads (`get`, `get_with`, `contains_key`, `iter`) are lock-free
+//! and never wait for a writer (they restart only after a writer completed an
+//! unlink or an insert at the head of the chain they walk); writes and `len`
+//! are blocking (a writer preempted holding a bucket's lock delays that
+//! bucket's other writers, never its readers; a preempted resizer delays every
+//! writer, never a reader). Uses `sched`: through the lock `L`, and the stall
+//! points [`stall::CR_READ_STEPPED`], [`stall::CR_MARKED`] and
+//! [`stall::CR_RESIZE_FROZEN`].
+//!
+//! # Keys and values are `'static`
+//!
+//! Removed nodes and replaced tables are freed by the reclamation domain
+//! later, possibly after the table is gone (as for
+//! [`LfHashMap`](super::hash#keys-and-values-are-static)):
+//!
+//! ```compile_fail,E0597
+//! use mpsync::ds::cr_hash::CrHashMap;
+//! use mpsync::lock::TasB;
+//! use mpsync::reclaim::{Ebr, Reclaimer};
+//! use mpsync::sync::Arc;
+//! use std::collections::hash_map::RandomState;
+//!
+//! let domain = Arc::new(Ebr::new());
+//! let l = Ebr::register(&domain); // keeps the domain alive after the table
+//! {
+//!     let name = String::from("borrowed");
+//!     let m: CrHashMap<&str, u32, TasB, Ebr> =
+//!         CrHashMap::with_domain(8, domain.clone(), RandomState::new()).unwrap();
+//!     m.insert(&l, &name, 1); // error: `name` does not live long enough ('static)
+//! }
+//! ```
+//!
+//! # Your code inside an operation
+//!
+//! - **`Drop`** of a key or value never runs under one of the table's locks:
+//!   a remove retires its node after unlocking, and a resize retires the table
+//!   it replaced — whose keys and values may be dropped at once — only after
+//!   releasing every lock. So a drop, wherever reclamation runs it (inside
+//!   any operation of the domain, a resize's included), may do anything: read,
+//!   write, count or resize this table, through
+//!   [`Auto`](super::handle::Auto), a handle or a registration of its own.
+//! - **Readers** (`get`, `get_with`, `contains_key`, `iter`, and the code that
+//!   consumes an iterator) run `Eq` and `Clone` holding no lock: anything.
+//! - **Writers** run `Eq` (insert, remove) and `V::clone` (remove) under the
+//!   bucket's lock, and a resize runs `Hash` and `Clone` of every entry under
+//!   all of them (`Hash` of an insert's or remove's key runs before the lock).
+//!   From there the lock-free reads of any table work; an operation that takes
+//!   a lock of this or another lock-based or CR table (`insert`, `remove`,
+//!   `resize`, `len`, every [`LockedHashMap`](super::locked_hash::LockedHashMap)
+//!   operation) **panics**, rather than wait for a lock its own thread holds.
+//! - A **panic** in `Hash`, `Eq` or `Clone` propagates out of the operation
+//!   and leaves the table as it was (the insert or remove not done; a resize
+//!   not done, the old table in place); no lock stays held. A key whose drop
+//!   panics still has its value dropped and its node freed.
 //!
 //! ```
 //! use mpsync::ds::cr_hash::CrHashMap;
@@ -109,15 +166,23 @@ use lock_api::{Mutex, RawMutex};
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::lf::{Liveness, check_local};
-use super::map::{ConcurrentMap, MapError, RegisteredHandle, RegisteredMap};
+use super::map::{
+    ConcurrentMap, MapError, RegisteredHandle, RegisteredMap, UnderLock, drop_pair_and_free,
+    free_chains,
+};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering};
 use crate::util::CachePadded;
 
 /// The hazard slot that protects the current table (slots 0 and 1 are the
-/// chain's hand-over-hand window): hazard-pointer domains need 3 slots.
+/// chain's hand-over-hand window, [`SPARE_SLOT`] its third node).
 const TABLE_SLOT: usize = 2;
+
+/// The readers' third window slot: the successor of a node being removed,
+/// which a reader protects before it steps over that node (see `read_chain`).
+/// With [`TABLE_SLOT`], hazard-pointer domains need 4 slots per thread.
+const SPARE_SLOT: usize = 3;
 
 /// A chain node. `#[repr(C)]` with the [`Liveness`] first (the loom test
 /// allocator relies on it).
@@ -167,21 +232,25 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Table<K, V, L, R, A> {
         &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
     }
 
-    /// Frees every node on the chains (the table's own memory stays).
+    /// Frees every node on the chains (the table's own memory stays); a
+    /// panicking drop of one does not stop the others ([`free_chains`]).
     fn free_chains(&mut self) {
-        for b in self.buckets.iter() {
-            // Relaxed: `&mut self`, no other thread.
-            let mut p = b.head.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: nodes on a chain are linked, owned by the table, visited
-                // once; removed ones belong to the domain.
-                let next = unsafe { &*p }.next.load(Ordering::Relaxed);
-                // SAFETY: as above; freed once, here.
-                unsafe { free_node::<K, V, R, A>(p.cast()) };
-                p = next;
-            }
-            b.head.store(ptr::null_mut(), Ordering::Relaxed);
-        }
+        // Relaxed (here and below): `&mut self`, no other thread. Each head is
+        // cleared first: the nodes are reached only through the joined chain.
+        let heads = self
+            .buckets
+            .iter()
+            .map(|b| b.head.swap(ptr::null_mut(), Ordering::Relaxed));
+        // SAFETY: nodes on a chain are linked (removed ones belong to the
+        // domain), owned by the table, and freed once, each `next` read before.
+        unsafe {
+            free_chains(
+                heads,
+                |p| (*p).next.load(Ordering::Relaxed),
+                |p, n| (*p).next.store(n, Ordering::Relaxed),
+                free_node::<K, V, R, A>,
+            )
+        };
     }
 }
 
@@ -190,6 +259,9 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc> Drop for Table<K, V, L, R, A
         self.free_chains();
     }
 }
+
+/// A table made by a resize, before it is published.
+type TableBox<K, V, L, R, A> = Box<Table<K, V, L, R, A>>;
 
 /// Frees a table retired by a resize, with the nodes on its chains. Under loom
 /// the table is marked dead and kept, so a reader that uses it afterwards fails
@@ -213,18 +285,20 @@ unsafe fn free_table<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc>(p: *mut u8) 
 
 const MARK: usize = 1;
 
-/// Drops a node's key and value and gives its memory back to `A`.
+/// Drops a node's key and value and gives its memory back to `A` (panic-safely:
+/// see [`drop_pair_and_free`]).
 ///
 /// # Safety
 /// `p` came from `A::alloc::<Node<K, V, R>>`, no thread can reach it any more, and it
 /// is freed once.
 unsafe fn free_node<K, V, R: Reclaimer, A: NodeAlloc>(p: *mut u8) {
     let n = p.cast::<Node<K, V, R>>();
-    // SAFETY: the contract: a live node nobody else reaches, dropped and freed once.
+    // SAFETY: the contract: a live node nobody else reaches; key and value moved
+    // out and dropped once, its memory freed once, by `A`, which made it.
     unsafe {
-        ptr::drop_in_place(&raw mut (*n).key);
-        ptr::drop_in_place(&raw mut (*n).value);
-        A::free::<Node<K, V, R>>(p);
+        drop_pair_and_free(&raw const (*n).key, &raw const (*n).value, || {
+            A::free::<Node<K, V, R>>(p)
+        })
     }
 }
 
@@ -342,8 +416,8 @@ unsafe impl<
 
 impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send + Clone,
-    V: Send + Clone,
+    K: Hash + Eq + Send + Clone + 'static,
+    V: Send + Clone + 'static,
     L: RawMutex + Send,
     R: Reclaimer + Default,
     A: NodeAlloc,
@@ -362,8 +436,8 @@ where
 
 impl<K, V, L, R, A, S> Default for CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send + Clone,
-    V: Send + Clone,
+    K: Hash + Eq + Send + Clone + 'static,
+    V: Send + Clone + 'static,
     L: RawMutex + Send,
     R: Reclaimer + Default,
     A: NodeAlloc,
@@ -374,8 +448,10 @@ where
     }
 }
 
-impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
+impl<K: 'static, V: 'static, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S>
     CrHashMap<K, V, L, R, A, S>
+where
+    S: BuildHasher + Default,
 {
     /// An empty table of `buckets` buckets (resized only by
     /// [`resize`](Self::resize)). Errors if `buckets` is 0.
@@ -384,7 +460,9 @@ impl<K, V, L: RawMutex, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + D
     }
 }
 
-impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, S> {
+impl<K: 'static, V: 'static, L: RawMutex, R: Reclaimer, A: NodeAlloc, S>
+    CrHashMap<K, V, L, R, A, S>
+{
     fn make(buckets: usize, auto: Option<Auto<Self, R::Local>>, domain: Arc<R>, hasher: S) -> Self {
         Self {
             table: AtomicPtr::new(Box::into_raw(Box::new(Table::new(buckets)))),
@@ -399,7 +477,8 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, 
     }
 
     /// An empty table of `buckets` buckets over `domain` (resized only by
-    /// [`resize`](Self::resize); hazard pointers: at least 3 slots per thread).
+    /// [`resize`](Self::resize); hazard pointers: 4 slots per thread, made on
+    /// demand).
     /// Errors if `buckets` is 0.
     pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
         if buckets == 0 {
@@ -407,7 +486,9 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, 
         }
         Ok(Self::make(buckets, None, domain, hasher))
     }
+}
 
+impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, S> {
     /// The reclamation domain.
     pub fn domain(&self) -> &Arc<R> {
         &self.domain
@@ -428,16 +509,16 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> CrHashMap<K, V, L, R, A, 
 
 impl<K, V, L, R, A, S> CrHashMap<K, V, L, R, A, S>
 where
-    K: Hash + Eq + Send + Clone,
-    V: Send + Clone,
+    K: Hash + Eq + Send + Clone + 'static,
+    V: Send + Clone + 'static,
     L: RawMutex + Send,
     R: Reclaimer,
     A: NodeAlloc,
     S: BuildHasher,
 {
     /// An empty table of `policy.min_buckets()` buckets over `domain`, which
-    /// grows and shrinks by itself as `policy` says (hazard pointers: at least 3
-    /// slots per thread).
+    /// grows and shrinks by itself as `policy` says (hazard pointers: 4
+    /// slots per thread, made on demand).
     pub fn with_policy(policy: ResizePolicy, domain: Arc<R>, hasher: S) -> Self {
         let auto = Auto {
             policy,
@@ -450,16 +531,19 @@ where
     /// documentation](self#resize)): readers go on meanwhile, writers wait. A
     /// table that resizes itself may resize again later. Errors if `buckets` is 0.
     ///
+    /// May be called from a key's or value's `Drop` (also one that a resize
+    /// runs: see [Your code inside an operation](self#your-code-inside-an-operation)).
+    ///
     /// # Panics
-    /// If `local` is registered with another domain; if a key's or value's
-    /// `clone` panics (the table is then left as it was).
+    /// If `local` is registered with another domain; if a key's `Hash` or a
+    /// key's or value's `Clone` panics (the table is then left as it was); if
+    /// called from a `Hash`, `Eq` or `Clone` that a table runs under its locks.
     pub fn resize(&self, local: &R::Local, buckets: usize) -> Result<(), MapError> {
         check_local(&*self.domain, local, "CrHashMap::resize");
         if buckets == 0 {
             return Err(MapError::ZeroBuckets);
         }
-        let _r = self.resize_lock.lock();
-        self.resize_locked(local, buckets);
+        self.resize_with(local, "CrHashMap::resize", |_| Some(buckets));
         Ok(())
     }
 
@@ -467,61 +551,88 @@ where
     /// under the resize lock (another thread may have resized already).
     fn auto_resize(&self, local: &R::Local) {
         let Some(auto) = &self.auto else { return };
-        let _r = self.resize_lock.lock();
-        // Relaxed: a hint; the count is exact under all bucket locks, not here.
-        let len = self.count.load(Ordering::Relaxed);
-        if let Some(n) = auto.policy.target(self.buckets(), len) {
-            self.resize_locked(local, n);
-        }
+        self.resize_with(local, "CrHashMap's automatic resize", |buckets| {
+            // Relaxed: a hint; the count is exact under all bucket locks, not here.
+            auto.policy
+                .target(buckets, self.count.load(Ordering::Relaxed))
+        });
     }
 
-    /// The copying resize (module documentation, steps 1–3). Call with the
-    /// resize lock held.
-    fn resize_locked(&self, local: &R::Local, buckets: usize) {
-        // Acquire: pairs with the previous resizer's Release publish. Only a
-        // resizer replaces or retires tables, and we hold the resize lock.
-        let old = self.table.load(Ordering::Acquire);
-        // SAFETY: the current table, which only we (the resizer) could retire.
-        let t = unsafe { &*old };
-        if t.buckets.len() == buckets {
-            return;
-        }
-        // [1] Freeze: every bucket lock, in index order.
-        let held: Vec<_> = t.buckets.iter().map(|b| b.lock.lock()).collect();
-        // [2] Copy. A panicking `clone` drops `new` (freeing its copies) and
-        // `held` (unlocking): the table is as it was.
-        let new = Box::new(Table::<K, V, L, R, A>::new(buckets));
-        for b in t.buckets.iter() {
-            // Relaxed: under the bucket lock, as in `insert`.
-            let mut p = b.head.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: as in `insert`: linked under the lock, so not freed.
-                let n = unsafe { &*p };
-                let nb = new.bucket(self.hasher.hash_one(&n.key));
-                // Relaxed: `new` is not shared yet; [3]'s Release publishes it all.
-                let head = nb.head.load(Ordering::Relaxed);
-                let copy = A::alloc(Node {
-                    live: Liveness::new(),
-                    hdr: Header::of_local(local),
-                    next: AtomicPtr::new(head),
-                    key: n.key.clone(),
-                    value: n.value.clone(),
-                });
-                nb.head.store(copy.as_ptr(), Ordering::Relaxed);
-                p = n.next.load(Ordering::Relaxed);
+    /// The copying resize (module documentation, steps 1–3) to the bucket
+    /// count `target` picks for the current one (`None`, or the same count: no
+    /// resize), decided under the resize lock.
+    ///
+    /// No user `Drop` runs while a lock is held: a `Hash` or `Clone` that
+    /// panics unwinds out of every lock before the partial copy is dropped,
+    /// and the replaced table is retired — which may free it at once, dropping
+    /// its keys and values — only after every lock is released, so those drops
+    /// may use the table, resize it included.
+    fn resize_with(
+        &self,
+        local: &R::Local,
+        op: &'static str,
+        target: impl FnOnce(usize) -> Option<usize>,
+    ) {
+        // Declared before the locks, so dropped after them when a `clone` or
+        // `hash` unwinds: the copy made so far, and a key cloned for a node
+        // whose value's clone panicked, are dropped with no lock held.
+        let mut new: Option<TableBox<K, V, L, R, A>> = None;
+        let mut key: Option<K>;
+        let old = {
+            let _u = UnderLock::enter(op);
+            let _r = self.resize_lock.lock();
+            // Acquire: pairs with the previous resizer's Release publish. Only a
+            // resizer replaces or retires tables, and we hold the resize lock.
+            let old = self.table.load(Ordering::Acquire);
+            // SAFETY: the current table, which only we (the resizer) could retire.
+            let t = unsafe { &*old };
+            let n = t.buckets.len();
+            let Some(buckets) = target(n).filter(|&b| b != n) else {
+                return;
+            };
+            // [1] Freeze: every bucket lock, in index order.
+            let held: Vec<_> = t.buckets.iter().map(|b| b.lock.lock()).collect();
+            // [2] Copy.
+            let nt = new.insert(Box::new(Table::<K, V, L, R, A>::new(buckets)));
+            for b in t.buckets.iter() {
+                // Relaxed: under the bucket lock, as in `insert`.
+                let mut p = b.head.load(Ordering::Relaxed);
+                while !p.is_null() {
+                    // SAFETY: as in `insert`: linked under the lock, so not freed.
+                    let n = unsafe { &*p };
+                    let nb = nt.bucket(self.hasher.hash_one(&n.key));
+                    key = Some(n.key.clone());
+                    let value = n.value.clone();
+                    // Relaxed: `new` is not shared yet; [3]'s Release publishes it all.
+                    let head = nb.head.load(Ordering::Relaxed);
+                    let copy = A::alloc(Node {
+                        live: Liveness::new(),
+                        hdr: Header::of_local(local),
+                        next: AtomicPtr::new(head),
+                        key: key.take().expect("cloned just above"),
+                        value,
+                    });
+                    nb.head.store(copy.as_ptr(), Ordering::Relaxed);
+                    p = n.next.load(Ordering::Relaxed);
+                }
             }
-        }
-        // [3] Publish. Release: pairs with the Acquire in `current` (readers
-        // and writers see the copied chains); a writer waiting on a lock of
-        // `old` sees it after the unlock (the lock's own ordering).
-        self.nbuckets.store(buckets, Ordering::Relaxed);
-        self.table.store(Box::into_raw(new), Ordering::Release);
-        drop(held);
+            stall::point(stall::CR_RESIZE_FROZEN);
+            // [3] Publish. Release: pairs with the Acquire in `current` (readers
+            // and writers see the copied chains); a writer waiting on a lock of
+            // `old` sees it after the unlock (the lock's own ordering).
+            self.nbuckets.store(buckets, Ordering::Relaxed);
+            let nt = new.take().expect("made above");
+            self.table.store(Box::into_raw(nt), Ordering::Release);
+            drop(held);
+            old
+        };
+        // Every lock released: reclamation (which may run users' drops) only now.
         let g = local.enter();
         // SAFETY: `old` is no longer the current table, so no new operation
         // reaches it or its nodes; it is retired once (by the resizer that
-        // replaced it); `free_table` frees what `Box::new` made, with its
-        // chains, from any thread (`K`, `V`, `L`: `Send`).
+        // replaced it: the next resizer finds the new table current); `free_table`
+        // frees what `Box::new` made, with its chains, from any thread (`K`, `V`,
+        // `L`: `Send`).
         unsafe { g.retire_raw(old.cast(), free_table::<K, V, L, R, A>) };
     }
 }
@@ -547,14 +658,17 @@ where
         t
     }
 
-    /// Locks `key`'s bucket in the current table (protected by `g`), the
-    /// table it is in, and `key`'s hash.
+    /// Locks the bucket of hash `h` in the current table (protected by `g`),
+    /// inside an [`UnderLock`] region for operation `op` (entered before the
+    /// lock is taken: a call from a `Hash`/`Eq`/`Clone` run under a table's
+    /// lock panics instead of waiting).
     fn lock_bucket<'g, G: Guard>(
         &self,
         g: &'g G,
-        key: &K,
-    ) -> (&'g Bucket<K, V, L, R>, lock_api::MutexGuard<'g, L, ()>) {
-        let h = self.hasher.hash_one(key);
+        h: u64,
+        op: &'static str,
+    ) -> Locked<'g, K, V, L, R> {
+        let region = UnderLock::enter(op);
         loop {
             let t: &'g Table<K, V, L, R, A> = self.current(g);
             let b = t.bucket(h);
@@ -563,49 +677,28 @@ where
             // bucket lock of `t`, and we hold one: if it was replaced, the
             // unlock we acquired ordered the store before this load.
             if ptr::eq(self.table.load(Ordering::Relaxed), t) {
-                return (b, w);
+                return Locked {
+                    bucket: b,
+                    _lock: w,
+                    _region: region,
+                };
             }
             // `t` was replaced while we waited: retry in the new table.
         }
     }
 
-    /// The reader's search: `key`'s node, protected by `g` (slots 0 and 1, hand
-    /// over hand; until `g` protects into them again), or `None`.
+    /// The reader's search: `key`'s node, protected by `g` until `g` protects
+    /// into its slots again ([`read_chain`]), or `None`.
     fn search<'g, G: Guard>(
         b: &'g Bucket<K, V, L, R>,
         key: &K,
         g: &'g G,
     ) -> Option<&'g Node<K, V, R>> {
-        'retry: loop {
-            // [1] `link` is the bucket's head or the `next` of the node protected
-            // by slot `s_prev` (see [2]).
-            let mut link: &'g AtomicPtr<Node<K, V, R>> = &b.head;
-            let (mut s_cur, mut s_prev) = (0usize, 1usize);
-            loop {
-                let cur = g.protect(s_cur, link);
-                if cur.tag() & MARK != 0 {
-                    // The node we stand on was removed: its successor may be freed.
-                    continue 'retry;
-                }
-                // SAFETY: [2] `cur` is protected by `s_cur` (not protected into
-                // again before the swap below moves on), validated against an
-                // unmarked `link`: the node holding `link` was not removed then, so
-                // `cur` was in the chain, not retired, and is not freed while the
-                // slot holds it (nor while the table, protected too, lives).
-                let c = unsafe { cur.as_ref() }?;
-                c.live.check();
-                // Present: `cur` was reached through a validated, unmarked link, so
-                // it was in the chain then. (A remove linearizes at its unlink; a
-                // reader that finds the node marked but still linked overlaps that
-                // remove, so reporting it present is linearizable — no mark check.)
-                if c.key == *key {
-                    return Some(c);
-                }
-                link = &c.next;
-                std::mem::swap(&mut s_cur, &mut s_prev);
-                stall::point(stall::CR_READ_STEPPED);
-            }
-        }
+        // Present: reached through a validated link (see `read_chain`), so in
+        // the chain then. (A remove linearizes at its unlink; a reader that
+        // finds the node marked but still linked overlaps that remove, so
+        // reporting it present is linearizable — no mark check.)
+        read_chain(b, g, |seen| matches!(seen, Seen::Node(c) if c.key == *key))
     }
 
     /// A clone of `key`'s value, if present (lockless).
@@ -656,7 +749,9 @@ where
     pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
         let g = local.enter();
-        let (b, w) = self.lock_bucket(&g, &key);
+        let h = self.hasher.hash_one(&key);
+        let locked = self.lock_bucket(&g, h, "CrHashMap::insert");
+        let b = locked.bucket;
         // Relaxed (in this walk): we hold the lock, and every change to this chain
         // is made under it, so our loads see the chain as the last writer left it.
         let head = b.head.load(Ordering::Relaxed);
@@ -666,6 +761,8 @@ where
             // unlinks under the lock before retiring), so none is freed.
             let n = unsafe { &*p };
             if n.key == key {
+                // Unlocks; `key` and `value` are dropped after, with no lock held.
+                drop(locked);
                 return false;
             }
             p = n.next.load(Ordering::Relaxed);
@@ -680,7 +777,7 @@ where
         // Release: publishes the node (key, value, next) to readers' Acquire loads.
         b.head.store(node.as_ptr(), Ordering::Release);
         let len = self.counted(1);
-        drop(w);
+        drop(locked);
         drop(g);
         self.maybe_resize(local, len);
         true
@@ -697,8 +794,9 @@ where
     {
         check_local(&*self.domain, local, "CrHashMap::remove");
         let g = local.enter();
-        let (b, w) = self.lock_bucket(&g, key);
-        let mut link: &AtomicPtr<Node<K, V, R>> = &b.head;
+        let h = self.hasher.hash_one(key);
+        let locked = self.lock_bucket(&g, h, "CrHashMap::remove");
+        let mut link: &AtomicPtr<Node<K, V, R>> = &locked.bucket.head;
         // Relaxed: as in `insert` (the lock orders writers).
         let mut p = link.load(Ordering::Relaxed);
         while !p.is_null() {
@@ -710,9 +808,11 @@ where
                 // [1] Mark, then [2] unlink. Release on both: a reader that sees
                 // the mark (or the new link) also sees everything before it.
                 n.next.store(next.map_addr(|a| a | MARK), Ordering::Release);
+                stall::point(stall::CR_MARKED);
                 link.store(next, Ordering::Release);
                 let len = self.counted(-1);
-                drop(w);
+                drop(locked);
+                // No lock held: the retire may run users' drops.
                 // SAFETY: unlinked by us ([2]) under the lock, so retired once;
                 // `free_node` frees what `A::alloc` made, from any thread.
                 unsafe { g.retire_raw(p.cast(), free_node::<K, V, R, A>) };
@@ -755,6 +855,7 @@ where
     /// The number of entries (each bucket counted under its lock, one after
     /// another, with resizes held off: approximate under concurrent updates).
     pub fn len(&self) -> usize {
+        let _u = UnderLock::enter("CrHashMap::len");
         let _r = self.resize_lock.lock();
         // Acquire: pairs with the resizer's Release publish.
         // SAFETY: the current table; only a resizer retires it, and we hold the
@@ -889,6 +990,90 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for CrHashMap<
     }
 }
 
+/// A bucket locked by a writer: its lock, and the [`UnderLock`] region around
+/// it (fields drop in order: the lock is released first).
+struct Locked<'g, K, V, L: RawMutex, R: Reclaimer> {
+    bucket: &'g Bucket<K, V, L, R>,
+    _lock: lock_api::MutexGuard<'g, L, ()>,
+    _region: UnderLock,
+}
+
+/// What [`read_chain`] shows its visitor.
+enum Seen<'g, K, V, R: Reclaimer> {
+    /// A node of the chain, protected by the guard until the walk moves two
+    /// nodes on (or returns it).
+    Node(&'g Node<K, V, R>),
+    /// The walk starts again from the head: forget the nodes shown so far.
+    Restart,
+}
+
+/// The readers' traversal of bucket `b`'s chain: shows `visit` each node in
+/// chain order and returns the first it accepts (`None`: the end).
+///
+/// Hand over hand under hazard pointers: the predecessor (slot `s_prev`), the
+/// node stood on (`s_cur`) and, while stepping, its successor (`s_next`).
+/// A node found **marked** is one a writer is removing; the reader does not
+/// wait for its unlink, it **steps over** it, if it is still linked:
+/// it protects the successor, then re-reads the link that led to the marked
+/// node. If that link (of the unmarked predecessor, or the head) still points
+/// to it, the node was still in the chain after the successor's hazard was
+/// published — so its remover, which marks and unlinks under the bucket lock
+/// and releases it only after the unlink, still held the lock, and the
+/// successor (removable only under that lock) was in the chain too, and is now
+/// protected. Otherwise (the node was unlinked meanwhile, a node inserted at
+/// the head) the walk restarts: only a writer's completed step makes it.
+/// Lock-free, and never waits for a writer.
+fn read_chain<'g, K, V, L: RawMutex, R: Reclaimer, G: Guard>(
+    b: &'g Bucket<K, V, L, R>,
+    g: &'g G,
+    mut visit: impl FnMut(Seen<'g, K, V, R>) -> bool,
+) -> Option<&'g Node<K, V, R>> {
+    'retry: loop {
+        // [1] `link` is the bucket's head or the `next` of the node protected
+        // by slot `s_prev`, and pointed to `cur` (unmarked) when `cur` was
+        // validated: directly (protected through it), or through marked nodes
+        // stepped over, which were still linked.
+        let mut link: &'g AtomicPtr<Node<K, V, R>> = &b.head;
+        let (mut s_cur, mut s_prev, mut s_next) = (0usize, 1usize, SPARE_SLOT);
+        let mut cur = g.protect(s_cur, link);
+        loop {
+            // SAFETY: [2] `cur` is protected by `s_cur` (not protected into
+            // again before the walk moves past it) and was in the chain after
+            // its hazard was published: validated against the head, against an
+            // unmarked `next` of its predecessor (a node is unlinked only after
+            // it is marked, so the predecessor was in the chain then, and so was
+            // `cur`), or stepped onto from a marked node still linked (see the
+            // function's doc). So it was not retired then, and is not freed while
+            // the slot holds it (nor while the table, protected too, lives).
+            let c = unsafe { cur.as_ref() }?;
+            c.live.check();
+            if visit(Seen::Node(c)) {
+                return Some(c);
+            }
+            stall::point(stall::CR_READ_STEPPED);
+            let next = g.protect(s_next, &c.next);
+            if next.tag() & MARK == 0 {
+                // `c` is not being removed: `next` is its successor in the chain.
+                link = &c.next;
+                (s_prev, s_cur, s_next) = (s_cur, s_next, s_prev);
+            } else {
+                // `c` is being removed. Acquire: pairs with the writer's Release
+                // unlink; the hazard on `next` is published before this load
+                // (`protect`'s fence), as Michael's validation needs.
+                if link.load(Ordering::Acquire) != cur.as_ptr() {
+                    // Unlinked meanwhile (or a node inserted before it): its
+                    // successor may be removed and freed by now.
+                    visit(Seen::Restart);
+                    continue 'retry;
+                }
+                // Still linked: step over it (`link` stays; `c`'s slot is free).
+                (s_cur, s_next) = (s_next, s_cur);
+            }
+            cur = next.untagged();
+        }
+    }
+}
+
 /// The guard type of scheme `R`.
 type GuardOf<'l, R> = <<R as Reclaimer>::Local as Local>::Guard<'l>;
 
@@ -913,32 +1098,18 @@ where
     R: Reclaimer,
     A: NodeAlloc,
 {
-    /// One pass over bucket `b`'s chain into a fresh buffer, restarting (and
-    /// emptying the buffer) when the node it stands on is removed, as `search`.
+    /// One pass over bucket `b`'s chain into a fresh buffer ([`read_chain`]);
+    /// a pass that restarts empties the buffer.
     fn fill(&mut self, b: &Bucket<K, V, L, R>) -> Vec<(K, V)> {
-        let g = &self.guard;
         let mut out = Vec::new();
-        'retry: loop {
-            out.clear();
-            // As in `search`, [1].
-            let mut link = &b.head;
-            let (mut s_cur, mut s_prev) = (0usize, 1usize);
-            loop {
-                let cur = g.protect(s_cur, link);
-                if cur.tag() & MARK != 0 {
-                    continue 'retry;
-                }
-                // SAFETY: as in `search`, [2].
-                let Some(c) = (unsafe { cur.as_ref() }) else {
-                    return out;
-                };
-                c.live.check();
-                out.push((c.key.clone(), c.value.clone()));
-                link = &c.next;
-                std::mem::swap(&mut s_cur, &mut s_prev);
-                stall::point(stall::CR_READ_STEPPED);
+        read_chain(b, &self.guard, |seen| {
+            match seen {
+                Seen::Node(c) => out.push((c.key.clone(), c.value.clone())),
+                Seen::Restart => out.clear(),
             }
-        }
+            false
+        });
+        out
     }
 }
 
@@ -1135,8 +1306,8 @@ mod tests {
     }
 
     #[derive(Clone)]
-    struct Counted<'a>(&'a AtomicUsize);
-    impl Drop for Counted<'_> {
+    struct Counted(std::sync::Arc<AtomicUsize>);
+    impl Drop for Counted {
         fn drop(&mut self) {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -1144,12 +1315,12 @@ mod tests {
 
     #[test]
     fn values_are_dropped_exactly_once() {
-        let drops = AtomicUsize::new(0);
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
         {
-            let m: CrHashMap<u32, Counted<'_>, TasB, Qsbr> = CrHashMap::with_buckets(2).unwrap();
+            let m: CrHashMap<u32, Counted, TasB, Qsbr> = CrHashMap::with_buckets(2).unwrap();
             let mut h = m.handle();
             for k in 0..5 {
-                assert!(h.insert(k, Counted(&drops)));
+                assert!(h.insert(k, Counted(drops.clone())));
             }
             drop(h.remove(&1));
             assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 1);
@@ -1195,6 +1366,133 @@ mod tests {
         resize_keeps_everything::<Leak>();
     }
 
+    /// A value that, when dropped, counts, resizes and writes the table that
+    /// held it (reached through a `Weak`: inert once the table is dropping).
+    struct Reenter<R: Reclaimer> {
+        table: std::sync::Weak<CrHashMap<u32, Reenter<R>, TasB, R>>,
+        k: u32,
+        /// Re-entries left (shared): each resize copies values, whose drops
+        /// come here again.
+        budget: std::sync::Arc<AtomicUsize>,
+    }
+    impl<R: Reclaimer> Clone for Reenter<R> {
+        /// A resize's copy keeps the table: its drop (when the replaced table
+        /// is freed) re-enters too.
+        fn clone(&self) -> Self {
+            Reenter {
+                table: self.table.clone(),
+                k: self.k,
+                budget: self.budget.clone(),
+            }
+        }
+    }
+    impl<R: Reclaimer> Drop for Reenter<R> {
+        fn drop(&mut self) {
+            let Some(m) = self.table.upgrade() else {
+                return;
+            };
+            let left = self.budget.fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |b| b.checked_sub(1),
+            );
+            if left.is_err() {
+                return;
+            }
+            let l = R::register(m.domain());
+            assert!(m.len() <= 8);
+            m.resize(&l, 1 + (self.k as usize % 3)).unwrap();
+            let fresh = 100 + self.k;
+            let inert = Reenter {
+                table: std::sync::Weak::new(),
+                k: fresh,
+                budget: self.budget.clone(),
+            };
+            {
+                if m.insert(&l, fresh, inert) {
+                    assert!(m.remove(&l, &fresh).is_some());
+                }
+            }
+        }
+    }
+
+    /// Values whose drop — run while a resize frees the table it replaced
+    /// (hazard pointers scan at every retire: at once) — calls `len`,
+    /// `resize` and insert/remove of the same table. Used to deadlock (the
+    /// resize retired the old table holding the resize lock). Miri-sized.
+    fn a_drop_during_a_resize_reenters<R: Reclaimer>(d: Arc<R>) {
+        let m = std::sync::Arc::new(
+            CrHashMap::<u32, Reenter<R>, TasB, R>::with_domain(1, d, RandomState::new()).unwrap(),
+        );
+        let l = R::register(m.domain());
+        let budget = std::sync::Arc::new(AtomicUsize::new(12));
+        for k in 0..6 {
+            let v = Reenter {
+                table: std::sync::Arc::downgrade(&m),
+                k,
+                budget: budget.clone(),
+            };
+            assert!(m.insert(&l, k, v));
+        }
+        for n in [4, 2, 5] {
+            m.resize(&l, n).unwrap();
+        }
+        assert_eq!(m.len(), 6);
+        for k in 0..6 {
+            assert_eq!(m.get(&l, &k).map(|v| v.k), Some(k));
+        }
+        assert!(
+            budget.load(std::sync::atomic::Ordering::Relaxed) < 12,
+            "{}: no drop re-entered the table",
+            R::NAME
+        );
+        drop(l);
+        drop(m);
+    }
+
+    #[test]
+    fn a_drop_during_a_resize_may_count_resize_and_write() {
+        a_drop_during_a_resize_reenters(Arc::new(HazardPointers::with_threshold(4, 1).unwrap()));
+        a_drop_during_a_resize_reenters(Arc::new(Ebr::with_advance_every(1).unwrap()));
+    }
+
+    /// A key whose clone or hash calls a lock-taking operation of the table
+    /// from under the table's lock: the documented panic, not a deadlock; the
+    /// table is usable after.
+    #[test]
+    fn a_lock_taking_call_from_under_a_lock_panics() {
+        struct Key(u32, std::sync::Weak<CrHashMap<Key, u32, TasB, Leak>>);
+        impl PartialEq for Key {
+            fn eq(&self, o: &Self) -> bool {
+                self.0 == o.0
+            }
+        }
+        impl Eq for Key {}
+        impl Hash for Key {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                self.0.hash(h)
+            }
+        }
+        impl Clone for Key {
+            fn clone(&self) -> Self {
+                if let Some(m) = self.1.upgrade() {
+                    m.len(); // from a resize: under every bucket lock
+                }
+                Key(self.0, self.1.clone())
+            }
+        }
+        let m = std::sync::Arc::new(CrHashMap::<Key, u32, TasB, Leak>::with_buckets(2).unwrap());
+        let l = Leak::register(m.domain());
+        assert!(m.insert(&l, Key(1, std::sync::Arc::downgrade(&m)), 10));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.resize(&l, 4)));
+        let msg = r.expect_err("a resize that cloned the key");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("would deadlock"), "{msg}");
+        assert_eq!((m.buckets(), m.len()), (2, 1), "the table as it was");
+        assert!(m.insert(&l, Key(2, std::sync::Weak::new()), 20), "usable");
+        assert_eq!(m.get(&l, &Key(1, std::sync::Weak::new())), Some(10));
+    }
+
     #[test]
     fn policy_grows_and_shrinks() {
         let p = ResizePolicy::new(4, 2).unwrap();
@@ -1206,26 +1504,26 @@ mod tests {
         assert_eq!(ResizePolicy::new(0, 2), Err(MapError::ZeroBuckets));
         assert_eq!(ResizePolicy::new(1, 0), Err(MapError::ZeroLoad));
         /// Counts live values: made and cloned +1, dropped -1.
-        struct Tracked<'a>(&'a AtomicUsize);
-        impl<'a> Tracked<'a> {
-            fn new(c: &'a AtomicUsize) -> Self {
+        struct Tracked(std::sync::Arc<AtomicUsize>);
+        impl Tracked {
+            fn new(c: &std::sync::Arc<AtomicUsize>) -> Self {
                 c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Tracked(c)
+                Tracked(c.clone())
             }
         }
-        impl Clone for Tracked<'_> {
+        impl Clone for Tracked {
             fn clone(&self) -> Self {
-                Tracked::new(self.0)
+                Tracked::new(&self.0)
             }
         }
-        impl Drop for Tracked<'_> {
+        impl Drop for Tracked {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let live = AtomicUsize::new(0);
+        let live = std::sync::Arc::new(AtomicUsize::new(0));
         {
-            let m: CrHashMap<u32, Tracked<'_>, TasB, Qsbr> =
+            let m: CrHashMap<u32, Tracked, TasB, Qsbr> =
                 CrHashMap::with_policy(p, Arc::new(Qsbr::new()), RandomState::new());
             assert_eq!(m.policy(), Some(p));
             let mut h = m.handle();

@@ -15,8 +15,58 @@
 //!
 //! The bucket count is fixed at construction (no resize): choose about the number
 //! of keys expected. Both tables are insert-if-absent maps (see
-//! [`map`](super::map)). Progress: lock-free; a preempted thread never blocks
-//! another. Uses `sched`: only a named stall point.
+//! [`map`](super::map)). Progress: every operation — `get`, `insert`,
+//! `remove`, `contains_key`, and the walks `len`, `is_empty`, `for_each`,
+//! `iter` — is lock-free: a thread stopped anywhere (a remover between marking
+//! a node and unlinking it included: the others unlink it for it) never holds
+//! another up. Uses `sched`: only named stall points.
+//!
+//! # Keys and values are `'static`
+//!
+//! A removed node is freed by the reclamation domain later — possibly after the
+//! table is gone, since a registration or another table of the domain keeps the
+//! domain alive — so its key and value cannot borrow anything:
+//!
+//! ```compile_fail,E0597
+//! use mpsync::ds::hash::LfHashMap;
+//! use mpsync::reclaim::{Ebr, Reclaimer};
+//! use mpsync::sync::Arc;
+//! use std::collections::hash_map::RandomState;
+//!
+//! let domain = Arc::new(Ebr::new());
+//! let l = Ebr::register(&domain); // keeps the domain alive after the table
+//! {
+//!     let name = String::from("borrowed");
+//!     let m: LfHashMap<u32, &str, Ebr> =
+//!         LfHashMap::with_domain(8, domain.clone(), RandomState::new()).unwrap();
+//!     m.insert(&l, 1, &name); // error: `name` does not live long enough ('static)
+//!     m.remove(&l, &1); // its node is the domain's now, to be dropped later
+//! }
+//! ```
+//!
+//! # Your code inside an operation
+//!
+//! The tables take no lock, so what a key's or value's code does cannot
+//! deadlock them:
+//!
+//! - **`Drop`** of a key or value runs when its node is freed: by the domain's
+//!   reclamation, inside an operation on any structure of the domain, on any
+//!   thread (EBR: as an operation starts; QSBR: at a quiescent state; hazard
+//!   pointers: at a removal's scan), or when the table or the domain is
+//!   dropped. It may do anything — operations on this table or another of its
+//!   domain included — through [`Auto`](super::handle::Auto), a handle, or a
+//!   registration of its own.
+//! - **`Hash`** and **`Ord`** of keys, **`Clone`** of keys and values, the
+//!   callback of [`for_each`](LfHashMap::for_each) and the code that consumes
+//!   an [`iter`](LfHashMap::iter) run inside operations, holding no lock: they
+//!   may call any operation of this or any table (a nested operation takes a
+//!   guard of its own).
+//! - A **panic** in any of them propagates out of the operation that ran it;
+//!   the table stays consistent and usable: an insert, read or walk that
+//!   panics has changed nothing, except that a `remove` whose `V::clone`
+//!   panics has removed the key (the panic comes after its linearization
+//!   point). A key whose drop panics still has its value dropped and its node
+//!   freed.
 //!
 //! ```
 //! use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
@@ -81,7 +131,7 @@ unsafe impl<K: Send + Sync, V: Send + Sync, R: Reclaimer, A: NodeAlloc, S: Sync>
 {
 }
 
-impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
+impl<K: 'static, V: 'static, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
     LfHashMap<K, V, R, A, S>
 {
     /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
@@ -96,7 +146,7 @@ impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default>
     }
 }
 
-impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Default
+impl<K: 'static, V: 'static, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Default
     for LfHashMap<K, V, R, A, S>
 {
     fn default() -> Self {
@@ -104,7 +154,7 @@ impl<K, V, R: Reclaimer + Default, A: NodeAlloc, S: BuildHasher + Default> Defau
     }
 }
 
-impl<K, V, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> {
+impl<K: 'static, V: 'static, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> {
     /// An empty table of `buckets` buckets whose retired nodes go to `domain`
     /// (with hazard pointers: at least 2 slots per thread). Errors if `buckets`
     /// is 0.
@@ -121,7 +171,9 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S: BuildHasher> LfHashMap<K, V, R, A, S> 
             _owns: PhantomData,
         })
     }
+}
 
+impl<K, V, R: Reclaimer, A: NodeAlloc, S> LfHashMap<K, V, R, A, S> {
     /// The reclamation domain (register threads with `R::register(m.domain())`).
     pub fn domain(&self) -> &Arc<R> {
         &self.domain
@@ -218,7 +270,8 @@ where
 
     /// The number of entries: exact when no thread changes the table meanwhile,
     /// otherwise approximate (buckets are counted one after another, each under
-    /// its own traversal). Walks the whole table.
+    /// its own traversal). Walks the whole table; lock-free, as
+    /// [`for_each`](Self::for_each).
     ///
     /// # Panics
     /// If `local` is registered with another domain.
@@ -244,7 +297,12 @@ where
 
     /// Calls `f` on every entry, bucket after bucket (in each, in key order), each
     /// key at most once; entries inserted or removed during the walk may or may not
-    /// be seen. The references are valid only during the call of `f`.
+    /// be seen. The references are valid only during the call of `f`, which may
+    /// use the table (see [Your code inside an operation](self#your-code-inside-an-operation)).
+    ///
+    /// Lock-free: the walk unlinks the removed nodes it meets (Michael's
+    /// search), so a remover stopped between its mark and its unlink does not
+    /// hold it up.
     ///
     /// # Panics
     /// If `local` is registered with another domain.
@@ -257,7 +315,7 @@ where
             // One guard per bucket: under EBR a walk of the whole table would
             // otherwise hold the epoch back for its whole length.
             let g = local.enter();
-            hm_list::for_each::<K, V, R>(b, &g, &mut f);
+            hm_list::for_each::<K, V, R, A>(b, &g, &mut f);
         }
     }
 
@@ -341,7 +399,7 @@ where
             self.next_bucket += 1;
             let mut out = Vec::new();
             let g = self.local.enter();
-            hm_list::for_each::<K, V, R>(b, &g, &mut |k, v| out.push((k.clone(), v.clone())));
+            hm_list::for_each::<K, V, R, A>(b, &g, &mut |k, v| out.push((k.clone(), v.clone())));
             drop(g);
             self.buf = out.into_iter();
         }
@@ -359,11 +417,9 @@ impl<K, V, R: Reclaimer, A: NodeAlloc, S> fmt::Debug for Iter<'_, '_, K, V, R, A
 
 impl<K, V, R: Reclaimer, A: NodeAlloc, S> Drop for LfHashMap<K, V, R, A, S> {
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
-            // SAFETY: `&mut self`: no thread uses the table any more; retired nodes
-            // belong to the domain, which frees them.
-            unsafe { hm_list::free_all::<K, V, R, A>(b) };
-        }
+        // SAFETY: `&mut self`: no thread uses the table any more; retired nodes
+        // belong to the domain, which frees them.
+        unsafe { hm_list::free_all::<K, V, R, A>(&self.buckets) };
     }
 }
 
@@ -425,9 +481,33 @@ where
     }
 }
 
+impl<K: 'static, V: 'static, R: ProtectsReachable, A: NodeAlloc, S: BuildHasher>
+    FastReadHashMap<K, V, R, A, S>
+{
+    /// An empty table of `buckets` buckets over `domain`. Errors if `buckets` is 0.
+    pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
+        Ok(Self {
+            inner: LfHashMap::with_domain(buckets, domain, hasher)?,
+        })
+    }
+}
+
 /// Hart's fast-read table (Figure 5.16): an [`LfHashMap`] whose `get` and
 /// `contains_key` walk past deleted nodes without helping or restarting. Only
 /// over schemes that protect everything reachable (`R: ProtectsReachable`).
+///
+/// Keys and values are `'static`, as [`LfHashMap`]'s
+/// ([why](self#keys-and-values-are-static)):
+///
+/// ```compile_fail,E0597
+/// use mpsync::ds::hash::FastReadHashMap;
+/// use mpsync::reclaim::{Qsbr, Reclaimer};
+///
+/// let name = String::from("borrowed");
+/// let m: FastReadHashMap<&str, u32, Qsbr> = FastReadHashMap::with_buckets(4).unwrap();
+/// let l = Qsbr::register(m.domain());
+/// m.insert(&l, &name, 1); // error: `name` does not live long enough ('static)
+/// ```
 pub struct FastReadHashMap<
     K,
     V,
@@ -438,8 +518,10 @@ pub struct FastReadHashMap<
     inner: LfHashMap<K, V, R, A, S>,
 }
 
-impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Default>
+impl<K: 'static, V: 'static, R: ProtectsReachable + Default, A: NodeAlloc, S>
     FastReadHashMap<K, V, R, A, S>
+where
+    S: BuildHasher + Default,
 {
     /// An empty table of [`DEFAULT_BUCKETS`] buckets with a domain of its own.
     pub fn new() -> Self {
@@ -456,8 +538,10 @@ impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Defaul
     }
 }
 
-impl<K, V, R: ProtectsReachable + Default, A: NodeAlloc, S: BuildHasher + Default> Default
+impl<K: 'static, V: 'static, R: ProtectsReachable + Default, A: NodeAlloc, S> Default
     for FastReadHashMap<K, V, R, A, S>
+where
+    S: BuildHasher + Default,
 {
     fn default() -> Self {
         Self::new()
@@ -472,13 +556,6 @@ where
     A: NodeAlloc,
     S: BuildHasher,
 {
-    /// An empty table of `buckets` buckets over `domain`. Errors if `buckets` is 0.
-    pub fn with_domain(buckets: usize, domain: Arc<R>, hasher: S) -> Result<Self, MapError> {
-        Ok(Self {
-            inner: LfHashMap::with_domain(buckets, domain, hasher)?,
-        })
-    }
-
     /// As [`LfHashMap::iter`] (the traversal is Michael's, not the fast read).
     ///
     /// # Panics
@@ -620,7 +697,7 @@ where
 mod tests {
     use super::*;
     use crate::ds::map::MapHandle;
-    use crate::reclaim::{HazardPointers, Leak, Qsbr};
+    use crate::reclaim::{Guard, HazardPointers, Leak, Qsbr};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn sequential<M: ConcurrentMap<u32, u32>>(m: &M) {
@@ -682,8 +759,8 @@ mod tests {
 
     /// Counts its drops in a shared counter.
     #[derive(Clone)]
-    struct Counted<'a>(&'a AtomicUsize);
-    impl Drop for Counted<'_> {
+    struct Counted(std::sync::Arc<AtomicUsize>);
+    impl Drop for Counted {
         fn drop(&mut self) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
@@ -691,15 +768,15 @@ mod tests {
 
     #[test]
     fn keys_and_values_are_dropped_exactly_once() {
-        let drops = AtomicUsize::new(0);
+        let drops = std::sync::Arc::new(AtomicUsize::new(0));
         {
-            let m: LfHashMap<u32, Counted<'_>, Qsbr> = LfHashMap::with_buckets(2).unwrap();
+            let m: LfHashMap<u32, Counted, Qsbr> = LfHashMap::with_buckets(2).unwrap();
             let mut h = m.handle();
             for k in 0..6 {
-                assert!(h.insert(k, Counted(&drops)));
+                assert!(h.insert(k, Counted(drops.clone())));
             }
             assert!(
-                !h.insert(0, Counted(&drops)),
+                !h.insert(0, Counted(drops.clone())),
                 "the refused value is dropped"
             );
             assert_eq!(drops.load(Ordering::Relaxed), 1);
@@ -740,6 +817,130 @@ mod tests {
         let other = Arc::new(Ebr::new());
         let l = Ebr::register(&other);
         m.insert(&l, 1, 1);
+    }
+
+    /// A value that, when dropped, uses the table that held it: inserts a
+    /// fresh key and reads and counts the table, through a registration of
+    /// its own (the table is reached through a `Weak`, so a drop run by the
+    /// table's own `Drop` finds it gone).
+    struct Reenter<R: Reclaimer> {
+        table: std::sync::Weak<LfHashMap<u32, Reenter<R>, R>>,
+        k: u32,
+    }
+    impl<R: Reclaimer> Clone for Reenter<R> {
+        fn clone(&self) -> Self {
+            Reenter {
+                table: std::sync::Weak::new(), // clones are inert
+                k: self.k,
+            }
+        }
+    }
+    impl<R: Reclaimer> Drop for Reenter<R> {
+        fn drop(&mut self) {
+            if let Some(m) = self.table.upgrade() {
+                let l = R::register(m.domain());
+                let fresh = 1000 + self.k;
+                let inert = Reenter {
+                    table: std::sync::Weak::new(),
+                    k: fresh,
+                };
+                assert!(m.insert(&l, fresh, inert));
+                assert!(m.contains_key(&l, &fresh));
+                assert!(m.len(&l) >= 1);
+                assert_eq!(m.iter(&l).filter(|(k, _)| *k == fresh).count(), 1);
+            }
+        }
+    }
+
+    /// Values whose drop, run by reclamation inside the table's own
+    /// operations (hazard pointers: a remove's scan; EBR: an operation's
+    /// critical section), re-enters the table. Miri-sized: under Miri, also no
+    /// use after free and no leak.
+    fn a_drop_reenters<R: Reclaimer>(d: Arc<R>) {
+        let m = std::sync::Arc::new(
+            LfHashMap::<u32, Reenter<R>, R>::with_domain(2, d, RandomState::new()).unwrap(),
+        );
+        let l = R::register(m.domain());
+        for k in 0..6 {
+            let v = Reenter {
+                table: std::sync::Arc::downgrade(&m),
+                k,
+            };
+            assert!(m.insert(&l, k, v));
+        }
+        for k in 0..6 {
+            assert_eq!(m.remove(&l, &k).map(|v| v.k), Some(k));
+            m.get(&l, &(1000 + k)); // operations: reclamation runs in them
+        }
+        drop(l);
+        let mut l = R::register(m.domain());
+        for _ in 0..4 {
+            l.enter().defer(|| ());
+            l.quiescent();
+        }
+        let keys: std::collections::BTreeSet<u32> = m.iter(&l).map(|(k, _)| k).collect();
+        assert!(keys.iter().all(|k| (1000..1006).contains(k)), "{keys:?}");
+        drop(l);
+        drop(m);
+    }
+
+    #[test]
+    fn a_drop_reenters_the_table() {
+        a_drop_reenters(Arc::new(HazardPointers::with_threshold(2, 1).unwrap()));
+        a_drop_reenters(Arc::new(Ebr::with_advance_every(1).unwrap()));
+        a_drop_reenters(Arc::new(Qsbr::new()));
+    }
+
+    /// Drops of [`Fragile`]s (only `a_panicking_key_drop_leaks_nothing` makes them).
+    static FRAGILE_DROPS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Counts its drops; the drop of `Fragile(0)` panics.
+    #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    struct Fragile(u32);
+    impl Drop for Fragile {
+        fn drop(&mut self) {
+            FRAGILE_DROPS.fetch_add(1, Ordering::Relaxed);
+            if self.0 == 0 {
+                panic!("the key's drop panics (on purpose)");
+            }
+        }
+    }
+
+    /// Hashes key `k` (a `u32`) to `k << 61`: with 3 buckets, keys 0–2 go to
+    /// the first, 3–5 to the second.
+    #[derive(Default)]
+    struct Spread(u64);
+    impl std::hash::Hasher for Spread {
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes.iter().rev() {
+                self.0 = self.0 << 8 | u64::from(b);
+            }
+        }
+        fn finish(&self) -> u64 {
+            self.0 << 61
+        }
+    }
+
+    /// A table dropped with a key whose drop panics (in its first bucket)
+    /// still drops every other key and value, the other buckets' too, and
+    /// frees every node (Miri: no leak).
+    #[test]
+    fn a_panicking_key_drop_leaks_nothing() {
+        let m: LfHashMap<Fragile, Fragile, Leak, SystemAlloc, _> = LfHashMap::with_domain(
+            3,
+            Arc::new(Leak::new()),
+            std::hash::BuildHasherDefault::<Spread>::default(),
+        )
+        .unwrap();
+        let l = Leak::register(m.domain());
+        for k in 0..6 {
+            assert!(m.insert(&l, Fragile(k), Fragile(k + 100)));
+        }
+        drop(l);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(m)));
+        assert!(r.is_err(), "the key's drop panicked");
+        let drops = FRAGILE_DROPS.load(Ordering::Relaxed);
+        assert_eq!(drops, 12, "every key and value dropped");
     }
 
     #[test]

@@ -26,14 +26,17 @@
 //! does not help: it walks past marked nodes, which is safe only where the scheme
 //! protects everything reachable ([`ProtectsReachable`]).
 //!
-//! Progress: lock-free (`get_fast`: wait-free apart from the list's length). Uses
-//! `sched`: only the stall points [`stall::HM_MARKED`]
-//! and [`stall::HM_FIND_STEPPED`].
+//! Progress: lock-free, every traversal (searches and the walk of `for_each`
+//! alike: a node left marked by a stopped remover is unlinked by whoever meets
+//! it); `get_fast`: wait-free apart from the list's length. Uses `sched`: only
+//! the stall points [`stall::HM_MARKED`] and [`stall::HM_FIND_STEPPED`].
 
+use std::marker::PhantomData;
 use std::ptr;
 
 use super::alloc::NodeAlloc;
 use super::lf::{CasBackoff, Liveness};
+use super::map::{drop_pair_and_free, free_chains};
 use crate::reclaim::{Guard, Header, Local, Protected, ProtectsReachable, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{AtomicPtr, Ordering};
@@ -75,19 +78,34 @@ fn unmarked<T>(p: *mut T) -> *mut T {
     p.map_addr(|a| a & !MARK)
 }
 
-/// Drops a node's key and value and gives its memory back to `A`.
+/// Drops a node's key and value and gives its memory back to `A` (panic-safely:
+/// see [`drop_pair_and_free`]).
 ///
 /// # Safety
 /// `p` came from `A::alloc::<Node<K, V, R>>`, no thread can reach it any more, and it
 /// is freed once.
 unsafe fn free_node<K, V, R: Reclaimer, A: NodeAlloc>(p: *mut u8) {
     let n = p.cast::<Node<K, V, R>>();
-    // SAFETY: the contract: `n` is a live node nobody else reaches; its key and
-    // value are dropped once, here, and the memory is freed right after.
+    // SAFETY: the contract: a live node nobody else reaches; its key and value
+    // are moved out and dropped once, its memory freed once, by `A`, which
+    // made it.
     unsafe {
-        ptr::drop_in_place(&raw mut (*n).key);
-        ptr::drop_in_place(&raw mut (*n).value);
-        A::free::<Node<K, V, R>>(p);
+        drop_pair_and_free(&raw const (*n).key, &raw const (*n).value, || {
+            A::free::<Node<K, V, R>>(p)
+        })
+    }
+}
+
+/// A node `insert` made and has not linked yet: freed (with its key and value)
+/// if the insert unwinds — a key's `Ord` that panics in the search that retries
+/// the link.
+struct Unlinked<K, V, R: Reclaimer, A: NodeAlloc>(*mut Node<K, V, R>, PhantomData<A>);
+
+impl<K, V, R: Reclaimer, A: NodeAlloc> Drop for Unlinked<K, V, R, A> {
+    fn drop(&mut self) {
+        // SAFETY: never shared (the guard is forgotten once the node is linked
+        // or taken apart), made by `A::alloc`, freed once, here.
+        unsafe { free_node::<K, V, R, A>(self.0.cast()) }
     }
 }
 
@@ -109,6 +127,27 @@ fn find<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
     head: &'g AtomicPtr<Node<K, V, R>>,
     key: &K,
     g: &'g GuardOf<'_, R>,
+) -> Pos<'g, K, V, R> {
+    let mut pos = walk::<K, V, R, A>(head, g, |c| c.key >= *key);
+    pos.node = pos.node.filter(|c| c.key == *key);
+    pos
+}
+
+/// Michael's traversal, which `find` and `for_each` share: walks the list at
+/// `head` in key order, **helps unlink** (and retires) every marked node it
+/// meets, and calls `stop` on each unmarked one; returns the position of the
+/// first node `stop` accepts (`node`: that node), or the end (`node: None`).
+/// When its window breaks (the node it stands on was deleted under it, or a
+/// helping CAS lost) it restarts from the head, and calls `stop` on nodes it has
+/// seen before (`for_each` skips them by key).
+///
+/// Lock-free: a restart follows another thread's successful CAS (a mark, an
+/// unlink, an insert), and a node a stopped remover left marked is unlinked by
+/// the walk itself, not waited for. Uses hazard slots `0` and `1` of `g`.
+fn walk<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
+    head: &'g AtomicPtr<Node<K, V, R>>,
+    g: &'g GuardOf<'_, R>,
+    mut stop: impl FnMut(&'g Node<K, V, R>) -> bool,
 ) -> Pos<'g, K, V, R> {
     'retry: loop {
         // [1] `prev` is the head (owned by the caller's structure, which outlives
@@ -150,9 +189,12 @@ fn find<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
             // window `prev → cur` was in the list at that validation.)
             let next = c.next.load(Ordering::Acquire);
             if !marked(next) {
-                if c.key >= *key {
-                    let node = (c.key == *key).then_some(c);
-                    return Pos { prev, cur, node };
+                if stop(c) {
+                    return Pos {
+                        prev,
+                        cur,
+                        node: Some(c),
+                    };
                 }
                 prev = &c.next;
                 prev_node = Some(c);
@@ -216,14 +258,17 @@ fn insert_node<'g, K: Ord + Send, V: Send, R: Reclaimer, A: NodeAlloc>(
     g: &'g GuardOf<'_, R>,
     backoff: &mut CasBackoff,
 ) -> Result<(), (K, V)> {
+    let unlinked = Unlinked::<K, V, R, A>(node, PhantomData);
     loop {
         if try_link(node, &pos) {
+            std::mem::forget(unlinked);
             return Ok(());
         }
         backoff.spin();
         // SAFETY: `node` is ours, not yet shared.
         pos = find::<K, V, R, A>(head, unsafe { &(*node).key }, g);
         if pos.node.is_some() {
+            std::mem::forget(unlinked);
             // SAFETY: `node` was never shared; its key and value move back out once
             // and its memory is freed once.
             let kv = unsafe { (ptr::read(&(*node).key), ptr::read(&(*node).value)) };
@@ -382,62 +427,48 @@ pub(crate) fn contains_fast<K: Ord, V, R: ProtectsReachable>(
     search_fast::<K, V, R>(head, key, g).is_some()
 }
 
-/// Frees every node of the list at `head`, marked or not (the structure is being
-/// dropped: no thread can reach it).
+/// Frees every node of the lists at `heads` (a table's buckets), marked or
+/// not (the structure is being dropped: no thread can reach it); a panicking
+/// drop of one does not stop the others ([`free_chains`]).
 ///
 /// # Safety
-/// No other thread uses the list, now or later; nodes still linked are freed
+/// No other thread uses the lists, now or later; nodes still linked are freed
 /// here, retired ones by their domain.
-pub(crate) unsafe fn free_all<K, V, R: Reclaimer, A: NodeAlloc>(head: &AtomicPtr<Node<K, V, R>>) {
-    // Relaxed: exclusive access (the contract).
-    let mut p = unmarked(head.load(Ordering::Relaxed));
-    while !p.is_null() {
-        // SAFETY: every node reachable from the head is linked (an unlinked node is
-        // no longer reachable), owned by the list, and visited once.
-        let next = unmarked(unsafe { &*p }.next.load(Ordering::Relaxed));
-        // SAFETY: linked, so never retired; freed once, here.
-        unsafe { free_node::<K, V, R, A>(p.cast()) };
-        p = next;
+pub(crate) unsafe fn free_all<K, V, R: Reclaimer, A: NodeAlloc>(heads: &[Head<K, V, R>]) {
+    // Relaxed (all): exclusive access (the contract).
+    let heads = heads.iter().map(|h| unmarked(h.load(Ordering::Relaxed)));
+    // SAFETY: every node reachable from a head is linked (an unlinked node is
+    // no longer reachable), so never retired; owned by the list, visited and
+    // freed once; its `next` is read before it is freed.
+    unsafe {
+        free_chains(
+            heads,
+            |p| unmarked((*p).next.load(Ordering::Relaxed)),
+            |p, n| (*p).next.store(n, Ordering::Relaxed),
+            free_node::<K, V, R, A>,
+        )
     }
 }
 
-/// Visits the unmarked pairs in key order, each key at most once (a traversal
-/// under the guard, with `find`'s discipline; entries inserted or removed
-/// meanwhile may or may not be seen). When the protected window breaks (a
-/// predecessor was deleted under it), the walk restarts from the head and skips
-/// the keys up to the last one reported.
-pub(crate) fn for_each<K: Ord + Send + Clone, V: Send, R: Reclaimer>(
+/// Visits the unmarked pairs in key order, each key at most once (Michael's
+/// traversal, [`walk`]: it helps unlink the marked nodes it meets, so a remover
+/// stopped between its mark and its unlink does not hold it up; entries
+/// inserted or removed meanwhile may or may not be seen). When the protected
+/// window breaks, the walk restarts from the head and skips the keys up to the
+/// last one reported.
+pub(crate) fn for_each<K: Ord + Send + Clone, V: Send, R: Reclaimer, A: NodeAlloc>(
     head: &AtomicPtr<Node<K, V, R>>,
     g: &GuardOf<'_, R>,
     f: &mut dyn FnMut(&K, &V),
 ) {
     let mut last: Option<K> = None;
-    'retry: loop {
-        // `prev` is the head or the `next` of the node protected by `s_prev` (as
-        // in `find`, [1]).
-        let mut prev = head;
-        let (mut s_cur, mut s_prev) = (0usize, 1usize);
-        loop {
-            let cur = g.protect(s_cur, prev);
-            if cur.tag() & MARK != 0 {
-                continue 'retry;
-            }
-            // SAFETY: protected (slot `s_cur`, not protected into again before the
-            // swap below moves on) and validated, as in `find`, [2].
-            let Some(c) = (unsafe { cur.as_ref() }) else {
-                return;
-            };
-            c.live.check();
-            // Acquire: as in `find`.
-            let live = !marked(c.next.load(Ordering::Acquire));
-            if live && last.as_ref().is_none_or(|l| c.key > *l) {
-                f(&c.key, &c.value);
-                last = Some(c.key.clone());
-            }
-            prev = &c.next;
-            std::mem::swap(&mut s_cur, &mut s_prev);
+    walk::<K, V, R, A>(head, g, |c| {
+        if last.as_ref().is_none_or(|l| c.key > *l) {
+            f(&c.key, &c.value);
+            last = Some(c.key.clone());
         }
-    }
+        false
+    });
 }
 
 #[cfg(all(test, not(loom)))]

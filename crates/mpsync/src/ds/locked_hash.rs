@@ -9,6 +9,20 @@
 //! with the lock-free table. Insert-if-absent, as the other tables (see
 //! [`map`](super::map)). Needs nothing from `sched` beyond what the lock uses.
 //!
+//! # Your code inside an operation
+//!
+//! `Hash` runs before the bucket's lock is taken; `Eq`, `Clone` and the
+//! callback of [`for_each`](LockedHashMap::for_each) run under it. From there,
+//! operations of the lock-free tables work; an operation of this or another
+//! lock-based or CR table **panics** (it would wait for a lock its own thread
+//! holds, or take two tables' locks in an order another thread may reverse).
+//! **`Drop`** of a key or value never runs under a lock (a refused insert's
+//! pair and a removed key are dropped after the lock is released), so it may
+//! use the table; so may the code that consumes an [`iter`](LockedHashMap::iter),
+//! which copies each bucket under its lock and yields after. A panic in any of
+//! them leaves the table as it was and releases the lock. Keys and values may
+//! borrow (nothing outlives the table).
+//!
 //! ```
 //! use mpsync::ds::locked_hash::LockedHashMap;
 //! use mpsync::lock::TasBNp;
@@ -29,7 +43,7 @@ use std::hash::{BuildHasher, Hash};
 use lock_api::{Mutex, RawMutex};
 
 use super::hash::DEFAULT_BUCKETS;
-use super::map::{ConcurrentMap, MapError, MapHandle};
+use super::map::{ConcurrentMap, MapError, MapHandle, UnderLock};
 
 /// One bucket: its pairs behind its lock.
 type Bucket<K, V, L> = Mutex<L, Vec<(K, V)>>;
@@ -86,40 +100,72 @@ impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
         &self.buckets[((u128::from(h) * self.buckets.len() as u128) >> 64) as usize]
     }
 
-    /// Inserts `key → value` if `key` is absent; `false` if it was present.
+    /// Inserts `key → value` if `key` is absent; `false` if it was present
+    /// (the pair is then dropped, after the lock is released).
+    ///
+    /// # Panics
+    /// If called from a `Hash`, `Eq` or `Clone` (or `for_each` callback) that a
+    /// table runs under its lock (see the [module documentation](self)).
     pub fn insert(&self, key: K, value: V) -> bool {
-        let mut b = self.bucket(&key).lock();
+        let b = self.bucket(&key);
+        let _u = UnderLock::enter("LockedHashMap::insert");
+        let mut b = b.lock();
         if b.iter().any(|(k, _)| *k == key) {
+            // The lock is released before `key` and `value` (parameters) drop.
             return false;
         }
         b.push((key, value));
         true
     }
 
-    /// Removes `key` and returns its value.
+    /// Removes `key` and returns its value (the key is dropped after the lock
+    /// is released).
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn remove(&self, key: &K) -> Option<V> {
-        let mut b = self.bucket(key).lock();
-        let i = b.iter().position(|(k, _)| k == key)?;
-        Some(b.swap_remove(i).1)
+        let b = self.bucket(key);
+        let (k, v) = {
+            let _u = UnderLock::enter("LockedHashMap::remove");
+            let mut b = b.lock();
+            let i = b.iter().position(|(k, _)| k == key)?;
+            b.swap_remove(i)
+        };
+        drop(k);
+        Some(v)
     }
 
     /// A clone of `key`'s value.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn get(&self, key: &K) -> Option<V>
     where
         V: Clone,
     {
-        let b = self.bucket(key).lock();
+        let b = self.bucket(key);
+        let _u = UnderLock::enter("LockedHashMap::get");
+        let b = b.lock();
         b.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
     }
 
     /// Whether `key` is present.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn contains_key(&self, key: &K) -> bool {
-        self.bucket(key).lock().iter().any(|(k, _)| k == key)
+        let b = self.bucket(key);
+        let _u = UnderLock::enter("LockedHashMap::contains_key");
+        b.lock().iter().any(|(k, _)| k == key)
     }
 
     /// The number of entries: buckets are locked one after another, so under
     /// concurrent updates the sum is approximate.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn len(&self) -> usize {
+        let _u = UnderLock::enter("LockedHashMap::len");
         self.buckets.iter().map(|b| b.lock().len()).sum()
     }
 
@@ -129,20 +175,47 @@ impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
     }
 
     /// An iterator over clones of the entries, one bucket at a time (each
-    /// copied under its lock, so no lock is held between calls to `next`).
+    /// copied under its lock, so no lock is held between calls to `next`: the
+    /// code that consumes the iterator may use the table).
     /// Weakly consistent, as [`LfHashMap::iter`](super::hash::LfHashMap::iter):
     /// a key present throughout is yielded exactly once, none twice.
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert) (each `next` that copies a bucket).
     pub fn iter(&self) -> impl Iterator<Item = (K, V)> + '_
     where
         K: Clone,
         V: Clone,
     {
-        self.buckets.iter().flat_map(|b| b.lock().clone())
+        self.buckets.iter().flat_map(|b| {
+            // Filled under the lock, dropped after it (also when a `clone`
+            // panics midway): no `Drop` runs under the lock.
+            let (mut ks, mut vs) = (Vec::new(), Vec::new());
+            {
+                let _u = UnderLock::enter("LockedHashMap::iter");
+                let b = b.lock();
+                ks.reserve(b.len());
+                vs.reserve(b.len());
+                for (k, v) in b.iter() {
+                    ks.push(k.clone());
+                    vs.push(v.clone());
+                }
+            }
+            ks.into_iter().zip(vs)
+        })
     }
 
     /// Calls `f` on every entry, one bucket (locked) at a time.
+    ///
+    /// `f` runs under the bucket's lock: it must not call an operation of this
+    /// (or any lock-based or CR) table, which panics ([`iter`](Self::iter)
+    /// runs no user code under a lock).
+    ///
+    /// # Panics
+    /// As [`insert`](Self::insert).
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         for b in self.buckets.iter() {
+            let _u = UnderLock::enter("LockedHashMap::for_each");
             for (k, v) in b.lock().iter() {
                 f(k, v);
             }
@@ -229,5 +302,52 @@ mod tests {
         assert!(MapHandle::insert(&mut h, 4, "four".into()));
         assert_eq!(MapHandle::get(&mut h, &4).as_deref(), Some("four"));
         assert!(LockedHashMap::<u8, u8, Native>::with_buckets(0).is_err());
+    }
+
+    /// A key whose drop uses the table (a removed key is dropped after the
+    /// lock is released), and whose `Eq` tries to: the documented panic, the
+    /// lock released, the table usable after.
+    #[test]
+    fn a_key_may_use_the_table_from_drop_not_from_eq() {
+        type Table = LockedHashMap<Key, u32, TasB>;
+        struct Key(u32, std::sync::Weak<Table>, bool);
+        impl PartialEq for Key {
+            fn eq(&self, o: &Self) -> bool {
+                let armed = if self.2 { self } else { o };
+                if let (true, Some(m)) = (armed.2, armed.1.upgrade()) {
+                    m.contains_key(&Key(0, std::sync::Weak::new(), false));
+                }
+                self.0 == o.0
+            }
+        }
+        impl Eq for Key {}
+        impl std::hash::Hash for Key {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                self.0.hash(h)
+            }
+        }
+        impl Drop for Key {
+            fn drop(&mut self) {
+                if let (false, Some(m)) = (self.2, self.1.upgrade()) {
+                    assert!(m.insert(Key(self.0 + 100, std::sync::Weak::new(), false), 0));
+                }
+            }
+        }
+        let m = std::sync::Arc::new(Table::with_buckets(1).unwrap());
+        let w = std::sync::Arc::downgrade(&m);
+        assert!(m.insert(Key(1, w.clone(), false), 1));
+        assert_eq!(m.remove(&Key(1, std::sync::Weak::new(), false)), Some(1));
+        assert!(
+            m.contains_key(&Key(101, std::sync::Weak::new(), false)),
+            "the drop inserted"
+        );
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            m.get(&Key(101, w.clone(), true))
+        }));
+        let msg = r.expect_err("`Eq` under the lock called contains_key");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("would deadlock"), "{msg}");
+        assert_eq!(m.len(), 1, "usable: the lock was released");
+        assert_eq!(m.remove(&Key(101, std::sync::Weak::new(), false)), Some(0));
     }
 }

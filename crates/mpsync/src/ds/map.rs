@@ -19,6 +19,17 @@
 //! [`CrHashMap::new`](super::cr_hash::CrHashMap::new) grows and shrinks by
 //! itself; the other tables keep the bucket count they were made with.
 //!
+//! **Your keys' and values' code.** A `Drop` never runs under a table's lock,
+//! so it may use any table, the one dropping it included (the lock-free and
+//! CR tables' keys and values are `'static`: they are freed by a reclamation
+//! domain that may outlive the table). `Hash`, `Eq`/`Ord` and `Clone` may use
+//! any table where they run with no lock held — everywhere in the lock-free
+//! tables, in the CR table's reads — and only lock-free reads where a table
+//! runs them under its lock (the CR table's writers and resize, every
+//! `LockedHashMap` operation): a lock-taking operation started there panics
+//! instead of deadlocking. A panic in any of them leaves the table consistent
+//! and usable. Each table's module documentation says exactly where.
+//!
 //! ```
 //! use mpsync::ds::map::{ConcurrentMap, MapHandle};
 //! use mpsync::ds::hash::LfHashMap;
@@ -160,6 +171,159 @@ impl<M: RegisteredMap<K, V>, K, V> MapHandle<K, V> for RegisteredHandle<'_, M, K
     fn quiescent(&mut self) {
         self.auto.now(&mut self.local);
     }
+}
+
+// ---- what the tables share about users' code ------------------------------------
+
+/// Drops a node's key and value and frees its memory, panic-safely: the pair
+/// is moved out and the memory freed (`free_mem`) first, so a key whose drop
+/// panics still has its value dropped, and no node memory leaks.
+///
+/// # Safety
+/// `key` and `value` are the fields of one node nobody else reaches any more,
+/// and `free_mem` frees that node's memory once (without dropping anything).
+#[inline]
+pub(crate) unsafe fn drop_pair_and_free<K, V>(
+    key: *const K,
+    value: *const V,
+    free_mem: impl FnOnce(),
+) {
+    // SAFETY: the contract: the fields are valid, read (moved out) once.
+    let (k, v) = unsafe { (std::ptr::read(key), std::ptr::read(value)) };
+    free_mem();
+    drop(k);
+    drop(v);
+}
+
+/// Frees a chain of nodes owned by a structure at the end of its life: `free`
+/// on each node from `first` on, following `next` (read before the node is
+/// freed). A panicking key or value drop does not stop it: the rest of the
+/// chain is freed while the panic unwinds (as a `Vec`'s drop goes on), so
+/// nothing leaks.
+///
+/// # Safety
+/// Every node of the chain is reached only through it, owned by the caller,
+/// and freed once by `free` (which `next` must not be called after).
+pub(crate) unsafe fn free_chain<N>(
+    first: *mut N,
+    next: impl Fn(*mut N) -> *mut N + Copy,
+    free: unsafe fn(*mut u8),
+) {
+    /// The rest of the chain, freed if a node's drop unwinds.
+    struct Rest<N, F: Fn(*mut N) -> *mut N + Copy> {
+        p: *mut N,
+        next: F,
+        free: unsafe fn(*mut u8),
+    }
+    impl<N, F: Fn(*mut N) -> *mut N + Copy> Drop for Rest<N, F> {
+        fn drop(&mut self) {
+            // SAFETY: the rest of the caller's chain, not yet freed.
+            unsafe { free_chain(self.p, self.next, self.free) }
+        }
+    }
+    let mut p = first;
+    while !p.is_null() {
+        let rest = Rest {
+            p: next(p),
+            next,
+            free,
+        };
+        // SAFETY: the contract: a node of the chain, freed once, here.
+        unsafe { free(p.cast()) };
+        p = rest.p;
+        std::mem::forget(rest);
+    }
+}
+
+/// Frees the chains whose first nodes are `heads` (a table's buckets) as one
+/// chain ([`free_chain`]): each chain's last node is linked to the next
+/// chain's first (`set_next`), so a panicking drop in one bucket does not
+/// stop the others either. `next` reads a node's successor (null at a chain's
+/// end).
+///
+/// # Safety
+/// As [`free_chain`], for every chain; the chains are disjoint, and the
+/// caller's access to them exclusive (their links are rewritten).
+pub(crate) unsafe fn free_chains<N>(
+    heads: impl IntoIterator<Item = *mut N>,
+    next: impl Fn(*mut N) -> *mut N + Copy,
+    set_next: impl Fn(*mut N, *mut N),
+    free: unsafe fn(*mut u8),
+) {
+    let (mut first, mut last): (*mut N, *mut N) = (std::ptr::null_mut(), std::ptr::null_mut());
+    for h in heads.into_iter().filter(|h| !h.is_null()) {
+        if last.is_null() {
+            first = h;
+        } else {
+            set_next(last, h);
+        }
+        last = h;
+        while !next(last).is_null() {
+            last = next(last);
+        }
+    }
+    // SAFETY: the contract: one chain of owned nodes now, each reached once.
+    unsafe { free_chain(first, next, free) }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// This thread is running users' code (`Hash`, `Eq`, `Clone`, a `for_each`
+    /// callback) under a lock of a lock-based or CR table.
+    static UNDER_LOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the region of a table operation in which the calling thread holds
+/// (or is about to take) the table's locks and runs users' `Hash`, `Eq` or
+/// `Clone` there. Made *before* the first lock is taken, dropped after the last
+/// is released (also when the operation unwinds).
+///
+/// A lock-taking operation of any table started inside such a region — from
+/// the user's code the region runs — would wait for a lock its own thread
+/// holds (the same table), or take two tables' locks in an order another
+/// thread may take in reverse. Instead it panics at once, before it takes any
+/// lock ([`enter`](Self::enter)): a documented panic, never a deadlock.
+/// Lock-free reads and every `Drop` are unaffected (the tables run no user
+/// `Drop` under a lock).
+pub(crate) struct UnderLock(());
+
+impl UnderLock {
+    /// Enters the region for operation `op`.
+    ///
+    /// # Panics
+    /// If the calling thread is already inside one (see the type's doc).
+    #[inline]
+    #[track_caller]
+    pub(crate) fn enter(op: &'static str) -> Self {
+        #[cfg(not(loom))]
+        if UNDER_LOCK.replace(true) {
+            reentered(op);
+        }
+        #[cfg(loom)]
+        let _ = op;
+        UnderLock(())
+    }
+}
+
+impl Drop for UnderLock {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        UNDER_LOCK.set(false);
+    }
+}
+
+#[cfg(not(loom))]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn reentered(op: &'static str) -> ! {
+    panic!(
+        "{op} was called from a key's or value's `Hash`, `Eq` or `Clone` (or a `for_each` \
+         callback) that a lock-based or CR table runs while it holds one of its locks: it \
+         would deadlock. From there, use only lock-free reads (`CrHashMap::get`, the \
+         lock-free tables), or defer the update"
+    )
 }
 
 /// Invalid table parameters supplied by the user.

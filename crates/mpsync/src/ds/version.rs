@@ -106,6 +106,8 @@ impl<N: DeadNode, R: Reclaimer> Version<N, R> {
 
     /// After the CAS `old → new` succeeded: records `dead` (a list linked through
     /// [`DeadNode::dead_next`], or null) and the successor in `old`, and retires it.
+    /// `N: 'static`: the domain frees the nodes later, possibly after the
+    /// structure is gone, so they may borrow nothing.
     ///
     /// # Safety
     /// The caller's CAS replaced `old` by `new` in the shared pointer (so it is the
@@ -113,7 +115,7 @@ impl<N: DeadNode, R: Reclaimer> Version<N, R> {
     /// exactly the nodes of `old` that `new` no longer contains, linked by the caller.
     pub(crate) unsafe fn retire<G: Guard>(g: &mut G, old: *mut Self, new: *mut Self, dead: *mut N)
     where
-        N: Send,
+        N: Send + 'static,
     {
         // SAFETY: `old` is protected by `g`, so it is not freed.
         let o = unsafe { &*old };

@@ -257,6 +257,17 @@ points! {
     /// A thread attaching to the emulated scheduler holds the scheduler's lock.
     SCHED_EMU_ATTACH = "sched.emulated.attach",
         "sched: attaching thread holds the emulated scheduler's lock";
+    // maps (sound-maps):
+    /// Concurrently-readable hash table, remove: the node is marked (its
+    /// successor link frozen), not yet unlinked; the writer holds the bucket's
+    /// lock (readers must step over the node, not wait for the unlink).
+    CR_MARKED = "cr_hash.remove.marked",
+        "CR remove: node marked, not yet unlinked (bucket lock held)", boost 4;
+    /// Concurrently-readable hash table, resize: every bucket lock of the old
+    /// table is held and the copy is being made; the new table is not yet
+    /// published (readers must go on in the old table).
+    CR_RESIZE_FROZEN = "cr_hash.resize.frozen",
+        "CR resize: old table frozen (every bucket lock held), new table not yet published", boost 4;
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
