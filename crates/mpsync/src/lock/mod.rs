@@ -26,7 +26,7 @@
 //! |------|----------------|-----------------|
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock already hands over in FIFO order | no: a taken ticket or queued node cannot be withdrawn |
 //! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | yes: a waiter that gives up withdraws by CAS against the releaser's claim |
-//! | [`TicketNp`] | yes: the plain unlock (queue order; preempted takers skipped) | yes: a taker that gives up leaves its number, marked departed, to be withdrawn |
+//! | [`TicketNp`] | yes: the plain unlock (queue order; preempted takers skipped) | yes: a taker that gives up leaves its number, marked departed, to be withdrawn; a passed deadline takes no number, and a timed taker joins only a short queue |
 //! | [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped) | yes: a waiter that gives up marks its node abandoned by CAS; whoever unlinks it takes the lock in its place |
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |

@@ -64,7 +64,9 @@
 //!
 //! A forgotten read guard (`mem::forget`) leaves its slot set: like a forgotten
 //! guard of any lock, later writers of that lock wait forever; dropping the lock
-//! clears its slots, so a new lock at the same address is not affected.
+//! clears its slots — whether or not the bias is still on then — so a new lock
+//! at the same address is not affected (a lock that was never biased has no
+//! slot to clear, and its drop does not scan the table).
 //!
 //! ```
 //! use mpsync::{RwLock, rwlock::{Bravo, RwTasB}};
@@ -165,6 +167,9 @@ pub static GLOBAL_TABLE: VisibleReaders = VisibleReaders::new();
 pub struct Bravo<L> {
     /// Whether readers may take the fast path (state table in the module doc).
     rbias: AtomicBool,
+    /// Whether the bias was ever on: only then can a slot name this lock
+    /// (a reader publishes only after seeing the bias on). Read by `Drop`.
+    biased_once: AtomicBool,
     /// `clock()` before which slow-path readers must not re-enable the bias.
     inhibit_until: AtomicU64,
     /// 1 while a revoking writer is (about to be) parked waiting for a fast
@@ -187,6 +192,7 @@ impl<L> Bravo<L> {
     pub const fn with_table(inner: L, table: &'static VisibleReaders) -> Self {
         Self {
             rbias: AtomicBool::new(false),
+            biased_once: AtomicBool::new(false),
             inhibit_until: AtomicU64::new(0),
             revoker: AtomicU32::new(0),
             table,
@@ -199,6 +205,7 @@ impl<L> Bravo<L> {
     pub fn with_table(inner: L, table: &'static VisibleReaders) -> Self {
         Self {
             rbias: AtomicBool::new(false),
+            biased_once: AtomicBool::new(false),
             inhibit_until: AtomicU64::new(0),
             revoker: AtomicU32::new(0),
             table,
@@ -379,6 +386,9 @@ impl<L: lock_api::RawRwLock> Bravo<L> {
         if !self.rbias.load(Ordering::Relaxed)
             && clock() >= self.inhibit_until.load(Ordering::Relaxed)
         {
+            // Relaxed: read only by `Drop`, which has `&mut self` (every
+            // use of the lock happened before it).
+            self.biased_once.store(true, Ordering::Relaxed);
             // Release: pairs with the fast reader's Acquire fence after [R3]:
             // the last writer's section (ordered before our `inner` read
             // acquisition) is visible to readers that see the bias on.
@@ -412,8 +422,11 @@ impl<L> Drop for Bravo<L> {
     fn drop(&mut self) {
         // No guard can be alive: a slot naming this lock is a forgotten guard's.
         // Clear it so that a lock later made at this address is not held up.
+        // Whether the bias is on *now* does not tell: a writer (a failed
+        // `try_lock_exclusive` too) turns it off and leaves the forgotten
+        // reader's slot; only a lock that was never biased has none.
         // Relaxed: `&mut self`, nothing runs concurrently.
-        if self.rbias.load(Ordering::Relaxed) {
+        if self.biased_once.load(Ordering::Relaxed) {
             let me = self.id();
             for s in &self.table.slots {
                 // Relaxed: `&mut self`; no reader of this lock can exist.

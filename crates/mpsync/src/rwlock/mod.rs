@@ -319,6 +319,39 @@ mod tests {
         assert_eq!(TABLE.readers_of(addr), 0);
     }
 
+    /// A forgotten fast read guard's slot must be cleared when the lock is
+    /// dropped even after a failed `try_write` turned the bias off: a new lock
+    /// made at the same address would otherwise find the slot naming it, and
+    /// once a reader biases it, its writers would wait for that slot forever.
+    #[test]
+    fn bravo_drop_clears_a_forgotten_fast_guard_after_the_bias_went_off() {
+        // Its own table, so that no other test's lock shares the slots.
+        static TABLE: VisibleReaders = VisibleReaders::new();
+        let new = || RwLock::from_raw(Bravo::with_table(RwTasB::new(), &TABLE), 0u8);
+        let mut l: Box<RwLock<Bravo<RwTasB>, u8>> = Box::new(new());
+        drop(l.read()); // enables the bias
+        std::mem::forget(l.read()); // a fast read, never released
+        assert!(l.try_write().is_none(), "a writer beside a reader");
+        // SAFETY: only inspects the raw lock.
+        let raw = unsafe { l.raw() };
+        assert!(!raw.is_biased(), "the failed try_write turns the bias off");
+        let addr = raw as *const Bravo<RwTasB> as usize;
+        *l = new(); // drops the old lock in place; the new one has its address
+        // SAFETY: as above.
+        let raw = unsafe { l.raw() };
+        assert_eq!(raw as *const Bravo<RwTasB> as usize, addr);
+        assert_eq!(
+            TABLE.readers_of(addr),
+            0,
+            "the dropped lock's forgotten fast reader still names its address"
+        );
+        drop(l.read()); // biases the new lock
+        assert!(
+            l.try_write().is_some(),
+            "a new lock at the address of a dropped one refuses its writer"
+        );
+    }
+
     #[test]
     fn debug_shows_state() {
         let l = RwQueued::new();
