@@ -1920,6 +1920,55 @@ mod tests {
         }
     }
 
+    /// A taker whose number was passed while it was away must see it
+    /// withdrawn however far `serving` went — here exactly 2³² numbers' worth
+    /// of tickets, where a 32-bit distance reads 0 ("mine, on offer") and the
+    /// taker would claim the offer of the number's current taker. The taker
+    /// is stopped at `ticket_np.taken` with number 0; meanwhile `serving`
+    /// moves to 2³² (offered to a taker that is stopped too: nobody claims it).
+    /// It must take a new number, withdraw the stalled offer after the
+    /// patience, and claim its own.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn a_taker_passed_by_2_pow_32_tickets_takes_a_new_number() {
+        use crate::sched::stall::Trap;
+        const T: Duration = Duration::from_secs(20);
+        let mut l = TicketNp::with_patience(Duration::from_millis(1)).unwrap();
+        l.ask_kernel = false;
+        let far: Number = 1 << 32;
+        std::thread::scope(|s| {
+            let l = &l;
+            let (w, w_id, w_go) = spawn_timed_taker(s, move || {
+                let g = l.lock_numbered(); // 0, passed; then far + 2
+                // Relaxed: our own claim.
+                let held = l.serving.load(Ordering::Relaxed);
+                if held == (far + 2) | CLAIMED {
+                    l.unlock_now(g);
+                } else {
+                    // The wrong number: its release would offer a number
+                    // far behind `serving` (the test fails on `held`).
+                    drop(g);
+                }
+                held
+            });
+            let taken = Trap::at(stall::TICKET_NP_TAKEN).thread(w_id).arm();
+            w_go.send(()).unwrap();
+            taken.wait_hit(T).unwrap(); // number 0 taken
+            // Relaxed: the taker is stopped. 2^32 tickets later: `far` on
+            // offer, taken by someone who does not claim it.
+            l.serving.store(far, Ordering::Relaxed);
+            l.next.store(far + 2, Ordering::Relaxed);
+            taken.release();
+            let held = w.join().unwrap();
+            assert_eq!(
+                held,
+                (far + 2) | CLAIMED,
+                "the taker of 0, passed by 2^32 tickets, held {held:#x}: the offer of {far:#x} is another taker's"
+            );
+        });
+        assert_eq!(l.withdrawn(), 1, "the stalled offer of {far:#x} withdrawn");
+    }
+
     /// Numbers wrap: across 2³² (the taker slots carry the low 32 bits of a
     /// number) and across 2⁶⁴ (the counters themselves), the hand-over, the
     /// idle claim, timed takers that leave numbers behind a holder, and
