@@ -254,34 +254,70 @@ fn storm<L: RawMutex + Send + Sync + 'static>(name: &str, attempt: Attempt<L>) {
     assert_eq!(sched::current().depth(), 0);
 }
 
+/// Puts `new` where the lock in `place` (held by a forgotten guard) is:
+/// drops the old lock in place, or (`moved`) moves it out first — the
+/// forgotten guard's borrow is over — and returns it, for the caller to use
+/// and drop later.
+fn new_lock_in_place<T>(place: &mut T, new: T, moved: bool) -> Option<T> {
+    let addr = place as *const T as usize;
+    let old = if moved {
+        Some(std::mem::replace(place, new))
+    } else {
+        *place = new;
+        None
+    };
+    assert_eq!(place as *const T as usize, addr);
+    old
+}
+
 /// A guard forgotten on a thread that then exits: the lock stays held (every
-/// attempt fails, none hangs); the lock is dropped and a new one made at its
-/// address, which works here and on another thread. Then `force_unlock` with
-/// the raw guard of the acquisition.
+/// attempt fails, none hangs); a new lock is made at its address — the old
+/// one dropped there, or moved away (and still held) — and works here and
+/// on another thread. Then `force_unlock` with the raw guard of the
+/// acquisition.
 fn forgotten_guard<L: RawMutex + Send + Sync + 'static>(name: &str, attempt: Attempt<L>) {
-    let mut m: Box<Mutex<L, u64>> = Box::new(Mutex::new(0));
-    let addr = &*m as *const Mutex<L, u64> as usize;
-    thread::scope(|s| {
-        let m = &*m;
-        s.spawn(move || std::mem::forget(m.lock()));
-    });
-    assert!(m.is_locked(), "{name}: a forgotten guard's lock reads free");
-    for k in 0..60 {
+    for moved in [false, true] {
+        let mut m: Box<Mutex<L, u64>> = Box::new(Mutex::new(0));
+        thread::scope(|s| {
+            let m = &*m;
+            s.spawn(move || std::mem::forget(m.lock()));
+        });
+        assert!(m.is_locked(), "{name}: a forgotten guard's lock reads free");
+        for k in 0..60 {
+            assert!(
+                attempt(&m, k).is_none(),
+                "{name}: attempt {k} got a lock whose guard was forgotten"
+            );
+        }
+        let old = new_lock_in_place(&mut *m, Mutex::new(1), moved);
         assert!(
-            attempt(&m, k).is_none(),
-            "{name}: attempt {k} got a lock whose guard was forgotten"
+            !m.is_locked(),
+            "{name}: a new lock reads held (moved: {moved})"
         );
+        *m.lock() += 1;
+        let m: &'static Mutex<L, u64> = Box::leak(m);
+        finishes(
+            &format!("{name}: lock() of the new lock, from another thread (moved: {moved})"),
+            move || *m.lock() += 1,
+        );
+        assert_eq!(*m.lock(), 3);
+        if let Some(old) = old {
+            assert!(
+                old.try_lock().is_none(),
+                "{name}: the moved lock lost its holder"
+            );
+        }
+        if moved {
+            force_unlock_round_trip(name, m);
+        }
     }
-    *m = Mutex::new(1); // the held lock dropped in place; a new one at its address
-    assert_eq!(&*m as *const Mutex<L, u64> as usize, addr);
-    assert!(!m.is_locked(), "{name}: a new lock reads held");
-    *m.lock() += 1;
-    let m: &'static Mutex<L, u64> = Box::leak(m);
-    finishes(
-        &format!("{name}: lock() of the new lock, from another thread"),
-        move || *m.lock() += 1,
-    );
-    assert_eq!(*m.lock(), 3);
+}
+
+/// lock_api's `force_unlock`: the raw guard of the acquisition, kept by hand.
+fn force_unlock_round_trip<L: RawMutex + Send + Sync + 'static>(
+    name: &str,
+    m: &'static Mutex<L, u64>,
+) {
     // lock_api's force_unlock: the raw guard of the acquisition, kept by hand.
     // SAFETY: raw access only to lock and release; no guard is alive.
     let g = unsafe { m.raw() }.lock();
@@ -688,10 +724,14 @@ impl<L: RawRwLockUpgrade> RwArena<L> {
         })
     }
 
+    /// A read section, long enough (a few hundred spins) that a writer let
+    /// in beside it is seen.
     fn read(&self, v: &u64) {
         self.readers.fetch_add(1, SeqCst);
-        assert!(!self.writer.load(SeqCst), "a reader beside a writer");
-        std::hint::black_box(*v);
+        for _ in 0..256 {
+            assert!(!self.writer.load(SeqCst), "a reader beside a writer");
+            std::hint::black_box(*v);
+        }
         self.readers.fetch_sub(1, SeqCst);
     }
 
@@ -817,9 +857,11 @@ enum Kind {
 /// a thread that then exits): the lock refuses writers (a `try_write`, which
 /// may turn a bias off), nothing hangs; a new lock at its address works.
 fn rw_forgotten_guard<L: RawRwLockUpgrade + Send + Sync + 'static>(name: &str) {
-    for kind in [Kind::Read, Kind::Write, Kind::Upgradable] {
+    for (kind, moved) in [Kind::Read, Kind::Write, Kind::Upgradable]
+        .into_iter()
+        .flat_map(|k| [(k, false), (k, true)])
+    {
         let mut l: Box<RwLock<L, u64>> = Box::new(RwLock::new(0));
-        let addr = &*l as *const RwLock<L, u64> as usize;
         drop(l.read()); // a reader-biased lock turns its bias on here
         thread::scope(|s| {
             let l = &*l;
@@ -841,23 +883,30 @@ fn rw_forgotten_guard<L: RawRwLockUpgrade + Send + Sync + 'static>(name: &str) {
             l.try_upgradable_read().is_none() || !matches!(kind, Kind::Write | Kind::Upgradable),
             "{name}: an upgradable reader beside a forgotten {kind:?} guard"
         );
-        *l = RwLock::new(1); // dropped in place; a new lock at its address
-        assert_eq!(&*l as *const RwLock<L, u64> as usize, addr);
+        let old = new_lock_in_place(&mut *l, RwLock::new(1), moved);
         assert!(
             !l.is_locked(),
-            "{name}: a new lock at a dropped one's address reads held"
+            "{name}: a new lock where one with a forgotten {kind:?} guard was reads held (moved: {moved})"
         );
         drop(l.read()); // biases the new lock, if the type does
         let l: &'static RwLock<L, u64> = Box::leak(l);
         finishes(
-            &format!("{name}: write() of a new lock where one with a forgotten {kind:?} guard was"),
+            &format!(
+                "{name}: write() of a new lock where one with a forgotten {kind:?} guard was (moved: {moved})"
+            ),
             move || *l.write() += 1,
         );
         assert!(
             l.try_write().is_some(),
-            "{name}: try_write on the new lock ({kind:?})"
+            "{name}: try_write on the new lock ({kind:?}, moved: {moved})"
         );
         assert_eq!(*l.read(), 2);
+        if let Some(old) = old {
+            assert!(
+                old.try_write().is_none(),
+                "{name}: a writer of the moved lock beside its forgotten {kind:?} guard"
+            );
+        }
     }
     assert_eq!(sched::current().depth(), 0);
 }
