@@ -12,6 +12,12 @@
 //! | [`RwNp<L>`]     | L-np          | as `L`, sections no-preempt                       | as L  | 001 §3            |
 //! | [`Bravo<L>`]    | BRAVO-L       | biased: a slot in a global table / `L`, revoking  | as L  | Dice & Kogan 2019 |
 //!
+//! What a caller may do to a lock (forgotten guards, `force_unlock_*`, panics
+//! in sections, `fork`) is as for the mutual-exclusion locks ("What a caller
+//! may do" in [`crate::lock`]), for read, write and upgradable guards alike.
+//! None of these locks offers timed acquisitions; their edges are `try_read`,
+//! `try_write`, `try_upgradable_read` and `try_upgrade`.
+//!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
 //! drains. Readers that arrive together read together; a writer waits for the
