@@ -581,7 +581,7 @@ fn condvar_storm<L: RawMutex + Send + Sync + 'static>(name: &str) {
             let mut k = 0u64;
             while !a.stop.load(SeqCst) {
                 k += 1;
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     cv.notify_one();
                 } else {
                     cv.notify_all();
