@@ -444,6 +444,7 @@ impl TicketNp {
             return Some(g);
         }
         if Instant::now() >= deadline {
+            stall::point(stall::TIMED_GAVE_UP);
             return None;
         }
         self.timed_slow(deadline)
@@ -1504,7 +1505,8 @@ mod tests {
             held_rx.recv_timeout(T).unwrap();
             let (w, w_id, w_go) = spawn_timed_taker(s, move || {
                 // Number 2; the deadline passes while 0 is held.
-                let g = l.try_lock_for(Duration::from_millis(1))?;
+                // (50 ms: a deadline past already at the call takes no number.)
+                let g = l.try_lock_for(Duration::from_millis(50))?;
                 assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
                 inside.store(false, Ordering::SeqCst);
                 l.unlock_now(g);
@@ -1580,7 +1582,7 @@ mod tests {
                 });
                 held_rx.recv_timeout(T).unwrap();
                 let (w, w_id, w_go) = spawn_timed_taker(s, move || {
-                    l.try_lock_for(Duration::from_millis(1))
+                    l.try_lock_for(Duration::from_millis(50))
                         .map(|g| l.unlock_now(g))
                 });
                 let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
