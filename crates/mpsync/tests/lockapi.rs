@@ -552,8 +552,10 @@ fn timed_queue_waiters_withdraw() {
 /// returns `None`, nobody holds the lock. A waiter that withdrew over a grant
 /// leaves the lock held forever, which the bounded `try_lock_for` below
 /// reports. Rounds repeat (at most `rounds`) until one saw the grant win.
-/// Returns how many rounds the grant won.
-fn grant_as_timed_waiter_gives_up<L>(name: &str, rounds: u32) -> u32
+/// Returns how many rounds the grant won. The waiter's `timeout` is zero
+/// where a zero timeout queues (it then gives up at its first look), and a
+/// short one for Ticket-np, where a deadline already past takes no number.
+fn grant_as_timed_waiter_gives_up<L>(name: &str, rounds: u32, timeout: Duration) -> u32
 where
     L: RawMutexTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
 {
@@ -584,7 +586,7 @@ where
             // A deadline already due: the waiter gives up at its first look,
             // while spinning (WAITING), not after parking (a releaser that
             // finds a parked waiter wakes it and skips it rather than grant).
-            let got = w.try_lock_for(Duration::ZERO).map(|mut g| {
+            let got = w.try_lock_for(timeout).map(|mut g| {
                 assert!(!win.swap(true, Ordering::Acquire), "two holders");
                 *g += 100;
                 win.store(false, Ordering::Release);
@@ -648,22 +650,24 @@ where
 
 #[test]
 fn timed_queue_waiter_grant_races_withdrawal() {
-    grant_as_timed_waiter_gives_up::<SmartQ>("Smart-Q", 20);
-    grant_as_timed_waiter_gives_up::<McsTp>("MCS-TP", 20);
+    grant_as_timed_waiter_gives_up::<SmartQ>("Smart-Q", 20, Duration::ZERO);
+    grant_as_timed_waiter_gives_up::<McsTp>("MCS-TP", 20, Duration::ZERO);
     // The releaser waits for an acknowledgement the stopped waiter cannot
     // give: it rescinds, and the waiter finds FAILURE.
-    grant_as_timed_waiter_gives_up::<QueuedHandshaking>("Queued-Handshaking", 3);
+    grant_as_timed_waiter_gives_up::<QueuedHandshaking>("Queued-Handshaking", 3, Duration::ZERO);
     // The releaser offers the stopped waiter's number and withdraws it after
     // its patience (20 µs; at once where the kernel says the waiter sleeps in
     // the trap): the waiter then finds it withdrawn. The late win, with a
     // patience that outlasts the stop, is `ticket.rs`'s unit test
-    // `a_timed_taker_that_sees_its_offer_on_the_way_out_claims_it`.
-    grant_as_timed_waiter_gives_up::<TicketNp>("Ticket-np", 3);
+    // `a_timed_taker_that_sees_its_offer_on_the_way_out_claims_it`. A zero
+    // timeout takes no number (it is a `try_lock`): 1 ms, which passes
+    // while the taker waits behind the holder.
+    grant_as_timed_waiter_gives_up::<TicketNp>("Ticket-np", 3, Duration::from_millis(1));
     // CLH-TP: the lock reaches a waiter only through its own CAS, so the
     // stopped waiter gives up and the release lands behind its abandoned node
     // (the queue's tail): the probe must unlink it and get the lock, and
     // `is_locked` must read the lock as free.
-    grant_as_timed_waiter_gives_up::<ClhTp>("CLH-TP", 3);
+    grant_as_timed_waiter_gives_up::<ClhTp>("CLH-TP", 3, Duration::ZERO);
 }
 
 /// CLH-TP: timed waiters that gave up leave their nodes in the queue, the last

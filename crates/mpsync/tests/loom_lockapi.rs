@@ -115,6 +115,14 @@ fn loom_bounded_steal_fair_unlock() {
 fn timed_races_plain<L: RawMutexTimed<Duration = Duration> + Send + Sync + 'static>(
     make: fn() -> L,
 ) {
+    timed_attempt_races_plain(make, |l| l.try_lock_for(Duration::ZERO));
+}
+
+/// [`timed_races_plain`] with the timed attempt given.
+fn timed_attempt_races_plain<L: RawMutex + Send + Sync + 'static>(
+    make: fn() -> L,
+    attempt: fn(&L) -> Option<L::Guard>,
+) {
     builder(2).check(move || {
         let s = Arc::new((make(), UnsafeCell::new(0u32)));
         let plain = {
@@ -131,7 +139,7 @@ fn timed_races_plain<L: RawMutexTimed<Duration = Duration> + Send + Sync + 'stat
         };
         let mut wins = 0;
         for _ in 0..2 {
-            if let Some(g) = s.0.try_lock_for(Duration::ZERO) {
+            if let Some(g) = attempt(&s.0) {
                 // SAFETY: the lock is held.
                 s.1.with_mut(|p| unsafe { *p += 1 });
                 wins += 1;
@@ -201,9 +209,18 @@ fn loom_clh_tp_timed_grant_races_withdrawal() {
 /// if both missed each other, the offer would be stranded and the lock would
 /// end reserved for a thread that left (`is_locked` after the joins); a
 /// departing taker that returned `None` after its claim won would leave it
-/// held by nobody (the plain thread's next `lock` spins forever).
+/// held by nobody (the plain thread's next `lock` spins forever). A zero
+/// timeout takes no number (it is a `try_lock`), so the timed attempt here
+/// is one whose deadline passes between its take and its first look.
 #[test]
 fn loom_ticket_np_timed_offer_races_departure() {
+    timed_attempt_races_plain(TicketNp::new, TicketNp::try_lock_leaving_at_first_wait);
+}
+
+/// Ticket-np's zero timeout (a `try_lock`: no number taken) beside a plain
+/// thread that locks twice.
+#[test]
+fn loom_ticket_np_zero_timeout_races_plain() {
     timed_races_plain(TicketNp::new);
 }
 

@@ -150,6 +150,45 @@ fn bravo_withdrawal_vs_parked_revoker() {
     rw_model(bravo_tas_b, &[&[false], &[true]], 3);
 }
 
+/// BRAVO: a writer's `try_lock_exclusive` that gives up beside a fast reader
+/// leaves the bias off while the reader is still inside; the same writer's
+/// blocking `lock_exclusive` after it must still wait for that reader (the
+/// bias being off does not say that no slot names the lock). Loom's
+/// `UnsafeCell` flags a write beside the fast read.
+#[test]
+fn bravo_writer_after_a_failed_try_vs_fast_reader() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.max_branches = 20_000;
+    b.check(|| {
+        let s = Arc::new((bravo_tas_b(), UnsafeCell::new(0u32)));
+        let r = s.clone();
+        let reader = thread::spawn(move || {
+            let g = r.0.lock_shared();
+            // SAFETY: the read lock is held.
+            let _ = r.1.with(|p| unsafe { *p });
+            // SAFETY: from this lock on this thread.
+            unsafe { r.0.unlock_shared(g) };
+        });
+        let mut writes = 1;
+        if let Some(w) = s.0.try_lock_exclusive() {
+            // SAFETY: the write lock is held.
+            s.1.with_mut(|p| unsafe { *p += 1 });
+            // SAFETY: from this lock on this thread.
+            unsafe { s.0.unlock_exclusive(w) };
+            writes += 1;
+        }
+        let w = s.0.lock_exclusive();
+        // SAFETY: the write lock is held.
+        s.1.with_mut(|p| unsafe { *p += 1 });
+        // SAFETY: from this lock on this thread.
+        unsafe { s.0.unlock_exclusive(w) };
+        reader.join().unwrap();
+        // SAFETY: all threads joined.
+        assert_eq!(s.1.with(|p| unsafe { *p }), writes);
+    });
+}
+
 /// Upgradable reads: thread 1 takes an upgradable read, reads, upgrades and
 /// writes (what it read must still be there); thread 2 reads, then writes.
 /// Loom's `UnsafeCell` flags a write not ordered after a read, or a read

@@ -13,7 +13,14 @@
 //!
 //! Participants are numbered `0..n`; each id must be used by one thread at a
 //! time (a thread keeps its id across episodes). An id out of range panics with
-//! a message naming the range (a programming error, like an index).
+//! a message naming the range (a programming error, like an index), before
+//! arriving: it is not counted.
+//!
+//! A participant that never arrives — its thread panicked, or stopped —
+//! leaves the others of its episode waiting: the episode needs all `n` (as
+//! `std::sync::Barrier`; there is no poisoning). Nothing is released early and
+//! nothing is left unsound: another thread may take over the missing id and
+//! arrive, and the episode, and the barrier, go on (`tests/hostile_locks.rs`).
 //!
 //! ```
 //! use mpsync::barrier::{Barrier, Central, WaitMode, ScalableSc};

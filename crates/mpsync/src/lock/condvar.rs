@@ -79,6 +79,15 @@ impl WaitTimeoutResult {
 /// the no-preempt request ends before the thread sleeps, and is made again
 /// when it re-locks.
 ///
+/// A zero or past timeout (`wait_timeout(Duration::ZERO)`, `wait_until` an
+/// instant gone by) releases the mutex, locks it again and returns at once,
+/// timed out. The condition of
+/// [`wait_while`](Condvar::wait_while) and
+/// [`wait_timeout_while`](Condvar::wait_timeout_while) runs with the mutex
+/// held: it may panic (the caller's guard unwinds and releases the mutex; the
+/// condvar counts no waiter left), notify, or take other locks; taking the
+/// same mutex again deadlocks, as for any mutex that is not reentrant.
+///
 /// A condvar is not tied to one mutex: waiting on it with different mutexes is
 /// allowed (and a notification then wakes waiters of all of them). Uses
 /// `sched`: [`park`](crate::sched::park), [`unpark_one`](crate::sched::unpark_one),

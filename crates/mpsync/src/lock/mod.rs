@@ -26,7 +26,7 @@
 //! |------|----------------|-----------------|
 //! | [`Ticket`], [`TicketSplit`], [`AndersonN`], [`Queued`], [`Clh`] | yes: the plain unlock already hands over in FIFO order | no: a taken ticket or queued node cannot be withdrawn |
 //! | [`SmartQ`], [`QueuedHandshaking`], [`McsTp`] | yes: the plain unlock (queue order; preempted waiters skipped, as their papers do) | yes: a waiter that gives up withdraws by CAS against the releaser's claim |
-//! | [`TicketNp`] | yes: the plain unlock (queue order; preempted takers skipped) | yes: a taker that gives up leaves its number, marked departed, to be withdrawn |
+//! | [`TicketNp`] | yes: the plain unlock (queue order; preempted takers skipped) | yes: a taker that gives up leaves its number, marked departed, to be withdrawn; a passed deadline takes no number, and a timed taker joins only a short queue |
 //! | [`ClhTp`] | yes: the plain unlock (queue order; preempted waiters skipped) | yes: a waiter that gives up marks its node abandoned by CAS; whoever unlinks it takes the lock in its place |
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
@@ -40,6 +40,39 @@
 //! Ticket-np, Smart-Q and Queued-Handshaking are no-preempt by construction; any
 //! other lock gets its -np form as `Np<L>`. The pointer-free locks implement
 //! [`ProcessShared`] and work in memory shared between processes.
+//!
+//! ## What a caller may do
+//!
+//! Nothing a caller does through the safe API (nor `force_unlock` under its
+//! contract) makes a lock unsound or hangs a thread that did nothing wrong;
+//! `tests/hostile_locks.rs` does each of these to every lock:
+//!
+//! - **Zero and past timeouts** (`try_lock_for(Duration::ZERO)`,
+//!   `try_lock_until` an instant gone by): at least a `try_lock`, which gets
+//!   a free lock; they leave nothing behind that others must clear, so storms
+//!   of them (or of `try_lock`, or of tiny timeouts) beside untimed lockers
+//!   leave a free lock free (`is_locked` false, `try_lock` succeeds, `lock`
+//!   returns).
+//! - **Forgotten guards** (`mem::forget`, `MutexGuard::leak`): the lock stays
+//!   held for good, as any lock would — attempts fail (timed ones by their
+//!   deadline), `lock` waits forever. The lock may still be dropped or moved,
+//!   and a new lock made where it was works. A forgotten guard of a
+//!   no-preempt lock (`Np<L>`, Ticket-np, Smart-Q, Queued-Handshaking) also
+//!   leaves its thread's no-preempt request raised until the thread exits
+//!   (the thread's context block starts afresh for its next owner).
+//! - **`force_unlock`** takes the raw guard of the acquisition (from
+//!   `raw().lock()`): it is `unlock`. A forgotten `MutexGuard` took its raw
+//!   guard with it, so its lock cannot be force-unlocked.
+//! - **A panic inside a critical section** unwinds the guard, which releases
+//!   the lock and ends the no-preempt request; waiters get the lock. There is
+//!   no poisoning (lock_api has none): the data is as the section left it.
+//! - **`fork`**: the child is a copy of the forking thread alone. It can use
+//!   locks made after the fork, and locks that were free with nobody waiting
+//!   at the fork. A lock another thread held or waited for at the fork stays
+//!   that way in the child: its `lock` waits forever (`try_lock` answers
+//!   `None`). A child should not start threads that use mpsync unless no
+//!   other thread of the parent could have been starting one at the fork
+//!   (`sched` registers threads under a process-wide lock).
 //!
 //! ```
 //! use mpsync::{Mutex, lock::{TasBNp, NativeNp}};

@@ -55,10 +55,21 @@ use crate::util::clock::Patience;
 /// Pause per waiter ahead, in `spin_loop` hints (≈ 0.1–0.5 µs on current x86).
 const PROPORTIONAL_SPINS: u32 = 32;
 
-/// Signed distance from `a` to `b` on the wrapping ticket circle.
+/// Signed distance from `a` to `b` on the wrapping ticket circle (the plain
+/// ticket locks: a taker never leaves its number, so at most one number per
+/// thread is ever outstanding and the distance never nears 2³¹).
 #[inline]
 fn ahead(mine: u32, serving: u32) -> i32 {
     mine.wrapping_sub(serving) as i32
+}
+
+/// A [`TicketNp`] number (64-bit: see "Numbers" there).
+type Number = u64;
+
+/// Signed distance from `serving` to `mine` on Ticket-np's number circle.
+#[inline]
+fn ahead_np(mine: Number, serving: Number) -> i64 {
+    mine.wrapping_sub(serving) as i64
 }
 
 /// Waits about `n` positions' worth (001 §3.1 proportional backoff). Under loom
@@ -219,7 +230,7 @@ plain_ticket!(
 
 /// `serving` word of [`TicketNp`]: the offered ticket in the high 31 bits, bit 0
 /// set once its acquirer has claimed it.
-const CLAIMED: u32 = 1;
+const CLAIMED: Number = 1;
 
 /// How long a releaser waits for the next ticket's claim before withdrawing the
 /// offer (the acquirer polls continuously once it is next, so a running one
@@ -230,10 +241,29 @@ pub const TICKET_NP_DEFAULT_PATIENCE: Duration = Duration::from_micros(20);
 /// More waiting numbers than slots only make some takers unknown (patience).
 const TAKERS: usize = 8;
 
+/// Most numbers outstanding (taken, not yet withdrawn or served) that a
+/// timed taker joins: it takes a number only while fewer are, so the numbers
+/// that timed takers can leave behind fit in the taker slots, each keeping
+/// its departed mark until its number is withdrawn (see "Timed acquisition"
+/// at [`TicketNp`]).
+const TIMED_BACKLOG: Number = TAKERS as Number;
+
+/// Longest nap of a timed taker that waits outside a full backlog (nobody
+/// wakes it: it holds no number).
+const OUTSIDE_NAP: Duration = Duration::from_micros(100);
+
 /// Low half of a taker slot whose taker gave up (a timed waiter whose deadline
 /// passed): its number is withdrawn at once when it comes up. Kernel keys are
 /// small indices, so `key + 1` never reaches it.
 const DEPARTED: u32 = u32::MAX;
+
+/// The part of number `t` a taker slot carries (its low 32 bits): a slot
+/// holds a hint, and a number 2³² numbers away that finds a stale entry of
+/// the same slot only costs a withdrawal, which is always safe.
+#[inline]
+fn slot_tag(t: Number) -> u64 {
+    t & u64::from(u32::MAX)
+}
 
 /// Bell bit: a waiter may be parked on this bell (the rest counts rings).
 const SLEEPY: u32 = 1;
@@ -249,9 +279,14 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 
 /// The scheduler-conscious ticket lock (001 §3.1, "Ticket-np").
 ///
-/// Tickets are 31-bit numbers: `next` counts in steps of 2 and `serving` holds
+/// Tickets are 63-bit numbers: `next` counts in steps of 2 and `serving` holds
 /// `ticket | CLAIMED`, so the offer and its claim are one word and a single CAS
 /// decides between the acquirer's claim and the releaser's withdrawal.
+/// Distances between numbers are read on the wrapping circle (`wrapping_sub`
+/// as a signed 64-bit value): they stay far below 2⁶² — numbers ahead of
+/// `serving` are bounded (below), and a number behind it by 2⁶² would need
+/// that many acquisitions while its taker was away — so counters that wrap
+/// (a test starts them just below 2³² and 2⁶⁴) never change an answer.
 ///
 /// | `serving` | `next`  | state                                     | left by                                                       |
 /// |-----------|---------|-------------------------------------------|---------------------------------------------------------------|
@@ -279,7 +314,7 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// Who took which number (a hint, never part of the protocol above): a waiter
 /// records its thread's kernel key ([`sched::native::kernel_key`], an index,
 /// not a pointer, so the lock stays usable across processes) in a small slot
-/// array indexed by number, `(t << 32) | (key + 1)`. The releaser, and the
+/// array indexed by number, `(t mod 2³² << 32) | (key + 1)`. The releaser, and the
 /// waiter behind an idle lock's unclaimed offer, withdraw the offer at once
 /// when the kernel says its taker is off its CPU (preempted or blocked); they
 /// wait out the patience only for a taker that runs or that nobody knows (no
@@ -304,11 +339,27 @@ const PARK_TIMEOUT: Duration = Duration::from_micros(500);
 /// its idle claim (`is_locked` counts that lock free). A departing taker that
 /// sees its own number on offer on the way out claims it and returns the
 /// lock, past its deadline. See `depart`.
+///
+/// Left numbers must not pile up, or a storm of short timed attempts buries a
+/// free lock under numbers whose marks were overwritten (each then costs a
+/// whole patience). So a timed attempt whose deadline has already passed
+/// (`try_lock_for(Duration::ZERO)`, `try_lock_until` an instant gone by) is
+/// only a `try_lock`: it takes no number; and a timed taker takes a number
+/// only while fewer than 8 (the taker slots) are outstanding — otherwise it
+/// waits outside the queue, helping to withdraw departed offers at its head,
+/// until the queue shortens or its deadline passes. Every number a timed
+/// taker leaves therefore keeps its departed mark until it is withdrawn (a
+/// later number in the same slot is taken only by an untimed taker, which
+/// costs that number one patience at most), the numbers outstanding are at
+/// most 8 plus two per thread, and a lock nobody holds, behind which only
+/// departed numbers wait, reads free. The price: a timed attempt against a
+/// queue of 8 or more waiters has no place in line until it shortens, and can
+/// time out while untimed waiters go first.
 #[derive(Debug)]
 #[repr(C)]
 pub struct TicketNp {
-    next: AtomicU32,
-    serving: AtomicU32,
+    next: AtomicU64,
+    serving: AtomicU64,
     /// Offers withdrawn so far (diagnostic).
     withdrawn: AtomicU64,
     patience_ns: u32,
@@ -329,12 +380,12 @@ pub struct TicketNp {
 #[must_use = "release it through the lock's unlock"]
 pub struct TicketNpGuard {
     token: super::np::NpToken,
-    offer: u32,
+    offer: Number,
 }
 
 impl TicketNpGuard {
     #[inline]
-    fn new(token: super::np::NpToken, offer: u32) -> Self {
+    fn new(token: super::np::NpToken, offer: Number) -> Self {
         Self { token, offer }
     }
 }
@@ -344,8 +395,8 @@ impl TicketNp {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         Self {
-            next: AtomicU32::new(0),
-            serving: AtomicU32::new(0),
+            next: AtomicU64::new(0),
+            serving: AtomicU64::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
             ask_kernel: true,
@@ -358,8 +409,8 @@ impl TicketNp {
     #[cfg(loom)]
     pub fn new() -> Self {
         Self {
-            next: AtomicU32::new(0),
-            serving: AtomicU32::new(0),
+            next: AtomicU64::new(0),
+            serving: AtomicU64::new(0),
             withdrawn: AtomicU64::new(0),
             patience_ns: TICKET_NP_DEFAULT_PATIENCE.as_nanos() as u32,
             ask_kernel: true,
@@ -383,13 +434,41 @@ impl TicketNp {
     }
 
     /// The timed acquisition (`lock_api::RawMutexTimed`, in `fair_timed`):
-    /// `try_lock`, then the waiting path until `deadline`.
+    /// `try_lock`, then — unless the deadline has passed already: a taker
+    /// that would give up at its first look must not take a number — the
+    /// waiting path until `deadline`.
     #[inline]
     pub(super) fn try_lock_until_impl(&self, deadline: Instant) -> Option<TicketNpGuard> {
         use lock_api::RawMutex;
         if let Some(g) = self.try_lock() {
             return Some(g);
         }
+        if Instant::now() >= deadline {
+            stall::point(stall::TIMED_GAVE_UP);
+            return None;
+        }
+        self.timed_slow(deadline)
+    }
+
+    /// Loom models only: a timed attempt whose deadline passes between its
+    /// take and its first wait (a model cannot use real time to make it
+    /// so): after a failed `try_lock` it takes a number and gives up at its
+    /// first look, leaving the number departed (or claiming it on the way
+    /// out).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn try_lock_leaving_at_first_wait(&self) -> Option<TicketNpGuard> {
+        use lock_api::RawMutex;
+        if let Some(g) = self.try_lock() {
+            return Some(g);
+        }
+        self.timed_slow(Instant::now())
+    }
+
+    /// The waiting path of a timed acquisition: takes a number (within the
+    /// backlog bound) and waits for it until `deadline`.
+    #[cold]
+    fn timed_slow(&self, deadline: Instant) -> Option<TicketNpGuard> {
         let token = super::np::NpToken::request();
         match self.acquire(token.cb(), Some(deadline)) {
             Some(mine) => Some(TicketNpGuard::new(token, mine.wrapping_add(2))),
@@ -405,7 +484,7 @@ impl TicketNp {
     /// without taking it, if `next` shows that nobody took it, and returns it
     /// (the release offers it again).
     #[inline]
-    fn claim_idle(&self) -> Option<u32> {
+    fn claim_idle(&self) -> Option<Number> {
         // Relaxed: a look; the CAS decides. A stale `next` only lets us claim a
         // number that was taken just now, whose taker then finds it claimed and
         // takes another (`acquire`).
@@ -436,7 +515,7 @@ impl TicketNp {
     /// acquisition" at [`TicketNp`]) needs it: there, departed numbers can
     /// stand in a row before the first live one.
     #[cold]
-    fn withdraw_departed(&self, mut s: u32) -> u32 {
+    fn withdraw_departed(&self, mut s: Number) -> Number {
         // A departed number was taken (only its taker marks it), so `next` is
         // past it and the withdrawal keeps \[1\].
         while s & CLAIMED == 0 && self.departed(s) {
@@ -452,7 +531,7 @@ impl TicketNp {
     /// the number after it in the same step. `Err` with the value found when
     /// `serving` was no longer `s` (claimed, or withdrawn by someone else).
     #[inline]
-    fn withdraw(&self, s: u32) -> Result<(), u32> {
+    fn withdraw(&self, s: Number) -> Result<(), Number> {
         // Release: the claimant of s + 2 reads this CAS (a release-sequence
         // member of the offer store before it anyway; explicit, for the reader).
         self.serving.compare_exchange(
@@ -473,14 +552,14 @@ impl TicketNp {
     }
 
     #[inline]
-    fn taker_slot(&self, t: u32) -> &AtomicU64 {
+    fn taker_slot(&self, t: Number) -> &AtomicU64 {
         &self.takers[(t as usize / 2) % TAKERS]
     }
 
     /// Records that the calling thread (block `cb`) took number `t`, where the
     /// kernel answers for it.
     #[inline]
-    fn record_taker(&self, t: u32, cb: &sched::ContextBlock) {
+    fn record_taker(&self, t: Number, cb: &sched::ContextBlock) {
         if !self.ask_kernel {
             return;
         }
@@ -488,7 +567,7 @@ impl TicketNp {
             // Relaxed: a hint that publishes nothing; readers check the number
             // it carries, and a missing or overwritten entry costs a patience.
             self.taker_slot(t)
-                .store((u64::from(t) << 32) | (u64::from(k) + 1), Ordering::Relaxed);
+                .store((slot_tag(t) << 32) | (u64::from(k) + 1), Ordering::Relaxed);
         }
     }
 
@@ -497,7 +576,7 @@ impl TicketNp {
     /// every number behind it. `false` when nobody knows.
     /// A taker that gave up (timed, see `depart`) counts as off its CPU.
     #[inline]
-    fn taker_off_cpu(&self, t: u32) -> bool {
+    fn taker_off_cpu(&self, t: Number) -> bool {
         if self.departed(t) {
             return true;
         }
@@ -510,29 +589,27 @@ impl TicketNp {
     /// Whether the taker of number `t` gave up on it: a timed taker past its
     /// deadline, or one that found `t` claimed by an idle claim.
     #[inline]
-    fn departed(&self, t: u32) -> bool {
+    fn departed(&self, t: Number) -> bool {
         // Relaxed: see `record_taker` (a missed mark costs a patience).
         let v = self.taker_slot(t).load(Ordering::Relaxed);
-        (v >> 32) as u32 == t && v as u32 == DEPARTED
+        v >> 32 == slot_tag(t) && v as u32 == DEPARTED
     }
 
     /// Marks number `t` given up by its taker, the caller: whoever watches its
     /// offer withdraws it at once.
     #[inline]
-    fn mark_departed(&self, t: u32) {
+    fn mark_departed(&self, t: Number) {
         // Relaxed: see `record_taker` (a missed mark costs a patience).
-        self.taker_slot(t).store(
-            (u64::from(t) << 32) | u64::from(DEPARTED),
-            Ordering::Relaxed,
-        );
+        self.taker_slot(t)
+            .store((slot_tag(t) << 32) | u64::from(DEPARTED), Ordering::Relaxed);
     }
 
     /// The kernel's state of the taker of number `t`; `None` when nobody knows.
     #[inline]
-    fn taker_state(&self, t: u32) -> Option<sched::native::KernelState> {
+    fn taker_state(&self, t: Number) -> Option<sched::native::KernelState> {
         // Relaxed: see `record_taker`.
         let v = self.taker_slot(t).load(Ordering::Relaxed);
-        if (v >> 32) as u32 != t || v as u32 == 0 || v as u32 == DEPARTED {
+        if v >> 32 != slot_tag(t) || v as u32 == 0 || v as u32 == DEPARTED {
             return None;
         }
         sched::native::kernel_state_at(v as u32 - 1)
@@ -541,7 +618,7 @@ impl TicketNp {
     /// Whether to stop waiting for the claim of offer `t` and withdraw it: its
     /// taker is off its CPU, or `patience` ran out.
     #[inline]
-    fn give_up_on(&self, t: u32, patience: &mut Patience) -> bool {
+    fn give_up_on(&self, t: Number, patience: &mut Patience) -> bool {
         self.taker_off_cpu(t) || patience.exhausted()
     }
 
@@ -553,7 +630,7 @@ impl TicketNp {
     /// taker is off its CPU, so its offer is withdrawn at once, and it takes a
     /// new number when it runs again.
     #[cold]
-    fn park(&self, mine: u32, s: u32, deadline: Option<Instant>) {
+    fn park(&self, mine: Number, s: Number, deadline: Option<Instant>) {
         let bell = &self.bells[(mine as usize / 2) % TAKERS];
         // SeqCst (announcement and re-check): a Dekker pair with the ringer's
         // write of `serving` and its SeqCst fence and look at the bell: either
@@ -597,24 +674,39 @@ impl TicketNp {
     /// `deadline`, a waiter that sees it pass gives up
     /// ([`depart`](Self::depart)) and returns `None` holding nothing — or its
     /// number if that was on offer then and its claim won.
+    ///
+    /// A timed taker takes its number through [`take_timed`](Self::take_timed)
+    /// (the backlog bound); its caller has checked the deadline before the
+    /// first take, and a taker whose number was withdrawn or lost to an idle
+    /// claim checks it again before taking another.
     #[inline]
-    fn acquire(&self, cb: &sched::ContextBlock, deadline: Option<Instant>) -> Option<u32> {
+    fn acquire(&self, cb: &sched::ContextBlock, deadline: Option<Instant>) -> Option<Number> {
+        let mut first = true;
         'ticket: loop {
-            // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
-            let mine = self.next.fetch_add(2, Ordering::Relaxed);
+            let mine = match deadline {
+                // Relaxed: as in the plain ticket lock; the claim CAS synchronizes.
+                None => self.next.fetch_add(2, Ordering::Relaxed),
+                Some(d) => {
+                    if !first && Instant::now() >= d {
+                        return None;
+                    }
+                    first = false;
+                    self.take_timed(cb, d)?
+                }
+            };
             stall::point(stall::TICKET_NP_TAKEN);
             // Whether we let the scheduler preempt us while we wait (we hold no
             // lock): decided at the first wait, so a number served at once (the
             // uncontended lock) is claimed without pausing and resuming.
             let mut paused: Option<bool> = None;
             // The offer we watch when we are next in line, and since when.
-            let mut watched: Option<(u32, Patience)> = None;
+            let mut watched: Option<(Number, Patience)> = None;
             // The value of `serving` last seen to change, and since when.
-            let mut still: Option<(u32, Patience)> = None;
+            let mut still: Option<(Number, Patience)> = None;
             loop {
                 // Acquire: pairs with the releaser's Release offer.
                 let s = self.serving.load(Ordering::Acquire);
-                let d = ahead(mine, s & !CLAIMED);
+                let d = ahead_np(mine, s & !CLAIMED);
                 if d < 0 || (d == 0 && s & CLAIMED != 0) {
                     // Our number was withdrawn, or, with `d == 0`, claimed by an
                     // idle claim that raced our taking it (or wrapped past): take
@@ -645,7 +737,16 @@ impl TicketNp {
                         Ordering::Relaxed,
                     ) {
                         Ok(_) => return Some(mine),
-                        Err(_) => continue 'ticket, // withdrawn just now
+                        Err(v) => {
+                            // Withdrawn just now (gone for good), or claimed by
+                            // an idle claim whose look at `next` came before
+                            // our take: then it comes back on offer at that
+                            // claimer's release, so mark it given up, as above.
+                            if v == mine | CLAIMED {
+                                self.mark_departed(mine);
+                            }
+                            continue 'ticket;
+                        }
                     }
                 }
                 // We wait: say who took `mine` (the releaser then learns whether
@@ -719,9 +820,78 @@ impl TicketNp {
                     // The scheduler wanted our processor while we only wait.
                     sched::yield_now();
                 }
-                proportional_pause((d as u32) / 2);
+                proportional_pause(u32::try_from(d / 2).unwrap_or(u32::MAX));
             }
         }
+    }
+
+    /// A timed taker's number: taken only while fewer than [`TIMED_BACKLOG`]
+    /// numbers are outstanding (by a CAS on `next`, so the bound is exact at
+    /// the take). Otherwise the taker waits outside — it holds no number, so
+    /// nobody waits for it — helping to withdraw departed offers at the head,
+    /// until the backlog shrinks (`None` once `deadline` has passed). The
+    /// wait is preemptable: the no-preempt request is paused meanwhile.
+    #[inline]
+    fn take_timed(&self, cb: &sched::ContextBlock, deadline: Instant) -> Option<Number> {
+        // (the episode, whether the request was paused), once we wait.
+        let mut outside: Option<(sched::Waiter, bool)> = None;
+        let got = loop {
+            // Relaxed (both): a look that bounds the backlog; the CAS decides
+            // the number. `serving` first: its number never passes `next`
+            // (\[1\] at [`TicketNp`]), so the distance read is never less
+            // than the one at the CAS (a stale `serving` only overestimates).
+            let s = self.serving.load(Ordering::Relaxed);
+            let n = self.next.load(Ordering::Relaxed);
+            if n.wrapping_sub(s & !CLAIMED) < 2 * TIMED_BACKLOG {
+                // Relaxed: as the untimed `fetch_add`.
+                match self.next.compare_exchange(
+                    n,
+                    n.wrapping_add(2),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break Some(n),
+                    Err(_) => continue,
+                }
+            }
+            self.wait_outside(cb, s, deadline, &mut outside)?;
+        };
+        if let Some((_, true)) = outside {
+            cb.resume_no_preempt();
+        }
+        got
+    }
+
+    /// One wait of a timed taker outside a full backlog (see
+    /// [`take_timed`](Self::take_timed)), which saw `serving == s`: withdraws
+    /// departed offers at the head, or spins and naps through the shared
+    /// waiting policy. `None` (the request resumed) once `deadline` passed.
+    #[cold]
+    fn wait_outside(
+        &self,
+        cb: &sched::ContextBlock,
+        s: Number,
+        deadline: Instant,
+        outside: &mut Option<(sched::Waiter, bool)>,
+    ) -> Option<()> {
+        if self.withdraw_departed(s) != s {
+            return Some(()); // the head moved: look again
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            if let Some((_, true)) = outside.take() {
+                cb.resume_no_preempt();
+            }
+            return None;
+        }
+        let (w, _) = outside.get_or_insert_with(|| (sched::Waiter::new(), cb.pause_no_preempt()));
+        if w.spin(None) == sched::Wait::Park {
+            // Nobody wakes this nap (we are in no queue): it times out.
+            let t = sched::Waiter::token();
+            let _ = sched::Waiter::sleep(t, Some(OUTSIDE_NAP.min(deadline - now)));
+            w.restart();
+        }
+        Some(())
     }
 
     /// A timed waiter holding number `mine` gives up. Nobody hands the lock
@@ -734,7 +904,7 @@ impl TicketNp {
     /// late win: the caller gets the lock past its deadline). Returns whether
     /// we claimed.
     #[cold]
-    fn depart(&self, mine: u32) -> bool {
+    fn depart(&self, mine: Number) -> bool {
         stall::point(stall::TIMED_GAVE_UP);
         self.mark_departed(mine);
         // Relaxed: the claim CAS below synchronizes.
@@ -764,7 +934,7 @@ impl TicketNp {
     /// handed the lock on to a second thread (test
     /// `withdrawn_number_retaken_and_claimed_keeps_its_claim`).
     #[inline(always)]
-    fn offer(&self, t: u32) {
+    fn offer(&self, t: Number) {
         // Release: publishes the critical section to the claimant's Acquire (its
         // claim reads this store, or a withdrawal CAS in its release sequence).
         self.serving.store(t, Ordering::Release);
@@ -782,7 +952,7 @@ impl TicketNp {
     /// The rest of [`offer`](Self::offer): number `t`, on offer, was taken.
     #[cold]
     #[inline(never)]
-    fn offer_taken(&self, mut t: u32) {
+    fn offer_taken(&self, mut t: Number) {
         loop {
             // Waiters are behind t: wake those that parked (the offer, or the
             // withdrawal that made it, moved `serving`).
@@ -892,8 +1062,9 @@ unsafe impl lock_api::RawMutex for TicketNp {
         // its idle claim. Relaxed: a momentary snapshot.
         let n = self.next.load(Ordering::Relaxed);
         let mut s = self.serving.load(Ordering::Relaxed);
-        // Departed marks live in TAKERS slots: a longer row is not seen.
-        for _ in 0..=TAKERS {
+        // Departed marks live in TAKERS slots; timed takers leave at most
+        // TIMED_BACKLOG numbers (a longer row would not be seen).
+        for _ in 0..=TIMED_BACKLOG {
             if s == n {
                 return false;
             }
@@ -986,6 +1157,23 @@ mod tests {
         fn unlock_now(&self, g: TicketNpGuard) {
             // SAFETY: test helper; `g` came from this lock on this thread.
             unsafe { lock_api::RawMutex::unlock(self, g) };
+        }
+
+        /// A lock whose releaser waits 1 s for a claim and never asks the
+        /// kernel: only a departed mark withdraws an offer at once.
+        fn patient() -> Self {
+            let mut l = Self::with_patience(Duration::from_secs(1)).unwrap();
+            l.ask_kernel = false;
+            l
+        }
+
+        /// An unlocked lock whose next number is `t` (tests of the wrap).
+        fn starting_at(t: Number) -> Self {
+            let l = Self::patient();
+            // Relaxed: not shared yet.
+            l.next.store(t, Ordering::Relaxed);
+            l.serving.store(t, Ordering::Relaxed);
+            l
         }
     }
 
@@ -1202,7 +1390,7 @@ mod tests {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     // The same slot, another number: the entry does not answer.
-                    let alias = t.wrapping_add(2 * TAKERS as u32);
+                    let alias = t.wrapping_add(2 * TAKERS as Number);
                     assert!(
                         !l.give_up_on(alias, &mut never),
                         "an entry answered for {alias}"
@@ -1317,7 +1505,8 @@ mod tests {
             held_rx.recv_timeout(T).unwrap();
             let (w, w_id, w_go) = spawn_timed_taker(s, move || {
                 // Number 2; the deadline passes while 0 is held.
-                let g = l.try_lock_for(Duration::from_millis(1))?;
+                // (50 ms: a deadline past already at the call takes no number.)
+                let g = l.try_lock_for(Duration::from_millis(50))?;
                 assert!(!inside.swap(true, Ordering::SeqCst), "two threads inside");
                 inside.store(false, Ordering::SeqCst);
                 l.unlock_now(g);
@@ -1393,7 +1582,7 @@ mod tests {
                 });
                 held_rx.recv_timeout(T).unwrap();
                 let (w, w_id, w_go) = spawn_timed_taker(s, move || {
-                    l.try_lock_for(Duration::from_millis(1))
+                    l.try_lock_for(Duration::from_millis(50))
                         .map(|g| l.unlock_now(g))
                 });
                 let gave_up = Trap::at(stall::TIMED_GAVE_UP).thread(w_id).arm();
@@ -1560,6 +1749,278 @@ mod tests {
         l.next.fetch_add(2, Ordering::Relaxed); // a live taker, not yet claiming
         assert!(l.is_locked());
         assert!(l.try_lock().is_none(), "try_lock took a live taker's offer");
+    }
+
+    /// A timed attempt whose deadline has already passed (`try_lock_for(0)`,
+    /// `try_lock_until` an instant gone by) on a held lock gives up without
+    /// taking a number: a number it took would be left to the others to
+    /// withdraw, one per attempt, and a storm of such attempts buries the
+    /// lock under numbers nobody will claim.
+    #[test]
+    fn a_zero_or_past_timeout_takes_no_number() {
+        use lock_api::RawMutexTimed;
+        let l = TicketNp::new();
+        let past = Instant::now();
+        for numbered in [false, true] {
+            let g = if numbered {
+                l.lock_numbered()
+            } else {
+                l.lock()
+            };
+            // Relaxed: single-threaded.
+            let before = l.next.load(Ordering::Relaxed);
+            for _ in 0..if cfg!(miri) { 10 } else { 1000 } {
+                assert!(l.try_lock_for(Duration::ZERO).is_none(), "got a held lock");
+                assert!(l.try_lock_until(past).is_none(), "got a held lock");
+            }
+            let after = l.next.load(Ordering::Relaxed);
+            assert_eq!(
+                after.wrapping_sub(before) / 2,
+                0,
+                "attempts with a zero or past timeout took {} numbers on a held lock",
+                after.wrapping_sub(before) / 2
+            );
+            l.unlock_now(g);
+            assert!(!l.is_locked());
+            let g = l.try_lock().expect("free");
+            l.unlock_now(g);
+        }
+        assert_eq!(l.withdrawn(), 0, "nothing to withdraw");
+    }
+
+    /// Timed attempts that each take a number and give up on it (a short
+    /// timeout behind a holder) must not pile numbers up: however many there
+    /// are, the numbers outstanding stay within the bound at which every
+    /// departed mark is still readable, so the release withdraws them at once
+    /// and the lock is free again.
+    #[test]
+    #[cfg_attr(miri, ignore)] // real time: 2,000 timeouts
+    fn timed_attempts_behind_a_holder_leave_a_bounded_backlog() {
+        use lock_api::RawMutexTimed;
+        let l = TicketNp::patient();
+        let g = l.lock();
+        for _ in 0..2000 {
+            assert!(l.try_lock_for(Duration::from_micros(1)).is_none());
+        }
+        // Relaxed: single-threaded.
+        let out = l
+            .next
+            .load(Ordering::Relaxed)
+            .wrapping_sub(l.serving.load(Ordering::Relaxed) & !CLAIMED)
+            / 2;
+        assert!(
+            out <= TAKERS as _,
+            "2000 timed attempts behind a holder left {out} numbers outstanding (at most {TAKERS} keep their departed marks)"
+        );
+        let start = Instant::now();
+        l.unlock_now(g);
+        let took = start.elapsed();
+        assert!(!l.is_locked(), "free after the release");
+        let g = l.try_lock().expect("free");
+        l.unlock_now(g);
+        assert!(
+            took < Duration::from_millis(500),
+            "the release took {took:?} to withdraw the departed numbers (a patience of 1 s each unmarked)"
+        );
+    }
+
+    /// A taker that sees its number on offer and loses the claim CAS to an
+    /// idle claim (whose look at `next` came before the take) gives the
+    /// number up and takes another; the claimed number comes back on offer
+    /// at the idle claimer's release, so the taker must mark it departed, or
+    /// the releaser waits a whole patience for a claim that never comes. The
+    /// taker is stopped at `ticket_np.claiming` (it saw 0 on offer); the test
+    /// makes the idle claim of 0 (the CAS `claim_idle` makes) meanwhile.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn a_claim_lost_to_an_idle_claim_marks_the_number_departed() {
+        use crate::sched::stall::Trap;
+        use std::sync::mpsc::channel;
+        const T: Duration = Duration::from_secs(20);
+        let l = TicketNp::patient();
+        std::thread::scope(|s| {
+            let l = &l;
+            let (held, held_rx) = channel::<()>();
+            let (w, w_id, w_go) = spawn_timed_taker(s, move || {
+                let g = l.lock_numbered(); // 0 (lost to the idle claim), then 2
+                held.send(()).unwrap();
+                l.unlock_now(g);
+            });
+            let claiming = Trap::at(stall::TICKET_NP_CLAIMING).thread(w_id).arm();
+            w_go.send(()).unwrap();
+            claiming.wait_hit(T).unwrap(); // number 0 taken, seen on offer
+            // The idle claim of 0 by a thread that looked at `next` before the
+            // take. Acquire: as `claim_idle`.
+            l.serving
+                .compare_exchange(0, CLAIMED as _, Ordering::Acquire, Ordering::Relaxed)
+                .expect("0 on offer, unclaimed");
+            claiming.release();
+            let start = Instant::now();
+            // Relaxed: polling for the taker's second number.
+            while l.next.load(Ordering::Relaxed) != 4 && start.elapsed() < T {
+                std::hint::spin_loop();
+            }
+            assert_eq!(
+                l.next.load(Ordering::Relaxed),
+                4,
+                "the taker took 0, then 2"
+            );
+            let marked = l.departed(0);
+            // The idle claimer's release: 0 on offer again.
+            let start = Instant::now();
+            l.offer(0);
+            let took = start.elapsed();
+            held_rx.recv_timeout(T).expect("the taker gets the lock");
+            w.join().unwrap();
+            assert!(
+                marked,
+                "the taker whose claim of 0 lost to an idle claim took 2 without marking 0 departed"
+            );
+            assert!(
+                took < Duration::from_millis(500),
+                "the idle claimer's release waited {took:?} for a claim of 0 that never comes"
+            );
+        });
+        assert!(!l.is_locked());
+    }
+
+    /// A backlog of 2^30 numbers (what ~160 s of abandoned timed attempts
+    /// took when numbers were 32-bit and timed takers unbounded; unreachable
+    /// now) must not turn a timed attempt into a livelock: it must return by
+    /// its deadline. With 32-bit numbers the distance to `serving` read
+    /// negative there ("withdrawn"), and the attempt took number after number
+    /// without ever looking at its deadline; now the attempt refuses to join
+    /// such a backlog, and the distance is 64-bit.
+    #[test]
+    #[cfg_attr(miri, ignore)] // real time
+    fn a_timed_attempt_facing_a_huge_backlog_returns_by_its_deadline() {
+        use lock_api::RawMutexTimed;
+        use std::sync::mpsc::{RecvTimeoutError, channel};
+        const T: Duration = Duration::from_secs(10);
+        let l: &'static TicketNp = Box::leak(Box::new(TicketNp::new()));
+        // Relaxed: before the attempt's thread starts.
+        l.next.store(((1u64 << 31) + 2) as _, Ordering::Relaxed);
+        let (done, done_rx) = channel();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let got = l
+                .try_lock_for(Duration::from_millis(10))
+                .map(|g| l.unlock_now(g));
+            let _ = done.send((got.is_some(), start.elapsed()));
+        });
+        match done_rx.recv_timeout(T) {
+            Ok((got, took)) => assert!(
+                !got && took < Duration::from_secs(5),
+                "try_lock_for(10 ms) returned {} after {took:?} behind 2^30 numbers nobody claims",
+                if got { "the lock" } else { "None" }
+            ),
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "try_lock_for(10 ms) behind 2^30 outstanding numbers had not returned after {T:?} (next {})",
+                l.next.load(Ordering::Relaxed)
+            ),
+            Err(e) => panic!("the attempt died: {e}"),
+        }
+    }
+
+    /// A taker whose number was passed while it was away must see it
+    /// withdrawn however far `serving` went — here exactly 2³² numbers' worth
+    /// of tickets, where a 32-bit distance reads 0 ("mine, on offer") and the
+    /// taker would claim the offer of the number's current taker. The taker
+    /// is stopped at `ticket_np.taken` with number 0; meanwhile `serving`
+    /// moves to 2³² (offered to a taker that is stopped too: nobody claims it).
+    /// It must take a new number, withdraw the stalled offer after the
+    /// patience, and claim its own.
+    #[test]
+    #[cfg_attr(miri, ignore)] // traps park on futexes with timeouts
+    fn a_taker_passed_by_2_pow_32_tickets_takes_a_new_number() {
+        use crate::sched::stall::Trap;
+        const T: Duration = Duration::from_secs(20);
+        let mut l = TicketNp::with_patience(Duration::from_millis(1)).unwrap();
+        l.ask_kernel = false;
+        let far: Number = 1 << 32;
+        std::thread::scope(|s| {
+            let l = &l;
+            let (w, w_id, w_go) = spawn_timed_taker(s, move || {
+                let g = l.lock_numbered(); // 0, passed; then far + 2
+                // Relaxed: our own claim.
+                let held = l.serving.load(Ordering::Relaxed);
+                if held == (far + 2) | CLAIMED {
+                    l.unlock_now(g);
+                } else {
+                    // The wrong number: its release would offer a number
+                    // far behind `serving` (the test fails on `held`).
+                    drop(g);
+                }
+                held
+            });
+            let taken = Trap::at(stall::TICKET_NP_TAKEN).thread(w_id).arm();
+            w_go.send(()).unwrap();
+            taken.wait_hit(T).unwrap(); // number 0 taken
+            // Relaxed: the taker is stopped. 2^32 tickets later: `far` on
+            // offer, taken by someone who does not claim it.
+            l.serving.store(far, Ordering::Relaxed);
+            l.next.store(far + 2, Ordering::Relaxed);
+            taken.release();
+            let held = w.join().unwrap();
+            assert_eq!(
+                held,
+                (far + 2) | CLAIMED,
+                "the taker of 0, passed by 2^32 tickets, held {held:#x}: the offer of {far:#x} is another taker's"
+            );
+        });
+        assert_eq!(l.withdrawn(), 1, "the stalled offer of {far:#x} withdrawn");
+    }
+
+    /// Numbers wrap: across 2³² (the taker slots carry the low 32 bits of a
+    /// number) and across 2⁶⁴ (the counters themselves), the hand-over, the
+    /// idle claim, timed takers that leave numbers behind a holder, and
+    /// `is_locked`/`try_lock` work as anywhere else; two threads, one of
+    /// them timed, keep mutual exclusion across the wrap.
+    #[test]
+    #[cfg_attr(miri, ignore)] // real time: timeouts
+    fn numbers_wrap() {
+        use lock_api::RawMutexTimed;
+        use std::sync::atomic::AtomicBool as StdBool;
+        for start in [(1u64 << 32) - 8, 0u64.wrapping_sub(8)] {
+            let l = TicketNp::starting_at(start);
+            for _ in 0..6 {
+                let g = l.lock_numbered();
+                assert!(l.is_locked());
+                assert!(l.try_lock_for(Duration::from_micros(1)).is_none());
+                l.unlock_now(g); // withdraws the departed number at once
+                assert!(!l.is_locked(), "held after a release near {start:#x}");
+                let g = l.try_lock().expect("free");
+                l.unlock_now(g);
+            }
+            // Relaxed: single-threaded so far.
+            let n = l.next.load(Ordering::Relaxed);
+            assert!(
+                slot_tag(n) < slot_tag(start),
+                "{n:#x}: the numbers did not cross a multiple of 2^32 from {start:#x}"
+            );
+            let inside = StdBool::new(false);
+            std::thread::scope(|s| {
+                for timed in [false, true] {
+                    let (l, inside) = (&l, &inside);
+                    s.spawn(move || {
+                        for _ in 0..200 {
+                            let g = if timed {
+                                match l.try_lock_for(Duration::from_micros(50)) {
+                                    Some(g) => g,
+                                    None => continue,
+                                }
+                            } else {
+                                l.lock_numbered()
+                            };
+                            assert!(!inside.swap(true, Ordering::SeqCst), "two inside");
+                            inside.store(false, Ordering::SeqCst);
+                            l.unlock_now(g);
+                        }
+                    });
+                }
+            });
+            assert!(!l.is_locked(), "held after the threads left");
+        }
     }
 
     #[test]

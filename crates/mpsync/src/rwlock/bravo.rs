@@ -3,9 +3,11 @@
 //! Dice & Kogan, *BRAVO — Biased Locking for Reader-Writer Locks*, USENIX ATC
 //! 2019 (beyond the five papers; issue 15). While the lock is *reader-biased*,
 //! a reader does not touch the underlying lock at all: it publishes the lock's
-//! address in one slot of a global **visible-readers table** (hashed by thread
+//! name in one slot of a global **visible-readers table** (hashed by thread
 //! and lock, so readers of one lock write different cache lines) and re-checks
-//! the bias. A writer takes the underlying lock for writing, *revokes* the bias
+//! the bias. (The paper's name is the lock's address; here it is an id the
+//! table hands out when the lock is first biased — see "Forgotten guards"
+//! below.) A writer takes the underlying lock for writing, *revokes* the bias
 //! (clears it, then waits until no slot of the table names this lock), and
 //! then — because revocation costs a scan of the whole table — keeps the bias
 //! off for an *inhibit period* of [`INHIBIT_MULTIPLIER`] × the revocation's
@@ -33,6 +35,19 @@
 //! |---------|-----------------------------------------------|-------------------------------------|
 //! | false   | a writer holding the lock (revocation), INIT  | readers go through the lock         |
 //! | true    | a slow-path reader holding it, inhibit over   | readers may publish in the table    |
+//!
+//! A revocation that gives up (`try_lock_exclusive`, `try_upgrade`: a fast
+//! reader is inside) leaves the bias off, so that the fast readers drain and
+//! a later attempt can succeed — but then the bias being off no longer means
+//! that no slot names the lock. `draining` says so:
+//!
+//! | `draining` | who sets it                                            | meaning                                   |
+//! |------------|--------------------------------------------------------|-------------------------------------------|
+//! | false      | a revocation that saw no slot naming the lock, INIT    | with the bias off, no fast reader is inside |
+//! | true       | a revocation that gave up at a slot naming the lock    | fast readers may be inside: writers revoke (scan) even with the bias off |
+//!
+//! Only writers (holding `L` exclusively, or upgradably in `try_upgrade`,
+//! which excludes the other writers) write and read it, so `L` orders it.
 //!
 //! Uses `sched`: the writer's wait for a published reader spins through
 //! [`Waiter`](crate::sched::Waiter) and, when advised to park (the patience is
@@ -62,9 +77,16 @@
 //! left, none can re-enable the bias), then the revocation, waiting for the
 //! fast readers to drain. (Loom model: `tests/loom_rwlock_barrier.rs`, `bravo_upgrade_vs_fast_reader`.)
 //!
-//! A forgotten read guard (`mem::forget`) leaves its slot set: like a forgotten
-//! guard of any lock, later writers of that lock wait forever; dropping the lock
-//! clears its slots, so a new lock at the same address is not affected.
+//! **Forgotten guards.** A forgotten read guard (`mem::forget`) leaves its
+//! slot set: like a forgotten guard of any lock, later writers of that lock
+//! wait forever. The slot names the lock by its id, not its address, so it
+//! holds up no other lock: the forgotten guard's borrow is over, so the lock
+//! may be moved (`mem::replace`, a `Vec` that reallocates) and a new lock made
+//! where it was — which a slot naming an address would refuse its writers
+//! forever. Dropping the lock clears its slots (whether or not the bias is
+//! still on: a writer turns it off and leaves the forgotten reader's slot),
+//! so they do not stay taken; a lock that was never biased has none, and its
+//! drop does not scan the table.
 //!
 //! ```
 //! use mpsync::{RwLock, rwlock::{Bravo, RwTasB}};
@@ -103,10 +125,13 @@ pub const TABLE_SLOTS: usize = 4;
 /// The inhibit period is this many times the revocation's cost (the paper's N = 9).
 pub const INHIBIT_MULTIPLIER: u64 = 9;
 
-/// The visible-readers table: each slot is empty (0) or holds the address of
-/// a [`Bravo`] lock that one fast-path reader holds for reading.
+/// The visible-readers table: each slot is empty (0) or holds the id of a
+/// [`Bravo`] lock that one fast-path reader holds for reading. The table
+/// hands the ids out (1, 2, …), one to each lock when it is first biased.
 pub struct VisibleReaders {
     slots: [AtomicUsize; TABLE_SLOTS],
+    /// The last id handed out.
+    ids: AtomicUsize,
 }
 
 impl VisibleReaders {
@@ -115,6 +140,7 @@ impl VisibleReaders {
     pub const fn new() -> Self {
         Self {
             slots: [const { AtomicUsize::new(0) }; TABLE_SLOTS],
+            ids: AtomicUsize::new(0),
         }
     }
 
@@ -123,16 +149,29 @@ impl VisibleReaders {
     pub fn new() -> Self {
         Self {
             slots: std::array::from_fn(|_| AtomicUsize::new(0)),
+            ids: AtomicUsize::new(0),
         }
     }
 
-    /// Slots that name the lock at address `lock` now (a snapshot).
+    /// Slots that name the lock with id `lock` now (a snapshot; 0 counts
+    /// the empty slots). [`Bravo::fast_readers`] asks with its lock's id.
     pub fn readers_of(&self, lock: usize) -> usize {
         self.slots
             .iter()
             // Relaxed: a snapshot (Debug, is_locked).
             .filter(|s| s.load(Ordering::Relaxed) == lock)
             .count()
+    }
+
+    /// Slots taken now, by any lock's fast reader (a snapshot).
+    pub fn used(&self) -> usize {
+        TABLE_SLOTS - self.readers_of(0)
+    }
+
+    /// A new lock id: never 0 (an empty slot), never handed out before.
+    fn fresh_id(&self) -> usize {
+        // Relaxed: only uniqueness matters (a read-modify-write).
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
 
@@ -144,15 +183,9 @@ impl Default for VisibleReaders {
 
 impl fmt::Debug for VisibleReaders {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let used = self
-            .slots
-            .iter()
-            // Relaxed: a snapshot.
-            .filter(|s| s.load(Ordering::Relaxed) != 0)
-            .count();
         f.debug_struct("VisibleReaders")
             .field("slots", &TABLE_SLOTS)
-            .field("used", &used)
+            .field("used", &self.used())
             .finish()
     }
 }
@@ -165,6 +198,13 @@ pub static GLOBAL_TABLE: VisibleReaders = VisibleReaders::new();
 pub struct Bravo<L> {
     /// Whether readers may take the fast path (state table in the module doc).
     rbias: AtomicBool,
+    /// A revocation gave up with a fast reader inside (second table in the
+    /// module doc).
+    draining: AtomicBool,
+    /// This lock's id in the table's slots: 0 until the bias is first
+    /// enabled (only then can a slot name the lock: a reader publishes only
+    /// after seeing the bias on), then an id from the table, set once.
+    ident: AtomicUsize,
     /// `clock()` before which slow-path readers must not re-enable the bias.
     inhibit_until: AtomicU64,
     /// 1 while a revoking writer is (about to be) parked waiting for a fast
@@ -187,6 +227,8 @@ impl<L> Bravo<L> {
     pub const fn with_table(inner: L, table: &'static VisibleReaders) -> Self {
         Self {
             rbias: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            ident: AtomicUsize::new(0),
             inhibit_until: AtomicU64::new(0),
             revoker: AtomicU32::new(0),
             table,
@@ -199,6 +241,8 @@ impl<L> Bravo<L> {
     pub fn with_table(inner: L, table: &'static VisibleReaders) -> Self {
         Self {
             rbias: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            ident: AtomicUsize::new(0),
             inhibit_until: AtomicU64::new(0),
             revoker: AtomicU32::new(0),
             table,
@@ -219,12 +263,18 @@ impl<L> Bravo<L> {
 
     /// Fast-path readers inside now (a snapshot; scans the table).
     pub fn fast_readers(&self) -> usize {
-        self.table.readers_of(self.id())
+        match self.ident() {
+            0 => 0, // never biased: no slot names this lock
+            me => self.table.readers_of(me),
+        }
     }
 
+    /// This lock's id in the table (0: never biased). Relaxed: once not 0 it
+    /// never changes (set once, by a CAS from 0); who must see it does so
+    /// through `inner` (writers) or checks for 0 (fast readers: see `try_fast`).
     #[inline]
-    fn id(&self) -> usize {
-        self as *const Self as usize
+    fn ident(&self) -> usize {
+        self.ident.load(Ordering::Relaxed)
     }
 
     /// The calling thread's slot for this lock (Fibonacci hash of thread and lock).
@@ -233,7 +283,11 @@ impl<L> Bravo<L> {
         let t = sched::current().id() as usize;
         // Under loom the lock's address (which differs between executions) is
         // left out: a model must take the same path each time it replays.
-        let lock = if cfg!(loom) { 0 } else { self.id() >> 6 };
+        let lock = if cfg!(loom) {
+            0
+        } else {
+            self as *const Self as usize >> 6
+        };
         let h = (t ^ lock).wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize);
         (h >> 16) % TABLE_SLOTS
     }
@@ -242,11 +296,18 @@ impl<L> Bravo<L> {
     #[inline]
     fn try_fast(&self) -> Option<usize> {
         sched::stall::point(sched::stall::BRAVO_BIAS_SEEN);
+        let me = self.ident();
+        if me == 0 {
+            // The bias was enabled with the id (the Release store after it
+            // in `maybe_rebias`), but our look at the bias was only a hint:
+            // the id is not in sight yet. Read through the lock.
+            return None;
+        }
         let slot = self.slot();
         let s = &self.table.slots[slot];
         // [R1] Relaxed failure: the slot is someone else's; take the slow path.
         // The success ordering is irrelevant beside the fence that follows.
-        if s.compare_exchange(0, self.id(), Ordering::Relaxed, Ordering::Relaxed)
+        if s.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
         {
             return None;
@@ -270,9 +331,19 @@ impl<L> Bravo<L> {
         None
     }
 
+    /// Whether a writer holding `inner` must revoke: the bias is on, or a
+    /// revocation gave up with fast readers inside (`draining`). Relaxed
+    /// (both): set only by threads holding `inner` (readers the bias,
+    /// writers `draining`), whose release our acquisition of `inner` follows.
+    #[inline]
+    fn must_revoke(&self) -> bool {
+        self.rbias.load(Ordering::Relaxed) || self.draining.load(Ordering::Relaxed)
+    }
+
     /// The writer's revocation ([W1]–[W3]); the caller holds `inner` exclusively
-    /// and saw the bias on. With `wait` false, gives up (returns false) at the
-    /// first slot still naming this lock. (`try_upgrade` also calls it holding
+    /// and saw [`must_revoke`](Self::must_revoke). With `wait` false, gives up
+    /// (returns false) at the first slot still naming this lock, leaving the
+    /// bias off and `draining` set. (`try_upgrade` also calls it holding
     /// `inner` only upgradably, as a try: a slow reader may then re-enable the
     /// bias at once, so it re-checks under the exclusive hold.)
     fn revoke(&self, wait: bool) -> bool {
@@ -281,17 +352,31 @@ impl<L> Bravo<L> {
         self.rbias.store(false, Ordering::Relaxed);
         // [W2] SeqCst fence: pairs with [R2].
         fence(Ordering::SeqCst);
-        let me = self.id();
+        // The id: the reader that first biased the lock set it holding
+        // `inner` for reading, before enabling the bias we saw; holding
+        // `inner` exclusively (`wait`), we acquired it after that reader's
+        // release, so we see it. Holding it only upgradably (a `try_upgrade`)
+        // we may not yet: give up then (a try may fail).
+        let me = self.ident();
+        if me == 0 && !wait {
+            self.draining.store(true, Ordering::Relaxed); // (`L` orders it)
+            return false;
+        }
+        // (With `wait` and no id, the lock was never biased: no slot names it.)
         for s in &self.table.slots {
             // [W3] Acquire: pairs with the fast reader's Release clearing of
             // its slot in `unlock_shared` — its section is over before ours.
-            if s.load(Ordering::Acquire) == me {
+            if me != 0 && s.load(Ordering::Acquire) == me {
                 if !wait {
+                    // The bias stays off, so the fast readers drain; until a
+                    // revocation sees none, writers must look (`must_revoke`).
+                    self.draining.store(true, Ordering::Relaxed);
                     return false;
                 }
                 self.wait_slot(s, me);
             }
         }
+        self.draining.store(false, Ordering::Relaxed);
         let cost = clock().saturating_sub(start);
         // Relaxed: read by slow-path readers that hold `inner` for reading,
         // which they acquired after our release of `inner`.
@@ -379,6 +464,17 @@ impl<L: lock_api::RawRwLock> Bravo<L> {
         if !self.rbias.load(Ordering::Relaxed)
             && clock() >= self.inhibit_until.load(Ordering::Relaxed)
         {
+            if self.ident() == 0 {
+                // The first bias: the lock gets its id. Relaxed: a fast
+                // reader that sees the bias (Release below) but not yet the
+                // id takes the slow path; writers see it through `inner`.
+                let _ = self.ident.compare_exchange(
+                    0,
+                    self.table.fresh_id(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
             // Release: pairs with the fast reader's Acquire fence after [R3]:
             // the last writer's section (ordered before our `inner` read
             // acquisition) is visible to readers that see the bias on.
@@ -411,10 +507,12 @@ impl<L: fmt::Debug> fmt::Debug for Bravo<L> {
 impl<L> Drop for Bravo<L> {
     fn drop(&mut self) {
         // No guard can be alive: a slot naming this lock is a forgotten guard's.
-        // Clear it so that a lock later made at this address is not held up.
-        // Relaxed: `&mut self`, nothing runs concurrently.
-        if self.rbias.load(Ordering::Relaxed) {
-            let me = self.id();
+        // Clear it, so that it does not stay taken. Whether the bias is on
+        // *now* does not tell: a writer (a failed `try_lock_exclusive` too)
+        // turns it off and leaves the forgotten reader's slot; only a lock
+        // that was never biased (id 0) has none.
+        let me = self.ident(); // `&mut self`: every use happened before
+        if me != 0 {
             for s in &self.table.slots {
                 // Relaxed: `&mut self`; no reader of this lock can exist.
                 let _ = s.compare_exchange(me, 0, Ordering::Relaxed, Ordering::Relaxed);
@@ -441,12 +539,15 @@ impl<G> fmt::Debug for BravoShared<G> {
     }
 }
 
-// SAFETY: a fast reader holds the lock only while its slot names it and the
-// bias was on after it published (Dekker pair in the module doc); a writer
-// holds `inner` exclusively and, having revoked the bias, waited until no slot
-// names the lock, so no fast reader is inside and none can enter (the bias is
-// set again only by a reader holding `inner`). Slow readers and writers are
-// excluded by `inner`.
+// SAFETY: a fast reader holds the lock only while its slot names it (by the
+// lock's id, which no other lock has) and the bias was on after it published
+// (Dekker pair in the module doc); a writer holds `inner` exclusively and,
+// having revoked the bias, waited until no slot names the lock, so no fast
+// reader is inside and none can enter (the bias is set again only by a reader
+// holding `inner`). A writer skips the revocation only when the bias is off
+// and no revocation gave up since the last one that saw no slot (`draining`
+// false): then no fast reader has entered since that one. Slow readers and
+// writers are excluded by `inner`.
 unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[allow(clippy::declare_interior_mutable_const)]
     #[cfg(not(loom))]
@@ -497,9 +598,7 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[inline]
     fn lock_exclusive(&self) -> Self::ExclusiveGuard {
         let g = self.inner.lock_exclusive();
-        // Relaxed: set only by readers holding `inner`, whose release our
-        // acquisition of `inner` follows.
-        if self.rbias.load(Ordering::Relaxed) {
+        if self.must_revoke() {
             self.revoke(true);
         }
         g
@@ -508,10 +607,10 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[inline]
     fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
         let g = self.inner.try_lock_exclusive()?;
-        // Relaxed: as in `lock_exclusive`.
-        if self.rbias.load(Ordering::Relaxed) && !self.revoke(false) {
+        if self.must_revoke() && !self.revoke(false) {
             // A fast reader is inside: give up (the bias stays off, so it
-            // drains; a later attempt can succeed).
+            // drains; a later attempt can succeed; writers meanwhile look
+            // for it: `draining`).
             // SAFETY: `g` came from `inner` just now, on this thread.
             unsafe { self.inner.unlock_exclusive(g) };
             return None;
@@ -527,7 +626,8 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
 
     #[inline]
     fn is_locked(&self) -> bool {
-        self.inner.is_locked() || (self.is_biased() && self.fast_readers() > 0)
+        // Fast readers can be inside with the bias off (`draining`).
+        self.inner.is_locked() || self.fast_readers() > 0
     }
 
     #[inline]
@@ -566,9 +666,8 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
     unsafe fn upgrade(&self, guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
         // SAFETY: the caller's contract: the guard came from this lock.
         let g = unsafe { self.inner.upgrade(guard) };
-        // Relaxed: as in `lock_exclusive` — set only by readers holding
-        // `inner`, whose release our exclusive acquisition of `inner` follows.
-        if self.rbias.load(Ordering::Relaxed) {
+        // As in `lock_exclusive`: we hold `inner` exclusively now.
+        if self.must_revoke() {
             self.revoke(true);
         }
         g
@@ -585,15 +684,16 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
         &self,
         guard: Self::UpgradableGuard,
     ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
-        // Relaxed: a hint; `revoke` orders itself against the fast readers.
-        if self.rbias.load(Ordering::Relaxed) && !self.revoke(false) {
+        // A hint (we hold `inner` only upgradably); `revoke` orders itself
+        // against the fast readers.
+        if self.must_revoke() && !self.revoke(false) {
             // A fast reader is inside (it drains: the bias stays off).
             return Err(guard);
         }
         // SAFETY: the caller's contract: the guard came from this lock.
         let g = unsafe { self.inner.try_upgrade(guard) }?;
-        // Relaxed: as in `upgrade`.
-        if self.rbias.load(Ordering::Relaxed) {
+        // As in `upgrade`.
+        if self.must_revoke() {
             self.revoke(true);
         }
         Ok(g)

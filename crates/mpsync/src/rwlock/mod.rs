@@ -12,6 +12,12 @@
 //! | [`RwNp<L>`]     | L-np          | as `L`, sections no-preempt                       | as L  | 001 §3            |
 //! | [`Bravo<L>`]    | BRAVO-L       | biased: a slot in a global table / `L`, revoking  | as L  | Dice & Kogan 2019 |
 //!
+//! What a caller may do to a lock (forgotten guards, `force_unlock_*`, panics
+//! in sections, `fork`) is as for the mutual-exclusion locks ("What a caller
+//! may do" in [`crate::lock`]), for read, write and upgradable guards alike.
+//! None of these locks offers timed acquisitions; their edges are `try_read`,
+//! `try_write`, `try_upgradable_read` and `try_upgrade`.
+//!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
 //! drains. Readers that arrive together read together; a writer waits for the
@@ -314,9 +320,113 @@ mod tests {
         // SAFETY: only inspects the raw lock.
         let raw = unsafe { l.raw() };
         assert_eq!(raw.fast_readers(), 1);
-        let addr = raw as *const Bravo<RwTasB> as usize;
+        assert_eq!(TABLE.used(), 1);
         drop(l);
-        assert_eq!(TABLE.readers_of(addr), 0);
+        assert_eq!(TABLE.used(), 0, "the dropped lock's slot stays taken");
+    }
+
+    /// A forgotten fast read guard's slot must be cleared when the lock is
+    /// dropped even after a failed `try_write` turned the bias off: it would
+    /// stay taken for good, and — were locks named by their address — a new
+    /// lock made at the same address would find the slot naming it, and once
+    /// a reader biased it, its writers would wait for that slot forever.
+    #[test]
+    fn bravo_drop_clears_a_forgotten_fast_guard_after_the_bias_went_off() {
+        // Its own table, so that no other test's lock shares the slots.
+        static TABLE: VisibleReaders = VisibleReaders::new();
+        let new = || RwLock::from_raw(Bravo::with_table(RwTasB::new(), &TABLE), 0u8);
+        let mut l: Box<RwLock<Bravo<RwTasB>, u8>> = Box::new(new());
+        drop(l.read()); // enables the bias
+        std::mem::forget(l.read()); // a fast read, never released
+        assert!(l.try_write().is_none(), "a writer beside a reader");
+        // SAFETY: only inspects the raw lock.
+        let raw = unsafe { l.raw() };
+        assert!(!raw.is_biased(), "the failed try_write turns the bias off");
+        let addr = raw as *const Bravo<RwTasB> as usize;
+        *l = new(); // drops the old lock in place; the new one has its address
+        // SAFETY: as above.
+        let raw = unsafe { l.raw() };
+        assert_eq!(raw as *const Bravo<RwTasB> as usize, addr);
+        assert_eq!(
+            TABLE.used(),
+            0,
+            "the dropped lock's forgotten fast reader still holds a slot"
+        );
+        drop(l.read()); // biases the new lock
+        assert!(
+            l.try_write().is_some(),
+            "a new lock at the address of a dropped one refuses its writer"
+        );
+    }
+
+    /// A lock moved away (`mem::replace`) after a fast read guard of it was
+    /// forgotten: the guard's slot must not hold up a new lock made where the
+    /// moved one was (a lock that identified itself by its address did, and
+    /// nothing could clear the slot: the moved lock's drop looks for its new
+    /// address). The moved lock keeps its forgotten reader, as any lock
+    /// whose guard is forgotten stays held.
+    #[test]
+    fn bravo_a_forgotten_fast_guard_of_a_moved_lock_does_not_hold_up_its_old_place() {
+        static TABLE: VisibleReaders = VisibleReaders::new();
+        let new = || RwLock::from_raw(Bravo::with_table(RwTasB::new(), &TABLE), 0u8);
+        let mut place: Box<RwLock<Bravo<RwTasB>, u8>> = Box::new(new());
+        drop(place.read()); // enables the bias
+        std::mem::forget(place.read()); // a fast read, never released
+        let moved = std::mem::replace(&mut *place, new());
+        drop(place.read()); // biases the new lock in the old place
+        assert!(
+            place.try_write().is_some(),
+            "a new lock where a moved one was refuses its writer (the moved lock's forgotten reader)"
+        );
+        assert!(
+            moved.try_write().is_none(),
+            "a writer of the moved lock beside its forgotten reader"
+        );
+        drop(moved);
+        drop(place);
+        assert!(format!("{TABLE:?}").contains("used: 0"), "{TABLE:?}");
+    }
+
+    /// A failed `try_write` (and a failed `try_upgrade`) turns the bias off
+    /// while a fast reader is still inside; a writer after it must still
+    /// wait for that reader — the bias being off does not mean that no slot
+    /// names the lock.
+    #[test]
+    fn bravo_a_writer_after_a_failed_try_waits_for_the_fast_reader() {
+        use lock_api::RawRwLockUpgrade;
+        static TABLE: VisibleReaders = VisibleReaders::new();
+        for upgrade in [false, true] {
+            let l = Bravo::with_table(RwTasB::new(), &TABLE);
+            // SAFETY (all blocks): every guard came from `l` on this thread.
+            unsafe { l.unlock_shared(l.lock_shared()) }; // enables the bias
+            let r = l.lock_shared();
+            assert!(matches!(r, BravoShared::Fast(_)), "{r:?}");
+            if upgrade {
+                let u = l.lock_upgradable();
+                // SAFETY: as above.
+                let Err(u) = (unsafe { l.try_upgrade(u) }) else {
+                    panic!("upgraded beside a fast reader");
+                };
+                // SAFETY: as above.
+                unsafe { l.unlock_upgradable(u) };
+            } else {
+                assert!(l.try_lock_exclusive().is_none(), "a writer beside a reader");
+            }
+            assert!(!l.is_biased());
+            let w = l.try_lock_exclusive();
+            let got = w.is_some();
+            if let Some(w) = w {
+                // SAFETY: as above.
+                unsafe { l.unlock_exclusive(w) };
+            }
+            // SAFETY: as above.
+            unsafe { l.unlock_shared(r) };
+            assert!(
+                !got,
+                "a writer got the lock beside a fast reader, after a failed {}",
+                if upgrade { "try_upgrade" } else { "try_write" }
+            );
+        }
     }
 
     #[test]
