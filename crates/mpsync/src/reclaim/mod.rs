@@ -130,6 +130,8 @@
 
 mod ebr;
 mod epoch;
+#[cfg(all(test, not(loom)))]
+mod hostile;
 mod hp;
 mod leak;
 mod limbo;
@@ -671,33 +673,79 @@ impl<R: Reclaimer> std::fmt::Debug for Header<R> {
 /// and a guard's `protect`/retire take `&self`, so the [`Protected`] pointers it
 /// hands out can borrow it shared). `!Sync`: only the registration's thread
 /// reaches it; `Send` where the state is.
-struct LocalCell<S>(std::cell::UnsafeCell<S>);
+///
+/// **Re-entry.** User code can reach a registration while one of its
+/// operations runs: a retired value's `Drop` or a deferred closure, run by
+/// reclamation, may use a registration kept in a thread-local (or cached, as
+/// [`Auto`](crate::ds::handle::Auto) keeps one) — `Send + 'static` does not stop
+/// that. So no closure given to [`with`](Self::with) runs user code: the
+/// schemes change their state inside it and return what is to be freed (a
+/// [`Garbage`](limbo::Garbage)), which they free after `with` returns, when the
+/// state is consistent again (pinned while a guard lives, the retired list
+/// whole). A re-entrant operation then works; a panicking `Drop` finds nothing
+/// half-done. Debug builds check that `with` is never re-entered.
+struct LocalCell<S> {
+    state: std::cell::UnsafeCell<S>,
+    /// Debug builds: set while a `with` runs (re-entry panics).
+    #[cfg(debug_assertions)]
+    busy: std::cell::Cell<bool>,
+}
 
 // SAFETY: moving the cell moves the state; it stays `!Sync` (the `UnsafeCell`).
 unsafe impl<S: Send> Send for LocalCell<S> {}
 
 impl<S> LocalCell<S> {
     fn new(s: S) -> Self {
-        Self(std::cell::UnsafeCell::new(s))
+        Self {
+            state: std::cell::UnsafeCell::new(s),
+            #[cfg(debug_assertions)]
+            busy: std::cell::Cell::new(false),
+        }
     }
 
     /// The state, through an exclusive borrow of the registration (no guard lives).
     #[inline(always)]
     fn get_mut(&mut self) -> &mut S {
-        self.0.get_mut()
+        self.state.get_mut()
     }
 
-    /// Runs `f` on the state. Callers (the registrations and guards of this
-    /// module) never call `with` inside `f`.
+    /// Runs `f` on the state. `f` runs no user code (no node is freed, no
+    /// closure run in it: see the type's doc) and does not call `with`.
     #[inline(always)]
     fn with<T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
+        #[cfg(debug_assertions)]
+        let _busy = Busy::enter(&self.busy);
         // SAFETY: the cell is `!Sync`, so only this thread reaches it; `with` is
-        // not re-entered (its callers' bodies do not call it, and what `f` may run
-        // — node destructors, deferred closures — is `Send + 'static`, so it
-        // cannot hold a reference to this `!Sync` cell or its registration), and
-        // no reference into the state outlives `f`: this `&mut` is the only
-        // reference to the state while it lives.
-        f(unsafe { &mut *self.0.get() })
+        // not re-entered (`f` neither calls it nor runs user code, which alone
+        // could reach this registration again — the type's doc; debug builds
+        // check), and no reference into the state outlives `f`: this `&mut` is
+        // the only reference to the state while it lives.
+        f(unsafe { &mut *self.state.get() })
+    }
+}
+
+/// Debug builds: marks a [`LocalCell`] busy for one `with`.
+#[cfg(debug_assertions)]
+struct Busy<'a>(&'a std::cell::Cell<bool>);
+
+#[cfg(debug_assertions)]
+impl<'a> Busy<'a> {
+    #[inline(always)]
+    fn enter(busy: &'a std::cell::Cell<bool>) -> Self {
+        assert!(
+            !busy.replace(true),
+            "reclaim: a registration's state was re-entered while it was being changed \
+             (user code run inside `LocalCell::with`): a bug in mpsync"
+        );
+        Self(busy)
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.set(false);
     }
 }
 
