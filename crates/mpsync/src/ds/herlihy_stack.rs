@@ -10,7 +10,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr;
 
-use super::lf::{CasBackoff, check_local};
+use super::lf::{CasBackoff, check_local, free_chain};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -207,24 +207,30 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
 }
 
 impl<T, R: Reclaimer> Drop for HerlihyStack<T, R> {
+    /// Drops the values still on the stack; one whose `Drop` panics stops none
+    /// of the others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
         // Relaxed: `&mut self`, no operation is in flight.
         let cur = self.current.load(Ordering::Relaxed);
-        // SAFETY: the current version is alive (the structure holds a reference).
-        let mut n = unsafe { (*cur).root };
-        while !n.is_null() {
-            // SAFETY: nodes of the current version are in no dead list and are
-            // reachable only from here now; each is freed once, its value dropped
-            // once (it was never popped).
-            let mut node = unsafe { Box::from_raw(n) };
-            n = node.next;
-            // SAFETY: the value was never moved out (the node was never popped).
-            unsafe { ManuallyDrop::drop(&mut node.value) };
-        }
+        // SAFETY: the current version is alive (the structure holds a reference);
+        // its nodes are in no dead list and reachable only from here now, and
+        // `free_chain` visits each once. Each value was never popped (not moved
+        // out): dropped once, after its node is freed.
+        let caught = unsafe {
+            free_chain(
+                (*cur).root,
+                |n| (*n).next,
+                |n| {
+                    let node = Box::from_raw(n);
+                    drop(ManuallyDrop::into_inner(node.value));
+                },
+            )
+        };
         // SAFETY: the structure's reference to its current version; the version's
         // dead list is empty and its root list was just freed, and `release` reads
         // neither the list nor the root.
         unsafe { Version::release(cur) };
+        caught.resume();
     }
 }
 

@@ -49,7 +49,7 @@ use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
-use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
@@ -275,24 +275,20 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
 }
 
 impl<T, R: Reclaimer, A: NodeAlloc> Drop for MsQueue<T, R, A> {
+    /// Drops the values still queued; one whose `Drop` panics stops none of the
+    /// others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
-        // Relaxed: `&mut self`, no other thread can reach the queue.
-        let mut p = self.head.load(Ordering::Relaxed);
         let mut dummy = true;
-        while !p.is_null() {
-            // SAFETY: every node reachable from `head` is live (retired nodes are
-            // behind `head`), owned by the queue, and visited once.
-            let n = unsafe { &*p };
-            // Relaxed: as above.
-            let next = n.next.load(Ordering::Relaxed);
-            if !dummy {
-                // SAFETY: nodes after the dummy hold a value not yet taken.
-                drop(unsafe { n.value.take() });
-            }
-            dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T, R>>(p.cast()) };
-            p = next;
+        // SAFETY: every node reachable from `head` is live (retired nodes are
+        // behind `head`), made by `A::alloc`, owned by the queue (`&mut self`) and
+        // visited once; the nodes after the dummy hold a value not yet taken.
+        // Relaxed loads: no other thread can reach the queue.
+        unsafe {
+            drop_list::<_, _, A>(
+                self.head.load(Ordering::Relaxed),
+                |n| (*n).next.load(Ordering::Relaxed),
+                |n| (!std::mem::take(&mut dummy)).then(|| (*n).value.take()),
+            )
         }
     }
 }

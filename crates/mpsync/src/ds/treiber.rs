@@ -43,7 +43,7 @@ use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
-use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentStack, StackHandle};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
@@ -202,20 +202,18 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
 }
 
 impl<T, R: Reclaimer, A: NodeAlloc> Drop for TreiberStack<T, R, A> {
+    /// Drops the values still on the stack; one whose `Drop` panics stops none
+    /// of the others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
-        // Relaxed: `&mut self`, no other thread can reach the stack.
-        let mut p = self.head.load(Ordering::Relaxed);
-        while !p.is_null() {
-            // SAFETY: every node reachable from `head` is live, owned by the stack
-            // and visited once.
-            let n = unsafe { &*p };
-            // Relaxed: as above.
-            let next = n.next.load(Ordering::Relaxed);
-            // SAFETY: a linked node holds a value not yet taken.
-            drop(unsafe { n.value.take() });
-            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T, R>>(p.cast()) };
-            p = next;
+        // SAFETY: every node reachable from `head` is live, made by `A::alloc`,
+        // owned by the stack (`&mut self`), visited once, and holds a value not
+        // yet taken. Relaxed loads: no other thread can reach the stack.
+        unsafe {
+            drop_list::<_, _, A>(
+                self.head.load(Ordering::Relaxed),
+                |n| (*n).next.load(Ordering::Relaxed),
+                |n| Some((*n).value.take()),
+            )
         }
     }
 }
