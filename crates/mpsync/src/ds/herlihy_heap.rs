@@ -209,6 +209,25 @@ impl<T: Ord + Clone + Send + Sync + 'static> Default for HerlihySkewHeap<T, Ebr>
 
 impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R> {
     /// An empty heap reclaiming through `domain`. Hazard pointers need one slot.
+    ///
+    /// `T: 'static`: a removed value (the original, of which `delete_min`
+    /// returns a clone) and the originals of copied nodes are dropped by the
+    /// domain when their version is reclaimed — possibly after the heap is
+    /// gone, since other structures and registrations may keep the domain.
+    /// A borrowed value would be dropped after its borrow ended, so the
+    /// compiler refuses one:
+    ///
+    /// ```compile_fail,E0597
+    /// use mpsync::ds::heap::HerlihySkewHeap;
+    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    /// use mpsync::sync::Arc;
+    ///
+    /// let domain = Arc::new(Ebr::new());
+    /// let local = Ebr::register(&domain);
+    /// let name = String::from("borrowed");
+    /// let h = HerlihySkewHeap::with_domain(domain.clone());
+    /// h.insert(&local, &name); // error: `name` does not live long enough
+    /// ```
     pub fn with_domain(domain: Arc<R>) -> Self {
         Self {
             current: crate::util::CachePadded::new(AtomicPtr::new(Version::first(ptr::null_mut()))),

@@ -86,7 +86,10 @@ impl<T: Send + 'static> Default for HerlihyStack<T, Ebr> {
 
 impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
     /// An empty stack reclaiming through `domain` (shared with other structures
-    /// if you like). Hazard pointers need one slot.
+    /// if you like). Hazard pointers need one slot. (A popped value is moved
+    /// out of its node before the node is retired, so the domain never drops a
+    /// value; `T: 'static` is not needed for that, and kept for uniformity with
+    /// the heap.)
     pub fn with_domain(domain: Arc<R>) -> Self {
         Self {
             current: crate::util::CachePadded::new(AtomicPtr::new(Version::first(ptr::null_mut()))),

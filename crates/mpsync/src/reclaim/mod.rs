@@ -59,6 +59,33 @@
 //! schemes ignore it. Every domain counts retired, freed and pending nodes
 //! ([`Reclaimer::stats`]), so memory growth is measurable.
 //!
+//! # What a retired value's `Drop`, or a deferred closure, may do
+//!
+//! Reclamation runs user code: the `Drop` of what a retired node holds (a
+//! [`retire_box`](Guard::retire_box)ed value; a structure's removed values) and
+//! the closures of [`retire_with`](Guard::retire_with) and
+//! [`defer`](Guard::defer). It runs inside whatever operation of the reclaiming
+//! thread frees the node — an [`enter`](Local::enter), a retire, a
+//! [`quiescent`](Local::quiescent) state, a scan, a registration's drop — which
+//! may be an operation on another structure of the same domain. There, that
+//! code may:
+//! - **use any structure and any registration**, the one that is reclaiming
+//!   included (kept in a thread-local, or cached by
+//!   [`Auto`](crate::ds::handle::Auto)): its guards nest inside the running
+//!   operation's (EBR keeps the outer pin; hazard pointers give a nested guard
+//!   slots of its own), and what it retires joins the registration's lists, to
+//!   be freed by a later reclamation;
+//! - **panic**: the other nodes of the batch are still freed, the registration
+//!   stays consistent (no pin left behind, no node lost or freed twice), and
+//!   the first panic comes out of the operation that ran reclamation (out of a
+//!   registration's drop once it has left the domain).
+//!
+//! Neither can make a registration unusable, hold reclamation up or cause
+//! undefined behaviour. The code cannot choose its thread or its moment (that
+//! is the scheme's), and a `RefCell` of the user's that is borrowed mutably
+//! while it runs (a registration being `quiescent`, say) panics if it is
+//! borrowed again, as `RefCell`s do.
+//!
 //! Layering: uses `sync` (atomics), `util` (padding) and, from `sched`, only its
 //! named stall points ([`sched::stall`](crate::sched::stall)); nothing here waits
 //! or spins — reclamation is only ever deferred.
@@ -374,8 +401,8 @@ pub trait Guard {
     /// schemes: after a grace period). The closure carries whatever freeing the
     /// node needs beyond its address — a length, an allocator, other objects to
     /// free with it — which is what an RCU table's retired bucket array needs.
-    /// Counted as one retired node in [`Reclaimer::stats`]. A panic in `f`
-    /// propagates out of the operation (or drop) that happens to run it.
+    /// Counted as one retired node in [`Reclaimer::stats`]. `f` may use this
+    /// domain, and may panic: see the [module documentation](self).
     ///
     /// ```
     /// use mpsync::reclaim::{Guard, HazardPointers, Local, Reclaimer};
@@ -426,7 +453,8 @@ pub trait Guard {
     ///
     /// Safe: `f` is a `'static + Send` safe closure, so running it at any time on
     /// any thread is sound; only the timing is the scheme's. Counted as one
-    /// retired node in [`Reclaimer::stats`].
+    /// retired node in [`Reclaimer::stats`]. `f` may use this domain, and may
+    /// panic: see the [module documentation](self).
     ///
     /// ```
     /// use mpsync::reclaim::{Ebr, Guard, Local, Reclaimer};
