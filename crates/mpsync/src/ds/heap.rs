@@ -12,7 +12,8 @@
 //!   current version's root, copies only the nodes on its merge path (every other
 //!   subtree is shared with the old version), builds a new version around the new
 //!   root and swings the shared version pointer with CAS, backing off (bounded)
-//!   when it fails. Lock-free.
+//!   when it fails. Lock-free (as the system allocator is: nodes and versions
+//!   are `Box`es).
 //!
 //! # Ownership of nodes (Herlihy heap)
 //! A node is created by one operation and belongs to every later version until a

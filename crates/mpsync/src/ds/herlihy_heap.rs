@@ -5,13 +5,15 @@
 //! Michael & Scott, PODC 1996 (papers/000_…) §4.3; Herlihy, *A Methodology for
 //! Implementing Highly Concurrent Data Objects*, TOPLAS 1993.
 //!
-//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`.
+//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`, and from `sched` only named
+//! stall points. Progress: lock-free, every operation (`tests/progress.rs`).
 
 use std::fmt;
 use std::ptr;
 
 use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 use crate::util::unwind::each;
 
@@ -298,11 +300,13 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             unsafe { (*cand).root = result };
             // AcqRel on success: the Release publishes the new nodes and `cand` to
             // the Acquire loads in `protect`; Relaxed on failure (we re-protect).
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     let replaced = at.publish();
                     // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are exactly
                     // the nodes of `cur` that `cand` copied instead of sharing.
@@ -358,11 +362,13 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             }
             let cand = at.cand;
             // AcqRel/Relaxed: as in `insert`.
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     let replaced = at.publish();
                     // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are the old
                     // root and the originals of the merge path, which `cand` lacks.

@@ -4,7 +4,8 @@
 //! Michael & Scott, PODC 1996 (papers/000_…) §4.2; Herlihy, *A Methodology for
 //! Implementing Highly Concurrent Data Objects*, TOPLAS 1993.
 //!
-//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`.
+//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`, and from `sched` only named
+//! stall points. Progress: lock-free, every operation (`tests/progress.rs`).
 
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -12,6 +13,7 @@ use std::ptr;
 
 use super::lf::{CasBackoff, check_local, free_chain};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::handle::{Handle, Registered};
@@ -135,11 +137,13 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
             // Acquire loads in `protect`; the Acquire is not needed by push but keeps
             // the chain of versions one release sequence. Relaxed on failure: we
             // re-protect before using anything.
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     // SAFETY: our CAS replaced `cur` by `cand`; `cur` is protected by
                     // `g`; a push removes no node, so the dead list is empty.
                     unsafe { Version::retire(&mut g, cur, cand, ptr::null_mut()) };
@@ -185,11 +189,13 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
                 unsafe { (*cand).root = next };
             }
             // AcqRel/Relaxed: as in `push`.
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     // The pusher's write is visible: our protect acquired `cur`, whose
                     // release sequence of version CASes includes the push.
                     // SAFETY: our CAS removed `top`; only the CAS that removes a node

@@ -11,8 +11,13 @@
 //!
 //! Generic over the reclamation scheme `R` (hazard pointers need 2 slots: the head
 //! and its successor, or the tail) and the node allocator `A`. After a failed CAS
-//! it backs off (bounded exponential, paper 000 §4). Progress: lock-free. Uses
-//! `sched`: nothing — a preempted thread never blocks another one.
+//! it backs off (bounded exponential, paper 000 §4). Progress: lock-free, every operation (`tests/progress.rs` stops a thread at each of its
+//! stall points and the others complete), given a lock-free allocator: with
+//! [`MagazineAlloc`](super::alloc::MagazineAlloc) a magazine refill or spill takes
+//! the depot's spinlock, as in Hart's allocator, and a thread stopped holding it
+//! stops the others' refills.
+//! Uses `sched`: only named stall points — a preempted thread never blocks
+//! another one.
 //!
 //! ```
 //! use mpsync::ds::ms_queue::MsQueue;

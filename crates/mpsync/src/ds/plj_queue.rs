@@ -31,7 +31,12 @@
 //! operation pays for a consistent two-ended snapshot and for helping before acting,
 //! where MS's enqueue never reads `head`. Hazard pointers need 2 slots (`head` and
 //! `tail`, then `head`'s successor in place of `tail`). Bounded exponential backoff
-//! after a failed CAS (paper 000 §4). Progress: lock-free. Uses `sched`: nothing.
+//! after a failed CAS (paper 000 §4). Progress: lock-free, every operation (`tests/progress.rs` stops a thread at each of its
+//! stall points and the others complete), given a lock-free allocator: with
+//! [`MagazineAlloc`](super::alloc::MagazineAlloc) a magazine refill or spill takes
+//! the depot's spinlock, as in Hart's allocator, and a thread stopped holding it
+//! stops the others' refills.
+//! Uses `sched`: only named stall points.
 //!
 //! ```
 //! use mpsync::ds::plj_queue::PljQueue;
@@ -220,6 +225,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 .compare_exchange(ptr::null_mut(), node, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
             {
+                stall::point(stall::PLJ_ENQUEUE_LINKED);
                 // Our own completion; others may have done it already.
                 // Release/Relaxed: as in `help`.
                 let _ = self.tail.compare_exchange(

@@ -12,8 +12,12 @@
 //! quiescent-state guarantee), so it cannot be freed, hence not reused, while the
 //! pop may still CAS it: `head == top` at the CAS means `top` never left. Generic
 //! over the reclaimer `R` (hazard pointers: 1 slot) and node allocator `A`; bounded
-//! exponential backoff after a failed CAS (paper 000 §4). Progress: lock-free.
-//! Uses `sched`: nothing.
+//! exponential backoff after a failed CAS (paper 000 §4). Progress: lock-free, every operation (`tests/progress.rs` stops a thread at each of its
+//! stall points and the others complete), given a lock-free allocator: with
+//! [`MagazineAlloc`](super::alloc::MagazineAlloc) a magazine refill or spill takes
+//! the depot's spinlock, as in Hart's allocator, and a thread stopped holding it
+//! stops the others' refills.
+//! Uses `sched`: only named stall points.
 //!
 //! ```
 //! use mpsync::ds::treiber::TreiberStack;
@@ -135,6 +139,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
             // SAFETY: `node` is ours until the CAS below publishes it.
             // Relaxed: published by the Release CAS that follows.
             unsafe { &*node }.next.store(top, Ordering::Relaxed);
+            stall::point(stall::TREIBER_PUSH_READ);
             // Release: publishes the node's fields to poppers' Acquire `protect`.
             // Failure Relaxed: the new top is only a guess again.
             match self
