@@ -371,3 +371,50 @@ fn a_panicking_drop_loses_nothing_under_every_scheme() {
     a_panicking_drop_loses_nothing(Arc::new(HazardPointers::with_threshold(1, 8).unwrap()));
     a_panicking_drop_loses_nothing(Arc::new(Leak::new()));
 }
+
+/// A value that panics when a registration leaves (its drop frees what has
+/// expired) stops none of the leaving: the record is given back — the next
+/// registration reuses it — and the domain still counts every node.
+fn a_panicking_drop_as_a_registration_leaves<R: Reclaimer>(
+    d: Arc<R>,
+    records: impl Fn(&R) -> usize,
+) {
+    let mut a = R::register(&d);
+    let mut w = R::register(&d);
+    retire_value(&a, Bomb);
+    a.park();
+    for _ in 0..6 {
+        w.enter().defer(|| ());
+        w.quiescent();
+        drop(w.enter());
+    }
+    let n = records(&d);
+    assert!(
+        catch_unwind(AssertUnwindSafe(|| drop(a))).is_err(),
+        "{}: the bomb went off as the registration left",
+        R::NAME
+    );
+    let again = R::register(&d);
+    assert_eq!(
+        records(&d),
+        n,
+        "{}: the record of a registration whose leaving met a panicking Drop was not given back",
+        R::NAME
+    );
+    drop((again, w));
+    let s = d.stats();
+    assert_eq!(s.freed + s.pending, s.retired, "{}: {s:?}", R::NAME);
+}
+
+#[test]
+fn a_panicking_drop_as_a_registration_leaves_gives_the_record_back() {
+    a_panicking_drop_as_a_registration_leaves(Arc::new(Qsbr::new()), Qsbr::records);
+    a_panicking_drop_as_a_registration_leaves(
+        Arc::new(Ebr::with_advance_every(1).unwrap()),
+        Ebr::records,
+    );
+    a_panicking_drop_as_a_registration_leaves(
+        Arc::new(HazardPointers::with_threshold(1, 100).unwrap()),
+        HazardPointers::records,
+    );
+}
