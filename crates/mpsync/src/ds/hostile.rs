@@ -69,12 +69,14 @@ struct Echo {
     key: u32,
     /// Echoes left (0: a plain value).
     echo: u32,
-    #[allow(clippy::type_complexity)]
-    target: Option<Rc<RefCell<Option<Echoed>>>>,
+    target: Option<Target>,
 }
 
 /// What an [`Echo`] re-enters, erased to a closure (the scheme is generic).
 type Echoed = Box<dyn Fn(Echo)>;
+
+/// Where an [`Echo`] finds what it re-enters (none once the test is done).
+type Target = Rc<RefCell<Option<Echoed>>>;
 
 impl Clone for Echo {
     fn clone(&self) -> Echo {
@@ -135,7 +137,7 @@ fn heap_values_reenter_the_heap<R: Reclaimer>(d: Arc<R>) {
     let h: Rc<HerlihySkewHeap<Echo, R>> = Rc::new(HerlihySkewHeap::with_domain(d.clone()));
     let l = Rc::new(RefCell::new(R::register(&d)));
     let mut w = R::register(&d);
-    let target: Rc<RefCell<Option<Echoed>>> = Rc::new(RefCell::new(None));
+    let target: Target = Rc::new(RefCell::new(None));
     let (h2, weak): (_, Weak<RefCell<R::Local>>) = (h.clone(), Rc::downgrade(&l));
     *target.borrow_mut() = Some(Box::new(move |e| {
         if let Some(l) = weak.upgrade()

@@ -17,9 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
 use super::*;
 use crate::sync::Ordering;
 
+/// A closure a value's `Drop` runs once ([`OnDrop`]).
+type Hook = Option<Box<dyn FnOnce()>>;
+
 thread_local! {
     /// Closures that values' `Drop`s run ([`OnDrop`]), by index.
-    static HOOKS: RefCell<Vec<Option<Box<dyn FnOnce()>>>> = const { RefCell::new(Vec::new()) };
+    static HOOKS: RefCell<Vec<Hook>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A `Send + 'static` value whose `Drop` runs a closure kept in a thread-local —
