@@ -193,7 +193,7 @@ struct Counts {
 
 /// A value that, when dropped, re-enters `l` if it can (the registration still
 /// exists and is not borrowed mutably): a nested guard that retires `n - 1`
-/// more such values and defers a closure.
+/// more such values and defers a closure that drops one more.
 fn reentrant_value<L: Local + 'static>(
     l: &std::rc::Weak<RefCell<L>>,
     c: &std::sync::Arc<Counts>,
@@ -212,10 +212,13 @@ fn reentrant_value<L: Local + 'static>(
             // SAFETY: a fresh box, retired once.
             unsafe { g.retire_box(Box::into_raw(Box::new(v))) };
         }
+        // A deferred closure that re-enters too: it drops such a value when
+        // it runs.
         c.made.fetch_add(1, StdOrdering::Relaxed);
-        let c2 = c.clone();
+        let (c2, inner) = (c.clone(), (n > 1).then(|| reentrant_value(&l, &c, n - 1)));
         g.defer(move || {
             c2.dropped.fetch_add(1, StdOrdering::Relaxed);
+            drop(inner);
         });
     })
 }
