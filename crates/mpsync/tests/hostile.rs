@@ -22,11 +22,13 @@ use std::sync::{Arc, Once};
 
 use common::sized;
 use mpsync::ds::handle::Auto;
-use mpsync::ds::heap::HerlihySkewHeap;
+use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
+use mpsync::ds::queue::TwoLockQueue;
 use mpsync::ds::stack::HerlihyStack;
 use mpsync::ds::treiber::TreiberStack;
+use mpsync::lock::TasB;
 use mpsync::reclaim::{Ebr, HazardPointers, Leak, Local, Qsbr, Reclaimer};
 
 thread_local! {
@@ -597,6 +599,7 @@ fn panics_in_drop_clone_and_ord_every_scheme() {
 
 /// Values left in a queue, stack or heap when it drops, one in five panicking
 /// in its `Drop`: every one is dropped, the first panic comes out of the drop.
+/// (The `Vec`-based structures drop as `Vec` does: a second panic aborts.)
 /// (Inserted largest first, so the heap copies no node: all 20 are in it.)
 #[test]
 fn a_structure_drops_every_value_left_when_some_panic() {
@@ -645,5 +648,13 @@ fn a_structure_drops_every_value_left_when_some_panic() {
         "HerlihySkewHeap",
         || HerlihySkewHeap::<Val>::with_domain(d.clone()),
         |h, v| h.insert(&l, v),
+    );
+    check("TwoLockQueue", TwoLockQueue::<TasB, Val>::new, |q, v| {
+        q.enqueue(v)
+    });
+    check(
+        "LockedSkewHeap",
+        LockedSkewHeap::<TasB, Val>::new,
+        |h, v| h.insert(v),
     );
 }

@@ -40,6 +40,7 @@
 use std::fmt;
 
 use super::{ConcurrentPriorityQueue, PriorityQueueHandle};
+use crate::util::unwind::each;
 
 /// An ephemeral skew heap (Sleator & Tarjan), merged top-down without recursion.
 ///
@@ -134,13 +135,18 @@ impl<T: Ord> SkewHeap<T> {
 }
 
 impl<T> Drop for SkewHeap<T> {
+    /// Iteratively, so a long path cannot overflow the stack; a value whose
+    /// `Drop` panics stops none of the others (all are dropped, then the first
+    /// panic goes on).
     fn drop(&mut self) {
-        // Iteratively, so a long path cannot overflow the stack.
         let mut todo: Vec<Box<SkewNode<T>>> = self.root.take().into_iter().collect();
-        while let Some(mut n) = todo.pop() {
+        let nodes = std::iter::from_fn(|| {
+            let mut n = todo.pop()?;
             todo.extend(n.left.take());
             todo.extend(n.right.take());
-        }
+            Some(n)
+        });
+        each(nodes, drop).resume();
     }
 }
 
