@@ -127,7 +127,10 @@ impl<S: Registered + fmt::Debug> fmt::Debug for Handle<'_, S> {
 /// state, as a [`Handle`] does. The registrations are dropped (leaving the
 /// domain) with the `Auto`; those of exited threads are reused by new threads.
 /// An operation started from inside another on the same thread (a value's `Drop`
-/// run by reclamation, say) uses a fresh registration of its own. The explicit
+/// run by reclamation, say) uses a fresh registration of its own. A panic out
+/// of an operation (a value's `Drop`, `Clone` or `Ord`) leaves the cached
+/// registration parked and consistent: the thread's next operation, and every
+/// other thread's reclamation, go on as before. The explicit
 /// API stays underneath ([`inner`](Self::inner)): a [`Handle`] saves the cache
 /// lookup (a thread-id read and an index) and the park per operation.
 ///

@@ -5,14 +5,17 @@
 //! Michael & Scott, PODC 1996 (papers/000_…) §4.3; Herlihy, *A Methodology for
 //! Implementing Highly Concurrent Data Objects*, TOPLAS 1993.
 //!
-//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`.
+//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`, and from `sched` only named
+//! stall points. Progress: lock-free, every operation (`tests/progress.rs`).
 
 use std::fmt;
 use std::ptr;
 
 use super::lf::{CasBackoff, check_local};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
+use crate::util::unwind::each;
 
 use super::handle::{Handle, Registered};
 use super::version::{DeadNode, Version, link_dead};
@@ -72,13 +75,12 @@ impl<T, R: Reclaimer> Attempt<T, R> {
         }
     }
 
-    /// Frees the copies of a failed attempt and forgets the originals.
+    /// Frees the copies of a failed attempt and forgets the originals. A copy
+    /// whose value panics in its `Drop` stops none of the others.
     fn abandon(&mut self) {
-        for c in self.copies.drain(..) {
-            // SAFETY: copies are private boxes nobody else has seen.
-            drop(unsafe { Box::from_raw(c) });
-        }
         self.replaced.clear();
+        // SAFETY: copies are private boxes nobody else has seen, each freed once.
+        each(self.copies.drain(..), |c| drop(unsafe { Box::from_raw(c) })).resume();
     }
 
     /// After the winning CAS: the copies, `single` and `cand` now belong to the
@@ -92,17 +94,22 @@ impl<T, R: Reclaimer> Attempt<T, R> {
 }
 
 impl<T, R: Reclaimer> Drop for Attempt<T, R> {
+    /// Frees whatever is still private — also when a value panics in its
+    /// `Drop` (the rest is freed, then the first panic goes on).
     fn drop(&mut self) {
-        self.abandon();
-        if !self.single.is_null() {
-            // SAFETY: not published: a private box; dropping it drops the value
-            // the failed (panicked) insert was given.
-            drop(unsafe { Box::from_raw(self.single) });
-        }
+        self.replaced.clear();
         if !self.cand.is_null() {
             // SAFETY: not published: never shared.
             unsafe { Version::discard(self.cand) };
         }
+        let single = (!self.single.is_null()).then_some(self.single);
+        // SAFETY: copies and `single` (not published) are private boxes, each
+        // freed once; dropping `single` drops the value the failed (panicked)
+        // insert was given.
+        each(self.copies.drain(..).chain(single), |c| {
+            drop(unsafe { Box::from_raw(c) })
+        })
+        .resume();
     }
 }
 
@@ -204,6 +211,25 @@ impl<T: Ord + Clone + Send + Sync + 'static> Default for HerlihySkewHeap<T, Ebr>
 
 impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R> {
     /// An empty heap reclaiming through `domain`. Hazard pointers need one slot.
+    ///
+    /// `T: 'static`: a removed value (the original, of which `delete_min`
+    /// returns a clone) and the originals of copied nodes are dropped by the
+    /// domain when their version is reclaimed — possibly after the heap is
+    /// gone, since other structures and registrations may keep the domain.
+    /// A borrowed value would be dropped after its borrow ended, so the
+    /// compiler refuses one:
+    ///
+    /// ```compile_fail,E0597
+    /// use mpsync::ds::heap::HerlihySkewHeap;
+    /// use mpsync::reclaim::{Ebr, Reclaimer};
+    /// use mpsync::sync::Arc;
+    ///
+    /// let domain = Arc::new(Ebr::new());
+    /// let local = Ebr::register(&domain);
+    /// let name = String::from("borrowed");
+    /// let h = HerlihySkewHeap::with_domain(domain.clone());
+    /// h.insert(&local, &name); // error: `name` does not live long enough
+    /// ```
     pub fn with_domain(domain: Arc<R>) -> Self {
         Self {
             current: crate::util::CachePadded::new(AtomicPtr::new(Version::first(ptr::null_mut()))),
@@ -274,11 +300,13 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             unsafe { (*cand).root = result };
             // AcqRel on success: the Release publishes the new nodes and `cand` to
             // the Acquire loads in `protect`; Relaxed on failure (we re-protect).
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     let replaced = at.publish();
                     // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are exactly
                     // the nodes of `cur` that `cand` copied instead of sharing.
@@ -334,11 +362,13 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
             }
             let cand = at.cand;
             // AcqRel/Relaxed: as in `insert`.
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     let replaced = at.publish();
                     // SAFETY: our CAS replaced `cur` by `cand`; `replaced` are the old
                     // root and the originals of the merge path, which `cand` lacks.
@@ -358,24 +388,31 @@ impl<T: Ord + Clone + Send + Sync + 'static, R: Reclaimer> HerlihySkewHeap<T, R>
 }
 
 impl<T, R: Reclaimer> Drop for HerlihySkewHeap<T, R> {
+    /// Drops the values still in the heap; one whose `Drop` panics stops none
+    /// of the others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
         // Relaxed: `&mut self`, no operation is in flight.
         let cur = self.current.load(Ordering::Relaxed);
         // SAFETY: the current version is alive (the structure holds a reference).
         let mut todo = vec![unsafe { (*cur).root }];
-        while let Some(n) = todo.pop() {
-            if n.is_null() {
-                continue;
+        // Each node once, its children read before it is handed out.
+        let nodes = std::iter::from_fn(|| {
+            loop {
+                let n = todo.pop()?;
+                if !n.is_null() {
+                    // SAFETY: a node of the current version's tree, not yet freed.
+                    unsafe { todo.extend([(*n).left, (*n).right]) };
+                    return Some(n);
+                }
             }
-            // SAFETY: nodes of the current version are on no dead list (see the
-            // module doc) and a tree: each is reached and freed once.
-            let node = unsafe { Box::from_raw(n) };
-            todo.push(node.left);
-            todo.push(node.right);
-        }
+        });
+        // SAFETY: nodes of the current version are on no dead list (see the
+        // module doc) and a tree: each is reached and freed once.
+        let caught = each(nodes, |n| drop(unsafe { Box::from_raw(n) }));
         // SAFETY: the structure's own reference to its current version, whose dead
         // list is empty; `release` does not touch the (now freed) tree.
         unsafe { Version::release(cur) };
+        caught.resume();
     }
 }
 

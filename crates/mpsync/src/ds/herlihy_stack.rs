@@ -4,14 +4,16 @@
 //! Michael & Scott, PODC 1996 (papers/000_…) §4.2; Herlihy, *A Methodology for
 //! Implementing Highly Concurrent Data Objects*, TOPLAS 1993.
 //!
-//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`.
+//! Uses `reclaim`, `ds::lf` (the CAS backoff), `sync`, and from `sched` only named
+//! stall points. Progress: lock-free, every operation (`tests/progress.rs`).
 
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ptr;
 
-use super::lf::{CasBackoff, check_local};
+use super::lf::{CasBackoff, check_local, free_chain};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
+use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::handle::{Handle, Registered};
@@ -86,7 +88,10 @@ impl<T: Send + 'static> Default for HerlihyStack<T, Ebr> {
 
 impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
     /// An empty stack reclaiming through `domain` (shared with other structures
-    /// if you like). Hazard pointers need one slot.
+    /// if you like). Hazard pointers need one slot. (A popped value is moved
+    /// out of its node before the node is retired, so the domain never drops a
+    /// value; `T: 'static` is not needed for that, and kept for uniformity with
+    /// the heap.)
     pub fn with_domain(domain: Arc<R>) -> Self {
         Self {
             current: crate::util::CachePadded::new(AtomicPtr::new(Version::first(ptr::null_mut()))),
@@ -132,11 +137,13 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
             // Acquire loads in `protect`; the Acquire is not needed by push but keeps
             // the chain of versions one release sequence. Relaxed on failure: we
             // re-protect before using anything.
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     // SAFETY: our CAS replaced `cur` by `cand`; `cur` is protected by
                     // `g`; a push removes no node, so the dead list is empty.
                     unsafe { Version::retire(&mut g, cur, cand, ptr::null_mut()) };
@@ -182,11 +189,13 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
                 unsafe { (*cand).root = next };
             }
             // AcqRel/Relaxed: as in `push`.
+            stall::point(stall::HERLIHY_BUILT);
             match self
                 .current
                 .compare_exchange(cur, cand, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => {
+                    stall::point(stall::HERLIHY_SWUNG);
                     // The pusher's write is visible: our protect acquired `cur`, whose
                     // release sequence of version CASes includes the push.
                     // SAFETY: our CAS removed `top`; only the CAS that removes a node
@@ -207,24 +216,30 @@ impl<T: Send + 'static, R: Reclaimer> HerlihyStack<T, R> {
 }
 
 impl<T, R: Reclaimer> Drop for HerlihyStack<T, R> {
+    /// Drops the values still on the stack; one whose `Drop` panics stops none
+    /// of the others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
         // Relaxed: `&mut self`, no operation is in flight.
         let cur = self.current.load(Ordering::Relaxed);
-        // SAFETY: the current version is alive (the structure holds a reference).
-        let mut n = unsafe { (*cur).root };
-        while !n.is_null() {
-            // SAFETY: nodes of the current version are in no dead list and are
-            // reachable only from here now; each is freed once, its value dropped
-            // once (it was never popped).
-            let mut node = unsafe { Box::from_raw(n) };
-            n = node.next;
-            // SAFETY: the value was never moved out (the node was never popped).
-            unsafe { ManuallyDrop::drop(&mut node.value) };
-        }
+        // SAFETY: the current version is alive (the structure holds a reference);
+        // its nodes are in no dead list and reachable only from here now, and
+        // `free_chain` visits each once. Each value was never popped (not moved
+        // out): dropped once, after its node is freed.
+        let caught = unsafe {
+            free_chain(
+                (*cur).root,
+                |n| (*n).next,
+                |n| {
+                    let node = Box::from_raw(n);
+                    drop(ManuallyDrop::into_inner(node.value));
+                },
+            )
+        };
         // SAFETY: the structure's reference to its current version; the version's
         // dead list is empty and its root list was just freed, and `release` reads
         // neither the list nor the root.
         unsafe { Version::release(cur) };
+        caught.resume();
     }
 }
 

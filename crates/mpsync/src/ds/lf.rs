@@ -18,9 +18,11 @@
 
 use std::mem::MaybeUninit;
 
+use super::alloc::NodeAlloc;
 use crate::reclaim::{Local, Reclaimer};
 use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 use crate::util::busy::BusyWork;
+use crate::util::unwind::{Caught, each};
 
 /// Panics unless `local` is a registration in `domain`, the structure's own.
 /// Every operation that takes an explicit `Local` calls it first: a registration
@@ -42,6 +44,57 @@ fn foreign_local(op: &'static str) -> ! {
         "{op}: `local` is registered with another reclamation domain than this structure's; \
          register it with `R::register(x.domain())` (or use `x.handle()`)"
     )
+}
+
+/// Frees the nodes of a chain that a structure owns as it is dropped, first to
+/// last: `next` reads a node's successor (before the node is freed), `free`
+/// frees the node and drops the value it still holds, if any. A value whose
+/// `Drop` panics stops none of the others: every node is freed, and the first
+/// panic is returned, for the caller to resume when it is done (later ones are
+/// dropped).
+///
+/// # Safety
+/// Every node reachable from `first` through `next` is live and owned by the
+/// caller, and `free` may be called once on each.
+pub(crate) unsafe fn free_chain<N>(
+    first: *mut N,
+    next: impl Fn(*mut N) -> *mut N,
+    free: impl FnMut(*mut N),
+) -> Caught {
+    let mut p = first;
+    let nodes = std::iter::from_fn(move || {
+        if p.is_null() {
+            return None;
+        }
+        let n = p;
+        p = next(n);
+        Some(n)
+    });
+    each(nodes, free)
+}
+
+/// The `Drop` of a linked structure whose nodes come from `A`: frees the nodes
+/// from `first` on ([`free_chain`]), giving each back to `A` before dropping
+/// the value `value` takes out of it (`None` for a dummy), which may panic:
+/// every node is freed, then the first panic goes on.
+///
+/// # Safety
+/// As [`free_chain`]; every node was made by `A::alloc::<N>`, and `value` may
+/// be called once on each.
+pub(crate) unsafe fn drop_list<N, T, A: NodeAlloc>(
+    first: *mut N,
+    next: impl Fn(*mut N) -> *mut N,
+    mut value: impl FnMut(*mut N) -> Option<T>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        free_chain(first, next, |n| {
+            let v = value(n);
+            A::free::<N>(n.cast());
+            drop(v);
+        })
+    }
+    .resume();
 }
 
 /// Operations between two automatic quiescent states (Hart: 100).

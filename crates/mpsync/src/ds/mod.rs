@@ -18,6 +18,18 @@
 //! concurrently-readable maps) for a handle-free `&self` API with a registration
 //! cached per thread (`q.enqueue(x)`, `m.insert(k, v)`).
 //!
+//! **Values' `Drop`, `Clone` and `Ord`.** A value's `Drop` may run inside any
+//! operation of a non-blocking structure (reclamation frees removed values and
+//! replaced nodes there, also of other structures of the domain); it may use
+//! any structure, the same one included, and any registration (see
+//! [`reclaim`](crate::reclaim#what-a-retired-values-drop-or-a-deferred-closure-may-do)).
+//! A `Drop`, `Clone` or `Ord` that panics makes the operation that called it
+//! panic and nothing else: the structure keeps its contents and stays usable,
+//! no value is lost or dropped twice, and a structure being dropped drops all
+//! the values it holds before the first panic comes out. Values dropped by a
+//! shared domain must be `'static` (Herlihy's heap requires it); structures
+//! whose domain never drops a value accept borrowed ones.
+//!
 //! ```
 //! use mpsync::ds::{ConcurrentQueue, QueueHandle};
 //!
@@ -40,6 +52,8 @@ pub mod heap;
 mod herlihy_heap;
 mod herlihy_stack;
 pub mod hm_list;
+#[cfg(all(test, not(loom)))]
+mod hostile;
 pub mod lf;
 pub mod locked_hash;
 pub mod map;

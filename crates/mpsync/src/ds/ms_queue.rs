@@ -11,8 +11,13 @@
 //!
 //! Generic over the reclamation scheme `R` (hazard pointers need 2 slots: the head
 //! and its successor, or the tail) and the node allocator `A`. After a failed CAS
-//! it backs off (bounded exponential, paper 000 §4). Progress: lock-free. Uses
-//! `sched`: nothing — a preempted thread never blocks another one.
+//! it backs off (bounded exponential, paper 000 §4). Progress: lock-free, every operation (`tests/progress.rs` stops a thread at each of its
+//! stall points and the others complete), given a lock-free allocator: with
+//! [`MagazineAlloc`](super::alloc::MagazineAlloc) a magazine refill or spill takes
+//! the depot's spinlock, as in Hart's allocator, and a thread stopped holding it
+//! stops the others' refills.
+//! Uses `sched`: only named stall points — a preempted thread never blocks
+//! another one.
 //!
 //! ```
 //! use mpsync::ds::ms_queue::MsQueue;
@@ -49,7 +54,7 @@ use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
-use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
@@ -114,6 +119,11 @@ impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for MsQueue<T, R, A> {
 impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// An empty queue whose retired nodes go to `domain` (which other structures
     /// may share). With hazard pointers the domain needs at least 2 slots per
+    ///
+    /// `T` may borrow (it need not be `'static`, even with a shared domain that
+    /// outlives the queue): the domain never drops a value — a removed value is
+    /// moved out of its node before the node is retired, and the values still
+    /// inside are dropped by the queue's own `Drop`.
     /// thread.
     pub fn with_domain(domain: Arc<R>) -> Self {
         let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
@@ -275,24 +285,20 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
 }
 
 impl<T, R: Reclaimer, A: NodeAlloc> Drop for MsQueue<T, R, A> {
+    /// Drops the values still queued; one whose `Drop` panics stops none of the
+    /// others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
-        // Relaxed: `&mut self`, no other thread can reach the queue.
-        let mut p = self.head.load(Ordering::Relaxed);
         let mut dummy = true;
-        while !p.is_null() {
-            // SAFETY: every node reachable from `head` is live (retired nodes are
-            // behind `head`), owned by the queue, and visited once.
-            let n = unsafe { &*p };
-            // Relaxed: as above.
-            let next = n.next.load(Ordering::Relaxed);
-            if !dummy {
-                // SAFETY: nodes after the dummy hold a value not yet taken.
-                drop(unsafe { n.value.take() });
-            }
-            dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T, R>>(p.cast()) };
-            p = next;
+        // SAFETY: every node reachable from `head` is live (retired nodes are
+        // behind `head`), made by `A::alloc`, owned by the queue (`&mut self`) and
+        // visited once; the nodes after the dummy hold a value not yet taken.
+        // Relaxed loads: no other thread can reach the queue.
+        unsafe {
+            drop_list::<_, _, A>(
+                self.head.load(Ordering::Relaxed),
+                |n| (*n).next.load(Ordering::Relaxed),
+                |n| (!std::mem::take(&mut dummy)).then(|| (*n).value.take()),
+            )
         }
     }
 }

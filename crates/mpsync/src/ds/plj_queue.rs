@@ -31,7 +31,12 @@
 //! operation pays for a consistent two-ended snapshot and for helping before acting,
 //! where MS's enqueue never reads `head`. Hazard pointers need 2 slots (`head` and
 //! `tail`, then `head`'s successor in place of `tail`). Bounded exponential backoff
-//! after a failed CAS (paper 000 §4). Progress: lock-free. Uses `sched`: nothing.
+//! after a failed CAS (paper 000 §4). Progress: lock-free, every operation (`tests/progress.rs` stops a thread at each of its
+//! stall points and the others complete), given a lock-free allocator: with
+//! [`MagazineAlloc`](super::alloc::MagazineAlloc) a magazine refill or spill takes
+//! the depot's spinlock, as in Hart's allocator, and a thread stopped holding it
+//! stops the others' refills.
+//! Uses `sched`: only named stall points.
 //!
 //! ```
 //! use mpsync::ds::plj_queue::PljQueue;
@@ -58,7 +63,7 @@ use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
-use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Header, Local, Protected, Reclaimer};
 use crate::sched::stall;
@@ -129,6 +134,11 @@ impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for PljQueue<T, R, A> {
 
 impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// An empty queue whose retired nodes go to `domain` (hazard pointers: at
+    ///
+    /// `T` may borrow (it need not be `'static`, even with a shared domain that
+    /// outlives the queue): the domain never drops a value — a removed value is
+    /// moved out of its node before the node is retired, and the values still
+    /// inside are dropped by the queue's own `Drop`.
     /// least 2 slots per thread).
     pub fn with_domain(domain: Arc<R>) -> Self {
         let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
@@ -215,6 +225,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
                 .compare_exchange(ptr::null_mut(), node, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
             {
+                stall::point(stall::PLJ_ENQUEUE_LINKED);
                 // Our own completion; others may have done it already.
                 // Release/Relaxed: as in `help`.
                 let _ = self.tail.compare_exchange(
@@ -312,24 +323,20 @@ impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
 }
 
 impl<T, R: Reclaimer, A: NodeAlloc> Drop for PljQueue<T, R, A> {
+    /// Drops the values still queued; one whose `Drop` panics stops none of the
+    /// others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
-        // Relaxed: `&mut self`, no other thread can reach the queue.
-        let mut p = self.head.load(Ordering::Relaxed);
         let mut dummy = true;
-        while !p.is_null() {
-            // SAFETY: every node reachable from `head` is live, owned by the queue
-            // and visited once.
-            let n = unsafe { &*p };
-            // Relaxed: as above.
-            let next = n.next.load(Ordering::Relaxed);
-            if !dummy {
-                // SAFETY: nodes after the dummy hold a value not yet taken.
-                drop(unsafe { n.value.take() });
-            }
-            dummy = false;
-            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T, R>>(p.cast()) };
-            p = next;
+        // SAFETY: every node reachable from `head` is live (retired nodes are
+        // behind `head`), made by `A::alloc`, owned by the queue (`&mut self`) and
+        // visited once; the nodes after the dummy hold a value not yet taken.
+        // Relaxed loads: no other thread can reach the queue.
+        unsafe {
+            drop_list::<_, _, A>(
+                self.head.load(Ordering::Relaxed),
+                |n| (*n).next.load(Ordering::Relaxed),
+                |n| (!std::mem::take(&mut dummy)).then(|| (*n).value.take()),
+            )
         }
     }
 }

@@ -18,6 +18,7 @@ use std::ptr;
 use crate::sync::{AtomicPtr, Ordering};
 use crate::util::CachePadded;
 
+use super::lf::free_chain;
 use super::{ConcurrentQueue, QueueHandle};
 
 /// A FIFO queue: a `VecDeque` under one lock of type `L`.
@@ -220,19 +221,29 @@ impl<L: lock_api::RawMutex, T> Default for TwoLockQueue<L, T> {
 }
 
 impl<L: lock_api::RawMutex, T> Drop for TwoLockQueue<L, T> {
+    /// Drops the values still queued; one whose `Drop` panics stops none of the
+    /// others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
-        let dummy = self.head.get_mut().0;
-        // SAFETY: `&mut self`: nobody else touches the nodes. The dummy's value is
-        // uninitialized; every later node's is initialized and dropped once.
-        // Relaxed (all loads here): `&mut self` orders everything before us.
-        let mut n = unsafe { Box::from_raw(dummy) }.next.load(Ordering::Relaxed);
-        while !n.is_null() {
-            // SAFETY: each node is reached once, from its unique predecessor.
-            let node = unsafe { Box::from_raw(n) };
-            // SAFETY: not the dummy, so initialized and never taken.
-            unsafe { (*node.value.get()).assume_init_drop() };
-            n = node.next.load(Ordering::Relaxed);
+        let mut dummy = true;
+        // SAFETY: `&mut self`: nobody else touches the nodes; each is reached once,
+        // from its unique predecessor (`free_chain` reads `next` before freeing).
+        // The dummy's value is uninitialized; every later node's is initialized
+        // and dropped once, after its box is freed. Relaxed (all loads here):
+        // `&mut self` orders everything before us.
+        unsafe {
+            free_chain(
+                self.head.get_mut().0,
+                |n| (*n).next.load(Ordering::Relaxed),
+                |n| {
+                    let node = Box::from_raw(n);
+                    let value = node.value.into_inner();
+                    if !std::mem::take(&mut dummy) {
+                        drop(value.assume_init());
+                    }
+                },
+            )
         }
+        .resume();
     }
 }
 

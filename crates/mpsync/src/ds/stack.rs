@@ -10,7 +10,8 @@
 //!   shared pointer names the current version. An operation reads the version,
 //!   builds its own private successor version (a new top; a push also a new node,
 //!   the list below is shared, not copied) and swings the shared pointer with CAS,
-//!   backing off (bounded, 000 §4) when it fails. Lock-free. Memory is reclaimed with
+//!   backing off (bounded, 000 §4) when it fails. Lock-free (as the system
+//!   allocator is: nodes and versions are `Box`es). Memory is reclaimed with
 //!   any [`Reclaimer`](crate::reclaim::Reclaimer): an operation protects only the version it read; replaced
 //!   versions and popped nodes are freed in version order (see `ds/version.rs` for
 //!   the ownership scheme), so nothing a reader can reach is freed under it and

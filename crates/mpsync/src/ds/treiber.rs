@@ -12,8 +12,12 @@
 //! quiescent-state guarantee), so it cannot be freed, hence not reused, while the
 //! pop may still CAS it: `head == top` at the CAS means `top` never left. Generic
 //! over the reclaimer `R` (hazard pointers: 1 slot) and node allocator `A`; bounded
-//! exponential backoff after a failed CAS (paper 000 §4). Progress: lock-free.
-//! Uses `sched`: nothing.
+//! exponential backoff after a failed CAS (paper 000 §4). Progress: lock-free, every operation (`tests/progress.rs` stops a thread at each of its
+//! stall points and the others complete), given a lock-free allocator: with
+//! [`MagazineAlloc`](super::alloc::MagazineAlloc) a magazine refill or spill takes
+//! the depot's spinlock, as in Hart's allocator, and a thread stopped holding it
+//! stops the others' refills.
+//! Uses `sched`: only named stall points.
 //!
 //! ```
 //! use mpsync::ds::treiber::TreiberStack;
@@ -43,7 +47,7 @@ use crossbeam_utils::CachePadded;
 
 use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
-use super::lf::{CasBackoff, Liveness, ValueCell, check_local};
+use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentStack, StackHandle};
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
@@ -93,6 +97,11 @@ impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for TreiberStack<T, R, A> 
 
 impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// An empty stack whose retired nodes go to `domain` (hazard pointers: at least
+    ///
+    /// `T` may borrow (it need not be `'static`, even with a shared domain that
+    /// outlives the stack): the domain never drops a value — a removed value is
+    /// moved out of its node before the node is retired, and the values still
+    /// inside are dropped by the stack's own `Drop`.
     /// 1 slot per thread).
     pub fn with_domain(domain: Arc<R>) -> Self {
         Self {
@@ -130,6 +139,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
             // SAFETY: `node` is ours until the CAS below publishes it.
             // Relaxed: published by the Release CAS that follows.
             unsafe { &*node }.next.store(top, Ordering::Relaxed);
+            stall::point(stall::TREIBER_PUSH_READ);
             // Release: publishes the node's fields to poppers' Acquire `protect`.
             // Failure Relaxed: the new top is only a guess again.
             match self
@@ -202,20 +212,18 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
 }
 
 impl<T, R: Reclaimer, A: NodeAlloc> Drop for TreiberStack<T, R, A> {
+    /// Drops the values still on the stack; one whose `Drop` panics stops none
+    /// of the others (every node is freed, then the first panic goes on).
     fn drop(&mut self) {
-        // Relaxed: `&mut self`, no other thread can reach the stack.
-        let mut p = self.head.load(Ordering::Relaxed);
-        while !p.is_null() {
-            // SAFETY: every node reachable from `head` is live, owned by the stack
-            // and visited once.
-            let n = unsafe { &*p };
-            // Relaxed: as above.
-            let next = n.next.load(Ordering::Relaxed);
-            // SAFETY: a linked node holds a value not yet taken.
-            drop(unsafe { n.value.take() });
-            // SAFETY: made by `A::alloc::<Node<T, R>>`, unreachable now, freed once.
-            unsafe { A::free::<Node<T, R>>(p.cast()) };
-            p = next;
+        // SAFETY: every node reachable from `head` is live, made by `A::alloc`,
+        // owned by the stack (`&mut self`), visited once, and holds a value not
+        // yet taken. Relaxed loads: no other thread can reach the stack.
+        unsafe {
+            drop_list::<_, _, A>(
+                self.head.load(Ordering::Relaxed),
+                |n| (*n).next.load(Ordering::Relaxed),
+                |n| Some((*n).value.take()),
+            )
         }
     }
 }

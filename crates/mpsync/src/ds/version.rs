@@ -39,6 +39,7 @@ use std::ptr;
 
 use crate::reclaim::{Guard, Header, Reclaimer};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+use crate::util::unwind::{Caught, each};
 
 /// A node that can be put on a version's dead list, and freed with `Box::from_raw`.
 pub(crate) trait DeadNode: Sized {
@@ -138,32 +139,54 @@ impl<N: DeadNode, R: Reclaimer> Version<N, R> {
     /// Drops one reference of `v`; frees `v` and its dead list when both are gone,
     /// then goes on to release the successor's predecessor reference.
     ///
+    /// A node's value may panic in its `Drop`: the rest of the dead list and of
+    /// the chain are still freed and released (so one panicking value cannot
+    /// stop the structure's reclamation for good), then the first panic goes on.
+    ///
     /// # Safety
     /// The caller owns one of `v`'s references and gives it up.
     pub(crate) unsafe fn release(mut v: *mut Self) {
+        let mut caught = Caught::none();
         while !v.is_null() {
             // [1] AcqRel, as `Arc`'s drop: the Release publishes this holder's
             // writes (`dead`, `succ` by the retirer); the Acquire of the holder that
             // reaches zero sees every earlier holder's.
             // SAFETY: we own a reference, so `v` is not yet freed.
             if unsafe { (*v).refs.fetch_sub(1, Ordering::AcqRel) } != 1 {
-                return;
+                break;
             }
             // SAFETY: we dropped the last reference: `v` is ours alone.
             let b = unsafe { Box::from_raw(v) };
-            // Relaxed: ordered by [1].
-            let mut n = b.dead.load(Ordering::Relaxed);
-            while !n.is_null() {
-                // SAFETY: `n` is on `v`'s dead list only, so this is its single free;
-                // no reader can hold it (every version that contains it is freed).
-                let node = unsafe { Box::from_raw(n) };
-                // Relaxed: written before the retire, ordered by [1].
-                n = node.dead_next().load(Ordering::Relaxed);
-            }
-            // The predecessor of `succ` (this version) is now freed.
-            // Relaxed: ordered by [1].
+            // Relaxed (both): ordered by [1].
+            let dead = DeadList(b.dead.load(Ordering::Relaxed));
+            // The predecessor of `succ` (this version) is freed below.
             v = b.succ.load(Ordering::Relaxed);
+            drop(b);
+            // SAFETY: each node is on `v`'s dead list only, so this is its single
+            // free (the iterator hands each out once, after reading its link); no
+            // reader can hold it (every version that contains it is freed).
+            caught = caught.or(each(dead, |n| drop(unsafe { Box::from_raw(n) })));
         }
+        caught.resume();
+    }
+}
+
+/// A dead list, node by node: each node's link is read before the node is
+/// handed out (to be freed).
+struct DeadList<N: DeadNode>(*mut N);
+
+impl<N: DeadNode> Iterator for DeadList<N> {
+    type Item = *mut N;
+
+    fn next(&mut self) -> Option<*mut N> {
+        let n = self.0;
+        if n.is_null() {
+            return None;
+        }
+        // SAFETY: a node of the list, not yet handed out (so not yet freed).
+        // Relaxed: written before the retire, ordered by [1] in `release`.
+        self.0 = unsafe { (*n).dead_next() }.load(Ordering::Relaxed);
+        Some(n)
     }
 }
 

@@ -17,7 +17,7 @@
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
-use super::limbo::Retired;
+use super::limbo::{Garbage, Retired};
 use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Critical sections between epoch-advance attempts by default.
@@ -150,8 +150,16 @@ impl EbrLocal {
     /// Tries to advance the global epoch and frees what has become safe (this
     /// thread's limbo lists and nodes of threads that left). Returns the number
     /// of nodes freed. Call it outside any critical section.
+    ///
+    /// # Panics
+    /// If a value's `Drop` (or a deferred closure) panics as it is freed —
+    /// after every other node of the batch was freed.
     pub fn try_reclaim(&mut self) -> u64 {
-        self.state.get_mut().thread.collect(&self.domain.core)
+        let garbage = self.state.get_mut().thread.collect(&self.domain.core);
+        let n = garbage.len() as u64;
+        // SAFETY: expired (`collect`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
+        n
     }
 
     /// Nodes this thread retired that are not yet freed.
@@ -170,21 +178,31 @@ impl Local for EbrLocal {
     /// Pins the epoch, unless a guard of this registration already holds it
     /// pinned (nested guards share the outermost pin: re-pinning at a newer
     /// epoch would let the nodes the outer guard reads be freed).
+    ///
+    /// The outermost guard frees what has expired, after the pin is counted
+    /// and the guard made: a value's `Drop` run there may use this
+    /// registration (its guards nest in this one's pin), and if it panics the
+    /// panic leaves `enter` through the guard's drop, which unpins.
     fn enter(&self) -> EbrGuard<'_> {
         let core = &self.domain.core;
         let advance_every = self.domain.advance_every;
-        self.state.with(|s| {
-            if s.depth == 0 {
-                s.thread.pin(core);
-                s.countdown -= 1;
-                if s.countdown == 0 {
-                    s.countdown = advance_every;
-                    s.thread.collect(core);
-                }
-            }
+        let garbage = self.state.with(|s| {
             s.depth += 1;
+            if s.depth > 1 {
+                return Garbage::none();
+            }
+            let mut garbage = s.thread.pin(core);
+            s.countdown -= 1;
+            if s.countdown == 0 {
+                s.countdown = advance_every;
+                garbage.append(s.thread.collect(core));
+            }
+            garbage
         });
-        EbrGuard { local: self }
+        let guard = EbrGuard { local: self };
+        // SAFETY: expired (`pin`, `collect`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
+        guard
     }
 
     /// A no-op: EBR detects grace periods itself.
@@ -220,10 +238,16 @@ impl Guard for EbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
+    /// Retires into the bag of the pinned epoch; frees the bag that reuse
+    /// finds expired after the retire is recorded (a panic there leaves
+    /// through this guard, which unpins as it drops).
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local
+        let garbage = self
+            .local
             .state
             .with(|s| s.thread.retire(Retired::with(ptr, arg, free)));
+        // SAFETY: expired (`retire`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
     }
 }
 

@@ -70,7 +70,7 @@ use crate::sync::{AtomicU64, Ordering, fence};
 use crate::util::CachePadded;
 
 use super::ReclaimStats;
-use super::limbo::{Counters, Orphans, Retired, free_all};
+use super::limbo::{Counters, Garbage, Orphans, Retired};
 use super::registry::{Record, Registry};
 
 /// `state` of a thread's record: `epoch << 1 | pinned`.
@@ -136,24 +136,24 @@ impl EpochDomain {
             .is_ok()
     }
 
-    /// Frees the orphaned batches that have expired at epoch `g`; returns how many
-    /// nodes. `g` must have been read with Acquire (\[4\]).
-    fn collect_orphans(&self, g: u64) -> u64 {
+    /// Takes the orphaned batches that have expired at epoch `g` into `garbage`
+    /// (adopted by `to`, whose frees count them). `g` must have been read with
+    /// Acquire (\[4\]).
+    fn collect_orphans(&self, g: u64, garbage: &mut Garbage, to: &Counters) {
         if self.orphans.is_empty() {
-            return 0;
+            return;
         }
-        let mut n = 0;
         for b in self.orphans.take_all() {
             if expired(b.tag, g) {
                 let b = *b;
-                // SAFETY: retired in epoch `b.tag` and `G >= tag + 3` (module doc).
-                n += unsafe { free_all(b.nodes) };
+                self.orphans.adopted(b.nodes.len() as u64, to);
+                // Freed by the caller: retired in epoch `b.tag` and `G >= tag + 3`
+                // (module doc).
+                garbage.add(b.nodes, to);
             } else {
                 self.orphans.push_batch(b);
             }
         }
-        self.orphans.freed(n);
-        n
     }
 
     pub(crate) fn stats(&self) -> ReclaimStats {
@@ -234,9 +234,10 @@ impl EpochThread {
         &unsafe { self.rec.as_ref() }.data
     }
 
-    /// Pins at the current global epoch (\[1\], validated); frees own bags that
-    /// expired.
-    pub(crate) fn pin(&mut self, d: &EpochDomain) {
+    /// Pins at the current global epoch (\[1\], validated); returns the own bags
+    /// that expired, for the caller to free once its state is consistent
+    /// ([`Garbage`]).
+    pub(crate) fn pin(&mut self, d: &EpochDomain) -> Garbage {
         // Relaxed: [1]/[4], followed by the SeqCst fence, which acquires it.
         let mut g = d.global.load(Ordering::Relaxed);
         loop {
@@ -260,10 +261,12 @@ impl EpochThread {
             g = now;
         }
         self.pinned = true;
+        let mut garbage = Garbage::none();
         if g != self.epoch {
             self.epoch = g;
-            self.free_expired(g);
+            self.take_expired(g, &mut garbage);
         }
+        garbage
     }
 
     /// Whether the thread is pinned (QSBR: online).
@@ -281,36 +284,39 @@ impl EpochThread {
     }
 
     /// Retires a node into the bag of this thread's epoch. Must be pinned.
-    pub(crate) fn retire(&mut self, r: Retired) {
+    /// Returns the nodes of the bag it reuses, which expired (for the caller
+    /// to free, see [`Garbage`]).
+    pub(crate) fn retire(&mut self, r: Retired) -> Garbage {
         debug_assert!(self.pinned, "retire outside a critical section");
         let e = self.epoch;
+        let mut garbage = Garbage::none();
+        // SAFETY (of the deref in `record`, by hand: a field borrow disjoint
+        // from `bags`): see `record`.
+        let counters = &unsafe { self.rec.as_ref() }.data.counters;
         let bag = &mut self.bags[(e % 3) as usize];
         if bag.tag != e {
-            // The bag holds nodes from epoch `tag <= e - 3`, and `G >= e`.
+            // The bag holds nodes from epoch `tag <= e - 3`, and `G >= e`: they
+            // expired (module doc; `e` was acquired at pin, [4]).
             debug_assert!(bag.nodes.is_empty() || expired(bag.tag, e));
-            let nodes = std::mem::take(&mut bag.nodes);
+            garbage.add(std::mem::take(&mut bag.nodes), counters);
             bag.tag = e;
-            // SAFETY: expired (module doc); `e` was acquired at pin ([4]).
-            let n = unsafe { free_all(nodes) };
-            self.record().counters.freed(n);
         }
-        self.bags[(e % 3) as usize].nodes.push(r);
-        self.record().counters.retired(1);
+        bag.nodes.push(r);
+        counters.retired(1);
+        garbage
     }
 
-    /// Frees this thread's bags that expired at epoch `g` (acquired, \[4\]).
-    fn free_expired(&mut self, g: u64) -> u64 {
-        let mut n = 0;
+    /// Moves this thread's bags that expired at epoch `g` (acquired, \[4\])
+    /// into `garbage`.
+    fn take_expired(&mut self, g: u64, garbage: &mut Garbage) {
+        // SAFETY (of the deref in `record`, by hand): see `retire`.
+        let counters = &unsafe { self.rec.as_ref() }.data.counters;
         for bag in &mut self.bags {
             if !bag.nodes.is_empty() && expired(bag.tag, g) {
-                // SAFETY: expired (module doc); `g` was acquired ([4]).
-                n += unsafe { free_all(std::mem::take(&mut bag.nodes)) };
+                // Expired (module doc); `g` was acquired ([4]).
+                garbage.add(std::mem::take(&mut bag.nodes), counters);
             }
         }
-        if n > 0 {
-            self.record().counters.freed(n);
-        }
-        n
     }
 
     /// Nodes in this thread's bags.
@@ -318,28 +324,38 @@ impl EpochThread {
         self.bags.iter().map(|b| b.nodes.len()).sum()
     }
 
-    /// Tries to advance the epoch, then frees what expired: own bags and orphans.
-    /// Returns the number of nodes freed.
-    pub(crate) fn collect(&mut self, d: &EpochDomain) -> u64 {
+    /// Tries to advance the epoch, then takes what expired — own bags and
+    /// orphans — for the caller to free (see [`Garbage`]).
+    pub(crate) fn collect(&mut self, d: &EpochDomain) -> Garbage {
         d.try_advance();
         let g = d.global();
-        self.free_expired(g) + d.collect_orphans(g)
+        let mut garbage = Garbage::none();
+        self.take_expired(g, &mut garbage);
+        // SAFETY (of the deref in `record`, by hand): see `retire`.
+        let counters = &unsafe { self.rec.as_ref() }.data.counters;
+        d.collect_orphans(g, &mut garbage, counters);
+        garbage
     }
 
-    /// Leaves `d`: unpins, hands the bags to the domain, gives the record back.
+    /// Leaves `d`: unpins, frees what has expired, hands the other bags to the
+    /// domain, gives the record back. A value whose `Drop` panics as it is
+    /// freed stops none of this: the panic goes on once the record is back.
     pub(crate) fn leave(&mut self, d: &EpochDomain) {
         self.unpin();
         // Reclaim what we can first, so fewer nodes become orphans.
-        self.collect(d);
+        let garbage = self.collect(d);
         for bag in &mut self.bags {
             let nodes = std::mem::take(&mut bag.nodes);
             // SAFETY (of the deref in `record`): see `record`.
             d.orphans
                 .push(nodes, bag.tag, &unsafe { self.rec.as_ref() }.data.counters);
         }
+        // SAFETY: expired (`collect`); the record (its counters) is still ours.
+        let caught = unsafe { garbage.free() };
         // SAFETY: `rec` came from `d.registry.acquire()`; this handle is leaving,
         // unpinned, and no longer touches the record.
         unsafe { d.registry.release(self.rec) };
+        caught.resume();
     }
 }
 

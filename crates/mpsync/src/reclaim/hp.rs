@@ -28,7 +28,7 @@ use std::ptr::{self, NonNull};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering, fence};
 
-use super::limbo::{Counters, Orphans, Retired};
+use super::limbo::{Counters, Garbage, Orphans, Retired};
 use super::registry::{Record, Registry};
 use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
@@ -275,8 +275,17 @@ impl HpLocal {
 
     /// Michael's `Scan`: adopts nodes of threads that left, then frees every
     /// retired node that no hazard slot holds. Returns the number freed.
+    ///
+    /// # Panics
+    /// If a value's `Drop` (or a deferred closure) panics as it is freed —
+    /// after every other node of the batch was freed.
     pub fn scan(&mut self) -> u64 {
-        self.state.get_mut().scan()
+        let garbage = self.state.get_mut().scan();
+        let n = garbage.len() as u64;
+        // SAFETY: unprotected after the scan's fence (`HpState::scan`); the
+        // registration holds its record.
+        unsafe { garbage.free() }.resume();
+        n
     }
 }
 
@@ -483,9 +492,12 @@ impl HpState {
         }
     }
 
-    /// Michael's `Scan`: adopts nodes of threads that left, then frees every
-    /// retired node that no hazard slot holds. Returns the number freed.
-    pub fn scan(&mut self) -> u64 {
+    /// Michael's `Scan`: adopts nodes of threads that left, then takes every
+    /// retired node that no hazard slot holds out of the list, for the caller
+    /// to free once the registration is consistent ([`Garbage`]: a value's
+    /// `Drop` may retire through this registration; its node then joins the
+    /// list and waits for a scan whose hazards are read after it).
+    fn scan(&mut self) -> Garbage {
         let d = &*self.domain;
         // SAFETY: as in `record` (a field borrow, disjoint from `rlist`/`scratch`).
         let rec = &unsafe { self.rec.as_ref() }.data;
@@ -495,8 +507,9 @@ impl HpState {
                 self.rlist.extend(b.nodes);
             }
         }
+        let mut garbage = Garbage::none();
         if self.rlist.is_empty() {
-            return 0;
+            return garbage;
         }
         // SeqCst fence: pairs with `protect`'s fence (store-load): a hazard
         // published before it is seen below; a protector that fences after it
@@ -517,21 +530,18 @@ impl HpState {
             }
         }
         self.scratch.sort_unstable();
-        let mut freed = 0;
         let mut i = 0;
         while i < self.rlist.len() {
             if self.scratch.binary_search(&self.rlist[i].ptr).is_ok() {
                 i += 1;
             } else {
-                let r = self.rlist.swap_remove(i);
-                // SAFETY: unlinked before it was retired, and no hazard held it after
-                // the fence above (see the fence's comment), so no thread reaches it.
-                unsafe { r.free() };
-                freed += 1;
+                // Unlinked before it was retired, and no hazard held it after the
+                // fence above (see the fence's comment), so no thread reaches it:
+                // the caller frees it.
+                garbage.push(self.rlist.swap_remove(i), &rec.counters);
             }
         }
-        rec.counters.freed(freed);
-        freed
+        garbage
     }
 }
 
@@ -561,15 +571,22 @@ impl Local for HpLocal {
 }
 
 impl Drop for HpState {
+    /// Leaves: scans once more, hands what is still protected to the domain,
+    /// clears the slots, frees the scan's garbage and gives the record back —
+    /// also when a value's `Drop` panics there (the panic goes on after).
     fn drop(&mut self) {
-        self.scan();
+        let garbage = self.scan();
         let rest = std::mem::take(&mut self.rlist);
         let d = &*self.domain;
         d.orphans.push(rest, 0, &self.record().counters);
         self.clear_all();
+        // SAFETY: unprotected after the scan's fence; the record (its counters)
+        // is still ours.
+        let caught = unsafe { garbage.free() };
         // SAFETY: `rec` came from this registry; its slots are clear and this handle
         // no longer touches it (its blocks stay with it for the next owner).
         unsafe { d.registry.release(self.rec) };
+        caught.resume();
     }
 }
 
@@ -678,16 +695,27 @@ impl Guard for HpGuard<'_> {
 }
 
 impl HpGuard<'_> {
+    /// Retires `r`, and scans when the list reaches the threshold. The scan's
+    /// garbage is freed after the retire is recorded and the registration's
+    /// state released: a value's `Drop` run there may use this registration
+    /// (a guard of its own bank, a retire that joins the list), and a panic
+    /// leaves through this guard, which clears its slots.
+    ///
     /// # Safety
     /// As [`Guard::retire_raw`], for the retired record.
     unsafe fn retire(&self, r: Retired) {
-        self.local(|l| {
+        let garbage = self.local(|l| {
             l.rlist.push(r);
             l.record().counters.retired(1);
             if l.rlist.len() >= l.domain.scan_threshold() {
-                l.scan();
+                l.scan()
+            } else {
+                Garbage::none()
             }
-        })
+        });
+        // SAFETY: unprotected after the scan's fence; the registration holds
+        // its record.
+        unsafe { garbage.free() }.resume();
     }
 }
 

@@ -4,6 +4,7 @@
 use std::ptr;
 
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::util::unwind::{Caught, each};
 
 /// A retired node: its address (what hazard pointers compare with their slots),
 /// and the function that frees it with its argument (the node itself, or the
@@ -46,17 +47,115 @@ impl Retired {
     }
 }
 
-/// Frees every node in `nodes`, returning how many.
-///
-/// # Safety
-/// As [`Retired::free`], for each node.
-pub(crate) unsafe fn free_all(nodes: Vec<Retired>) -> u64 {
-    let n = nodes.len() as u64;
-    for r in nodes {
-        // SAFETY: the caller's contract.
-        unsafe { r.free() };
+/// Nodes a registration has decided to free, taken out of its state: freeing
+/// runs code the registration does not control (values' `Drop`s, deferred
+/// closures), which may re-enter the registration (through a thread-local) or
+/// panic. So a scheme changes its state first — takes the nodes out, pins,
+/// counts the guard — and frees the garbage after, outside
+/// [`LocalCell::with`](super::LocalCell): a re-entrant operation then finds the
+/// registration consistent (pinned while a guard lives, its retired list whole),
+/// and a panic finds nothing half-done.
+#[must_use = "garbage must be freed (`free`), or its nodes leak"]
+pub(crate) struct Garbage {
+    nodes: Vec<Retired>,
+    /// The record's counters that count the frees (null while `nodes` is empty
+    /// and nothing was added).
+    counters: *const Counters,
+}
+
+impl Garbage {
+    /// Nothing to free.
+    #[inline]
+    pub(crate) const fn none() -> Self {
+        Self {
+            nodes: Vec::new(),
+            counters: ptr::null(),
+        }
     }
-    n
+
+    /// Adds `nodes`, whose frees `counters` (the caller's record) will count.
+    #[inline]
+    pub(crate) fn add(&mut self, nodes: Vec<Retired>, counters: &Counters) {
+        if nodes.is_empty() {
+            return;
+        }
+        debug_assert!(self.counters.is_null() || ptr::eq(self.counters, counters));
+        self.counters = counters;
+        if self.nodes.is_empty() {
+            self.nodes = nodes;
+        } else {
+            self.nodes.extend(nodes);
+        }
+    }
+
+    /// Adds `other`'s nodes (counted by the same record).
+    #[inline]
+    pub(crate) fn append(&mut self, other: Garbage) {
+        if other.nodes.is_empty() {
+            return;
+        }
+        debug_assert!(self.counters.is_null() || self.counters == other.counters);
+        self.counters = other.counters;
+        if self.nodes.is_empty() {
+            self.nodes = other.nodes;
+        } else {
+            self.nodes.extend(other.nodes);
+        }
+    }
+
+    /// Adds one node (see [`add`](Self::add)).
+    #[inline]
+    pub(crate) fn push(&mut self, node: Retired, counters: &Counters) {
+        self.counters = counters;
+        self.nodes.push(node);
+    }
+
+    /// Nodes to free.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Frees every node — also those after one whose free panicked — and counts
+    /// them freed; returns the first panic, for the caller to resume once its
+    /// own state is consistent (see [`each`]).
+    ///
+    /// # Safety
+    /// As [`Retired::free`], for each node; and the counters given to
+    /// [`add`](Self::add) are still alive (the caller's registration holds the
+    /// domain, and has not given its record back).
+    #[inline]
+    pub(crate) unsafe fn free(self) -> Caught {
+        if self.nodes.is_empty() {
+            return Caught::none();
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.free_nodes() }
+    }
+
+    /// [`free`](Self::free) of a non-empty batch.
+    ///
+    /// # Safety
+    /// As `free`.
+    #[inline(never)]
+    unsafe fn free_nodes(self) -> Caught {
+        let n = self.nodes.len() as u64;
+        // SAFETY: each node once (`each` consumes it); the caller's contract.
+        let caught = each(self.nodes.into_iter(), |r| unsafe { r.free() });
+        // SAFETY: the caller's contract: the record is alive. Counted after
+        // the frees: a free run in between (re-entrant) counts its own batch
+        // completely first (the counters have one writer, this thread).
+        unsafe { &*self.counters }.freed(n);
+        caught
+    }
+}
+
+impl std::fmt::Debug for Garbage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Garbage")
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
 }
 
 /// A thread's reclamation counters. Written only by the record's owner (plain
@@ -234,13 +333,19 @@ impl Orphans {
     }
 
     /// Frees every orphan. `&mut self`: called from the domain's `Drop`, when no
-    /// thread is registered any more.
+    /// thread is registered any more. A node whose free panics does not stop
+    /// the others: all are freed, then the first panic goes on.
     pub(crate) fn free_everything(&mut self) {
-        for b in self.take_all() {
-            // SAFETY: the domain is being dropped, so no thread can reach any node.
-            let n = unsafe { free_all(b.nodes) };
-            self.freed(n);
-        }
+        let mut n = 0;
+        let nodes = self.take_all().into_iter().flat_map(|b| b.nodes);
+        let caught = each(nodes, |r| {
+            n += 1;
+            // SAFETY: the domain is being dropped, so no thread can reach any
+            // node; each is freed once (`each` consumes it).
+            unsafe { r.free() }
+        });
+        self.freed(n);
+        caught.resume();
     }
 }
 

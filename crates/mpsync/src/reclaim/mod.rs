@@ -59,6 +59,33 @@
 //! schemes ignore it. Every domain counts retired, freed and pending nodes
 //! ([`Reclaimer::stats`]), so memory growth is measurable.
 //!
+//! # What a retired value's `Drop`, or a deferred closure, may do
+//!
+//! Reclamation runs user code: the `Drop` of what a retired node holds (a
+//! [`retire_box`](Guard::retire_box)ed value; a structure's removed values) and
+//! the closures of [`retire_with`](Guard::retire_with) and
+//! [`defer`](Guard::defer). It runs inside whatever operation of the reclaiming
+//! thread frees the node — an [`enter`](Local::enter), a retire, a
+//! [`quiescent`](Local::quiescent) state, a scan, a registration's drop — which
+//! may be an operation on another structure of the same domain. There, that
+//! code may:
+//! - **use any structure and any registration**, the one that is reclaiming
+//!   included (kept in a thread-local, or cached by
+//!   [`Auto`](crate::ds::handle::Auto)): its guards nest inside the running
+//!   operation's (EBR keeps the outer pin; hazard pointers give a nested guard
+//!   slots of its own), and what it retires joins the registration's lists, to
+//!   be freed by a later reclamation;
+//! - **panic**: the other nodes of the batch are still freed, the registration
+//!   stays consistent (no pin left behind, no node lost or freed twice), and
+//!   the first panic comes out of the operation that ran reclamation (out of a
+//!   registration's drop once it has left the domain).
+//!
+//! Neither can make a registration unusable, hold reclamation up or cause
+//! undefined behaviour. The code cannot choose its thread or its moment (that
+//! is the scheme's), and a `RefCell` of the user's that is borrowed mutably
+//! while it runs (a registration being `quiescent`, say) panics if it is
+//! borrowed again, as `RefCell`s do.
+//!
 //! Layering: uses `sync` (atomics), `util` (padding) and, from `sched`, only its
 //! named stall points ([`sched::stall`](crate::sched::stall)); nothing here waits
 //! or spins — reclamation is only ever deferred.
@@ -130,6 +157,8 @@
 
 mod ebr;
 mod epoch;
+#[cfg(all(test, not(loom)))]
+mod hostile;
 mod hp;
 mod leak;
 mod limbo;
@@ -372,8 +401,8 @@ pub trait Guard {
     /// schemes: after a grace period). The closure carries whatever freeing the
     /// node needs beyond its address — a length, an allocator, other objects to
     /// free with it — which is what an RCU table's retired bucket array needs.
-    /// Counted as one retired node in [`Reclaimer::stats`]. A panic in `f`
-    /// propagates out of the operation (or drop) that happens to run it.
+    /// Counted as one retired node in [`Reclaimer::stats`]. `f` may use this
+    /// domain, and may panic: see the [module documentation](self).
     ///
     /// ```
     /// use mpsync::reclaim::{Guard, HazardPointers, Local, Reclaimer};
@@ -424,7 +453,8 @@ pub trait Guard {
     ///
     /// Safe: `f` is a `'static + Send` safe closure, so running it at any time on
     /// any thread is sound; only the timing is the scheme's. Counted as one
-    /// retired node in [`Reclaimer::stats`].
+    /// retired node in [`Reclaimer::stats`]. `f` may use this domain, and may
+    /// panic: see the [module documentation](self).
     ///
     /// ```
     /// use mpsync::reclaim::{Ebr, Guard, Local, Reclaimer};
@@ -671,33 +701,79 @@ impl<R: Reclaimer> std::fmt::Debug for Header<R> {
 /// and a guard's `protect`/retire take `&self`, so the [`Protected`] pointers it
 /// hands out can borrow it shared). `!Sync`: only the registration's thread
 /// reaches it; `Send` where the state is.
-struct LocalCell<S>(std::cell::UnsafeCell<S>);
+///
+/// **Re-entry.** User code can reach a registration while one of its
+/// operations runs: a retired value's `Drop` or a deferred closure, run by
+/// reclamation, may use a registration kept in a thread-local (or cached, as
+/// [`Auto`](crate::ds::handle::Auto) keeps one) — `Send + 'static` does not stop
+/// that. So no closure given to [`with`](Self::with) runs user code: the
+/// schemes change their state inside it and return what is to be freed (a
+/// [`Garbage`](limbo::Garbage)), which they free after `with` returns, when the
+/// state is consistent again (pinned while a guard lives, the retired list
+/// whole). A re-entrant operation then works; a panicking `Drop` finds nothing
+/// half-done. Debug builds check that `with` is never re-entered.
+struct LocalCell<S> {
+    state: std::cell::UnsafeCell<S>,
+    /// Debug builds: set while a `with` runs (re-entry panics).
+    #[cfg(debug_assertions)]
+    busy: std::cell::Cell<bool>,
+}
 
 // SAFETY: moving the cell moves the state; it stays `!Sync` (the `UnsafeCell`).
 unsafe impl<S: Send> Send for LocalCell<S> {}
 
 impl<S> LocalCell<S> {
     fn new(s: S) -> Self {
-        Self(std::cell::UnsafeCell::new(s))
+        Self {
+            state: std::cell::UnsafeCell::new(s),
+            #[cfg(debug_assertions)]
+            busy: std::cell::Cell::new(false),
+        }
     }
 
     /// The state, through an exclusive borrow of the registration (no guard lives).
     #[inline(always)]
     fn get_mut(&mut self) -> &mut S {
-        self.0.get_mut()
+        self.state.get_mut()
     }
 
-    /// Runs `f` on the state. Callers (the registrations and guards of this
-    /// module) never call `with` inside `f`.
+    /// Runs `f` on the state. `f` runs no user code (no node is freed, no
+    /// closure run in it: see the type's doc) and does not call `with`.
     #[inline(always)]
     fn with<T>(&self, f: impl FnOnce(&mut S) -> T) -> T {
+        #[cfg(debug_assertions)]
+        let _busy = Busy::enter(&self.busy);
         // SAFETY: the cell is `!Sync`, so only this thread reaches it; `with` is
-        // not re-entered (its callers' bodies do not call it, and what `f` may run
-        // — node destructors, deferred closures — is `Send + 'static`, so it
-        // cannot hold a reference to this `!Sync` cell or its registration), and
-        // no reference into the state outlives `f`: this `&mut` is the only
-        // reference to the state while it lives.
-        f(unsafe { &mut *self.0.get() })
+        // not re-entered (`f` neither calls it nor runs user code, which alone
+        // could reach this registration again — the type's doc; debug builds
+        // check), and no reference into the state outlives `f`: this `&mut` is
+        // the only reference to the state while it lives.
+        f(unsafe { &mut *self.state.get() })
+    }
+}
+
+/// Debug builds: marks a [`LocalCell`] busy for one `with`.
+#[cfg(debug_assertions)]
+struct Busy<'a>(&'a std::cell::Cell<bool>);
+
+#[cfg(debug_assertions)]
+impl<'a> Busy<'a> {
+    #[inline(always)]
+    fn enter(busy: &'a std::cell::Cell<bool>) -> Self {
+        assert!(
+            !busy.replace(true),
+            "reclaim: a registration's state was re-entered while it was being changed \
+             (user code run inside `LocalCell::with`): a bug in mpsync"
+        );
+        Self(busy)
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.set(false);
     }
 }
 

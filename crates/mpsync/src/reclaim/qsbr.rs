@@ -20,7 +20,7 @@
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
-use super::limbo::Retired;
+use super::limbo::{Garbage, Retired};
 use super::{Guard, Local, LocalCell, ReclaimStats, Reclaimer};
 
 /// A quiescent-state-based reclamation domain.
@@ -107,7 +107,10 @@ impl QsbrLocal {
     fn new(domain: &Arc<Qsbr>) -> Self {
         let mut thread = EpochThread::join(&domain.core);
         // Online from now on: pinned until leaving, re-pinned at each quiescent state.
-        thread.pin(&domain.core);
+        let garbage = thread.pin(&domain.core);
+        debug_assert_eq!(garbage.len(), 0, "a thread joins with empty bags");
+        // SAFETY: nothing to free (a record's bags start empty); the record is ours.
+        unsafe { garbage.free() }.resume();
         Self {
             domain: domain.clone(),
             thread: LocalCell::new(thread),
@@ -131,27 +134,43 @@ impl Local for QsbrLocal {
     /// re-joins at the current epoch first (a validated pin). Several guards
     /// need nothing more: the thread stays online until `quiescent` or `park`,
     /// which take `&mut self` and so wait for every guard to drop.
+    ///
+    /// Re-joining frees what expired meanwhile, once the thread is online
+    /// again and the guard made: a value's `Drop` run there may use this
+    /// registration, and a panic leaves through the guard.
     #[inline]
     fn enter(&self) -> QsbrGuard<'_> {
         let core = &self.domain.core;
-        self.thread.with(|t| {
-            if !t.is_pinned() {
-                t.pin(core);
+        let garbage = self.thread.with(|t| {
+            if t.is_pinned() {
+                Garbage::none()
+            } else {
+                t.pin(core)
             }
         });
-        QsbrGuard { local: self }
+        let guard = QsbrGuard { local: self };
+        // SAFETY: expired (`pin`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
+        guard
     }
 
     /// Announces a quiescent state: re-pins at the current epoch, and, if this
     /// thread has nodes pending or threads that left did, tries to advance the
     /// epoch and frees what expired.
+    ///
+    /// # Panics
+    /// If a value's `Drop` (or a deferred closure) panics as it is freed —
+    /// after every other node of the batch was freed; the thread is online
+    /// (re-pinned) as after any quiescent state.
     fn quiescent(&mut self) {
         let core = &self.domain.core;
         let t = self.thread.get_mut();
-        t.pin(core);
+        let mut garbage = t.pin(core);
         if t.pending() > 0 || core.has_orphans() {
-            t.collect(core);
+            garbage.append(t.collect(core));
         }
+        // SAFETY: expired (`pin`, `collect`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
     }
 
     /// Offline until the next `enter` or `quiescent`: an unpin, so the epoch can
@@ -189,10 +208,15 @@ impl Guard for QsbrGuard<'_> {
     #[inline]
     fn release(&mut self, _slot: usize) {}
 
+    /// Retires into the bag of the thread's epoch; frees the bag that reuse
+    /// finds expired after the retire is recorded.
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        self.local
+        let garbage = self
+            .local
             .thread
             .with(|t| t.retire(Retired::with(ptr, arg, free)));
+        // SAFETY: expired (`retire`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
     }
 }
 

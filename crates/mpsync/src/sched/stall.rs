@@ -268,6 +268,23 @@ points! {
     /// published (readers must go on in the old table).
     CR_RESIZE_FROZEN = "cr_hash.resize.frozen",
         "CR resize: old table frozen (every bucket lock held), new table not yet published", boost 4;
+    // reclaim (soundness: progress matrix of the non-blocking structures):
+    /// Prakash-Lee-Johnson queue, enqueue: the node is linked after the tail;
+    /// `tail` not yet swung (others must complete the enqueue, not wait).
+    PLJ_ENQUEUE_LINKED = "plj_queue.enqueue.linked",
+        "PLJ queue enqueue: node linked, tail not yet swung";
+    /// Treiber stack, push: the top was read into the new node, the CAS that
+    /// publishes it not yet made.
+    TREIBER_PUSH_READ = "treiber.push.read",
+        "Treiber push: top read into the new node, CAS not yet made";
+    /// Herlihy's objects (stack, skew heap): the current version is protected
+    /// and its successor built, the CAS that installs it not yet made.
+    HERLIHY_BUILT = "herlihy.built",
+        "Herlihy object: successor version built, CAS not yet made";
+    /// Herlihy's objects: the CAS installed the successor version; the old one
+    /// not yet retired.
+    HERLIHY_SWUNG = "herlihy.swung",
+        "Herlihy object: successor installed, old version not yet retired";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
