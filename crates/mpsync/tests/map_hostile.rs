@@ -515,9 +515,6 @@ fn a_drop_reenters_the_map_through_auto_or_a_fresh_registration() {
 }
 
 #[test]
-#[ignore = "needs the reclaim fix of issue 26's defect 1 (sound-reclaim): a drop run by a \
-            registration's own reclamation (EBR collect, QSBR/EBR retire, HP scan) re-enters \
-            that registration; un-ignore once merged"]
 fn a_drop_reenters_the_map_through_a_thread_local_registration() {
     for pair in every_map(&[Via::Tls]) {
         drop_reenters(pair);
@@ -758,10 +755,6 @@ fn a_panicking_drop_clone_hash_or_eq_leaves_every_map_usable() {
 }
 
 #[test]
-#[ignore = "needs the reclaim fix of issue 26's defect 4 (sound-reclaim): a node whose drop \
-            panics while the domain frees a bag of retired nodes (limbo::free_all, HP scan) \
-            leaks the rest of the bag (seen: CrHashMap<QSBR>, 13 keys never dropped); \
-            un-ignore once merged"]
 fn a_panicking_drop_inside_reclamation_leaks_nothing() {
     for which in [Panicky::KeyDrop, Panicky::ValueDrop] {
         for pair in every_map(&[Via::Auto]) {
