@@ -116,7 +116,8 @@
 //!   releasing every lock. So a drop, wherever reclamation runs it (inside
 //!   any operation of the domain, a resize's included), may do anything: read,
 //!   write, count or resize this table, through
-//!   [`Auto`](super::handle::Auto), a handle or a registration of its own.
+//!   [`Auto`](super::handle::Auto), a handle or a registration of its own (one kept in a
+//!   `thread_local!` too, even the one the running operation itself uses).
 //! - **Readers** (`get`, `get_with`, `contains_key`, `iter`, and the code that
 //!   consumes an iterator) run `Eq` and `Clone` holding no lock: anything.
 //! - **Writers** run `Eq` (insert, remove) and `V::clone` (remove) under the

@@ -55,7 +55,8 @@
 //!   pointers: at a removal's scan), or when the table or the domain is
 //!   dropped. It may do anything — operations on this table or another of its
 //!   domain included — through [`Auto`](super::handle::Auto), a handle, or a
-//!   registration of its own.
+//!   registration of its own (one kept in a
+//!   `thread_local!` too, even the one the running operation itself uses).
 //! - **`Hash`** and **`Ord`** of keys, **`Clone`** of keys and values, the
 //!   callback of [`for_each`](LfHashMap::for_each) and the code that consumes
 //!   an [`iter`](LfHashMap::iter) run inside operations, holding no lock: they
