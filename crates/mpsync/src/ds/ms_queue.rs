@@ -119,12 +119,12 @@ impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for MsQueue<T, R, A> {
 impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// An empty queue whose retired nodes go to `domain` (which other structures
     /// may share). With hazard pointers the domain needs at least 2 slots per
+    /// thread.
     ///
     /// `T` may borrow (it need not be `'static`, even with a shared domain that
     /// outlives the queue): the domain never drops a value — a removed value is
     /// moved out of its node before the node is retired, and the values still
     /// inside are dropped by the queue's own `Drop`.
-    /// thread.
     pub fn with_domain(domain: Arc<R>) -> Self {
         let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
         Self {

@@ -134,12 +134,12 @@ impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for PljQueue<T, R, A> {
 
 impl<T, R: Reclaimer, A: NodeAlloc> PljQueue<T, R, A> {
     /// An empty queue whose retired nodes go to `domain` (hazard pointers: at
+    /// least 2 slots per thread).
     ///
     /// `T` may borrow (it need not be `'static`, even with a shared domain that
     /// outlives the queue): the domain never drops a value — a removed value is
     /// moved out of its node before the node is retired, and the values still
     /// inside are dropped by the queue's own `Drop`.
-    /// least 2 slots per thread).
     pub fn with_domain(domain: Arc<R>) -> Self {
         let dummy = Node::<T, R>::alloc::<A>(Header::default(), ValueCell::empty());
         Self {

@@ -97,12 +97,12 @@ impl<T, R: Reclaimer + Default, A: NodeAlloc> Default for TreiberStack<T, R, A> 
 
 impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// An empty stack whose retired nodes go to `domain` (hazard pointers: at least
+    /// 1 slot per thread).
     ///
     /// `T` may borrow (it need not be `'static`, even with a shared domain that
     /// outlives the stack): the domain never drops a value — a removed value is
     /// moved out of its node before the node is retired, and the values still
     /// inside are dropped by the stack's own `Drop`.
-    /// 1 slot per thread).
     pub fn with_domain(domain: Arc<R>) -> Self {
         Self {
             head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),

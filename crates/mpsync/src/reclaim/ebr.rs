@@ -17,7 +17,7 @@
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
-use super::limbo::{Garbage, Retired};
+use super::limbo::Retired;
 use super::{Guard, Local, LocalCell, ReclaimError, ReclaimStats, Reclaimer};
 
 /// Critical sections between epoch-advance attempts by default.
@@ -155,7 +155,9 @@ impl EbrLocal {
     /// If a value's `Drop` (or a deferred closure) panics as it is freed —
     /// after every other node of the batch was freed.
     pub fn try_reclaim(&mut self) -> u64 {
-        let garbage = self.state.get_mut().thread.collect(&self.domain.core);
+        let thread = &mut self.state.get_mut().thread;
+        let _ = thread.collect(&self.domain.core);
+        let garbage = thread.take_garbage();
         let n = garbage.len() as u64;
         // SAFETY: expired (`collect`); the registration holds its record.
         unsafe { garbage.free() }.resume();
@@ -165,6 +167,18 @@ impl EbrLocal {
     /// Nodes this thread retired that are not yet freed.
     pub fn pending(&self) -> usize {
         self.state.with(|s| s.thread.pending())
+    }
+
+    /// Frees the expired nodes `enter` or a retire took out of the state
+    /// (outside [`LocalCell::with`]: their drops may re-enter this
+    /// registration, or panic).
+    #[cold]
+    #[inline(never)]
+    fn free_expired(&self) {
+        let garbage = self.state.with(|s| s.thread.take_garbage());
+        // SAFETY: expired (`pin`, `collect`, `retire`); the registration holds
+        // its record.
+        unsafe { garbage.free() }.resume();
     }
 }
 
@@ -186,22 +200,23 @@ impl Local for EbrLocal {
     fn enter(&self) -> EbrGuard<'_> {
         let core = &self.domain.core;
         let advance_every = self.domain.advance_every;
-        let garbage = self.state.with(|s| {
+        let expired = self.state.with(|s| {
             s.depth += 1;
             if s.depth > 1 {
-                return Garbage::none();
+                return false;
             }
-            let mut garbage = s.thread.pin(core);
+            let mut expired = s.thread.pin(core);
             s.countdown -= 1;
             if s.countdown == 0 {
                 s.countdown = advance_every;
-                garbage.append(s.thread.collect(core));
+                expired |= s.thread.collect(core);
             }
-            garbage
+            expired
         });
         let guard = EbrGuard { local: self };
-        // SAFETY: expired (`pin`, `collect`); the registration holds its record.
-        unsafe { garbage.free() }.resume();
+        if expired {
+            self.free_expired();
+        }
         guard
     }
 
@@ -242,12 +257,13 @@ impl Guard for EbrGuard<'_> {
     /// finds expired after the retire is recorded (a panic there leaves
     /// through this guard, which unpins as it drops).
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        let garbage = self
+        let expired = self
             .local
             .state
             .with(|s| s.thread.retire(Retired::with(ptr, arg, free)));
-        // SAFETY: expired (`retire`); the registration holds its record.
-        unsafe { garbage.free() }.resume();
+        if expired {
+            self.local.free_expired();
+        }
     }
 }
 

@@ -206,6 +206,12 @@ pub(crate) struct EpochThread {
     epoch: u64,
     pinned: bool,
     bags: [Bag; 3],
+    /// Expired nodes taken out of the bags (by `pin`, `retire`, `collect`) and
+    /// not yet freed: the caller frees them, once its own state is consistent,
+    /// through [`take_garbage`](Self::take_garbage) (see [`Garbage`]). Kept
+    /// here rather than returned, so that the common case — nothing expired —
+    /// costs the caller one flag.
+    expired: Garbage,
 }
 
 // SAFETY: the record is owned by this handle (its `in_use` flag) and lives as long
@@ -225,6 +231,7 @@ impl EpochThread {
             epoch: state >> 1,
             pinned: false,
             bags: Default::default(),
+            expired: Garbage::none(),
         }
     }
 
@@ -234,10 +241,12 @@ impl EpochThread {
         &unsafe { self.rec.as_ref() }.data
     }
 
-    /// Pins at the current global epoch (\[1\], validated); returns the own bags
-    /// that expired, for the caller to free once its state is consistent
-    /// ([`Garbage`]).
-    pub(crate) fn pin(&mut self, d: &EpochDomain) -> Garbage {
+    /// Pins at the current global epoch (\[1\], validated); takes the own bags
+    /// that expired out, and returns whether there are expired nodes for the
+    /// caller to free ([`take_garbage`](Self::take_garbage)) once its state is
+    /// consistent.
+    #[must_use = "expired nodes wait to be freed (`take_garbage`)"]
+    pub(crate) fn pin(&mut self, d: &EpochDomain) -> bool {
         // Relaxed: [1]/[4], followed by the SeqCst fence, which acquires it.
         let mut g = d.global.load(Ordering::Relaxed);
         loop {
@@ -261,12 +270,11 @@ impl EpochThread {
             g = now;
         }
         self.pinned = true;
-        let mut garbage = Garbage::none();
         if g != self.epoch {
             self.epoch = g;
-            self.take_expired(g, &mut garbage);
+            return self.take_expired(g);
         }
-        garbage
+        false
     }
 
     /// Whether the thread is pinned (QSBR: online).
@@ -284,12 +292,14 @@ impl EpochThread {
     }
 
     /// Retires a node into the bag of this thread's epoch. Must be pinned.
-    /// Returns the nodes of the bag it reuses, which expired (for the caller
-    /// to free, see [`Garbage`]).
-    pub(crate) fn retire(&mut self, r: Retired) -> Garbage {
+    /// Takes the nodes of the bag it reuses out (they expired), and returns
+    /// whether there are expired nodes for the caller to free
+    /// ([`take_garbage`](Self::take_garbage)).
+    #[must_use = "expired nodes wait to be freed (`take_garbage`)"]
+    pub(crate) fn retire(&mut self, r: Retired) -> bool {
         debug_assert!(self.pinned, "retire outside a critical section");
         let e = self.epoch;
-        let mut garbage = Garbage::none();
+        let mut took = false;
         // SAFETY (of the deref in `record`, by hand: a field borrow disjoint
         // from `bags`): see `record`.
         let counters = &unsafe { self.rec.as_ref() }.data.counters;
@@ -298,25 +308,37 @@ impl EpochThread {
             // The bag holds nodes from epoch `tag <= e - 3`, and `G >= e`: they
             // expired (module doc; `e` was acquired at pin, [4]).
             debug_assert!(bag.nodes.is_empty() || expired(bag.tag, e));
-            garbage.add(std::mem::take(&mut bag.nodes), counters);
+            if !bag.nodes.is_empty() {
+                self.expired.add(std::mem::take(&mut bag.nodes), counters);
+                took = true;
+            }
             bag.tag = e;
         }
         bag.nodes.push(r);
         counters.retired(1);
-        garbage
+        took
     }
 
     /// Moves this thread's bags that expired at epoch `g` (acquired, \[4\])
-    /// into `garbage`.
-    fn take_expired(&mut self, g: u64, garbage: &mut Garbage) {
+    /// to the expired nodes; returns whether any wait to be freed.
+    #[cold]
+    #[inline(never)]
+    fn take_expired(&mut self, g: u64) -> bool {
         // SAFETY (of the deref in `record`, by hand): see `retire`.
         let counters = &unsafe { self.rec.as_ref() }.data.counters;
         for bag in &mut self.bags {
             if !bag.nodes.is_empty() && expired(bag.tag, g) {
                 // Expired (module doc); `g` was acquired ([4]).
-                garbage.add(std::mem::take(&mut bag.nodes), counters);
+                self.expired.add(std::mem::take(&mut bag.nodes), counters);
             }
         }
+        self.expired.len() > 0
+    }
+
+    /// The expired nodes `pin`, `retire` and `collect` took out, for the
+    /// caller to free now that its state is consistent (see [`Garbage`]).
+    pub(crate) fn take_garbage(&mut self) -> Garbage {
+        std::mem::replace(&mut self.expired, Garbage::none())
     }
 
     /// Nodes in this thread's bags.
@@ -325,16 +347,17 @@ impl EpochThread {
     }
 
     /// Tries to advance the epoch, then takes what expired — own bags and
-    /// orphans — for the caller to free (see [`Garbage`]).
-    pub(crate) fn collect(&mut self, d: &EpochDomain) -> Garbage {
+    /// orphans — out; returns whether there are expired nodes for the caller
+    /// to free ([`take_garbage`](Self::take_garbage)).
+    #[must_use = "expired nodes wait to be freed (`take_garbage`)"]
+    pub(crate) fn collect(&mut self, d: &EpochDomain) -> bool {
         d.try_advance();
         let g = d.global();
-        let mut garbage = Garbage::none();
-        self.take_expired(g, &mut garbage);
+        self.take_expired(g);
         // SAFETY (of the deref in `record`, by hand): see `retire`.
         let counters = &unsafe { self.rec.as_ref() }.data.counters;
-        d.collect_orphans(g, &mut garbage, counters);
-        garbage
+        d.collect_orphans(g, &mut self.expired, counters);
+        self.expired.len() > 0
     }
 
     /// Leaves `d`: unpins, frees what has expired, hands the other bags to the
@@ -343,7 +366,8 @@ impl EpochThread {
     pub(crate) fn leave(&mut self, d: &EpochDomain) {
         self.unpin();
         // Reclaim what we can first, so fewer nodes become orphans.
-        let garbage = self.collect(d);
+        let _ = self.collect(d);
+        let garbage = self.take_garbage();
         for bag in &mut self.bags {
             let nodes = std::mem::take(&mut bag.nodes);
             // SAFETY (of the deref in `record`): see `record`.

@@ -507,10 +507,12 @@ impl HpState {
                 self.rlist.extend(b.nodes);
             }
         }
-        let mut garbage = Garbage::none();
         if self.rlist.is_empty() {
-            return garbage;
+            return Garbage::none();
         }
+        // Room for every node at once (most of a scan's list is usually
+        // unprotected): one allocation per scan, not a series of growths.
+        let mut garbage = Garbage::with_capacity(self.rlist.len());
         // SeqCst fence: pairs with `protect`'s fence (store-load): a hazard
         // published before it is seen below; a protector that fences after it
         // re-reads the source and sees the unlink, so it does not use the node.
@@ -632,6 +634,7 @@ impl Guard for HpGuard<'_> {
 
     /// Slot `slot` is allocated if this thread does not have it yet (see the
     /// module doc; panics only at [`HP_MAX_SLOTS`]).
+    #[inline]
     fn protect_raw<T>(&self, slot: usize, src: &AtomicPtr<T>) -> *mut T {
         let mask = std::mem::align_of::<T>() - 1;
         self.local(|l| {
@@ -704,15 +707,22 @@ impl HpGuard<'_> {
     /// # Safety
     /// As [`Guard::retire_raw`], for the retired record.
     unsafe fn retire(&self, r: Retired) {
-        let garbage = self.local(|l| {
+        let full = self.local(|l| {
             l.rlist.push(r);
             l.record().counters.retired(1);
-            if l.rlist.len() >= l.domain.scan_threshold() {
-                l.scan()
-            } else {
-                Garbage::none()
-            }
+            l.rlist.len() >= l.domain.scan_threshold()
         });
+        if full {
+            self.scan_and_free();
+        }
+    }
+
+    /// The scan of a retire that filled the list, and the freeing of its
+    /// garbage (see [`retire`](Self::retire)).
+    #[cold]
+    #[inline(never)]
+    fn scan_and_free(&self) {
+        let garbage = self.local(|l| l.scan());
         // SAFETY: unprotected after the scan's fence; the registration holds
         // its record.
         unsafe { garbage.free() }.resume();

@@ -73,6 +73,15 @@ impl Garbage {
         }
     }
 
+    /// Nothing to free yet, with room for `n` nodes ([`push`](Self::push)).
+    #[inline]
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Self {
+            nodes: Vec::with_capacity(n),
+            counters: ptr::null(),
+        }
+    }
+
     /// Adds `nodes`, whose frees `counters` (the caller's record) will count.
     #[inline]
     pub(crate) fn add(&mut self, nodes: Vec<Retired>, counters: &Counters) {
@@ -85,21 +94,6 @@ impl Garbage {
             self.nodes = nodes;
         } else {
             self.nodes.extend(nodes);
-        }
-    }
-
-    /// Adds `other`'s nodes (counted by the same record).
-    #[inline]
-    pub(crate) fn append(&mut self, other: Garbage) {
-        if other.nodes.is_empty() {
-            return;
-        }
-        debug_assert!(self.counters.is_null() || self.counters == other.counters);
-        self.counters = other.counters;
-        if self.nodes.is_empty() {
-            self.nodes = other.nodes;
-        } else {
-            self.nodes.extend(other.nodes);
         }
     }
 

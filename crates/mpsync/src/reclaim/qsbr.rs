@@ -20,7 +20,7 @@
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
 use super::epoch::{EpochDomain, EpochThread};
-use super::limbo::{Garbage, Retired};
+use super::limbo::Retired;
 use super::{Guard, Local, LocalCell, ReclaimStats, Reclaimer};
 
 /// A quiescent-state-based reclamation domain.
@@ -107,10 +107,8 @@ impl QsbrLocal {
     fn new(domain: &Arc<Qsbr>) -> Self {
         let mut thread = EpochThread::join(&domain.core);
         // Online from now on: pinned until leaving, re-pinned at each quiescent state.
-        let garbage = thread.pin(&domain.core);
-        debug_assert_eq!(garbage.len(), 0, "a thread joins with empty bags");
-        // SAFETY: nothing to free (a record's bags start empty); the record is ours.
-        unsafe { garbage.free() }.resume();
+        let expired = thread.pin(&domain.core);
+        debug_assert!(!expired, "a thread joins with empty bags");
         Self {
             domain: domain.clone(),
             thread: LocalCell::new(thread),
@@ -120,6 +118,17 @@ impl QsbrLocal {
     /// Nodes this thread retired that are not yet freed.
     pub fn pending(&self) -> usize {
         self.thread.with(|t| t.pending())
+    }
+
+    /// Frees the expired nodes a re-join or a retire took out of the state
+    /// (outside [`LocalCell::with`]: their drops may re-enter this
+    /// registration, or panic).
+    #[cold]
+    #[inline(never)]
+    fn free_expired(&self) {
+        let garbage = self.thread.with(|t| t.take_garbage());
+        // SAFETY: expired (`pin`, `retire`); the registration holds its record.
+        unsafe { garbage.free() }.resume();
     }
 }
 
@@ -141,16 +150,11 @@ impl Local for QsbrLocal {
     #[inline]
     fn enter(&self) -> QsbrGuard<'_> {
         let core = &self.domain.core;
-        let garbage = self.thread.with(|t| {
-            if t.is_pinned() {
-                Garbage::none()
-            } else {
-                t.pin(core)
-            }
-        });
+        let expired = self.thread.with(|t| !t.is_pinned() && t.pin(core));
         let guard = QsbrGuard { local: self };
-        // SAFETY: expired (`pin`); the registration holds its record.
-        unsafe { garbage.free() }.resume();
+        if expired {
+            self.free_expired();
+        }
         guard
     }
 
@@ -165,10 +169,11 @@ impl Local for QsbrLocal {
     fn quiescent(&mut self) {
         let core = &self.domain.core;
         let t = self.thread.get_mut();
-        let mut garbage = t.pin(core);
+        let _ = t.pin(core);
         if t.pending() > 0 || core.has_orphans() {
-            garbage.append(t.collect(core));
+            let _ = t.collect(core);
         }
+        let garbage = t.take_garbage();
         // SAFETY: expired (`pin`, `collect`); the registration holds its record.
         unsafe { garbage.free() }.resume();
     }
@@ -211,12 +216,13 @@ impl Guard for QsbrGuard<'_> {
     /// Retires into the bag of the thread's epoch; frees the bag that reuse
     /// finds expired after the retire is recorded.
     unsafe fn retire_raw_with(&self, ptr: *mut u8, arg: *mut u8, free: unsafe fn(*mut u8)) {
-        let garbage = self
+        let expired = self
             .local
             .thread
             .with(|t| t.retire(Retired::with(ptr, arg, free)));
-        // SAFETY: expired (`retire`); the registration holds its record.
-        unsafe { garbage.free() }.resume();
+        if expired {
+            self.local.free_expired();
+        }
     }
 }
 
