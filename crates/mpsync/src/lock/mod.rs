@@ -216,6 +216,12 @@ pub(crate) const LINK_NAP: std::time::Duration = std::time::Duration::from_micro
 ///   cannot pause (only the owner's own request pauses): on the emulated backend
 ///   its yields are ignored, and the scheduler's extension bound, which
 ///   preempts it anyway, is what limits its wait.
+///
+/// Out of line and cold: it runs only when a successor is between its swap
+/// and its link, and inlined it made every caller's uncontended unlock save
+/// and restore the registers of its loops.
+#[cold]
+#[inline(never)]
 pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
     for _ in 0..LINK_SPINS {
         if let Some(n) = link() {
