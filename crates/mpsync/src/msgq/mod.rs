@@ -196,6 +196,10 @@ pub mod word;
 #[cfg(not(loom))]
 mod endpoint;
 #[cfg(not(loom))]
+pub(crate) mod memfd;
+#[cfg(not(loom))]
+pub(crate) mod rendezvous;
+#[cfg(not(loom))]
 mod segment;
 
 #[cfg(not(loom))]
@@ -389,6 +393,10 @@ pub enum Error {
     /// The claim lock refused (Anderson's slots exhausted, a robust mutex
     /// not recoverable).
     Lock(String),
+    /// A connection or a shared object was refused: the other side is another
+    /// user, is full, speaks another version, or said no (its reason); or a
+    /// received descriptor is not a sealed shared-memory object.
+    Refused(String),
 }
 
 impl std::fmt::Display for Error {
@@ -400,7 +408,8 @@ impl std::fmt::Display for Error {
             | Error::Corrupt(m)
             | Error::Timeout(m)
             | Error::Handler(m)
-            | Error::Lock(m) => f.write_str(m),
+            | Error::Lock(m)
+            | Error::Refused(m) => f.write_str(m),
             Error::Os(what, e) => write!(f, "{what}: {e}"),
         }
     }
