@@ -585,6 +585,58 @@ fn a_child_forked_by_an_attached_thread_yields_and_exits() {
     );
 }
 
+/// `park_shared_any` on an attached thread at MP 2 (1 ms quanta): the
+/// scheduler's preemption signals (`SA_RESTART`) interrupt its sleep in the
+/// kernel, it keeps its absolute deadline (a 50 ms timeout ends after 50 ms,
+/// not later with every restart), and a ring of its second word still wakes it.
+#[test]
+fn park_shared_any_on_an_attached_thread() {
+    use mpsync::sched::ParkResult;
+    use mpsync::sync::AtomicU32;
+    let _s = serial();
+    let cfg = EmulatedConfig::new(1, 2.0)
+        .unwrap()
+        .quantum(Duration::from_millis(1));
+    let emu = Emulated::start(cfg).unwrap();
+    let words = [AtomicU32::new(0), AtomicU32::new(0)];
+    let asleep = AtomicBool::new(false);
+    let ((r, took), woke_after) = std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            let _a = emu.attach(0).unwrap();
+            let both = [(&words[0], 0), (&words[1], 0)];
+            let t0 = Instant::now();
+            let timed = sched::park_shared_any(&both, Some(Duration::from_millis(50)));
+            let timed = (timed, t0.elapsed());
+            asleep.store(true, Ordering::Release);
+            let end = Instant::now() + Duration::from_secs(10);
+            while words[1].load(mpsync::sync::Ordering::Acquire) == 0 && Instant::now() < end {
+                let _ = sched::park_shared_any(&both, Some(end - Instant::now()));
+            }
+            (timed, Instant::now())
+        });
+        while !asleep.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        words[1].store(1, mpsync::sync::Ordering::Release);
+        let rung = Instant::now();
+        sched::unpark_shared_all(&words[1]);
+        let (timed, back) = sleeper.join().unwrap();
+        (timed, back.saturating_duration_since(rung))
+    });
+    let n = emu.stop().preemptions;
+    assert!(n > 0, "the scheduler never preempted the sleeper");
+    assert_eq!(r, ParkResult::TimedOut, "{n} preemptions");
+    assert!(
+        took >= Duration::from_millis(50) && took < Duration::from_secs(2),
+        "a 50 ms timeout returned after {took:?} ({n} preemptions)"
+    );
+    assert!(
+        woke_after < Duration::from_secs(2),
+        "woken {woke_after:?} after the ring of its second word ({n} preemptions)"
+    );
+}
+
 /// The state a `-np` lock protects: deliberately not atomic (tests/locks.rs style).
 struct Guarded<L> {
     lock: L,

@@ -4,7 +4,8 @@
 //! request it sees; the owner's handler — a step of the owner's own thread
 //! here, as the signal runs on it — re-reads the word and undoes a preemption
 //! that raced a request; a peer hands the owner a lock by making it
-//! `OtherUnpreemptable` — all racing.
+//! `OtherUnpreemptable` — all racing. And `park_shared_any`, the sleep on
+//! several words: a ring of any of them is never lost.
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p mpsync --test loom_sched --release`
 #![cfg(loom)]
@@ -193,5 +194,45 @@ fn user_code_cannot_leave_preempted() {
         }
         assert!(!peer.join().unwrap());
         assert_eq!(cb.state(), ThreadState::Preempted);
+    });
+}
+
+/// Rings `word` as a doorbell does: change it, then wake its sleepers.
+fn ring(word: &mpsync::sync::AtomicU32) {
+    word.fetch_add(1, mpsync::sync::Ordering::Release);
+    mpsync::sched::unpark_shared_all(word);
+}
+
+/// A sleeper on two words waits, with no timeout, for the ring of each in
+/// turn (it acts twice: its second sleep expects the first word's new value),
+/// while two ringers ring one word each. A ring the sleeper misses leaves it
+/// parked for ever: a deadlock loom reports.
+#[test]
+fn park_shared_any_never_misses_a_ring() {
+    use mpsync::sched::park_shared_any;
+    use mpsync::sync::{AtomicU32, Ordering};
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let words = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+        let ringers: Vec<_> = (0..2)
+            .map(|i| {
+                let words = words.clone();
+                thread::spawn(move || ring(&words[i]))
+            })
+            .collect();
+        loop {
+            let (a, b) = (
+                words[0].load(Ordering::Acquire),
+                words[1].load(Ordering::Acquire),
+            );
+            if a == 1 && b == 1 {
+                break;
+            }
+            let _ = park_shared_any(&[(&words[0], a), (&words[1], b)], None);
+        }
+        for r in ringers {
+            r.join().unwrap();
+        }
     });
 }

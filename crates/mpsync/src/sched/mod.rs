@@ -8,7 +8,9 @@
 //!   warning flag, the no-preempt nesting depth, a heartbeat;
 //! - [partition information](partition()): processors available, threads per
 //!   processor, a generation counter;
-//! - [`yield_now`], [`park`], [`unpark_one`], [`unpark_all`].
+//! - [`yield_now`], [`park`], [`unpark_one`], [`unpark_all`]; for words in
+//!   memory shared between processes [`park_shared`], [`park_shared_any`]
+//!   (asleep on up to 8 words at once) and [`unpark_shared_all`].
 //!
 //! Two backends share the API. [`emulated`] is the papers' pseudo-scheduler: it
 //! time-slices virtual processors between attached threads and simulated "other
@@ -254,8 +256,65 @@ pub fn park_shared(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -
     futex::wait_shared(word, expected, timeout)
 }
 
+/// The most words one [`park_shared_any`] sleeps on.
+pub const PARK_SHARED_ANY_MAX: usize = futex::WAIT_ANY_MAX;
+
+/// [`park_shared`] on several words at once: sleeps while every `word` still
+/// holds its `expected` value — until any of them is woken by
+/// [`unpark_shared_all`] (from any process mapping it), a signal, or `timeout`
+/// (`None`: no limit). May return spuriously; the caller re-checks. Returns
+/// [`ParkResult::Mismatch`] if some word already differs (no sleep). The
+/// words may lie in different shared mappings (a client of [`crate::msgq`]
+/// waits on its endpoint's doorbell and on its connection's reply bell).
+///
+/// Linux's `futex_waitv` (5.16+) does it in one sleep, each word keyed by its
+/// page as in [`park_shared`], the timeout an absolute `CLOCK_MONOTONIC` time
+/// (a wait restarted after a signal handler keeps its deadline). Where the
+/// kernel has no `futex_waitv` (it answers ENOSYS, or a seccomp filter EPERM;
+/// tried once per process), a fallback checks every word, then
+/// [`park_shared`]s on the **first** for at most 1 ms at a time and looks at
+/// every word between those sleeps: a change of any word is seen within about
+/// a millisecond, a wake of the first at once; the cost is a wake-up per
+/// millisecond while it sleeps. Put the word most likely to be rung first. (A
+/// wake of another word *without a change of its value* is not seen by the
+/// fallback; the futex protocol changes the word before waking anyway.)
+///
+/// On every backend this is the kernel's sleep (an emulated scheduler's
+/// preemption signal interrupts and restarts it, as it does [`park_shared`]);
+/// under loom, a model as strict as [`park`]'s: a lost wake-up is a deadlock.
+///
+/// # Panics
+/// If `words` is empty or holds more than [`PARK_SHARED_ANY_MAX`] words: a
+/// programming error of the caller (mpsync's own callers pass two), not a
+/// condition to handle.
+///
+/// ```
+/// use mpsync::sched::{self, ParkResult};
+/// use mpsync::sync::AtomicU32;
+/// use std::time::Duration;
+///
+/// let (doorbell, reply) = (AtomicU32::new(0), AtomicU32::new(7));
+/// // `reply` already differs from what we expected: no sleep.
+/// let r = sched::park_shared_any(&[(&doorbell, 0), (&reply, 6)], None);
+/// assert_eq!(r, ParkResult::Mismatch);
+/// let r = sched::park_shared_any(
+///     &[(&doorbell, 0), (&reply, 7)],
+///     Some(Duration::from_millis(1)),
+/// );
+/// assert_eq!(r, ParkResult::TimedOut);
+/// ```
+#[inline]
+pub fn park_shared_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> ParkResult {
+    assert!(
+        (1..=PARK_SHARED_ANY_MAX).contains(&words.len()),
+        "park_shared_any: {} words; it sleeps on 1 to {PARK_SHARED_ANY_MAX}",
+        words.len()
+    );
+    futex::wait_any_shared(words, timeout)
+}
+
 /// Wakes every thread, of any process, parked on the shared `word` by
-/// [`park_shared`]; returns how many were woken.
+/// [`park_shared`] or [`park_shared_any`]; returns how many were woken.
 #[inline]
 pub fn unpark_shared_all(word: &AtomicU32) -> usize {
     futex::wake_shared(word, i32::MAX)
