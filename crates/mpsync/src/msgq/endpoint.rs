@@ -1,15 +1,19 @@
-//! Endpoints, peers and handlers: the active-message API over [`super::ring`].
+//! Endpoints, peers and handlers: the active-message API over [`super::ring`],
+//! the segments of [`super::segment`] and the rendezvous of
+//! [`super::rendezvous`].
 
-use super::ring::{Blocked, Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats};
-use super::segment::{RealEnv, Segment, pack_name, unpack_name};
+use super::memfd::SharedMap;
+use super::rendezvous::{self, ConnHandler, Connection, Credentials, Listener, Offer};
+use super::ring::{Blocked, Doorbell, Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats, Sender};
+use super::segment::{ConnArea, ConnGeometry, MAX_MAP, REPLY_SLOTS, Segment, validate_name};
+use super::word;
 use super::{Claim, Error, Options};
 use crate::util::backoff::Backoff;
-use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Queue indices inside a segment.
-const REQUESTS: usize = 0;
-const REPLIES: usize = 1;
 /// Handler indices are below this.
 pub const MAX_HANDLERS: usize = 1024;
 /// Most problems kept for [`Endpoint::take_problems`].
@@ -28,13 +32,21 @@ const SPACE_SLEEP_CAP: Duration = Duration::from_millis(10);
 /// free a few dozen slots.
 const SPINS_BEFORE_SLEEP: u32 = 6;
 
-/// The receiver rings a queue's space bell after every this many freed slots
+/// The receiver rings the space bell after every this many freed slots
 /// within one poll, as well as when the poll ends.
 const WAKE_EVERY: usize = 32;
 
 /// One in this many waits spins for the full [`Options::spin`](Options#structfield.spin) whatever the
 /// adaptive budget says, to find out whether spinning pays again.
 const PROBE_EVERY: u32 = 16;
+
+/// The hello a receiver sends a connecting process: "MQv4", the layout
+/// version, the connection's index.
+const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"MQv4");
+
+/// How long a connect waits for the endpoint's answer at most (less if the
+/// caller's timeout is shorter).
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// Where a waiting receiver is: polling (since when, for how long at most),
 /// and how often it found nothing.
@@ -49,7 +61,7 @@ struct Idle {
 #[derive(Debug)]
 pub struct Message<'a> {
     handler: u16,
-    sender_pid: u32,
+    sender: Credentials,
     args: &'a [u64],
     bulk: Option<&'a [u8]>,
     is_request: bool,
@@ -68,9 +80,16 @@ impl Message<'_> {
     pub fn bulk(&self) -> Option<&[u8]> {
         self.bulk
     }
-    /// The process that sent it (as it claimed the packet).
+    /// The process that opened the connection this message came through, as
+    /// the kernel names it (`SO_PEERCRED` when it connected) — never a word
+    /// of the message. A forked child sending through a connection its
+    /// parent opened is named by the parent's pid.
+    pub fn sender(&self) -> Credentials {
+        self.sender
+    }
+    /// The pid of [`sender`](Self::sender).
     pub fn sender_pid(&self) -> u32 {
-        self.sender_pid
+        self.sender.pid
     }
     /// Whether the sender waits for a reply.
     pub fn is_request(&self) -> bool {
@@ -78,7 +97,7 @@ impl Message<'_> {
     }
 }
 
-/// A reply received by [`Endpoint::request`].
+/// A reply received by [`Endpoint::request`] or [`Peer::request`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     args: Vec<u64>,
@@ -101,72 +120,252 @@ impl Reply {
 pub struct Stats {
     /// Messages whose handler ran (requests and one-way), and replies taken.
     pub delivered: u64,
-    /// Slots freed because their claimant process died before publishing.
-    pub recovered: u64,
-    /// Tickets revoked because they stayed unclaimed for a lease.
+    /// Tickets revoked because they stayed unpublished for a lease.
     pub revoked: u64,
-    /// Packets rejected by validation.
+    /// Slots rejected by validation (written by no honest sender).
     pub rejected: u64,
     /// Messages naming no registered handler.
     pub unknown_handler: u64,
-    /// Replies nobody waited for (late, or a bad token).
+    /// Replies nobody waited for (late, or for another token).
     pub stray_replies: u64,
+    /// Replies dropped: the requester's reply ring was full or its
+    /// connection closed.
+    pub replies_dropped: u64,
     /// Tickets this endpoint's sends gave up and took again.
     pub send_retries: u64,
-    /// Bulk blocks this endpoint's sends recovered.
-    pub recovered_blocks: u64,
+    /// Messages this endpoint sent that a peer destroyed in the ring (their
+    /// records taken back).
+    pub lost: u64,
+    /// Claim locks this endpoint's sends found stuck for a lock lease and broke.
+    pub lock_breaks: u64,
+    /// Times the receiver found the tail where no honest sender leaves it
+    /// and put it back.
+    pub tail_repairs: u64,
     /// Sleeps on the doorbell that a sender ended by ringing.
     pub wakeups: u64,
     /// Sleeps on the doorbell that ended by their time limit.
     pub sleep_timeouts: u64,
-    /// Rings of this endpoint's space bells that found senders asleep on a
+    /// Rings of this endpoint's space bell that found senders asleep on a
     /// full queue (and woke them).
     pub sender_wakeups: u64,
+    /// Connections accepted.
+    pub peers_opened: u64,
+    /// Connections that ended (their process closed them or exited).
+    pub peers_closed: u64,
+    /// Connections refused (the endpoint had `max_peers` already, or their
+    /// area could not be made).
+    pub peers_refused: u64,
 }
 
-/// A connection to another endpoint (its segment mapped here), for sending.
-/// Dropping it unmaps the segment; the endpoint itself lives on.
-#[derive(Debug)]
+/// The client's state of a connection's reply ring.
+#[derive(Debug, Default)]
+struct ReplyState {
+    head: u64,
+    next_token: u64,
+    stray: u64,
+}
+
+/// A connection to an endpoint, for sending (and, through
+/// [`Peer::request`] or [`Endpoint::request`], for requests and their replies).
+/// Dropping it closes the connection: the endpoint frees what it kept for it.
 pub struct Peer {
-    seg: Segment,
     name: String,
+    /// Kept open for as long as the peer lives: the endpoint's acceptor sees
+    /// it close when this process is gone.
+    conn: Connection,
+    seg: Segment,
+    area: ConnArea,
+    sid: u32,
     env: RealEnv,
     timeout: Duration,
+    /// Where this process looks for a free record first.
+    hint: AtomicU32,
+    reply: Mutex<ReplyState>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("name", &self.name)
+            .field("claim", &self.seg.geometry().claim)
+            .field("connection", &self.sid)
+            .field("server", &self.conn.server())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `Env` of real endpoints: `CLOCK_MONOTONIC` and the configured lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RealEnv {
+    lease_ns: u64,
+}
+
+impl super::ring::Env for RealEnv {
+    fn now_ns(&self) -> u64 {
+        crate::util::clock::now_ns()
+    }
+    fn lease_ns(&self) -> u64 {
+        self.lease_ns
+    }
 }
 
 type Handler = dyn FnMut(&mut Ctx<'_>, &Message<'_>) -> Result<(), Error> + Send;
 
+/// One accepted connection, as the receiver keeps it.
+#[derive(Debug)]
+struct ServerConn {
+    area: ConnArea,
+    cred: Credentials,
+    /// The next reply number (the reply ring's tail, in our memory).
+    reply_tail: u64,
+    /// Set when the connection closed: the ticket the head must pass before
+    /// nothing in the ring can name it any more.
+    closing_at: Option<u64>,
+}
+
+/// What the acceptor thread tells the polling thread.
+#[derive(Debug)]
+enum ConnEvent {
+    Opened {
+        sid: u32,
+        cred: Credentials,
+        area: ConnArea,
+    },
+    Closed {
+        sid: u32,
+    },
+    Refused,
+}
+
+/// Shared between an endpoint's polling thread and its acceptor thread.
+#[derive(Debug)]
+struct ConnShared {
+    events: Mutex<Vec<ConnEvent>>,
+    /// Set (Release) after an event is pushed; the poller swaps it (Acquire).
+    dirty: AtomicBool,
+    /// Connection indices nobody uses.
+    free: Mutex<Vec<u32>>,
+}
+
+impl ConnShared {
+    fn push(&self, ev: ConnEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ev);
+        // Release: the event (and the area it carries) before the flag; pairs
+        // with the poller's Acquire swap.
+        self.dirty.store(true, Ordering::Release);
+    }
+}
+
+/// The acceptor thread's half of an endpoint: sets up each connection.
+struct Acceptor {
+    shared: Arc<ConnShared>,
+    name: String,
+    seg_fd: OwnedFd,
+    geom: ConnGeometry,
+}
+
+impl ConnHandler for Acceptor {
+    fn opened(&mut self, _cred: Credentials) -> Result<Offer, String> {
+        let refuse = |shared: &ConnShared, why: String| {
+            shared.push(ConnEvent::Refused);
+            Err(why)
+        };
+        let Some(sid) = self
+            .shared
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+        else {
+            return refuse(
+                &self.shared,
+                format!(
+                    "endpoint {:?} is full: it serves {} connections (Options::max_peers)",
+                    self.name,
+                    self.geom.sid
+                ),
+            );
+        };
+        let give_back = |shared: &ConnShared| {
+            shared
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(sid)
+        };
+        let area = match ConnArea::create(&self.name, ConnGeometry { sid, ..self.geom }) {
+            Ok(a) => a,
+            Err(e) => {
+                give_back(&self.shared);
+                return refuse(&self.shared, format!("endpoint {:?}: {e}", self.name));
+            }
+        };
+        let fds = match (self.seg_fd.try_clone(), area.map().try_clone_fd()) {
+            (Ok(a), Ok(b)) => vec![a, b],
+            (Err(e), _) => {
+                give_back(&self.shared);
+                return refuse(&self.shared, format!("dup of the segment: {e}"));
+            }
+            (_, Err(e)) => {
+                give_back(&self.shared);
+                return refuse(&self.shared, format!("dup of the connection area: {e}"));
+            }
+        };
+        let mut hello = Vec::with_capacity(12);
+        hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+        hello.extend_from_slice(&super::segment::VERSION.to_le_bytes());
+        hello.extend_from_slice(&sid.to_le_bytes());
+        // Before the hello leaves: the poller must know the connection by the
+        // time its first message can arrive.
+        self.shared.push(ConnEvent::Opened {
+            sid,
+            cred: _cred,
+            area,
+        });
+        Ok(Offer {
+            hello,
+            fds,
+            key: sid as u64,
+        })
+    }
+
+    fn closed(&mut self, key: u64) {
+        self.shared.push(ConnEvent::Closed { sid: key as u32 });
+    }
+}
+
 /// Everything of an endpoint but its handlers (so a running handler can use it).
 struct Core {
+    /// First, so that it is dropped first: stops the acceptor thread before
+    /// the rest goes.
+    _listener: Listener,
+    shared: Arc<ConnShared>,
     seg: Segment,
+    conns: Vec<Option<ServerConn>>,
     name: String,
-    from: [u64; 2],
-    pid: u32,
     env: RealEnv,
-    timeout: Duration,
-    spin: Option<Duration>,
+    options: Options,
     /// The adaptive spin budget (at most `spin`): halved by every spin that
     /// ended in sleep, back to `spin` by one that found a message.
     spin_now: Duration,
     waits: u32,
-    lease: Duration,
-    heads: [Head; 2],
-    /// Reply targets opened so far, by packed name.
-    peers: HashMap<[u64; 2], Peer>,
-    next_token: u64,
-    /// The outstanding request's token and, once arrived, its reply.
-    waiting: Option<(u64, Option<Reply>)>,
+    head: Head,
+    in_handler: bool,
     stats: Stats,
     problems: Vec<Error>,
     dropped_problems: u64,
     bulk_buf: Vec<u8>,
 }
 
-/// An active-message endpoint: owns a named segment with a request and a reply
-/// queue, runs handlers when polled, and sends to [`Peer`]s. Dropping it
-/// unlinks the name and unmaps the segment.
+/// An active-message endpoint: owns a named segment with a request queue,
+/// accepts connections to it (a thread of its own does), runs handlers when
+/// polled, and sends to [`Peer`]s. Dropping it stops accepting, closes every
+/// connection's area and frees the name.
 ///
-/// Not `Sync`: one thread polls an endpoint (the queues have one receiver).
+/// Not `Sync`: one thread polls an endpoint (the queue has one receiver).
 pub struct Endpoint {
     core: Core,
     handlers: Vec<Option<Box<Handler>>>,
@@ -181,6 +380,7 @@ impl std::fmt::Debug for Endpoint {
                 "handlers",
                 &self.handlers.iter().filter(|h| h.is_some()).count(),
             )
+            .field("peers", &self.peers())
             .field("stats", &self.core.stats)
             .finish_non_exhaustive()
     }
@@ -189,7 +389,7 @@ impl std::fmt::Debug for Endpoint {
 /// What a running handler may do: reply (once, to a request).
 pub struct Ctx<'a> {
     core: &'a mut Core,
-    reply_to: Option<([u64; 2], u64)>,
+    reply_to: Option<(u32, u64)>,
     replied: bool,
 }
 
@@ -203,7 +403,10 @@ impl std::fmt::Debug for Ctx<'_> {
 }
 
 impl Ctx<'_> {
-    /// Replies to the request being handled with up to eight words.
+    /// Replies to the request being handled with up to eight words, through
+    /// the connection the request came by. Never waits: if the requester's
+    /// reply ring is full (it does not take its replies) the reply is
+    /// dropped with an error.
     pub fn reply(&mut self, args: &[u64]) -> Result<(), Error> {
         self.reply_inner(args, None)
     }
@@ -214,24 +417,22 @@ impl Ctx<'_> {
     }
 
     fn reply_inner(&mut self, args: &[u64], bulk: Option<&[u8]>) -> Result<(), Error> {
-        let Some((to, token)) = self.reply_to else {
+        let Some((sid, token)) = self.reply_to else {
             return Err(Error::Handler(
-                "reply to a one-way message: only requests (Endpoint::request) take a reply".into(),
+                "reply to a one-way message: only requests (Endpoint::request, Peer::request) \
+                 take a reply"
+                    .into(),
             ));
         };
         if self.replied {
             return Err(Error::Handler("a handler may reply only once".into()));
         }
         self.replied = true;
-        self.core.send_reply(to, token, args, bulk)
+        self.core.send_reply(sid, token, args, bulk)
     }
 }
 
 impl Core {
-    fn wait_ctx(&self) -> (Instant, Backoff) {
-        (Instant::now() + self.timeout, Backoff::new(100, 20_000))
-    }
-
     fn problem(&mut self, e: Error) {
         if self.problems.len() < MAX_PROBLEMS {
             self.problems.push(e);
@@ -240,111 +441,119 @@ impl Core {
         }
     }
 
-    /// Takes whatever sits in the reply queue (no user handlers involved).
-    fn poll_replies(&mut self) -> usize {
-        let mut n = 0;
-        let mut freed = 0;
-        loop {
-            let q = self.seg.queue(REPLIES);
-            let ev = q.poll_one(&mut self.heads[REPLIES], &self.env, &mut self.bulk_buf);
-            if !matches!(ev, Event::Empty | Event::Pending) {
-                freed += 1;
-                if freed % WAKE_EVERY == 0 && q.wake_senders() {
-                    self.stats.sender_wakeups += 1;
-                }
-            }
+    /// Applies what the acceptor thread reported (new and ended connections).
+    fn sync_conns(&mut self) {
+        // Acquire: pairs with the acceptor's Release store after pushing.
+        if !self.shared.dirty.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let events = std::mem::take(
+            &mut *self
+                .shared
+                .events
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for ev in events {
             match ev {
-                Event::Empty | Event::Pending => {
-                    // Slots were freed since the last ring: wake senders
-                    // sleeping on the full ring.
-                    if freed % WAKE_EVERY != 0 && q.wake_senders() {
-                        self.stats.sender_wakeups += 1;
+                ConnEvent::Opened { sid, cred, area } => {
+                    self.stats.peers_opened += 1;
+                    if let Some(slot) = self.conns.get_mut(sid as usize) {
+                        *slot = Some(ServerConn {
+                            area,
+                            cred,
+                            reply_tail: 0,
+                            closing_at: None,
+                        });
                     }
-                    return n;
                 }
-                Event::Message(m) => {
-                    n += 1;
-                    self.take_reply(&m);
+                ConnEvent::Closed { sid } => {
+                    self.stats.peers_closed += 1;
+                    // Nothing handed out after now can name it: its process is
+                    // gone. Tickets up to the tail may still; an honest tail
+                    // is at most a ring ahead of the head.
+                    let q = self.seg.queue();
+                    let head = self.head.next();
+                    let ahead = word::seq_diff(word::seq(q.tail()), word::seq(head))
+                        .clamp(0, q.slots() as i64);
+                    if let Some(Some(c)) = self.conns.get_mut(sid as usize) {
+                        c.closing_at = Some(head.wrapping_add(ahead as u64));
+                    }
                 }
-                other => self.count_other(other),
+                ConnEvent::Refused => self.stats.peers_refused += 1,
             }
         }
     }
 
-    fn count_other(&mut self, ev: Event) {
-        match ev {
-            Event::Recovered { pid: 0, .. } => self.stats.revoked += 1,
-            Event::Recovered { .. } => self.stats.recovered += 1,
-            Event::Rejected(why) => {
-                self.stats.rejected += 1;
-                self.problem(Error::Corrupt(why));
+    /// Unmaps the closed connections that nothing in the ring can name any
+    /// more, and gives their indices back.
+    fn retire_closed(&mut self) {
+        let head = self.head.next();
+        for (sid, slot) in self.conns.iter_mut().enumerate() {
+            if let Some(c) = slot
+                && let Some(at) = c.closing_at
+                && word::seq_diff(word::seq(head), word::seq(at)) >= 0
+            {
+                *slot = None;
+                self.shared
+                    .free
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(sid as u32);
             }
-            _ => {}
         }
     }
 
-    fn take_reply(&mut self, m: &Incoming) {
-        match &mut self.waiting {
-            Some((tok, slot @ None)) if m.kind == Kind::Reply && *tok == m.token => {
-                self.stats.delivered += 1;
-                *slot = Some(Reply {
-                    args: m.args[..m.nargs].to_vec(),
-                    bulk: m.has_bulk.then(|| self.bulk_buf.clone()),
-                });
-            }
-            _ => self.stats.stray_replies += 1,
-        }
-    }
-
-    fn peer_for(&mut self, to: [u64; 2]) -> Result<&Peer, Error> {
-        if !self.peers.contains_key(&to) {
-            let name = unpack_name(to)?;
-            let p = Peer::open(&name, self.env, self.timeout)?;
-            self.peers.insert(to, p);
-        }
-        Ok(&self.peers[&to])
+    /// One step of the receiver at the head.
+    fn poll_once(&mut self, unknown_is_final: bool) -> Event {
+        let Core {
+            seg,
+            conns,
+            head,
+            env,
+            bulk_buf,
+            stats,
+            ..
+        } = self;
+        let resolve = |sid: u32| {
+            conns
+                .get(sid as usize)
+                .and_then(Option::as_ref)
+                .map(|c| c.area.area())
+        };
+        let repairs = head.tail_repairs();
+        let ev = seg
+            .queue()
+            .poll_one(head, env, &resolve, unknown_is_final, bulk_buf);
+        stats.tail_repairs += head.tail_repairs() - repairs;
+        ev
     }
 
     fn send_reply(
         &mut self,
-        to: [u64; 2],
+        sid: u32,
         token: u64,
         args: &[u64],
         bulk: Option<&[u8]>,
     ) -> Result<(), Error> {
-        self.peer_for(to)?;
-        let peer = self.peers.remove(&to).expect("just opened");
-        let msg = Outgoing {
-            handler: 0,
-            kind: Kind::Reply,
-            token,
-            from: self.from,
-            args,
-            bulk,
+        let r = match self.conns.get_mut(sid as usize) {
+            Some(Some(c)) if c.closing_at.is_none() => {
+                c.area.replies().put(&mut c.reply_tail, token, args, bulk)
+            }
+            _ => Err(Error::Handler(format!(
+                "the requester's connection {sid} has closed; reply dropped"
+            ))),
         };
-        let (deadline, mut backoff) = self.wait_ctx();
-        let mut st = SendStats::default();
-        let lock = peer.seg.lock(REPLIES);
-        let (pid, env) = (self.pid, self.env);
-        let r = peer.seg.queue(REPLIES).send(
-            pid,
-            lock.as_ref().map(|l| l as _),
-            &msg,
-            &env,
-            &mut |_| {
-                // Only replies may be taken here: we are inside a handler,
-                // and must keep taking them (§3.1): no sleeping.
-                self.poll_replies();
-                wait_step(&mut backoff, deadline, "a reply waiting for queue space")
-            },
-            &mut st,
-        );
-        self.stats.send_retries += st.retries;
-        self.stats.recovered_blocks += st.recovered_blocks;
-        if r.is_ok() {
-            self.peers.insert(to, peer);
+        if r.is_err() {
+            self.stats.replies_dropped += 1;
         }
-        r.map(|_| ())
+        r
+    }
+
+    fn add_send_stats(&mut self, st: &SendStats) {
+        self.stats.send_retries += st.retries;
+        self.stats.lost += st.lost;
+        self.stats.lock_breaks += st.lock_breaks;
     }
 }
 
@@ -364,9 +573,9 @@ fn wait_step(backoff: &mut Backoff, deadline: Instant, what: &str) -> Result<(),
 }
 
 /// One wait step of a sender that polls nothing ([`Peer::send`]): spin (back
-/// off) for a few steps, then, if only the receiver can free what it waits
-/// for, sleep on the queue's space bell until the receiver frees slots (at
-/// most [`SPACE_SLEEP_CAP`] at a time); otherwise as [`wait_step`].
+/// off) for a few steps, then, if only the receiver can end the wait, sleep
+/// on the queue's space bell until the receiver frees slots (at most
+/// [`SPACE_SLEEP_CAP`] at a time); otherwise as [`wait_step`].
 fn sleep_or_step(
     b: &Blocked<'_>,
     spins: &mut u32,
@@ -394,35 +603,53 @@ fn sleep_or_step(
     Ok(())
 }
 
+fn deadline_ns(timeout: Duration) -> u64 {
+    crate::util::clock::now_ns().saturating_add(timeout.as_nanos().min(u64::MAX as u128) as u64)
+}
+
 impl Endpoint {
-    /// Creates the endpoint `name` (a segment `/dev/shm/mpsync.<name>`, mode
-    /// 0600). A leftover segment of that name whose owner died is replaced.
+    /// Creates the endpoint `name`: its segment (a sealed memfd) and its
+    /// name, an abstract Unix socket that processes of the same user connect
+    /// to ([`Endpoint::connect`], [`Peer::connect`]). Fails with
+    /// [`Error::Exists`] while another process holds the name; a name frees
+    /// itself when its owner exits, however it exits.
     pub fn create(name: &str, options: Options) -> Result<Self, Error> {
-        let pid = std::process::id();
-        if !super::word::pid_fits(pid) {
-            return Err(Error::InvalidArgument(format!(
-                "this process's pid {pid} exceeds 2^22 (Linux's PID_MAX_LIMIT); cannot claim slots"
-            )));
-        }
+        validate_name(name)?;
+        options.validate()?;
         let seg = Segment::create(name, &options)?;
+        let shared = Arc::new(ConnShared {
+            events: Mutex::new(Vec::new()),
+            dirty: AtomicBool::new(false),
+            free: Mutex::new((0..options.max_peers).rev().collect()),
+        });
+        let acceptor = Acceptor {
+            shared: shared.clone(),
+            name: name.to_string(),
+            seg_fd: seg.map().try_clone_fd()?,
+            geom: ConnGeometry {
+                sid: options.max_peers,
+                records: options.in_flight,
+                blocks: options.blocks,
+                block_bytes: options.block_bytes,
+                replies: REPLY_SLOTS,
+            },
+        };
+        let listener = Listener::bind(name, Box::new(acceptor))?;
         Ok(Self {
             core: Core {
+                _listener: listener,
+                shared,
                 seg,
+                conns: (0..options.max_peers).map(|_| None).collect(),
                 name: name.to_string(),
-                from: pack_name(name),
-                pid,
                 env: RealEnv {
                     lease_ns: options.lease.as_nanos() as u64,
                 },
-                timeout: options.timeout,
-                spin: options.spin,
                 spin_now: options.spin.unwrap_or_default(),
+                options,
                 waits: 0,
-                lease: options.lease,
-                heads: [Head::default(), Head::default()],
-                peers: HashMap::new(),
-                next_token: 1,
-                waiting: None,
+                head: Head::default(),
+                in_handler: false,
                 stats: Stats::default(),
                 problems: Vec::new(),
                 dropped_problems: 0,
@@ -440,6 +667,15 @@ impl Endpoint {
     /// The claim algorithm senders use on this endpoint.
     pub fn claim(&self) -> Claim {
         self.core.seg.geometry().claim
+    }
+
+    /// Connections open now (as of the last poll).
+    pub fn peers(&self) -> usize {
+        self.core
+            .conns
+            .iter()
+            .filter(|c| c.as_ref().is_some_and(|c| c.closing_at.is_none()))
+            .count()
     }
 
     /// Registers `f` as handler `index`: it runs, inside [`poll`](Self::poll),
@@ -475,65 +711,67 @@ impl Endpoint {
             .is_some()
     }
 
-    /// Maps the endpoint `name` for sending.
+    /// Connects to the endpoint `name` (with this endpoint's options).
     pub fn connect(&self, name: &str) -> Result<Peer, Error> {
-        Peer::open(name, self.core.env, self.core.timeout)
+        Peer::connect(name, &self.core.options)
     }
 
-    /// Runs the handlers of every message that has arrived (requests and
-    /// one-way messages; replies are kept for [`request`](Self::request)).
-    /// Never blocks. Returns the number of messages taken. Messages that fail
-    /// validation or name no handler are counted in [`stats`](Self::stats) and
-    /// kept in [`take_problems`](Self::take_problems).
+    /// Runs the handlers of the messages that have arrived, at most one
+    /// ring's worth (`packets`) per call, so that a peer that keeps the queue
+    /// full cannot keep the caller here. Never blocks. Returns the number of
+    /// messages taken. Slots that fail validation and messages that name no
+    /// handler are counted in [`stats`](Self::stats) and kept in
+    /// [`take_problems`](Self::take_problems).
     pub fn poll(&mut self) -> usize {
-        let mut n = self.core.poll_replies();
+        self.core.sync_conns();
+        let budget = self.core.seg.geometry().packets as usize;
+        let mut n = 0;
         let mut freed = 0;
-        loop {
-            let q = self.core.seg.queue(REQUESTS);
-            let ev = q.poll_one(
-                &mut self.core.heads[REQUESTS],
-                &self.core.env,
-                &mut self.core.bulk_buf,
-            );
+        for _ in 0..budget {
+            let mut ev = self.core.poll_once(false);
+            if let Event::Unknown { .. } = ev {
+                // A connection accepted since the last look, perhaps.
+                self.core.sync_conns();
+                ev = self.core.poll_once(true);
+            }
             if !matches!(ev, Event::Empty | Event::Pending) {
                 freed += 1;
-                if freed % WAKE_EVERY == 0 && q.wake_senders() {
+                if freed % WAKE_EVERY == 0 && self.core.seg.queue().wake_senders() {
                     self.core.stats.sender_wakeups += 1;
                 }
             }
             match ev {
-                Event::Empty | Event::Pending => {
-                    // Slots were freed since the last ring: wake senders
-                    // sleeping on the full ring.
-                    if freed % WAKE_EVERY != 0 && q.wake_senders() {
-                        self.core.stats.sender_wakeups += 1;
-                    }
-                    return n;
-                }
                 Event::Message(m) => {
                     n += 1;
                     self.dispatch(&m);
                 }
-                other => self.core.count_other(other),
+                Event::Revoked { .. } => self.core.stats.revoked += 1,
+                Event::Rejected(why) => {
+                    self.core.stats.rejected += 1;
+                    self.core.problem(Error::Corrupt(why));
+                }
+                Event::Empty | Event::Pending | Event::Unknown { .. } => break,
             }
         }
+        // Slots were freed since the last ring: wake senders sleeping on the
+        // full ring.
+        if freed % WAKE_EVERY != 0 && self.core.seg.queue().wake_senders() {
+            self.core.stats.sender_wakeups += 1;
+        }
+        self.core.retire_closed();
+        n
     }
 
     fn dispatch(&mut self, m: &Incoming) {
-        if m.kind == Kind::Reply {
-            // A reply in the request queue: no correct peer sends that.
-            self.core.stats.rejected += 1;
-            self.core.problem(Error::Corrupt(format!(
-                "packet {}: a reply in the request queue",
-                m.ticket
-            )));
-            return;
-        }
+        let sender = match self.core.conns.get(m.sid as usize) {
+            Some(Some(c)) => c.cred,
+            _ => return, // validated by the poll: it resolved this connection
+        };
         let Some(Some(h)) = self.handlers.get_mut(m.handler as usize) else {
             self.core.stats.unknown_handler += 1;
             self.core.problem(Error::Handler(format!(
                 "message for handler {} from pid {}: no such handler registered",
-                m.handler, m.sender_pid
+                m.handler, sender.pid
             )));
             return;
         };
@@ -541,17 +779,19 @@ impl Endpoint {
         let bulk = std::mem::take(&mut self.core.bulk_buf);
         let msg = Message {
             handler: m.handler,
-            sender_pid: m.sender_pid,
+            sender,
             args: &m.args[..m.nargs],
             bulk: m.has_bulk.then_some(&bulk[..]),
             is_request: m.kind == Kind::Request,
         };
+        self.core.in_handler = true;
         let mut cx = Ctx {
             core: &mut self.core,
-            reply_to: (m.kind == Kind::Request).then_some((m.from, m.token)),
+            reply_to: (m.kind == Kind::Request).then_some((m.sid, m.token)),
             replied: false,
         };
         let r = h(&mut cx, &msg);
+        self.core.in_handler = false;
         self.core.bulk_buf = bulk;
         if let Err(e) = r {
             self.core.problem(e);
@@ -564,7 +804,7 @@ impl Endpoint {
         self.send_msg(peer, handler, Kind::OneWay, 0, args, None)
     }
 
-    /// Sends a one-way message with bulk data (claimed before the packet, §3.2).
+    /// Sends a one-way message with bulk data.
     pub fn send_bulk(
         &mut self,
         peer: &Peer,
@@ -588,36 +828,27 @@ impl Endpoint {
             handler,
             kind,
             token,
-            from: self.core.from,
             args,
             bulk,
         };
-        let (deadline, mut backoff) = self.core.wait_ctx();
+        let timeout = self.core.options.timeout;
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Backoff::new(100, 20_000);
         let mut st = SendStats::default();
-        let lock = peer.seg.lock(REQUESTS);
-        let pid = self.core.pid;
-        let env = peer.env;
-        let r = peer.seg.queue(REQUESTS).send(
-            pid,
-            lock.as_ref().map(|l| l as _),
-            &msg,
-            &env,
-            &mut |_| {
-                // Poll this endpoint while waiting (§3.1): no sleeping on the
-                // peer's space bell, which nobody rings for our own queues.
-                self.poll();
-                wait_step(&mut backoff, deadline, "a send waiting for queue space")
-            },
-            &mut st,
-        );
-        self.core.stats.send_retries += st.retries;
-        self.core.stats.recovered_blocks += st.recovered_blocks;
+        let r = peer.send_with(&msg, timeout, &mut st, &mut |_| {
+            // Poll this endpoint while waiting (§3.1): no sleeping on the
+            // peer's space bell, which nobody rings for our own queue.
+            self.poll();
+            wait_step(&mut backoff, deadline, "a send waiting for queue space")
+        });
+        self.core.add_send_stats(&st);
         r.map(|_| ())
     }
 
     /// Sends a request to handler `handler` of `peer` (with optional bulk
     /// data) and polls this endpoint — running its handlers — until the reply
-    /// arrives or the timeout passes.
+    /// arrives or the timeout passes. While idle it sleeps until either this
+    /// endpoint's doorbell or the reply is rung.
     pub fn request(
         &mut self,
         peer: &Peer,
@@ -625,44 +856,50 @@ impl Endpoint {
         args: &[u64],
         bulk: Option<&[u8]>,
     ) -> Result<Reply, Error> {
-        if self.core.waiting.is_some() {
+        if self.core.in_handler {
             return Err(Error::Handler(
                 "request from inside a handler: handlers may only reply".into(),
             ));
         }
-        let token = self.core.next_token;
-        self.core.next_token += 1;
-        self.core.waiting = Some((token, None));
-        let r = self.request_inner(peer, handler, token, args, bulk);
-        self.core.waiting = None;
+        let mut rs = peer.reply_state()?;
+        let token = rs.next_token;
+        rs.next_token = rs.next_token.wrapping_add(1);
+        let strays = rs.stray;
+        let r = self.request_inner(peer, &mut rs, handler, token, args, bulk);
+        self.core.stats.stray_replies += rs.stray - strays;
+        if r.is_ok() {
+            self.core.stats.delivered += 1;
+        }
         r
     }
 
     fn request_inner(
         &mut self,
         peer: &Peer,
+        rs: &mut ReplyState,
         handler: u16,
         token: u64,
         args: &[u64],
         bulk: Option<&[u8]>,
     ) -> Result<Reply, Error> {
         self.send_msg(peer, handler, Kind::Request, token, args, bulk)?;
-        let deadline = Instant::now() + self.core.timeout;
+        let deadline = Instant::now() + self.core.options.timeout;
         let mut idle = Idle::default();
         loop {
-            if let Some((_, Some(_))) = &self.core.waiting {
-                let (_, r) = self.core.waiting.take().expect("checked");
-                return Ok(r.expect("checked"));
+            if let Some(r) = peer.take_reply(rs, token) {
+                return r;
             }
-            if self.poll() == 0 {
-                if let Err(()) = self.idle(&mut idle, deadline) {
-                    return Err(Error::Timeout(format!(
-                        "no reply from {:?} within {:?}",
-                        peer.name, self.core.timeout
-                    )));
-                }
-            } else {
+            if self.poll() > 0 {
                 self.got_work(&mut idle);
+                continue;
+            }
+            let bell = peer.area.replies().bell();
+            let r = self.idle(&mut idle, deadline, Some((bell, &|| peer.reply_waiting(rs))));
+            if r.is_err() {
+                return Err(Error::Timeout(format!(
+                    "no reply from {:?} within {:?}",
+                    peer.name, self.core.options.timeout
+                )));
             }
         }
     }
@@ -699,17 +936,24 @@ impl Endpoint {
                 self.got_work(&mut idle);
                 return n;
             }
-            if self.idle(&mut idle, deadline).is_err() {
+            if self.idle(&mut idle, deadline, None).is_err() {
                 return 0;
             }
         }
     }
 
     /// One idle step of a waiting receiver whose last poll found nothing:
-    /// spin while within the spin budget, else sleep on the doorbell. `Err` once `deadline` has passed.
-    fn idle(&mut self, st: &mut Idle, deadline: Instant) -> Result<(), ()> {
+    /// spin while within the spin budget, else sleep on the doorbell (and on
+    /// `also`'s bell, a reply bell, until its `still` says a reply is there).
+    /// `Err` once `deadline` has passed.
+    fn idle(
+        &mut self,
+        st: &mut Idle,
+        deadline: Instant,
+        also: Option<(&Doorbell, &dyn Fn() -> bool)>,
+    ) -> Result<(), ()> {
         st.polls = st.polls.wrapping_add(1);
-        let Some(spin) = self.core.spin else {
+        let Some(spin) = self.core.options.spin else {
             // Busy polling (the paper's receivers).
             if st.polls.is_multiple_of(256) {
                 if Instant::now() >= deadline {
@@ -756,22 +1000,30 @@ impl Endpoint {
         // Sleep: announce, look once more (the Dekker pair with `ring`), park.
         let bell = self.core.seg.doorbell();
         bell.announce();
-        if self.poll() > 0 {
+        if let Some((b, _)) = also {
+            b.announce();
+        }
+        if self.poll() > 0 || also.is_some_and(|(_, ready)| ready()) {
             self.core.seg.doorbell().cancel();
+            if let Some((b, _)) = also {
+                b.cancel();
+            }
             *st = Idle::default();
             return Ok(());
         }
         // Something handed out but not published: its sender may have died,
-        // so wake in time to recover the slot (a quarter lease, as the
-        // liveness checks).
-        let in_flight = self.in_flight();
-        let cap = if in_flight {
-            (self.core.lease / 4).max(Duration::from_micros(1))
+        // so wake in time to revoke the ticket (a lease).
+        let cap = if self.in_flight() {
+            self.core.options.lease.max(Duration::from_micros(1))
         } else {
             SLEEP_CAP
         };
         let left = deadline.saturating_duration_since(Instant::now());
-        if self.core.seg.doorbell().sleep(Some(left.min(cap))) {
+        let rung = match also {
+            None => self.core.seg.doorbell().sleep(Some(left.min(cap))),
+            Some((b, _)) => self.core.seg.doorbell().sleep_with(b, Some(left.min(cap))),
+        };
+        if rung {
             self.core.stats.wakeups += 1;
         } else {
             self.core.stats.sleep_timeouts += 1;
@@ -784,26 +1036,24 @@ impl Endpoint {
     /// (the sender runs elsewhere), so the budget goes back to the full spin.
     fn got_work(&mut self, st: &mut Idle) {
         if st.since.is_some()
-            && let Some(spin) = self.core.spin
+            && let Some(spin) = self.core.options.spin
         {
             self.core.spin_now = spin;
         }
         *st = Idle::default();
     }
 
-    /// Whether either queue has tickets handed out beyond its head.
+    /// Whether tickets are handed out beyond the head.
     fn in_flight(&self) -> bool {
-        [REQUESTS, REPLIES].iter().any(|&i| {
-            let tail = self.core.seg.queue(i).tail();
-            super::word::seq_diff(tail, self.core.heads[i].next()) > 0
-        })
+        self.backlog() > 0
     }
 
-    /// Request-queue tickets handed out to senders and not yet delivered,
-    /// recovered or revoked (0 when nothing is in flight).
+    /// Request-queue tickets handed out to senders and not yet delivered or
+    /// revoked (0 when nothing is in flight; at most a ring).
     pub fn backlog(&self) -> u64 {
-        let tail = self.core.seg.queue(REQUESTS).tail();
-        super::word::seq_diff(tail, self.core.heads[REQUESTS].next()).max(0) as u64
+        let q = self.core.seg.queue();
+        word::seq_diff(word::seq(q.tail()), word::seq(self.core.head.next()))
+            .clamp(0, q.slots() as i64) as u64
     }
 
     /// Counters so far.
@@ -811,7 +1061,7 @@ impl Endpoint {
         self.core.stats
     }
 
-    /// The problems met while polling (rejected packets, unknown handlers,
+    /// The problems met while polling (rejected slots, unknown handlers,
     /// handler errors), oldest first, at most 64 kept; clears them.
     pub fn take_problems(&mut self) -> Vec<Error> {
         self.core.dropped_problems = 0;
@@ -827,26 +1077,43 @@ impl Endpoint {
 }
 
 impl Peer {
-    fn open(name: &str, env: RealEnv, timeout: Duration) -> Result<Self, Error> {
-        let seg = Segment::open(name)?;
-        Ok(Self {
-            seg,
-            name: name.to_string(),
-            env,
-            timeout,
-        })
-    }
-
-    /// Maps the endpoint `name` for sending without an endpoint of one's own
-    /// (one-way messages only; the wait for space does not poll anything).
+    /// Connects to the endpoint `name`: asks its owner (over the endpoint's
+    /// socket, checking with the kernel that it runs as this user) for the
+    /// segment and a connection area of its own, and maps both after checking
+    /// that neither can change size. Keep the `Peer` for as long as you send:
+    /// each connection costs the endpoint one of its `max_peers`.
     pub fn connect(name: &str, options: &Options) -> Result<Self, Error> {
-        Self::open(
-            name,
-            RealEnv {
+        validate_name(name)?;
+        options.validate()?;
+        let (conn, hello, fds) =
+            rendezvous::connect(name, options.timeout.min(CONNECT_WAIT))?;
+        let bad = |why: &str| Error::Corrupt(format!("endpoint {name:?} answered {why}"));
+        if hello.len() != 12
+            || hello[..4] != HELLO_MAGIC.to_le_bytes()
+            || hello[4..8] != super::segment::VERSION.to_le_bytes()
+        {
+            return Err(bad("with a hello this library does not read (another version?)"));
+        }
+        let sid = u32::from_le_bytes(hello[8..12].try_into().expect("4 bytes"));
+        let mut fds = fds.into_iter();
+        let (Some(seg_fd), Some(area_fd), None) = (fds.next(), fds.next(), fds.next()) else {
+            return Err(bad("without its two shared-memory objects"));
+        };
+        let seg = Segment::open(name, SharedMap::from_received(seg_fd, 4096, MAX_MAP)?, options)?;
+        let area = ConnArea::open(name, SharedMap::from_received(area_fd, 4096, MAX_MAP)?, sid)?;
+        Ok(Self {
+            name: name.to_string(),
+            conn,
+            seg,
+            area,
+            sid,
+            env: RealEnv {
                 lease_ns: options.lease.as_nanos() as u64,
             },
-            options.timeout,
-        )
+            timeout: options.timeout,
+            hint: AtomicU32::new(0),
+            reply: Mutex::new(ReplyState::default()),
+        })
     }
 
     /// The peer's name.
@@ -854,9 +1121,43 @@ impl Peer {
         &self.name
     }
 
-    /// The claim algorithm of the peer's queues.
+    /// The claim algorithm of the peer's queue.
     pub fn claim(&self) -> Claim {
         self.seg.geometry().claim
+    }
+
+    /// Who serves the endpoint, as the kernel says (`SO_PEERCRED`).
+    pub fn server(&self) -> Credentials {
+        self.conn.server()
+    }
+
+    /// Bytes of bulk data a message (or reply) may carry.
+    pub fn block_bytes(&self) -> usize {
+        self.area.area().block_bytes()
+    }
+
+    fn send_with(
+        &self,
+        msg: &Outgoing<'_>,
+        timeout: Duration,
+        st: &mut SendStats,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
+    ) -> Result<u64, Error> {
+        let sender = Sender {
+            sid: self.sid,
+            conn: self.area.area(),
+            hint: &self.hint,
+            deadline_ns: deadline_ns(timeout),
+        };
+        let lock = self.seg.lock();
+        self.seg.queue().send(
+            &sender,
+            lock.as_ref().map(|l| l as _),
+            msg,
+            &self.env,
+            wait,
+            st,
+        )
     }
 
     /// Sends a one-way message without polling while waiting (for processes
@@ -865,44 +1166,132 @@ impl Peer {
     /// space bell until the receiver frees slots (at most 10 ms at a time).
     /// Safe to call from several threads at once.
     pub fn send(&self, handler: u16, args: &[u64], bulk: Option<&[u8]>) -> Result<(), Error> {
-        let pid = std::process::id();
-        let msg = Outgoing {
-            handler,
-            kind: Kind::OneWay,
-            token: 0,
-            from: [0, 0],
-            args,
-            bulk,
-        };
+        self.send_kind(handler, Kind::OneWay, 0, args, bulk)
+    }
+
+    fn send_kind(
+        &self,
+        handler: u16,
+        kind: Kind,
+        token: u64,
+        args: &[u64],
+        bulk: Option<&[u8]>,
+    ) -> Result<(), Error> {
         if args.len() > MAX_ARGS {
             return Err(Error::InvalidArgument(format!(
-                "{} argument words; a packet carries at most {MAX_ARGS}",
+                "{} argument words; a message carries at most {MAX_ARGS}",
                 args.len()
             )));
         }
+        let msg = Outgoing {
+            handler,
+            kind,
+            token,
+            args,
+            bulk,
+        };
         let deadline = Instant::now() + self.timeout;
         let mut backoff = Backoff::new(100, 20_000);
         let mut spins = 0u32;
         let mut st = SendStats::default();
-        let lock = self.seg.lock(REQUESTS);
-        self.seg
-            .queue(REQUESTS)
-            .send(
-                pid,
-                lock.as_ref().map(|l| l as _),
-                &msg,
-                &self.env,
-                &mut |b| {
-                    sleep_or_step(
-                        b,
-                        &mut spins,
-                        &mut backoff,
-                        deadline,
-                        "a send waiting for queue space",
-                    )
-                },
-                &mut st,
+        self.send_with(&msg, self.timeout, &mut st, &mut |b| {
+            sleep_or_step(
+                b,
+                &mut spins,
+                &mut backoff,
+                deadline,
+                "a send waiting for queue space",
             )
-            .map(|_| ())
+        })
+        .map(|_| ())
+    }
+
+    /// Sends a request and waits (spinning briefly, then sleeping on the
+    /// connection's reply bell) for its reply — for processes without an
+    /// endpoint of their own. One request at a time per `Peer`.
+    pub fn request(&self, handler: u16, args: &[u64], bulk: Option<&[u8]>) -> Result<Reply, Error> {
+        let mut rs = self.reply_state()?;
+        let token = rs.next_token;
+        rs.next_token = rs.next_token.wrapping_add(1);
+        self.send_kind(handler, Kind::Request, token, args, bulk)?;
+        let deadline = Instant::now() + self.timeout;
+        let spin_until = Instant::now() + Duration::from_micros(20);
+        loop {
+            if let Some(r) = self.take_reply(&mut rs, token) {
+                return r;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout(format!(
+                    "no reply from {:?} within {:?}",
+                    self.name, self.timeout
+                )));
+            }
+            if now < spin_until {
+                crate::sync::spin_loop();
+                continue;
+            }
+            let bell = self.area.replies().bell();
+            bell.announce();
+            if self.reply_waiting(&rs) {
+                bell.cancel();
+                continue;
+            }
+            bell.sleep(Some((deadline - now).min(SLEEP_CAP)));
+        }
+    }
+
+    fn reply_state(&self) -> Result<std::sync::MutexGuard<'_, ReplyState>, Error> {
+        match self.reply.try_lock() {
+            Ok(g) => Ok(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Error::InvalidArgument(format!(
+                "another request to {:?} is in flight on this Peer; connect one Peer per \
+                 requesting thread",
+                self.name
+            ))),
+        }
+    }
+
+    /// Whether the reply ring holds something at the client's head.
+    fn reply_waiting(&self, rs: &ReplyState) -> bool {
+        self.area.replies().peek(rs.head)
+    }
+
+    /// The reply with `token`, if it arrived (stale replies before it are
+    /// counted and dropped).
+    fn take_reply(&self, rs: &mut ReplyState, token: u64) -> Option<Result<Reply, Error>> {
+        let replies = self.area.replies();
+        loop {
+            match replies.take(&mut rs.head)? {
+                Ok(r) if r.token == token => {
+                    return Some(Ok(Reply {
+                        args: r.args,
+                        bulk: r.bulk,
+                    }));
+                }
+                Ok(_) => rs.stray += 1,
+                Err(why) => {
+                    return Some(Err(Error::Corrupt(format!(
+                        "endpoint {:?}: {why}",
+                        self.name
+                    ))));
+                }
+            }
+        }
+    }
+
+    /// The raw mappings (address, length) of the endpoint's segment and of
+    /// this connection's area, for fault-injection tests that play a
+    /// misbehaving peer.
+    #[doc(hidden)]
+    pub fn raw_mappings(&self) -> [(*mut u8, usize); 2] {
+        [self.seg.raw(), self.area.raw()]
+    }
+
+    /// The index the endpoint gave this connection (for fault-injection tests).
+    #[doc(hidden)]
+    pub fn connection_index(&self) -> u32 {
+        self.sid
     }
 }

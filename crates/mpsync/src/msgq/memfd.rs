@@ -9,11 +9,6 @@
 //! an untrusted process over a Unix socket: [`SharedMap::from_received`], which
 //! asks the kernel, not the sender, what the object is.
 
-// Until the endpoint is built on it, only the tests use this module.
-#![cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the endpoint is not wired to it yet")
-)]
 
 use super::Error;
 use std::ffi::CString;

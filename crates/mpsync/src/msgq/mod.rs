@@ -205,7 +205,9 @@ mod segment;
 #[cfg(not(loom))]
 pub use endpoint::{Ctx, Endpoint, Message, Peer, Reply, Stats};
 #[cfg(not(loom))]
-pub use segment::{pid_alive, validate_name};
+pub use rendezvous::Credentials;
+#[cfg(not(loom))]
+pub use segment::validate_name;
 
 use std::time::Duration;
 
@@ -285,15 +287,26 @@ impl Claim {
 pub struct Options {
     /// Claim algorithm for both queues.
     pub claim: Claim,
-    /// Packets per queue (a power of two, 2..=65536; default 256).
+    /// Slots of the request ring (a power of two, 2..=65536; default 256).
     pub packets: u32,
-    /// Bulk blocks per queue (a power of two, 1..=1024; default 16).
+    /// Bulk blocks per connection, in the connection's own area (1..=1024;
+    /// default 16): the bulk messages one connection may have in flight.
     pub blocks: u32,
-    /// Bytes per bulk block (a multiple of 128, 128..=8192; default 8192).
+    /// Bytes per bulk block (a multiple of 128, 128..=8192; default 8192),
+    /// for requests and replies.
     pub block_bytes: u32,
-    /// How long a ticket may stay handed out but unclaimed before it is
-    /// revoked; a claimed slot's owner is checked for liveness every quarter
-    /// of it (default 1 ms).
+    /// Records per connection (1..=1024; default 64): the messages one
+    /// connection may have in flight (published, not yet delivered).
+    pub in_flight: u32,
+    /// Connections the endpoint serves at once (1..=4096; default 64);
+    /// further connects are refused until one closes. Each costs a
+    /// connection area (records, blocks and the reply ring: about
+    /// `in_flight × 128 + (blocks + 4) × block_bytes` bytes, 168 KiB by
+    /// default, touched pages only).
+    pub max_peers: u32,
+    /// How long a ticket may stay handed out but unpublished before the
+    /// receiver revokes it (default 1 ms); a claim lock that shows no
+    /// hand-over for 100 leases (at least 100 ms) is broken.
     pub lease: Duration,
     /// How long `send` waits for space and `request` for its reply (default 10 s).
     pub timeout: Duration,
@@ -304,6 +317,13 @@ pub struct Options {
     /// then) — the lowest latency when sender and receiver have cores of
     /// their own, and a loss when they share one.
     pub spin: Option<Duration>,
+    /// Whether every process that may connect is trusted not to write the
+    /// shared memory maliciously (default false). Required for
+    /// [`Claim::PosixRobust`], on both sides: glibc keeps the robust list's
+    /// pointers inside the shared mutex and follows them on unlock, so a
+    /// peer that writes them makes the unlocker write anywhere in its own
+    /// memory. The other claims defend against hostile peers and ignore it.
+    pub trust_peers: bool,
 }
 
 impl Default for Options {
@@ -313,9 +333,12 @@ impl Default for Options {
             packets: 256,
             blocks: 16,
             block_bytes: 8192,
+            in_flight: 64,
+            max_peers: 64,
             lease: Duration::from_millis(1),
             timeout: Duration::from_secs(10),
             spin: Some(Duration::from_micros(20)),
+            trust_peers: false,
         }
     }
 }
@@ -342,11 +365,29 @@ impl Options {
                 self.packets
             )));
         }
-        if !self.blocks.is_power_of_two() || !(1..=1024).contains(&self.blocks) {
+        if !(1..=1024).contains(&self.blocks) {
             return Err(Error::InvalidArgument(format!(
-                "blocks = {}: must be a power of two in 1..=1024 (e.g. 16)",
+                "blocks = {}: must be in 1..=1024 (e.g. 16)",
                 self.blocks
             )));
+        }
+        if !(1..=1024).contains(&self.in_flight) {
+            return Err(Error::InvalidArgument(format!(
+                "in_flight = {}: must be in 1..=1024 (e.g. 64)",
+                self.in_flight
+            )));
+        }
+        if !(1..=4096).contains(&self.max_peers) {
+            return Err(Error::InvalidArgument(format!(
+                "max_peers = {}: must be in 1..=4096 (e.g. 64)",
+                self.max_peers
+            )));
+        }
+        if self.claim == Claim::PosixRobust && !self.trust_peers {
+            return Err(Error::InvalidArgument(
+                "claim = PosixRobust trusts every peer (glibc follows list pointers kept inside                  the shared mutex); set trust_peers = true only if every process that may                  connect is trusted, or choose another claim (e.g. LockFree)"
+                    .into(),
+            ));
         }
         if !self.block_bytes.is_multiple_of(128) || !(128..=8192).contains(&self.block_bytes) {
             return Err(Error::InvalidArgument(format!(
@@ -390,8 +431,7 @@ pub enum Error {
     Timeout(String),
     /// The message names no registered handler, or a handler broke a rule.
     Handler(String),
-    /// The claim lock refused (Anderson's slots exhausted, a robust mutex
-    /// not recoverable).
+    /// The claim lock refused (a robust mutex not recoverable).
     Lock(String),
     /// A connection or a shared object was refused: the other side is another
     /// user, is full, speaks another version, or said no (its reason); or a

@@ -35,11 +35,6 @@
 //! It is sent with one `sendmsg(MSG_DONTWAIT | MSG_NOSIGNAL)`; a send that
 //! would block or fails closes the connection.
 
-// Until the endpoint is built on it, only the tests use this module.
-#![cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the endpoint is not wired to it yet")
-)]
 
 use super::Error;
 use super::memfd::os;

@@ -1,46 +1,66 @@
-//! One destination queue of an endpoint (paper 004 §2, Figure 1): a packet ring
-//! and a bulk-data ring, the claim algorithms of §3 and the receiver's poll, on
-//! plain memory — no pointers, so the same `#[repr(C)]` structures work in a
-//! segment that several processes map at different addresses, and on the heap
-//! ([`HeapQueue`]) for threads, unit tests and loom models.
+//! One destination queue of an endpoint (paper 004 §2, Figure 1) and the
+//! private area of one connection to it, on plain memory — no pointers, so the
+//! same `#[repr(C)]` structures work in memory that several processes map at
+//! different addresses, and on the heap ([`HeapQueue`], [`HeapConn`]) for
+//! threads, unit tests and loom models.
+//!
+//! Two kinds of memory, with two kinds of trust:
+//! - the **request ring** ([`QueueRef`]): the slots (one type word each), the
+//!   tail, the doorbell, the space bell and the claim lock, mapped by the
+//!   receiver and by every connected sender — any of which may write anything;
+//! - a **connection area** ([`ConnRef`], [`ReplyRef`]): the records (one
+//!   message in flight each), the bulk blocks and the reply ring of ONE
+//!   connection, mapped only by the receiver and that connection's process.
 //!
 //! Protocol words are described in [`super::word`]. In short, per message:
 //!
-//! 1. bulk (if any) first (§3.2's second deadlock): a ticket `b` from
-//!    `bulk_tail`, then the block word `FREE(b) → CLAIMED(pid, b)`, then the data;
-//! 2. the packet: a ticket `t` from `tail`, then the type word
-//!    `FREE(t) → CLAIMED(pid, t)` (lock-free: two CASes, Figure 3; locked: the
-//!    same steps inside a process-shared lock, Figure 2);
-//! 3. the payload, the block word `CLAIMED → SENT`, and the type word
-//!    `CLAIMED → READY` (Release: publishes everything before it);
-//! 4. the receiver, at `head = t`, loads `READY(t)` (Acquire), copies the packet
-//!    and block out of shared memory, frees the block (`FREE(b + B)`) and the
-//!    packet (`FREE(t + Q)`, both Release) and only then runs the handler.
+//! 1. the sender claims a record of its connection (`FREE(g) → FILLING(g)`),
+//!    and a bulk block if it has bulk data (`FREE(g) → OWNED(g)`), and writes
+//!    the payload there;
+//! 2. it claims a ticket `t` and publishes in one step — lock-free (Figure 3):
+//!    seeing slot `t` `FREE(t)`, a CAS of the tail `t → t + 1`, then the slot CAS
+//!    `FREE(t) → READY(sid, rec, t)` (Release); locked (Figure 2): the same
+//!    steps inside a process-shared lock. Before the slot CAS the record holds
+//!    `ticket = t` and is `SUBMITTED`; after it, `SENT`;
+//! 3. the receiver, at `head = t`, loads `READY(sid, rec, t)` (Acquire), finds
+//!    connection `sid`'s record `rec` `SUBMITTED`/`SENT` with ticket `t`, copies
+//!    the message and its block out, frees the record (a CAS from the exact
+//!    word it validated: a seqlock — a record changed under the copy is
+//!    rejected) and the block, frees the slot (`FREE(t + Q)`, Release) and only
+//!    then runs the handler.
 //!
 //! Recovery (nothing in the paper; needed because peers are processes that can
-//! die): a ticket handed out and never claimed for a lease is revoked by whoever
-//! waits behind it; a slot `CLAIMED` by a process that no longer exists is
-//! freed. Both are CASes from the exact word observed, so a slow but live
-//! claimant that races them either wins (and the slot is its own) or sees a
-//! later sequence and starts over with a new ticket — never a duplicate.
+//! die or lie): a ticket handed out and never published for a lease is revoked
+//! by the receiver (`FREE(t) → FREE(t + Q)`): a slow sender's CAS then fails and
+//! it takes a new ticket. Since a slot holds nothing but its word, and a word
+//! is valid only if the connection it names holds a matching record, a slot
+//! word no honest sender wrote is rejected at once, and a dead sender leaves
+//! nothing to recover. The receiver also polices the tail: honest tails lie in
+//! `[head, head + Q]` (a sender takes ticket `t` only after seeing slot `t`
+//! free, i.e. ticket `t − Q` delivered), so a tail outside that range was
+//! written by a peer and is put back to the head.
 
 use super::Error;
-use super::word::{self, CLAIMED, FREE, READY, SENT};
+use super::word::{
+    self, FILLING, FREE, OWNED, READY, SENT, SUBMITTED, gen_of, gen_state, gen_word, next_gen,
+};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::Duration;
 
-/// Most argument words a packet carries (§2: "short messages of up to eight words").
+/// Most argument words a message carries (§2: "short messages of up to eight words").
 pub const MAX_ARGS: usize = 8;
 
-/// What a message is, as carried in the packet.
+/// A sender's tight loops (lost tail races, a tail behind its slots) look at
+/// their deadline at least this often.
+const LOOPS_PER_CHECK: u32 = 64;
+
+/// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// A request that expects no reply.
+    /// A message that expects no reply.
     OneWay = 1,
-    /// A request; the handler may reply once, to the endpoint named in `from`.
+    /// A request; the handler may reply once, through the connection it came by.
     Request = 2,
-    /// A reply to a request with the same token.
-    Reply = 3,
 }
 
 impl Kind {
@@ -48,39 +68,24 @@ impl Kind {
         match b {
             1 => Some(Self::OneWay),
             2 => Some(Self::Request),
-            3 => Some(Self::Reply),
             _ => None,
         }
     }
 }
 
-/// One packet: its type word and payload, on its own 128-byte line pair (no
-/// false sharing between neighbouring packets).
+/// One slot of the request ring: its type word (see [`super::word`]) alone, on
+/// its own 128-byte line pair (no false sharing between neighbouring slots).
 #[repr(C, align(128))]
 #[derive(Debug)]
-pub struct Packet {
+pub struct Slot {
     ty: AtomicU64,
-    /// handler (16 bits) | nargs (4) << 16 | kind (2) << 20 | has bulk (1) << 22 | bulk len (14) << 32
-    meta: AtomicU64,
-    /// The bulk ticket, when the message has bulk data.
-    bulk: AtomicU64,
-    /// Request/reply matching token.
-    token: AtomicU64,
-    /// The requester's endpoint name (for replies).
-    from: [AtomicU64; 2],
-    args: [AtomicU64; MAX_ARGS],
 }
 
-impl Packet {
-    /// A free packet for ticket `index` (the creator's initial lap).
+impl Slot {
+    /// A free slot for ticket `index` (the creator's initial lap).
     pub fn new(index: u64) -> Self {
         Self {
-            ty: AtomicU64::new(word::pack(FREE, 0, index)),
-            meta: AtomicU64::new(0),
-            bulk: AtomicU64::new(0),
-            token: AtomicU64::new(0),
-            from: [AtomicU64::new(0), AtomicU64::new(0)],
-            args: std::array::from_fn(|_| AtomicU64::new(0)),
+            ty: AtomicU64::new(word::free(index)),
         }
     }
 
@@ -90,7 +95,51 @@ impl Packet {
     }
 }
 
-/// The claimed flag of one bulk block, on its own line.
+/// One message in flight, in a connection's private area: written by one of
+/// the connection's sender threads, read by the receiver.
+///
+/// `meta`: handler (16 bits) | nargs (4) << 16 | kind (2) << 20 | has bulk (1) << 22.
+/// `bulk`: block index (32 bits) | length << 32; `bulk_gen`: the block's
+/// generation while it holds this record's data.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Record {
+    word: AtomicU64,
+    ticket: AtomicU64,
+    meta: AtomicU64,
+    bulk: AtomicU64,
+    bulk_gen: AtomicU64,
+    token: AtomicU64,
+    args: [AtomicU64; MAX_ARGS],
+}
+
+impl Record {
+    /// A free record.
+    pub fn new() -> Self {
+        Self {
+            word: AtomicU64::new(gen_word(FREE, 0)),
+            ticket: AtomicU64::new(0),
+            meta: AtomicU64::new(0),
+            bulk: AtomicU64::new(0),
+            bulk_gen: AtomicU64::new(0),
+            token: AtomicU64::new(0),
+            args: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The record word (for tests and fault injection).
+    pub fn record_word(&self) -> &AtomicU64 {
+        &self.word
+    }
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The state word of one bulk block, on its own line.
 #[repr(C, align(128))]
 #[derive(Debug)]
 pub struct BlockHdr {
@@ -98,15 +147,49 @@ pub struct BlockHdr {
 }
 
 impl BlockHdr {
-    /// A free block for ticket `index`.
-    pub fn new(index: u64) -> Self {
+    /// A free block.
+    pub fn new() -> Self {
         Self {
-            word: AtomicU64::new(word::pack(FREE, 0, index)),
+            word: AtomicU64::new(gen_word(FREE, 0)),
         }
     }
 
     /// The block word (for tests and fault injection).
     pub fn block_word(&self) -> &AtomicU64 {
+        &self.word
+    }
+}
+
+impl Default for BlockHdr {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One slot of a connection's reply ring (server → client), with its message
+/// inline: `meta` is nargs (4 bits) | has bulk (1) << 4 | bulk length << 32.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct ReplySlot {
+    word: AtomicU64,
+    meta: AtomicU64,
+    token: AtomicU64,
+    args: [AtomicU64; MAX_ARGS],
+}
+
+impl ReplySlot {
+    /// A free reply slot for reply number `index`.
+    pub fn new(index: u64) -> Self {
+        Self {
+            word: AtomicU64::new(word::reply(FREE, index)),
+            meta: AtomicU64::new(0),
+            token: AtomicU64::new(0),
+            args: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The slot word (for tests and fault injection).
+    pub fn slot_word(&self) -> &AtomicU64 {
         &self.word
     }
 }
@@ -192,6 +275,20 @@ impl Doorbell {
         // Relaxed: a ringing sender swapped AWAKE in; the receiver's next
         // look at its queues is ordered by its own Acquire loads.
         self.word.swap(AWAKE, Ordering::Relaxed) == AWAKE
+    }
+
+    /// [`sleep`](Self::sleep) on this bell and `other` at once (both
+    /// announced): until either is rung, a signal, or `timeout`. Returns
+    /// whether either was rung. Leaves both awake.
+    pub fn sleep_with(&self, other: &Doorbell, timeout: Option<Duration>) -> bool {
+        let _ = crate::sched::park_shared_any(
+            &[(&self.word, ASLEEP), (&other.word, ASLEEP)],
+            timeout,
+        );
+        // Relaxed: as in `sleep`.
+        let a = self.word.swap(AWAKE, Ordering::Relaxed) == AWAKE;
+        let b = other.word.swap(AWAKE, Ordering::Relaxed) == AWAKE;
+        a || b
     }
 
     /// The receiver found work after [`announce`](Self::announce): takes the
@@ -320,36 +417,55 @@ impl Default for SpaceBell {
     }
 }
 
-/// Why a send waits, handed to its wait hook: the word of the slot it waits
-/// for as last seen, and — when only the receiver can free that slot and the
-/// queue has a [`SpaceBell`] — a way to sleep until it does.
-#[derive(Debug, Clone, Copy)]
+/// Why a send waits, handed to its wait hook — and, when only the receiver can
+/// end the wait and the queue has a [`SpaceBell`], a way to sleep until it
+/// frees something.
+#[derive(Clone, Copy)]
 pub struct Blocked<'a> {
-    word: &'a AtomicU64,
-    seen: u64,
     bell: Option<&'a SpaceBell>,
+    /// Whether the sender is still blocked (looked at again after announcing).
+    still: &'a dyn Fn() -> bool,
 }
 
-impl Blocked<'_> {
+impl std::fmt::Debug for Blocked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Blocked")
+            .field("can_sleep", &self.bell.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Blocked<'a> {
+    /// A wait that only the sender itself can end (it must keep looking):
+    /// never sleeps.
+    pub fn busy() -> Blocked<'static> {
+        static ALWAYS: fn() -> bool = || true;
+        Blocked {
+            bell: None,
+            still: &ALWAYS,
+        }
+    }
+
     /// Whether [`sleep`](Self::sleep) can sleep: the queue has a space bell
-    /// and the slot waits for the receiver (not, say, for a sender's
-    /// recovery, which needs the waiter itself to act now and then).
+    /// and what the sender waits for only the receiver can free.
     pub fn can_sleep(&self) -> bool {
         self.bell.is_some()
     }
 
-    /// Announces on the space bell, looks at the slot once more and, if it
-    /// is unchanged, sleeps until the receiver frees slots or `timeout`
-    /// passes (None: no limit, for models). Returns whether the slot changed
-    /// or the bell was rung (as opposed to a timeout, or no bell).
+    /// Announces on the space bell, looks once more and, if still blocked,
+    /// sleeps until the receiver frees slots or records or `timeout` passes
+    /// (None: no limit, for models). Returns whether the wait ended (the
+    /// second look found it ended, or the bell was rung) as opposed to a
+    /// timeout, or no bell.
     pub fn sleep(&self, timeout: Option<Duration>) -> bool {
         let Some(bell) = self.bell else {
             return false;
         };
         let announced = bell.announce();
-        // Acquire: pairs with the receiver's Release CAS that frees the slot
-        // (ordered before its look at the bell by the Dekker fences).
-        if self.word.load(Ordering::Acquire) != self.seen {
+        // The second look: its Acquire loads pair with the receiver's Release
+        // CASes that free slots and records (ordered before its look at the
+        // bell by the Dekker fences).
+        if !(self.still)() {
             return true;
         }
         crate::sched::stall::point(crate::sched::stall::MSGQ_SPACE_SLEEP);
@@ -357,25 +473,23 @@ impl Blocked<'_> {
     }
 }
 
-/// The senders' side of a queue: packet and bulk tails (§2: "queue tail
-/// information, accessed only by senders").
+/// The senders' side of the request ring: the tail (§2: "queue tail
+/// information, accessed only by senders" — and policed by the receiver).
 #[repr(C)]
 #[derive(Debug)]
 pub struct QueueCtl {
     tail: Line,
-    bulk_tail: Line,
 }
 
 impl QueueCtl {
-    /// Both tails at ticket 0.
+    /// The tail at ticket 0.
     pub fn new() -> Self {
         Self {
             tail: Line(AtomicU64::new(0)),
-            bulk_tail: Line(AtomicU64::new(0)),
         }
     }
 
-    /// The packet tail (for tests and fault injection).
+    /// The tail (for tests and fault injection).
     pub fn tail_word(&self) -> &AtomicU64 {
         &self.tail.0
     }
@@ -387,25 +501,24 @@ impl Default for QueueCtl {
     }
 }
 
-/// What the protocol needs from its surroundings: a clock, a liveness check of
-/// a claimant process, and the lease after which an unclaimed ticket is
-/// revoked. Real endpoints use `CLOCK_MONOTONIC` and `/proc`; models inject
-/// their own.
+/// What the protocol needs from its surroundings: a clock and the lease after
+/// which an unpublished ticket is revoked. Real endpoints use
+/// `CLOCK_MONOTONIC`; models inject their own.
 pub trait Env {
     /// Monotonic nanoseconds.
     fn now_ns(&self) -> u64;
-    /// Whether process `pid` may still write to the segment.
-    fn alive(&self, pid: u32) -> bool;
-    /// How long a handed-out ticket may stay unclaimed, and how long a claimed
-    /// slot waits before its claimant's liveness is checked (a quarter of it).
+    /// How long a handed-out ticket may stay unpublished before the receiver
+    /// revokes it.
     fn lease_ns(&self) -> u64;
 }
 
-/// The lock of a locked claim (Figure 2): runs `f` under a lock every sender of
-/// the queue shares.
+/// The lock of a locked claim (Figure 2), in memory a peer may write.
 pub trait ClaimLock {
-    /// Runs `f` holding the lock.
-    fn with_lock(&self, f: &mut dyn FnMut()) -> Result<(), Error>;
+    /// Runs `f` holding the lock, or without it once the lock has been stuck
+    /// (no hand-over) for the lock's lease — the claim is safe without the
+    /// lock, which only orders senders. Returns whether the lock was broken;
+    /// `Err` (a timeout) once `deadline_ns` ([`Env::now_ns`] time) passes.
+    fn with_lock(&self, f: &mut dyn FnMut(), deadline_ns: u64) -> Result<bool, Error>;
 }
 
 /// A message to send.
@@ -413,33 +526,29 @@ pub trait ClaimLock {
 pub struct Outgoing<'a> {
     /// The handler index the receiver runs.
     pub handler: u16,
-    /// Request, one-way or reply.
+    /// One-way or request.
     pub kind: Kind,
-    /// Request/reply matching token.
+    /// Request/reply matching token (requests).
     pub token: u64,
-    /// The sender's endpoint name, packed (for replies).
-    pub from: [u64; 2],
     /// Up to [`MAX_ARGS`] words.
     pub args: &'a [u64],
-    /// Bulk data, up to the queue's block size.
+    /// Bulk data, up to the connection's block size.
     pub bulk: Option<&'a [u8]>,
 }
 
 /// A message copied out of the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Incoming {
-    /// The packet's ticket.
+    /// The slot's ticket.
     pub ticket: u64,
-    /// The process that claimed the packet.
-    pub sender_pid: u32,
+    /// The connection it came through.
+    pub sid: u32,
     /// The handler index (not yet checked against the receiver's table).
     pub handler: u16,
-    /// Request, one-way or reply.
+    /// One-way or request.
     pub kind: Kind,
     /// Request/reply token.
     pub token: u64,
-    /// The sender's endpoint name, packed.
-    pub from: [u64; 2],
     /// Number of valid words in `args`.
     pub nargs: usize,
     /// Argument words.
@@ -453,21 +562,26 @@ pub struct Incoming {
 pub enum Event {
     /// Nothing handed out at the head.
     Empty,
-    /// A message is on its way (claimed, or ticket handed out); not yet ready.
+    /// A ticket is handed out at the head, not yet published.
     Pending,
     /// A message, copied out and released; bulk data (if any) in the buffer.
     Message(Incoming),
-    /// The head slot was claimed by a dead process (or its ticket never
-    /// claimed within the lease) and was freed without delivery.
-    Recovered {
+    /// The head ticket was handed out and not published within the lease; it
+    /// was revoked (its slot moved to the next lap) without delivery.
+    Revoked {
         /// The ticket skipped.
         ticket: u64,
-        /// The dead claimant (0: the ticket was never claimed).
-        pid: u32,
     },
-    /// The head held something no correct sender writes; it was released
-    /// without delivery (after the lease, so a racing writer is not disturbed).
+    /// The head held something no correct sender writes (a slot word of the
+    /// wrong lap or state, or naming a record that does not hold it); it was
+    /// released without delivery.
     Rejected(String),
+    /// The head is published by connection `sid`, which the receiver's table
+    /// does not know (yet): nothing was consumed.
+    Unknown {
+        /// The connection index the slot names.
+        sid: u32,
+    },
 }
 
 /// The receiver's private state for one queue (§2: "queue head information,
@@ -478,7 +592,7 @@ pub struct Head {
     next: u64,
     stuck_word: u64,
     stuck_since: Option<u64>,
-    last_check: u64,
+    tail_repairs: u64,
 }
 
 impl Head {
@@ -486,15 +600,92 @@ impl Head {
     pub fn next(&self) -> u64 {
         self.next
     }
+
+    /// How often the receiver found the tail outside `[head, head + Q]` (a
+    /// peer wrote it) and put it back.
+    pub fn tail_repairs(&self) -> u64 {
+        self.tail_repairs
+    }
 }
 
-/// Counters of recovery work, for tests and reports.
+/// Counters of a sender's unusual work, for tests and reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SendStats {
     /// Tickets given up because the slot moved on (revoked while we were slow).
     pub retries: u64,
-    /// Bulk blocks this sender freed from dead claimants or revoked.
-    pub recovered_blocks: u64,
+    /// Records (and their blocks) this sender took back because a peer
+    /// destroyed the slot that announced them: messages lost to a peer.
+    pub lost: u64,
+    /// Claim locks found stuck for a lock lease, reset and claimed without.
+    pub lock_breaks: u64,
+}
+
+/// One connection's private area: its records and bulk blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnRef<'a> {
+    records: &'a [Record],
+    blocks: &'a [BlockHdr],
+    data: &'a [AtomicU64],
+}
+
+impl<'a> ConnRef<'a> {
+    /// An area over the given parts: at most [`word::MAX_RECORDS`] records,
+    /// at least one block, and `data.len()` a multiple of `blocks.len()`.
+    pub fn new(
+        records: &'a [Record],
+        blocks: &'a [BlockHdr],
+        data: &'a [AtomicU64],
+    ) -> Result<Self, Error> {
+        if records.is_empty() || records.len() > word::MAX_RECORDS {
+            return Err(Error::InvalidArgument(format!(
+                "connection area: {} records; must be 1..={}",
+                records.len(),
+                word::MAX_RECORDS
+            )));
+        }
+        if blocks.is_empty() || !data.len().is_multiple_of(blocks.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "connection area: {} data words do not divide into {} blocks",
+                data.len(),
+                blocks.len()
+            )));
+        }
+        Ok(Self {
+            records,
+            blocks,
+            data,
+        })
+    }
+
+    /// Bytes per bulk block.
+    pub fn block_bytes(&self) -> usize {
+        self.data.len() / self.blocks.len() * 8
+    }
+
+    /// Records: the most messages this connection may have in flight.
+    pub fn records(&self) -> usize {
+        self.records.len()
+    }
+
+    fn block_data(&self, j: usize) -> &'a [AtomicU64] {
+        let w = self.data.len() / self.blocks.len();
+        &self.data[j * w..(j + 1) * w]
+    }
+}
+
+/// Who sends, through what: the connection index the receiver gave it, its
+/// area, where to start looking for a free record or block (process-private
+/// hints, any value), and when the send gives up (the [`Env`]'s clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Sender<'a> {
+    /// The connection's index at the receiver.
+    pub sid: u32,
+    /// The connection's private area.
+    pub conn: ConnRef<'a>,
+    /// Hint: the record to try first.
+    pub hint: &'a AtomicU32,
+    /// When the send gives up, in [`Env::now_ns`] time.
+    pub deadline_ns: u64,
 }
 
 /// A queue: references into wherever its memory lives.
@@ -503,79 +694,37 @@ pub struct QueueRef<'a> {
     ctl: &'a QueueCtl,
     bell: Option<&'a Doorbell>,
     space: Option<&'a SpaceBell>,
-    packets: &'a [Packet],
-    blocks: &'a [BlockHdr],
-    data: &'a [AtomicU64],
+    slots: &'a [Slot],
 }
 
-/// Tracks how long a waiter has seen one word unchanged, and when it last
-/// asked whether the word's claimant is alive.
-#[derive(Default)]
-struct Stuck {
-    word: u64,
-    since: Option<u64>,
-    last_check: u64,
+/// How one attempt of the locked claim ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LockedStep {
+    /// Published at this ticket.
+    Got(u64),
+    /// The slot of ticket `.0` holds the previous lap (word `.1`): full.
+    Full(u64, u64),
+    /// The tail moved a whole ring without finding its slot: let the
+    /// receiver police it and look again.
+    Busy,
+    /// The record was taken from us (a peer forged a slot naming it).
+    Stolen(u64),
 }
-
-impl Stuck {
-    /// Nanoseconds `w` has been seen unchanged (0 the first time).
-    fn age(&mut self, w: u64, env: &dyn Env) -> u64 {
-        let now = env.now_ns();
-        match self.since {
-            Some(s) if self.word == w => now.saturating_sub(s),
-            _ => {
-                self.word = w;
-                self.since = Some(now);
-                self.last_check = now;
-                0
-            }
-        }
-    }
-
-    /// Whether it is time for another liveness check (every lease/4).
-    fn check_due(&mut self, env: &dyn Env) -> bool {
-        let now = env.now_ns();
-        let every = env.lease_ns() / 4;
-        if now.saturating_sub(self.last_check) >= every {
-            self.last_check = now;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 impl<'a> QueueRef<'a> {
-    /// A queue over the given parts. `packets.len()` and `blocks.len()` must be
-    /// powers of two (so ticket mod length survives the 2⁴⁰ sequence wrap) and
-    /// `data.len()` a multiple of `blocks.len()`.
-    pub fn new(
-        ctl: &'a QueueCtl,
-        packets: &'a [Packet],
-        blocks: &'a [BlockHdr],
-        data: &'a [AtomicU64],
-    ) -> Result<Self, Error> {
-        if !packets.len().is_power_of_two() || !blocks.len().is_power_of_two() {
+    /// A queue over the given slots (a power of two of them, so ticket mod
+    /// length survives the 2⁴⁰ sequence wrap, and at most 2³⁰).
+    pub fn new(ctl: &'a QueueCtl, slots: &'a [Slot]) -> Result<Self, Error> {
+        if !slots.len().is_power_of_two() || slots.len() > 1 << 30 {
             return Err(Error::InvalidArgument(format!(
-                "queue geometry: {} packets and {} blocks; both must be powers of two",
-                packets.len(),
-                blocks.len()
-            )));
-        }
-        if !data.len().is_multiple_of(blocks.len()) {
-            return Err(Error::InvalidArgument(format!(
-                "queue geometry: {} data words do not divide into {} blocks",
-                data.len(),
-                blocks.len()
+                "queue geometry: {} slots; must be a power of two up to 2^30",
+                slots.len()
             )));
         }
         Ok(Self {
             ctl,
             bell: None,
             space: None,
-            packets,
-            blocks,
-            data,
+            slots,
         })
     }
 
@@ -587,7 +736,8 @@ impl<'a> QueueRef<'a> {
     }
 
     /// This queue with its senders' space bell: a send that finds the ring
-    /// full may sleep on it ([`Blocked::sleep`]), and the receiver rings it
+    /// full (or its connection's records all in flight) may sleep on it
+    /// ([`Blocked::sleep`]), and the receiver rings it
     /// ([`wake_senders`](Self::wake_senders)) after freeing slots.
     pub fn with_space_bell(mut self, bell: &'a SpaceBell) -> Self {
         self.space = Some(bell);
@@ -595,449 +745,469 @@ impl<'a> QueueRef<'a> {
     }
 
     /// The receiver's half of the space bell: call after freeing slots
-    /// (delivering, recovering or rejecting messages); wakes the senders
-    /// that sleep because the ring was full. A fence and a load, and a
-    /// system call only when a sender announced that it sleeps. Returns
-    /// whether it made one.
+    /// (delivering, revoking or rejecting messages); wakes the senders that
+    /// sleep because the ring was full. A fence and a load, and a system call
+    /// only when a sender announced that it sleeps. Returns whether it made one.
     pub fn wake_senders(&self) -> bool {
         self.space.is_some_and(SpaceBell::ring)
     }
 
-    /// The packet tail as senders left it (a hint: peers may write anything).
+    /// The tail as senders left it (a hint: peers may write anything).
     pub fn tail(&self) -> u64 {
         // Relaxed: a diagnostic snapshot.
         self.ctl.tail.0.load(Ordering::Relaxed)
     }
 
-    /// Packets in the ring.
-    pub fn packets(&self) -> usize {
-        self.packets.len()
+    /// Slots in the ring.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
     }
 
-    /// Bytes per bulk block.
-    pub fn block_bytes(&self) -> usize {
-        self.data.len() / self.blocks.len() * 8
+    fn slot(&self, t: u64) -> &'a Slot {
+        &self.slots[(t % self.slots.len() as u64) as usize]
     }
 
-    fn packet(&self, t: u64) -> &'a Packet {
-        &self.packets[(t % self.packets.len() as u64) as usize]
+    /// What a waiting sender waits for; with the space bell when `for_receiver`
+    /// (only the receiver can end the wait).
+    fn blocked<'b>(&'b self, still: &'b dyn Fn() -> bool, for_receiver: bool) -> Blocked<'b> {
+        Blocked {
+            bell: self.space.filter(|_| for_receiver),
+            still,
+        }
     }
 
-    fn block(&self, b: u64) -> &'a BlockHdr {
-        &self.blocks[(b % self.blocks.len() as u64) as usize]
-    }
-
-    fn block_data(&self, b: u64) -> &'a [AtomicU64] {
-        let w = self.data.len() / self.blocks.len();
-        let i = (b % self.blocks.len() as u64) as usize;
-        &self.data[i * w..(i + 1) * w]
-    }
-
-    /// Sends one message: bulk block first, then the packet (§3.2). `wait` is
-    /// called whenever the sender must wait (queue full, slot busy), with what
-    /// it waits for; it polls the sender's own endpoint (§3.1's deadlock
-    /// avoidance), backs off or sleeps ([`Blocked::sleep`]), and returns an
-    /// error to give up (a timeout).
+    /// Sends one message through connection `s` (§3): a record and, with bulk
+    /// data, a block of the connection's own area first, then the ticket and
+    /// the slot. `wait` is called whenever the sender must wait (ring full,
+    /// records all in flight, lock busy) and at least every
+    /// [`LOOPS_PER_CHECK`] turns of a loop that could go on: it polls the
+    /// sender's own endpoint (§3.1's deadlock avoidance), backs off or sleeps
+    /// ([`Blocked::sleep`]), and returns an error to give up (a timeout). On
+    /// any error the record and block are freed again, unless a peer's forged
+    /// slot took the record — then the error says the message may have been
+    /// delivered. Never delivers a message twice.
     pub fn send(
         &self,
-        pid: u32,
+        s: &Sender<'_>,
         lock: Option<&dyn ClaimLock>,
         msg: &Outgoing<'_>,
         env: &dyn Env,
         wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
         stats: &mut SendStats,
     ) -> Result<u64, Error> {
-        if !word::pid_fits(pid) {
+        if s.sid as usize >= word::MAX_SIDS {
             return Err(Error::InvalidArgument(format!(
-                "sender pid {pid} does not fit the 22-bit claimant field"
+                "connection index {} does not fit the slot word's {} bits",
+                s.sid,
+                word::SID_BITS
             )));
         }
         if msg.args.len() > MAX_ARGS {
             return Err(Error::InvalidArgument(format!(
-                "{} argument words; a packet carries at most {MAX_ARGS} (send more as bulk data)",
+                "{} argument words; a message carries at most {MAX_ARGS} (send more as bulk data)",
                 msg.args.len()
             )));
         }
         if let Some(d) = msg.bulk
-            && d.len() > self.block_bytes()
+            && d.len() > s.conn.block_bytes()
         {
             return Err(Error::InvalidArgument(format!(
-                "{} bytes of bulk data; this queue's blocks hold at most {}",
+                "{} bytes of bulk data; this connection's blocks hold at most {}",
                 d.len(),
-                self.block_bytes()
+                s.conn.block_bytes()
             )));
         }
-        let bulk = match msg.bulk {
-            Some(d) => {
-                let b = match lock {
-                    None => self.claim_block_lockfree(pid, env, wait, stats)?,
-                    Some(l) => self.claim_block_locked(pid, l, env, wait, stats)?,
-                };
-                // Relaxed stores: published by the packet's Release CAS to READY.
-                copy_to_words(d, self.block_data(b));
-                Some((b, d.len()))
-            }
-            None => None,
-        };
-        let t = match lock {
-            None => self.claim_packet_lockfree(pid, wait, stats)?,
-            Some(l) => self.claim_packet_locked(pid, l, wait)?,
-        };
+        let (k, g) = self.claim_record(s, wait, stats)?;
+        let rec = &s.conn.records[k];
         crate::sched::stall::point(crate::sched::stall::MSGQ_FILL);
-        let p = self.packet(t);
         let mut meta =
             msg.handler as u64 | ((msg.args.len() as u64) << 16) | ((msg.kind as u64) << 20);
-        if let Some((b, len)) = bulk {
-            meta |= (1 << 22) | ((len as u64) << 32);
-            // Relaxed: published by the Release CAS to READY below.
-            p.bulk.store(b, Ordering::Relaxed);
+        let mut block = None;
+        if let Some(d) = msg.bulk {
+            let (j, gj) = match self.claim_block(s, wait, stats) {
+                Ok(b) => b,
+                Err(e) => {
+                    free_record(rec, g);
+                    return Err(e);
+                }
+            };
+            // Relaxed stores (data and record): published by the slot's
+            // Release CAS below, which the receiver's Acquire load pairs with.
+            copy_to_words(d, s.conn.block_data(j));
+            meta |= 1 << 22;
+            rec.bulk
+                .store(j as u64 | ((d.len() as u64) << 32), Ordering::Relaxed);
+            rec.bulk_gen.store(gj, Ordering::Relaxed);
+            block = Some((j, gj));
         }
-        // Relaxed (all payload stores): published by the Release CAS to READY.
-        p.meta.store(meta, Ordering::Relaxed);
-        if msg.kind != Kind::OneWay {
-            p.token.store(msg.token, Ordering::Relaxed);
-            p.from[0].store(msg.from[0], Ordering::Relaxed);
-            p.from[1].store(msg.from[1], Ordering::Relaxed);
-        }
-        for (slot, a) in p.args.iter().zip(msg.args) {
+        // Relaxed (the whole payload): as the data above.
+        rec.meta.store(meta, Ordering::Relaxed);
+        rec.token.store(msg.token, Ordering::Relaxed);
+        for (slot, a) in rec.args.iter().zip(msg.args) {
             slot.store(*a, Ordering::Relaxed);
         }
-        if let Some((b, _)) = bulk {
-            // Release: pairs with a recovering receiver's Acquire load of the
-            // block word, which then sees `p.bulk` (written above) too.
-            let blk = self.block(b);
-            if blk
+        let r = match lock {
+            None => self.publish_lockfree(s, k, g, env, wait, stats),
+            Some(l) => self.publish_locked(s, k, g, l, env, wait, stats),
+        };
+        match r {
+            Ok(t) => {
+                // Relaxed: only marks the record as no longer ours; a failure
+                // means the receiver has taken it already.
+                let _ = rec.word.compare_exchange(
+                    gen_word(SUBMITTED, g),
+                    gen_word(SENT, g),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                if let Some(bell) = self.bell {
+                    bell.ring();
+                }
+                Ok(t)
+            }
+            Err(PublishError::Failed(e)) => {
+                // Never published, and the record is still ours (FILLING).
+                if let Some((j, gj)) = block {
+                    free_block(&s.conn.blocks[j], gj);
+                }
+                free_record(rec, g);
+                Err(e)
+            }
+            Err(PublishError::Stolen(t)) => Err(Error::Corrupt(format!(
+                "another process wrote the slot of ticket {t} while this send published it; \
+                 the message may or may not have been delivered (not sent again)"
+            ))),
+        }
+    }
+
+    /// A free record of the connection, now `FILLING(g)` and ours: `(index, g)`.
+    fn claim_record(
+        &self,
+        s: &Sender<'_>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<(usize, u64), Error> {
+        let records = s.conn.records;
+        let n = records.len();
+        loop {
+            // Relaxed: a hint only; any value is a valid place to start.
+            let start = s.hint.load(Ordering::Relaxed) as usize;
+            for i in 0..n {
+                let k = (start + i) % n;
+                // Relaxed: the CAS below validates it.
+                let w = records[k].word.load(Ordering::Relaxed);
+                if gen_state(w) == FREE
+                    // Acquire: pairs with the receiver's Release CAS that freed
+                    // it: its reads of the record's last message happen before
+                    // our writes.
+                    && records[k]
+                        .word
+                        .compare_exchange(
+                            w,
+                            gen_word(FILLING, gen_of(w)),
+                            Ordering::Acquire,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                {
+                    // Relaxed: a hint.
+                    s.hint.store(((k + 1) % n) as u32, Ordering::Relaxed);
+                    return Ok((k, gen_of(w)));
+                }
+            }
+            if self.reclaim_lost(s, stats) > 0 {
+                continue;
+            }
+            // Every record is in flight: wait for the receiver to take some.
+            // The look after announcing: Acquire, pairing with the
+            // receiver's Release CAS that frees a record.
+            let still = || {
+                records
+                    .iter()
+                    .all(|r| gen_state(r.word.load(Ordering::Acquire)) != FREE)
+            };
+            wait(&self.blocked(&still, true))?;
+        }
+    }
+
+    /// A free block of the connection, now `OWNED(g)` and ours: `(index, g)`.
+    fn claim_block(
+        &self,
+        s: &Sender<'_>,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<(usize, u64), Error> {
+        let blocks = s.conn.blocks;
+        loop {
+            for b in blocks.iter().enumerate() {
+                let (j, blk) = b;
+                // Relaxed: the CAS below validates it.
+                let w = blk.word.load(Ordering::Relaxed);
+                if gen_state(w) == FREE
+                    // Acquire: pairs with the receiver's Release CAS that freed
+                    // the block after copying it out.
+                    && blk
+                        .word
+                        .compare_exchange(
+                            w,
+                            gen_word(OWNED, gen_of(w)),
+                            Ordering::Acquire,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                {
+                    return Ok((j, gen_of(w)));
+                }
+            }
+            if self.reclaim_lost(s, stats) > 0 {
+                continue;
+            }
+            // Acquire: as in `claim_record`.
+            let still = || {
+                blocks
+                    .iter()
+                    .all(|b| gen_state(b.word.load(Ordering::Acquire)) != FREE)
+            };
+            wait(&self.blocked(&still, true))?;
+        }
+    }
+
+    /// Takes back every `SENT` record whose slot no longer announces it and
+    /// has moved past its ticket: a peer destroyed that slot, so the receiver
+    /// will never consume the record (it frees a record before its slot). The
+    /// record's block goes with it. Returns how many; counted as `lost`.
+    fn reclaim_lost(&self, s: &Sender<'_>, stats: &mut SendStats) -> usize {
+        let mut n = 0;
+        for (k, rec) in s.conn.records.iter().enumerate() {
+            // Relaxed: the CAS below validates it.
+            let w = rec.word.load(Ordering::Relaxed);
+            if gen_state(w) != SENT {
+                continue;
+            }
+            // Relaxed: the record is SENT (published by us), its ticket ours.
+            let t = rec.ticket.load(Ordering::Relaxed);
+            // Acquire: pairs with the receiver's Release CAS that freed the
+            // slot (after it freed the record: then our CAS below fails).
+            let sw = self.slot(t).ty.load(Ordering::Acquire);
+            if sw == word::slot(READY, s.sid, k as u32, t) || word::seq_diff(word::seq(sw), t) <= 0
+            {
+                continue;
+            }
+            // Relaxed: block fields of our own SENT record.
+            let (meta, bulk, bulk_gen) = (
+                rec.meta.load(Ordering::Relaxed),
+                rec.bulk.load(Ordering::Relaxed),
+                rec.bulk_gen.load(Ordering::Relaxed),
+            );
+            // Release: as `free_record`.
+            if rec
                 .word
                 .compare_exchange(
-                    word::pack(CLAIMED, pid, b),
-                    word::pack(SENT, pid, b),
+                    w,
+                    gen_word(FREE, next_gen(gen_of(w))),
                     Ordering::Release,
                     Ordering::Relaxed,
                 )
-                .is_err()
+                .is_ok()
             {
-                return Err(Error::Corrupt(format!(
-                    "bulk block of ticket {b} was taken from this live sender (pid {pid}); \
-                     another process wrote the segment"
-                )));
+                if meta & (1 << 22) != 0
+                    && let Some(blk) = s.conn.blocks.get((bulk & 0xffff_ffff) as usize)
+                {
+                    free_block(blk, bulk_gen);
+                }
+                stats.lost += 1;
+                n += 1;
             }
         }
-        self.publish(p, pid, t)?;
-        if let Some(bell) = self.bell {
-            bell.ring();
-        }
-        Ok(t)
+        n
     }
 
-    /// Marks packet `t` READY: the last step of a send.
-    fn publish(&self, p: &Packet, pid: u32, t: u64) -> Result<(), Error> {
-        crate::sched::stall::point(crate::sched::stall::MSGQ_PUBLISH);
-        // Release: publishes the payload and block data to the receiver's
-        // Acquire load of the type word.
+    /// Figure 3's lock-free claim, test-before-ticket: seeing slot `t`
+    /// free for this lap, CAS the tail `t → t + 1`, then publish with one CAS
+    /// on the slot. Taking a ticket only for a free slot keeps honest tails
+    /// within a ring of the head (the receiver polices the rest).
+    fn publish_lockfree(
+        &self,
+        s: &Sender<'_>,
+        k: usize,
+        g: u64,
+        env: &dyn Env,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<u64, PublishError> {
+        let rec = &s.conn.records[k];
+        let mut turns = 0u32;
+        loop {
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(LOOPS_PER_CHECK) {
+                if env.now_ns() >= s.deadline_ns {
+                    return Err(PublishError::Failed(timeout()));
+                }
+                wait(&Blocked::busy()).map_err(PublishError::Failed)?;
+            }
+            // Relaxed: the tail only hands out tickets; the slot CAS is what
+            // synchronizes with the receiver.
+            let t = self.ctl.tail.0.load(Ordering::Relaxed);
+            let p = self.slot(t);
+            let free = word::free(t);
+            // Acquire: pairs with the receiver's Release of `FREE(t)`.
+            let w = p.ty.load(Ordering::Acquire);
+            if w == free {
+                // Relaxed: as the load.
+                if self
+                    .ctl
+                    .tail
+                    .0
+                    .compare_exchange(t, t.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+                {
+                    continue; // another sender took it
+                }
+                // Relaxed (ticket and state): only we write a FILLING record;
+                // published by the slot's Release CAS.
+                rec.ticket.store(t, Ordering::Relaxed);
+                rec.word.store(gen_word(SUBMITTED, g), Ordering::Relaxed);
+                crate::sched::stall::point(crate::sched::stall::MSGQ_TICKET);
+                // Release: publishes the record (and block) to the receiver's
+                // Acquire load of the slot.
+                if p.ty
+                    .compare_exchange(
+                        free,
+                        word::slot(READY, s.sid, k as u32, t),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    return Ok(t);
+                }
+                // Revoked while we were slow (or a peer wrote it): take the
+                // record back and try a new ticket.
+                stats.retries += 1;
+                unsubmit(rec, g, t)?;
+                continue;
+            }
+            if word::seq_diff(word::seq(w), t) < 0 {
+                // The slot still holds the previous lap: the ring is full, and
+                // only the receiver frees it. Acquire: as above.
+                let still = || p.ty.load(Ordering::Acquire) == w;
+                wait(&self.blocked(&still, true)).map_err(PublishError::Failed)?;
+                turns = 0;
+                continue;
+            }
+            // The slot is ahead of the tail: a peer moved the tail back (or
+            // wrote the slot). Skip the ticket; the receiver revokes it.
+            // Relaxed: as the load.
+            let _ = self.ctl.tail.0.compare_exchange(
+                t,
+                t.wrapping_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Figure 2's locked claim: under the lock, publish at the tail if its
+    /// slot is free for this lap, else release the lock, wait and retry.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_locked(
+        &self,
+        s: &Sender<'_>,
+        k: usize,
+        g: u64,
+        lock: &dyn ClaimLock,
+        env: &dyn Env,
+        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
+        stats: &mut SendStats,
+    ) -> Result<u64, PublishError> {
+        loop {
+            if env.now_ns() >= s.deadline_ns {
+                return Err(PublishError::Failed(timeout()));
+            }
+            let mut step = LockedStep::Busy;
+            let broken = lock
+                .with_lock(&mut || step = self.locked_step(s, k, g), s.deadline_ns)
+                .map_err(PublishError::Failed)?;
+            if broken {
+                stats.lock_breaks += 1;
+            }
+            match step {
+                LockedStep::Got(t) => return Ok(t),
+                LockedStep::Stolen(t) => return Err(PublishError::Stolen(t)),
+                LockedStep::Full(t, w) => {
+                    let p = self.slot(t);
+                    // Acquire: pairs with the receiver's Release of the slot.
+                    let still = || p.ty.load(Ordering::Acquire) == w;
+                    wait(&self.blocked(&still, true)).map_err(PublishError::Failed)?;
+                }
+                LockedStep::Busy => {
+                    stats.retries += 1;
+                    wait(&Blocked::busy()).map_err(PublishError::Failed)?;
+                }
+            }
+        }
+    }
+
+    /// One turn of the locked claim, inside the lock. Every write is a CAS
+    /// from an exact word or a tail store that the next turn checks, so the
+    /// claim stays correct with two senders inside (a broken lock).
+    fn locked_step(&self, s: &Sender<'_>, k: usize, g: u64) -> LockedStep {
+        let rec = &s.conn.records[k];
+        for _ in 0..=self.slots.len() {
+            // Relaxed: the lock orders the tail between senders (and a broken
+            // lock only costs a retry: the slot CAS decides).
+            let t = self.ctl.tail.0.load(Ordering::Relaxed);
+            let p = self.slot(t);
+            let free = word::free(t);
+            // Acquire: as in the lock-free claim.
+            let w = p.ty.load(Ordering::Acquire);
+            if w == free {
+                // Relaxed: as in the lock-free claim.
+                rec.ticket.store(t, Ordering::Relaxed);
+                rec.word.store(gen_word(SUBMITTED, g), Ordering::Relaxed);
+                crate::sched::stall::point(crate::sched::stall::MSGQ_TICKET);
+                // Release: as in the lock-free claim.
+                if p.ty
+                    .compare_exchange(
+                        free,
+                        word::slot(READY, s.sid, k as u32, t),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    // Relaxed: the lock orders the tail between senders.
+                    self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
+                    return LockedStep::Got(t);
+                }
+                if unsubmit(rec, g, t).is_err() {
+                    return LockedStep::Stolen(t);
+                }
+                continue;
+            }
+            if word::seq_diff(word::seq(w), t) >= 0 {
+                // Published at the tail by a holder that died (or broke the
+                // lock) before advancing it, revoked, or a peer's write: move
+                // the tail past it. Relaxed: as above.
+                self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
+                continue;
+            }
+            return LockedStep::Full(t, w);
+        }
+        LockedStep::Busy
+    }
+
+    /// Frees slot `t` for its next lap, from the exact word `w`.
+    fn free_slot(&self, p: &Slot, w: u64, t: u64) -> bool {
+        // Release: our reads of the record happen before the next lap's
+        // sender's writes (its Acquire loads of the slot and the record).
         p.ty.compare_exchange(
-            word::pack(CLAIMED, pid, t),
-            word::pack(READY, pid, t),
+            w,
+            word::free(t.wrapping_add(self.slots.len() as u64)),
             Ordering::Release,
             Ordering::Relaxed,
         )
-        .map_err(|now| {
-            Error::Corrupt(format!(
-                "packet of ticket {t} was taken from this live sender (pid {pid}): found {now:#x}"
-            ))
-        })?;
-        Ok(())
-    }
-
-    /// Figure 3's lock-free claim: CAS the tail forward, then CAS the packet's
-    /// type from `FREE(t)` to `CLAIMED(pid, t)`, polling while it is busy.
-    fn claim_packet_lockfree(
-        &self,
-        pid: u32,
-        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
-        stats: &mut SendStats,
-    ) -> Result<u64, Error> {
-        'ticket: loop {
-            // Relaxed: the tail only hands out tickets; the type-word CAS below
-            // is what synchronizes with the receiver.
-            let mut t = self.ctl.tail.0.load(Ordering::Relaxed);
-            loop {
-                match self.ctl.tail.0.compare_exchange_weak(
-                    t,
-                    t.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => t = now,
-                }
-            }
-            crate::sched::stall::point(crate::sched::stall::MSGQ_TICKET);
-            let p = self.packet(t);
-            let free = word::pack(FREE, 0, t);
-            loop {
-                // Acquire: pairs with the receiver's Release of `FREE(t)`, so its
-                // reads of the previous lap are done before our writes.
-                let w = p.ty.load(Ordering::Acquire);
-                if w == free {
-                    if p.ty
-                        .compare_exchange(
-                            free,
-                            word::pack(CLAIMED, pid, t),
-                            Ordering::Acquire,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
-                        return Ok(t);
-                    }
-                    continue;
-                }
-                if word::seq_diff(word::seq(w), t) >= 0 {
-                    // The slot moved past our ticket (revoked while we were
-                    // slow, or garbage): start over with a new ticket.
-                    stats.retries += 1;
-                    continue 'ticket;
-                }
-                // The previous lap is still in use: the queue is full, and
-                // only the receiver frees the slot.
-                wait(&self.blocked(&p.ty, w, true))?;
-            }
-        }
-    }
-
-    /// Figure 2's locked claim: under the lock, claim the packet at the tail if
-    /// it is free for this lap, else release the lock, poll and retry.
-    fn claim_packet_locked(
-        &self,
-        pid: u32,
-        lock: &dyn ClaimLock,
-        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
-    ) -> Result<u64, Error> {
-        loop {
-            let mut got = None;
-            let mut full = (0, 0);
-            lock.with_lock(&mut || {
-                loop {
-                    // Relaxed: the lock orders the tail between senders.
-                    let t = self.ctl.tail.0.load(Ordering::Relaxed);
-                    let p = self.packet(t);
-                    let free = word::pack(FREE, 0, t);
-                    // Acquire: as in the lock-free claim.
-                    let w = p.ty.load(Ordering::Acquire);
-                    if w == free
-                        && p.ty
-                            .compare_exchange(
-                                free,
-                                word::pack(CLAIMED, pid, t),
-                                Ordering::Acquire,
-                                Ordering::Acquire,
-                            )
-                            .is_ok()
-                    {
-                        // Relaxed: the lock orders the tail between senders.
-                        self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
-                        got = Some(t);
-                        return;
-                    }
-                    let w = p.ty.load(Ordering::Acquire);
-                    if word::seq_diff(word::seq(w), t) >= 0 && w != free {
-                        // A holder died between claiming and advancing the tail
-                        // (a robust mutex gave us its lock), or the receiver
-                        // revoked the ticket: move the tail past it.
-                        // Relaxed: the lock orders the tail between senders.
-                        self.ctl.tail.0.store(t.wrapping_add(1), Ordering::Relaxed);
-                        continue;
-                    }
-                    full = (t, w);
-                    return; // full: the previous lap is still in use
-                }
-            })?;
-            if let Some(t) = got {
-                return Ok(t);
-            }
-            let (t, w) = full;
-            wait(&self.blocked(&self.packet(t).ty, w, true))?;
-        }
-    }
-
-    /// Frees (or revokes) the block word `w` of an earlier lap if its claimant
-    /// is dead or its ticket was never claimed within the lease. Returns
-    /// whether it did.
-    fn try_recover_block(&self, blk: &BlockHdr, w: u64, stuck: &mut Stuck, env: &dyn Env) -> bool {
-        let age = stuck.age(w, env);
-        let lease = env.lease_ns();
-        let recover = match word::state(w) {
-            FREE => age >= lease,
-            CLAIMED => age >= lease / 4 && stuck.check_due(env) && !env.alive(word::pid(w)),
-            // SENT: its packet is published or being recovered by the receiver,
-            // which frees the block.
-            _ => false,
-        };
-        if !recover {
-            return false;
-        }
-        let next = word::pack(FREE, 0, word::seq(w).wrapping_add(self.blocks.len() as u64));
-        // AcqRel: as the receiver's release of a block (pairs with the next
-        // claimant's Acquire).
-        blk.word
-            .compare_exchange(w, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    fn claim_block_lockfree(
-        &self,
-        pid: u32,
-        env: &dyn Env,
-        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
-        stats: &mut SendStats,
-    ) -> Result<u64, Error> {
-        'ticket: loop {
-            // Relaxed: hands out tickets only; the block CAS synchronizes.
-            let mut b = self.ctl.bulk_tail.0.load(Ordering::Relaxed);
-            loop {
-                match self.ctl.bulk_tail.0.compare_exchange_weak(
-                    b,
-                    b.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => b = now,
-                }
-            }
-            let blk = self.block(b);
-            let free = word::pack(FREE, 0, b);
-            let mut stuck = Stuck::default();
-            loop {
-                // Acquire: pairs with the receiver's Release of `FREE(b)`.
-                let w = blk.word.load(Ordering::Acquire);
-                if w == free {
-                    if blk
-                        .word
-                        .compare_exchange(
-                            free,
-                            word::pack(CLAIMED, pid, b),
-                            Ordering::Acquire,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
-                        return Ok(b);
-                    }
-                    continue;
-                }
-                if word::seq_diff(word::seq(w), b) >= 0 {
-                    stats.retries += 1;
-                    continue 'ticket;
-                }
-                if self.try_recover_block(blk, w, &mut stuck, env) {
-                    stats.recovered_blocks += 1;
-                    continue;
-                }
-                // Sleep only while the receiver holds the block (SENT): a
-                // claimed or revoked one needs this sender's recovery checks.
-                wait(&self.blocked(&blk.word, w, word::state(w) == SENT))?;
-            }
-        }
-    }
-
-    fn claim_block_locked(
-        &self,
-        pid: u32,
-        lock: &dyn ClaimLock,
-        env: &dyn Env,
-        wait: &mut dyn FnMut(&Blocked<'_>) -> Result<(), Error>,
-        stats: &mut SendStats,
-    ) -> Result<u64, Error> {
-        let mut stuck = Stuck::default();
-        loop {
-            let mut got = Err(0u64);
-            lock.with_lock(&mut || {
-                loop {
-                    // Relaxed: the lock orders the bulk tail between senders.
-                    let b = self.ctl.bulk_tail.0.load(Ordering::Relaxed);
-                    let blk = self.block(b);
-                    let free = word::pack(FREE, 0, b);
-                    // Acquire: pairs with the receiver's Release of `FREE(b)`.
-                    let w = blk.word.load(Ordering::Acquire);
-                    if w == free
-                        && blk
-                            .word
-                            .compare_exchange(
-                                free,
-                                word::pack(CLAIMED, pid, b),
-                                Ordering::Acquire,
-                                Ordering::Acquire,
-                            )
-                            .is_ok()
-                    {
-                        // Relaxed: the lock orders the bulk tail.
-                        self.ctl
-                            .bulk_tail
-                            .0
-                            .store(b.wrapping_add(1), Ordering::Relaxed);
-                        got = Ok(b);
-                        return;
-                    }
-                    let w = blk.word.load(Ordering::Acquire);
-                    if word::seq_diff(word::seq(w), b) >= 0 && w != free {
-                        // Relaxed: the lock orders the bulk tail.
-                        self.ctl
-                            .bulk_tail
-                            .0
-                            .store(b.wrapping_add(1), Ordering::Relaxed);
-                        continue;
-                    }
-                    got = Err(w);
-                    return;
-                }
-            })?;
-            match got {
-                Ok(b) => return Ok(b),
-                Err(w) => {
-                    let ticket = word::seq(w).wrapping_add(self.blocks.len() as u64);
-                    if self.try_recover_block(self.block(ticket), w, &mut stuck, env) {
-                        stats.recovered_blocks += 1;
-                        continue;
-                    }
-                }
-            }
-            // As in the lock-free claim: sleep only while the receiver holds it.
-            let seen = got.err().unwrap_or_default();
-            let blk = self.block(word::seq(seen));
-            wait(&self.blocked(&blk.word, seen, word::state(seen) == SENT))?;
-        }
-    }
-
-    /// What a waiting sender waits for: `word`, last seen as `seen`; with the
-    /// space bell when `for_receiver` (only the receiver can free the slot).
-    fn blocked<'b>(&'b self, word: &'b AtomicU64, seen: u64, for_receiver: bool) -> Blocked<'b> {
-        Blocked {
-            word,
-            seen,
-            bell: self.space.filter(|_| for_receiver),
-        }
-    }
-
-    /// Frees the block a recovered packet refers to, if its dead claimant `pid`
-    /// still holds it (claimed or sent, same ticket).
-    fn release_orphan_block(&self, p: &Packet, pid: u32) {
-        // Acquire on the block word below; the bulk ticket itself is validated
-        // against it, so a stale value from an earlier lap matches nothing.
-        let b = p.bulk.load(Ordering::Relaxed);
-        let blk = self.block(b);
-        for state in [SENT, CLAIMED] {
-            let w = word::pack(state, pid, b);
-            let next = word::pack(FREE, 0, b.wrapping_add(self.blocks.len() as u64));
-            // AcqRel: pairs with the next claimant's Acquire.
-            if blk
-                .word
-                .compare_exchange(w, next, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-        }
+        .is_ok()
     }
 
     fn advance(&self, head: &mut Head) {
@@ -1045,170 +1215,435 @@ impl<'a> QueueRef<'a> {
         head.stuck_since = None;
     }
 
-    /// Frees packet `t` for its next lap, from the exact word `w`.
-    fn free_packet(&self, p: &Packet, w: u64, t: u64) -> bool {
-        let next = word::pack(FREE, 0, t.wrapping_add(self.packets.len() as u64));
-        // Release: our reads of the packet happen before the next claimant's
-        // writes (its Acquire CAS).
-        p.ty.compare_exchange(w, next, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// One step of the receiver's poll (§3): deliver the message at the head if
-    /// it is ready, copying its bulk data into `bulk`; recover the head slot
-    /// from a dead claimant; reject garbage. Never waits.
-    pub fn poll_one(&self, head: &mut Head, env: &dyn Env, bulk: &mut Vec<u8>) -> Event {
+    /// One step of the receiver's poll (§3): deliver the message at the head
+    /// if it is published, copying its bulk data into `bulk`; revoke a ticket
+    /// left unpublished for a lease; reject what no honest sender writes;
+    /// police the tail. `conns` resolves a connection index to its area
+    /// (`None`: no such connection open); a message naming an unknown one is
+    /// rejected if `unknown_is_final`, else left in place as
+    /// [`Event::Unknown`] (the caller may learn of new connections and look
+    /// again). Never waits.
+    pub fn poll_one<'c>(
+        &self,
+        head: &mut Head,
+        env: &dyn Env,
+        conns: &dyn Fn(u32) -> Option<ConnRef<'c>>,
+        unknown_is_final: bool,
+        bulk: &mut Vec<u8>,
+    ) -> Event {
         let t = head.next;
-        let p = self.packet(t);
-        // Acquire: pairs with the sender's Release CAS to READY (payload) and
-        // with every other writer of the word.
+        let p = self.slot(t);
+        // Acquire: pairs with the sender's Release CAS to READY (its record)
+        // and with every other writer of the word.
         let w = p.ty.load(Ordering::Acquire);
-        let seq_ok = word::seq(w) == word::seq(t);
-        if seq_ok && word::state(w) == READY {
-            let ev = self.take(p, w, t, bulk);
+        if word::seq(w) == word::seq(t) && word::state(w) == READY {
+            crate::sched::stall::point(crate::sched::stall::MSGQ_TAKE);
+            let ev = match conns(word::sid(w)) {
+                Some(c) => take(&c, w, t, bulk),
+                None if !unknown_is_final => return Event::Unknown { sid: word::sid(w) },
+                None => Err(format!(
+                    "slot {t}: names connection {}, which is not open",
+                    word::sid(w)
+                )),
+            };
+            crate::sched::stall::point(crate::sched::stall::MSGQ_RELEASE);
+            // A failure means a peer rewrote the slot under us: the message
+            // (if any) came from the record, which the validation guards, and
+            // the head moves on either way (what the peer left is rejected a
+            // lap later).
+            let _ = self.free_slot(p, w, t);
             self.advance(head);
-            return ev;
+            return match ev {
+                Ok(m) => Event::Message(m),
+                Err(why) => {
+                    bulk.clear();
+                    Event::Rejected(why)
+                }
+            };
         }
-        if seq_ok && word::state(w) == FREE {
-            // Relaxed: a hint; revocation is a CAS from the exact word.
+        if w == word::free(t) {
+            // Relaxed: a hint; every repair is a CAS from the exact value seen.
             let tail = self.ctl.tail.0.load(Ordering::Relaxed);
-            if word::seq_diff(word::seq(tail), word::seq(t)) <= 0 {
+            let ahead = word::seq_diff(word::seq(tail), word::seq(t));
+            if ahead < 0 || ahead > self.slots.len() as i64 {
+                // No honest sender leaves the tail there (see the module
+                // doc): put it back to the head.
+                // Relaxed: as the load; senders re-read it.
+                if self
+                    .ctl
+                    .tail
+                    .0
+                    .compare_exchange(tail, t, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    head.tail_repairs += 1;
+                }
                 head.stuck_since = None;
                 return Event::Empty;
             }
-        }
-        // Pending, orphaned or garbage: how long has it looked like this?
-        let now = env.now_ns();
-        let age = match head.stuck_since {
-            Some(s) if head.stuck_word == w => now.saturating_sub(s),
-            _ => {
-                head.stuck_word = w;
-                head.stuck_since = Some(now);
-                head.last_check = now;
-                0
+            if ahead == 0 {
+                head.stuck_since = None;
+                return Event::Empty;
             }
-        };
-        let lease = env.lease_ns();
-        if seq_ok && word::state(w) == CLAIMED {
-            let due = age >= lease / 4 && now.saturating_sub(head.last_check) >= lease / 4;
-            if due {
-                head.last_check = now;
-                let pid = word::pid(w);
-                if !env.alive(pid) {
-                    self.release_orphan_block(p, pid);
-                    if self.free_packet(p, w, t) {
-                        self.advance(head);
-                        return Event::Recovered { ticket: t, pid };
-                    }
+            // A ticket handed out and not published: how long has it been?
+            let now = env.now_ns();
+            let age = match head.stuck_since {
+                Some(s) if head.stuck_word == w => now.saturating_sub(s),
+                _ => {
+                    head.stuck_word = w;
+                    head.stuck_since = Some(now);
+                    0
                 }
+            };
+            if age < env.lease_ns() {
+                return Event::Pending;
             }
-            return Event::Pending;
-        }
-        if age < lease {
-            return Event::Pending;
-        }
-        if seq_ok && word::state(w) == FREE {
-            // A ticket handed out and never claimed within the lease: revoke it.
-            if self.free_packet(p, w, t) {
+            // Revoke it: the slow sender's CAS fails and it takes a new one.
+            if self.free_slot(p, w, t) {
                 self.advance(head);
-                return Event::Recovered { ticket: t, pid: 0 };
+                return Event::Revoked { ticket: t };
             }
             return Event::Pending;
         }
-        // No correct sender writes this word at our head (wrong lap or state).
-        if self.free_packet(p, w, t) {
+        // Neither FREE(t) nor READY(…, t): no honest sender writes that at
+        // the head (every honest write is a CAS from FREE(t)).
+        if self.free_slot(p, w, t) {
             self.advance(head);
             return Event::Rejected(format!(
-                "packet {t}: type word {w:#x} is not a valid state for this lap; skipped"
+                "slot {t}: type word {w:#x} is not a valid state for this lap; skipped"
             ));
         }
         Event::Pending
     }
+}
 
-    /// Copies out the READY packet `t` (word `w`) and its bulk block, validates
-    /// them, and releases both.
-    fn take(&self, p: &Packet, w: u64, t: u64, bulk: &mut Vec<u8>) -> Event {
-        crate::sched::stall::point(crate::sched::stall::MSGQ_TAKE);
-        // Relaxed (all payload loads): ordered after the Acquire load of READY.
-        let meta = p.meta.load(Ordering::Relaxed);
-        let handler = (meta & 0xffff) as u16;
-        let nargs = ((meta >> 16) & 0xf) as usize;
-        let kind = Kind::from_bits((meta >> 20) & 3);
-        let (token, from) = if kind.is_some_and(|k| k != Kind::OneWay) {
-            (
-                p.token.load(Ordering::Relaxed),
-                [
-                    p.from[0].load(Ordering::Relaxed),
-                    p.from[1].load(Ordering::Relaxed),
-                ],
-            )
-        } else {
-            (0, [0, 0])
+/// How a publish failed.
+enum PublishError {
+    /// Not published; the record is still ours.
+    Failed(Error),
+    /// A peer's write took the record while it was submitted for this ticket.
+    Stolen(u64),
+}
+
+fn timeout() -> Error {
+    Error::Timeout("a send still blocked at its deadline (is the receiver polling?)".into())
+}
+
+/// After a failed slot CAS: the record back from `SUBMITTED(g)` to ours
+/// (`FILLING(g)`), or `Stolen` if something else took it meanwhile.
+fn unsubmit(rec: &Record, g: u64, t: u64) -> Result<(), PublishError> {
+    // Relaxed: only we write a record in FILLING; the failure case means the
+    // receiver (answering a slot a peer forged) has it.
+    rec.word
+        .compare_exchange(
+            gen_word(SUBMITTED, g),
+            gen_word(FILLING, g),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .map(|_| ())
+        .map_err(|_| PublishError::Stolen(t))
+}
+
+/// Frees our own `FILLING(g)` record (a send that gave up).
+fn free_record(rec: &Record, g: u64) {
+    // Release: our writes happen before the next claimant's (its Acquire CAS).
+    let _ = rec.word.compare_exchange(
+        gen_word(FILLING, g),
+        gen_word(FREE, next_gen(g)),
+        Ordering::Release,
+        Ordering::Relaxed,
+    );
+}
+
+/// Frees an `OWNED(g)` block.
+fn free_block(blk: &BlockHdr, g: u64) {
+    // Release: the holder's accesses happen before the next claimant's
+    // (its Acquire CAS).
+    let _ = blk.word.compare_exchange(
+        gen_word(OWNED, g),
+        gen_word(FREE, next_gen(g)),
+        Ordering::Release,
+        Ordering::Relaxed,
+    );
+}
+
+/// Copies out the message that the READY slot word `w` (ticket `t`) names in
+/// connection area `c`, validating it (the record holds this ticket, its
+/// block is owned for it, every field is in range), and frees the record and
+/// the block. The record is a seqlock: it is freed by a CAS from the exact
+/// word validated, and a copy that the CAS does not confirm is discarded.
+fn take(c: &ConnRef<'_>, w: u64, t: u64, bulk: &mut Vec<u8>) -> Result<Incoming, String> {
+    let k = word::rec(w) as usize;
+    let Some(rec) = c.records.get(k) else {
+        return Err(format!(
+            "slot {t}: names record {k}, beyond the connection's {}",
+            c.records.len()
+        ));
+    };
+    // Relaxed (every load of the record): ordered after the Acquire load of
+    // the slot, which pairs with the sender's Release CAS that published it.
+    let rw = rec.word.load(Ordering::Relaxed);
+    let g = gen_of(rw);
+    if !matches!(gen_state(rw), SUBMITTED | SENT) {
+        return Err(format!("slot {t}: its record {k} is not submitted ({rw:#x})"));
+    }
+    let ticket = rec.ticket.load(Ordering::Relaxed);
+    if word::seq(ticket) != word::seq(t) {
+        return Err(format!(
+            "slot {t}: its record {k} was submitted for ticket {ticket}"
+        ));
+    }
+    let meta = rec.meta.load(Ordering::Relaxed);
+    let handler = (meta & 0xffff) as u16;
+    let nargs = ((meta >> 16) & 0xf) as usize;
+    if nargs > MAX_ARGS {
+        return Err(format!("slot {t}: {nargs} argument words (at most {MAX_ARGS})"));
+    }
+    let Some(kind) = Kind::from_bits((meta >> 20) & 3) else {
+        return Err(format!("slot {t}: invalid message kind"));
+    };
+    let token = rec.token.load(Ordering::Relaxed);
+    let mut args = [0u64; MAX_ARGS];
+    for (a, s) in args.iter_mut().zip(&rec.args).take(nargs) {
+        *a = s.load(Ordering::Relaxed);
+    }
+    let has_bulk = meta & (1 << 22) != 0;
+    bulk.clear();
+    let mut block = None;
+    if has_bulk {
+        let b = rec.bulk.load(Ordering::Relaxed);
+        let gj = rec.bulk_gen.load(Ordering::Relaxed);
+        let (j, len) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);
+        let Some(blk) = c.blocks.get(j) else {
+            return Err(format!("slot {t}: bulk block {j} does not exist"));
         };
-        let mut args = [0u64; MAX_ARGS];
-        for (a, s) in args.iter_mut().zip(&p.args).take(nargs.min(MAX_ARGS)) {
-            *a = s.load(Ordering::Relaxed);
-        }
-        let has_bulk = meta & (1 << 22) != 0;
-        let len = ((meta >> 32) & 0x3fff) as usize;
-        let pid = word::pid(w);
-        let mut problem = None;
-        bulk.clear();
-        if has_bulk {
-            let b = p.bulk.load(Ordering::Relaxed);
-            let blk = self.block(b);
-            let sent = word::pack(SENT, pid, b);
-            // Acquire: pairs with the sender's Release store of SENT.
-            let bw = blk.word.load(Ordering::Acquire);
-            if bw != sent {
-                problem = Some(format!(
-                    "packet {t}: bulk block of ticket {b} is in state {bw:#x}, not sent by pid {pid}"
-                ));
-            } else if len > self.block_bytes() {
-                problem = Some(format!(
-                    "packet {t}: bulk length {len} exceeds the block size {}",
-                    self.block_bytes()
-                ));
-            } else {
-                // Relaxed loads: ordered after the Acquire load of READY.
-                copy_from_words(self.block_data(b), len, bulk);
-                let next = word::pack(FREE, 0, b.wrapping_add(self.blocks.len() as u64));
-                // Release: our reads of the block happen before the next
-                // claimant's writes (its Acquire CAS).
-                let _ = blk
-                    .word
-                    .compare_exchange(sent, next, Ordering::Release, Ordering::Relaxed);
-            }
-        }
-        if nargs > MAX_ARGS {
-            problem = Some(format!(
-                "packet {t}: {nargs} argument words (at most {MAX_ARGS})"
+        if len > c.block_bytes() {
+            return Err(format!(
+                "slot {t}: bulk length {len} exceeds the block size {}",
+                c.block_bytes()
             ));
         }
-        let kind = match kind {
-            Some(k) => k,
-            None => {
-                problem.get_or_insert_with(|| format!("packet {t}: invalid message kind"));
-                Kind::OneWay
-            }
-        };
-        crate::sched::stall::point(crate::sched::stall::MSGQ_RELEASE);
-        self.free_packet(p, w, t);
-        if let Some(why) = problem {
-            bulk.clear();
-            return Event::Rejected(why);
+        // Relaxed: the sender's OWNED CAS and data stores precede its Release
+        // CAS of the slot, which our Acquire load of the slot pairs with.
+        let bw = blk.word.load(Ordering::Relaxed);
+        if bw != gen_word(OWNED, gj) {
+            return Err(format!(
+                "slot {t}: bulk block {j} is in state {bw:#x}, not owned by its record"
+            ));
         }
-        Event::Message(Incoming {
-            ticket: t,
-            sender_pid: pid,
-            handler,
-            kind,
-            token,
-            from,
-            nargs,
-            args,
-            has_bulk,
-        })
+        copy_from_words(c.block_data(j), len, bulk);
+        block = Some((blk, gj));
+    }
+    // Confirm the copy: free the record from the very word validated (a
+    // sender that marked it SENT meanwhile changes only the state).
+    let mut cur = rw;
+    loop {
+        // Release: our reads of the record happen before the next claimant's
+        // writes (its Acquire CAS).
+        match rec.word.compare_exchange(
+            cur,
+            gen_word(FREE, next_gen(g)),
+            Ordering::Release,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => break,
+            Err(now) if gen_of(now) == g && matches!(gen_state(now), SUBMITTED | SENT) => cur = now,
+            Err(now) => {
+                bulk.clear();
+                return Err(format!(
+                    "slot {t}: its record {k} changed while it was copied out ({now:#x})"
+                ));
+            }
+        }
+    }
+    if let Some((blk, gj)) = block {
+        free_block(blk, gj);
+    }
+    Ok(Incoming {
+        ticket: t,
+        sid: word::sid(w),
+        handler,
+        kind,
+        token,
+        nargs,
+        args,
+        has_bulk,
+    })
+}
+
+/// A connection's reply ring (server → client): one producer, the server's
+/// polling thread, whose tail lives in its own memory; one consumer, the
+/// client, whose head lives in its own. Slot `i` carries its bulk data in
+/// block `i`. Nothing here ever waits: a reply that finds its slot taken
+/// fails at once.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyRef<'a> {
+    slots: &'a [ReplySlot],
+    data: &'a [AtomicU64],
+    bell: &'a Doorbell,
+}
+
+/// A reply copied out of a reply ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyIn {
+    /// The token of the request it answers.
+    pub token: u64,
+    /// The reply's words.
+    pub args: Vec<u64>,
+    /// The reply's bulk data, if any.
+    pub bulk: Option<Vec<u8>>,
+}
+
+impl<'a> ReplyRef<'a> {
+    /// A reply ring of `slots.len()` slots (a power of two), block `i` of
+    /// `data` (divided evenly) belonging to slot `i`, and the client's bell.
+    pub fn new(
+        slots: &'a [ReplySlot],
+        data: &'a [AtomicU64],
+        bell: &'a Doorbell,
+    ) -> Result<Self, Error> {
+        if !slots.len().is_power_of_two() || !data.len().is_multiple_of(slots.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "reply ring: {} slots (a power of two) and {} data words (a multiple)",
+                slots.len(),
+                data.len()
+            )));
+        }
+        Ok(Self { slots, data, bell })
+    }
+
+    /// Bytes of bulk data a reply may carry.
+    pub fn block_bytes(&self) -> usize {
+        self.data.len() / self.slots.len() * 8
+    }
+
+    /// The client's bell, rung after every reply.
+    pub fn bell(&self) -> &'a Doorbell {
+        self.bell
+    }
+
+    fn at(&self, t: u64) -> (&'a ReplySlot, &'a [AtomicU64]) {
+        let i = (t % self.slots.len() as u64) as usize;
+        let w = self.data.len() / self.slots.len();
+        (&self.slots[i], &self.data[i * w..(i + 1) * w])
+    }
+
+    /// The server's half: writes reply number `*tail` (its private counter)
+    /// answering `token`, and rings the client's bell; fails at once if the
+    /// slot is not free for it (the client does not take its replies, or
+    /// wrote the ring).
+    pub fn put(
+        &self,
+        tail: &mut u64,
+        token: u64,
+        args: &[u64],
+        bulk: Option<&[u8]>,
+    ) -> Result<(), Error> {
+        if args.len() > MAX_ARGS {
+            return Err(Error::InvalidArgument(format!(
+                "{} reply words; a reply carries at most {MAX_ARGS}",
+                args.len()
+            )));
+        }
+        if let Some(d) = bulk
+            && d.len() > self.block_bytes()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of reply bulk data; this connection's reply blocks hold at most {}",
+                d.len(),
+                self.block_bytes()
+            )));
+        }
+        let t = *tail;
+        let (s, data) = self.at(t);
+        // Acquire: pairs with the client's Release store that freed the slot
+        // (its reads of the last reply happen before our writes).
+        let w = s.word.load(Ordering::Acquire);
+        if w != word::reply(FREE, t) {
+            return Err(Error::Timeout(format!(
+                "the peer's reply ring is full (reply {t}: slot word {w:#x}): it does not take its \
+                 replies; this reply is dropped"
+            )));
+        }
+        let mut meta = args.len() as u64;
+        if let Some(d) = bulk {
+            // Relaxed: published by the Release store of READY below.
+            copy_to_words(d, data);
+            meta |= (1 << 4) | ((d.len() as u64) << 32);
+        }
+        // Relaxed (payload): as above.
+        s.meta.store(meta, Ordering::Relaxed);
+        s.token.store(token, Ordering::Relaxed);
+        for (slot, a) in s.args.iter().zip(args) {
+            slot.store(*a, Ordering::Relaxed);
+        }
+        // Release: publishes the reply to the client's Acquire load. A plain
+        // store: we are the only writer of READY (a client that overwrites
+        // its own ring only loses its own replies).
+        s.word.store(word::reply(READY, t), Ordering::Release);
+        *tail = t.wrapping_add(1);
+        self.bell.ring();
+        Ok(())
+    }
+
+    /// Whether the slot of reply number `head` holds anything but its free
+    /// word (a reply, or garbage to report): the client's look after
+    /// announcing on its bell.
+    pub fn peek(&self, head: u64) -> bool {
+        // Acquire: pairs with the server's Release store of READY.
+        self.at(head).0.word.load(Ordering::Acquire) != word::reply(FREE, head)
+    }
+
+    /// The client's half: the reply at `*head` (its private counter), if one
+    /// is there (`Some(Err)`: the slot holds something the server never
+    /// writes; it stays, and the caller's request times out).
+    pub fn take(&self, head: &mut u64) -> Option<Result<ReplyIn, String>> {
+        let t = *head;
+        let (s, data) = self.at(t);
+        // Acquire: pairs with the server's Release store of READY.
+        let w = s.word.load(Ordering::Acquire);
+        if w == word::reply(FREE, t) {
+            return None;
+        }
+        if w != word::reply(READY, t) {
+            return Some(Err(format!(
+                "reply {t}: slot word {w:#x} is neither free nor ready for this reply"
+            )));
+        }
+        // Relaxed (payload): ordered after the Acquire load above.
+        let meta = s.meta.load(Ordering::Relaxed);
+        let nargs = (meta & 0xf) as usize;
+        let len = (meta >> 32) as usize;
+        let has_bulk = meta & (1 << 4) != 0;
+        let token = s.token.load(Ordering::Relaxed);
+        let r = if nargs > MAX_ARGS {
+            Err(format!("reply {t}: {nargs} words (at most {MAX_ARGS})"))
+        } else if has_bulk && len > self.block_bytes() {
+            Err(format!(
+                "reply {t}: bulk length {len} exceeds the block size {}",
+                self.block_bytes()
+            ))
+        } else {
+            let args = s.args[..nargs]
+                .iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .collect();
+            let bulk = has_bulk.then(|| {
+                let mut b = Vec::new();
+                copy_from_words(data, len, &mut b);
+                b
+            });
+            Ok(ReplyIn { token, args, bulk })
+        };
+        // Release: our reads happen before the server's next writes to the
+        // slot (its Acquire load of FREE).
+        s.word.store(
+            word::reply(FREE, t.wrapping_add(self.slots.len() as u64)),
+            Ordering::Release,
+        );
+        *head = t.wrapping_add(1);
+        Some(r)
     }
 }
 
@@ -1258,52 +1693,41 @@ fn copy_from_words(src: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
     }
 }
 
-/// A queue on the heap, for threads of one process, unit tests and loom models.
+/// A request ring on the heap, for threads of one process, unit tests and
+/// loom models.
 #[derive(Debug)]
 pub struct HeapQueue {
     ctl: QueueCtl,
     bell: Doorbell,
     space: SpaceBell,
-    packets: Vec<Packet>,
-    blocks: Vec<BlockHdr>,
-    data: Vec<AtomicU64>,
+    slots: Vec<Slot>,
 }
 
 impl HeapQueue {
-    /// `packets` packets and `blocks` blocks of `block_bytes` bytes (a multiple
-    /// of 8); counts must be powers of two.
-    pub fn new(packets: usize, blocks: usize, block_bytes: usize) -> Result<Self, Error> {
-        if !packets.is_power_of_two()
-            || !blocks.is_power_of_two()
-            || !block_bytes.is_multiple_of(8)
-            || block_bytes == 0
-        {
+    /// `slots` slots (a power of two).
+    pub fn new(slots: usize) -> Result<Self, Error> {
+        if !slots.is_power_of_two() {
             return Err(Error::InvalidArgument(format!(
-                "heap queue: {packets} packets, {blocks} blocks of {block_bytes} bytes; counts must \
-                 be powers of two and the block size a non-zero multiple of 8"
+                "heap queue: {slots} slots; must be a power of two"
             )));
         }
         Ok(Self {
             ctl: QueueCtl::new(),
             bell: Doorbell::new(),
             space: SpaceBell::new(),
-            packets: (0..packets as u64).map(Packet::new).collect(),
-            blocks: (0..blocks as u64).map(BlockHdr::new).collect(),
-            data: (0..blocks * block_bytes / 8)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            slots: (0..slots as u64).map(Slot::new).collect(),
         })
     }
 
-    /// The packet tail word (for models and tests that play a sender dying
-    /// halfway through a claim).
-    pub fn queue_ctl_tail(&self) -> &AtomicU64 {
+    /// The tail word (for models and tests that play a sender dying
+    /// halfway through a claim, or a peer writing it).
+    pub fn tail_word(&self) -> &AtomicU64 {
         self.ctl.tail_word()
     }
 
-    /// The type word of the packet ticket `t` maps to (as above).
-    pub fn packet_type_word(&self, t: u64) -> &AtomicU64 {
-        &self.packets[(t % self.packets.len() as u64) as usize].ty
+    /// The type word of the slot ticket `t` maps to (as above).
+    pub fn slot_word(&self, t: u64) -> &AtomicU64 {
+        &self.slots[(t % self.slots.len() as u64) as usize].ty
     }
 
     /// The receiver's doorbell, which every send through [`queue`](Self::queue) rings.
@@ -1311,8 +1735,7 @@ impl HeapQueue {
         &self.bell
     }
 
-    /// The senders' space bell, which a send that finds the ring full may
-    /// sleep on and [`QueueRef::wake_senders`] rings.
+    /// The senders' space bell.
     pub fn space_bell(&self) -> &SpaceBell {
         &self.space
     }
@@ -1323,32 +1746,112 @@ impl HeapQueue {
             ctl: &self.ctl,
             bell: Some(&self.bell),
             space: Some(&self.space),
-            packets: &self.packets,
+            slots: &self.slots,
+        }
+    }
+}
+
+/// A connection's private area on the heap (records, bulk blocks, reply
+/// ring), for unit tests and loom models.
+#[derive(Debug)]
+pub struct HeapConn {
+    records: Vec<Record>,
+    blocks: Vec<BlockHdr>,
+    data: Vec<AtomicU64>,
+    replies: Vec<ReplySlot>,
+    reply_data: Vec<AtomicU64>,
+    reply_bell: Doorbell,
+    hint: AtomicU32,
+}
+
+impl HeapConn {
+    /// `records` records, `blocks` blocks and `replies` reply slots (a power
+    /// of two), every block `block_bytes` bytes (a non-zero multiple of 8).
+    pub fn new(
+        records: usize,
+        blocks: usize,
+        replies: usize,
+        block_bytes: usize,
+    ) -> Result<Self, Error> {
+        if records == 0
+            || records > word::MAX_RECORDS
+            || blocks == 0
+            || !replies.is_power_of_two()
+            || block_bytes == 0
+            || !block_bytes.is_multiple_of(8)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "heap connection: {records} records, {blocks} blocks, {replies} reply slots of \
+                 {block_bytes} bytes; records 1..=1024, blocks >= 1, replies a power of two, \
+                 blocks a non-zero multiple of 8 bytes"
+            )));
+        }
+        let words = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+        Ok(Self {
+            records: (0..records).map(|_| Record::new()).collect(),
+            blocks: (0..blocks).map(|_| BlockHdr::new()).collect(),
+            data: words(blocks * block_bytes / 8),
+            replies: (0..replies as u64).map(ReplySlot::new).collect(),
+            reply_data: words(replies * block_bytes / 8),
+            reply_bell: Doorbell::new(),
+            hint: AtomicU32::new(0),
+        })
+    }
+
+    /// The records and blocks.
+    pub fn area(&self) -> ConnRef<'_> {
+        ConnRef {
+            records: &self.records,
             blocks: &self.blocks,
             data: &self.data,
         }
+    }
+
+    /// A sender through this connection, known to the receiver as `sid`,
+    /// giving up at `deadline_ns`.
+    pub fn sender(&self, sid: u32, deadline_ns: u64) -> Sender<'_> {
+        Sender {
+            sid,
+            conn: self.area(),
+            hint: &self.hint,
+            deadline_ns,
+        }
+    }
+
+    /// The reply ring.
+    pub fn replies(&self) -> ReplyRef<'_> {
+        ReplyRef {
+            slots: &self.replies,
+            data: &self.reply_data,
+            bell: &self.reply_bell,
+        }
+    }
+
+    /// Record `k` (for models and tests).
+    pub fn record(&self, k: usize) -> &Record {
+        &self.records[k]
+    }
+
+    /// Block `j` (for models and tests).
+    pub fn block(&self, j: usize) -> &BlockHdr {
+        &self.blocks[j]
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     //! Single-process protocol tests on heap queues (Miri-friendly: no
-    //! segment, no system calls; the clock and liveness are injected).
+    //! shared segment, no system calls but the bells'; the clock is injected).
     use super::*;
     use std::cell::Cell;
-    use std::collections::HashSet;
 
     struct FakeEnv {
         now: Cell<u64>,
-        dead: HashSet<u32>,
     }
 
     impl FakeEnv {
         fn new() -> Self {
-            Self {
-                now: Cell::new(0),
-                dead: HashSet::new(),
-            }
+            Self { now: Cell::new(0) }
         }
         fn advance(&self, ns: u64) {
             self.now.set(self.now.get() + ns);
@@ -1358,9 +1861,6 @@ mod tests {
     impl Env for FakeEnv {
         fn now_ns(&self) -> u64 {
             self.now.get()
-        }
-        fn alive(&self, pid: u32) -> bool {
-            !self.dead.contains(&pid)
         }
         fn lease_ns(&self) -> u64 {
             1000
@@ -1372,7 +1872,6 @@ mod tests {
             handler: 7,
             kind: Kind::OneWay,
             token: 0,
-            from: [0, 0],
             args,
             bulk,
         }
@@ -1384,40 +1883,41 @@ mod tests {
 
     struct TasLock(crate::lock::Tas);
     impl ClaimLock for TasLock {
-        fn with_lock(&self, f: &mut dyn FnMut()) -> Result<(), Error> {
+        fn with_lock(&self, f: &mut dyn FnMut(), _deadline_ns: u64) -> Result<bool, Error> {
             use lock_api::RawMutex;
             let g = self.0.lock();
             f();
             // SAFETY: acquired above on this thread.
             unsafe { self.0.unlock(g) };
-            Ok(())
+            Ok(false)
         }
     }
 
+    /// Connection 3 is `c`; every other index is unknown.
+    fn poll(q: &QueueRef<'_>, head: &mut Head, env: &FakeEnv, c: &HeapConn, buf: &mut Vec<u8>) -> Event {
+        q.poll_one(head, env, &|sid| (sid == 3).then(|| c.area()), true, buf)
+    }
+
+    fn send(q: &QueueRef<'_>, c: &HeapConn, lock: Option<&dyn ClaimLock>, m: &Outgoing<'_>, env: &FakeEnv) -> Result<u64, Error> {
+        q.send(&c.sender(3, u64::MAX), lock, m, env, &mut no_wait, &mut SendStats::default())
+    }
+
     fn round_trip(lock: Option<&dyn ClaimLock>) {
-        let hq = HeapQueue::new(4, 2, 64).unwrap();
+        let hq = HeapQueue::new(4).unwrap();
         let q = hq.queue();
+        let c = HeapConn::new(2, 2, 2, 64).unwrap();
         let env = FakeEnv::new();
         let mut head = Head::default();
         let mut buf = Vec::new();
-        let mut st = SendStats::default();
-        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Empty);
+        assert_eq!(poll(&q, &mut head, &env, &c, &mut buf), Event::Empty);
         // Three laps of the ring, with bulk data every other message.
         for i in 0..12u64 {
             let data: Vec<u8> = (0..(i as u8 * 5 % 64)).collect();
             let bulk = (i % 2 == 0).then_some(&data[..]);
-            q.send(
-                42,
-                lock,
-                &msg(&[i, i * 3], bulk),
-                &env,
-                &mut no_wait,
-                &mut st,
-            )
-            .unwrap();
-            match q.poll_one(&mut head, &env, &mut buf) {
+            send(&q, &c, lock, &msg(&[i, i * 3], bulk), &env).unwrap();
+            match poll(&q, &mut head, &env, &c, &mut buf) {
                 Event::Message(m) => {
-                    assert_eq!((m.handler, m.nargs, m.sender_pid), (7, 2, 42));
+                    assert_eq!((m.handler, m.nargs, m.sid), (7, 2, 3));
                     assert_eq!(&m.args[..2], &[i, i * 3]);
                     assert_eq!(m.has_bulk, bulk.is_some());
                     if bulk.is_some() {
@@ -1427,8 +1927,12 @@ mod tests {
                 e => panic!("expected a message, got {e:?}"),
             }
         }
-        assert_eq!(st, SendStats::default());
-        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Empty);
+        assert_eq!(poll(&q, &mut head, &env, &c, &mut buf), Event::Empty);
+        // Every record and block is free again.
+        for k in 0..2 {
+            assert_eq!(gen_state(c.record(k).word.load(Ordering::Relaxed)), FREE);
+            assert_eq!(gen_state(c.block(k).word.load(Ordering::Relaxed)), FREE);
+        }
     }
 
     #[test]
@@ -1535,13 +2039,12 @@ mod tests {
 
     #[test]
     fn full_ring_sleeps_on_the_space_bell_until_freed() {
-        let hq = HeapQueue::new(2, 1, 64).unwrap();
+        let hq = HeapQueue::new(2).unwrap();
         let q = hq.queue();
+        let c = HeapConn::new(4, 1, 1, 64).unwrap();
         let env = FakeEnv::new();
-        let mut st = SendStats::default();
         for i in 0..2 {
-            q.send(5, None, &msg(&[i], None), &env, &mut no_wait, &mut st)
-                .unwrap();
+            send(&q, &c, None, &msg(&[i], None), &env).unwrap();
         }
         // The third send finds the ring full: it may sleep, but a look after
         // the announcement that finds the slot freed ends the sleep at once.
@@ -1550,13 +2053,13 @@ mod tests {
         let mut got = Vec::new();
         let mut slept = 0;
         q.send(
-            5,
+            &c.sender(3, u64::MAX),
             None,
             &msg(&[2], None),
             &env,
             &mut |b| {
                 assert!(b.can_sleep(), "a full ring waits for the receiver");
-                if let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+                if let Event::Message(m) = poll(&q, &mut head, &env, &c, &mut buf) {
                     got.push(m.args[0]);
                 }
                 // Freed above (and no ring): no sleep, whatever the limit.
@@ -1564,11 +2067,11 @@ mod tests {
                 slept += 1;
                 Ok(())
             },
-            &mut st,
+            &mut SendStats::default(),
         )
         .unwrap();
         assert_eq!(slept, 1);
-        while let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+        while let Event::Message(m) = poll(&q, &mut head, &env, &c, &mut buf) {
             got.push(m.args[0]);
         }
         assert_eq!(got, [0, 1, 2]);
@@ -1577,34 +2080,38 @@ mod tests {
     }
 
     #[test]
-    fn full_queue_waits_and_keeps_order() {
-        let hq = HeapQueue::new(2, 1, 64).unwrap();
+    fn records_in_flight_bound_a_connection_and_come_back() {
+        let hq = HeapQueue::new(8).unwrap();
         let q = hq.queue();
+        let c = HeapConn::new(2, 1, 1, 64).unwrap();
         let env = FakeEnv::new();
-        let mut st = SendStats::default();
         for i in 0..2 {
-            q.send(5, None, &msg(&[i], None), &env, &mut no_wait, &mut st)
-                .unwrap();
+            send(&q, &c, None, &msg(&[i], None), &env).unwrap();
         }
-        // The third send finds the ring full; its wait hook drains one.
+        // Two records, both in flight: the third send waits for the receiver
+        // although the ring has room; the wait hook drains one message.
         let mut head = Head::default();
         let mut buf = Vec::new();
         let mut got = Vec::new();
+        let mut waits = 0;
         q.send(
-            5,
+            &c.sender(3, u64::MAX),
             None,
             &msg(&[2], None),
             &env,
-            &mut |_| {
-                if let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+            &mut |b| {
+                assert!(b.can_sleep(), "records are freed by the receiver");
+                waits += 1;
+                if let Event::Message(m) = poll(&q, &mut head, &env, &c, &mut buf) {
                     got.push(m.args[0]);
                 }
                 Ok(())
             },
-            &mut st,
+            &mut SendStats::default(),
         )
         .unwrap();
-        while let Event::Message(m) = q.poll_one(&mut head, &env, &mut buf) {
+        assert_eq!(waits, 1);
+        while let Event::Message(m) = poll(&q, &mut head, &env, &c, &mut buf) {
             got.push(m.args[0]);
         }
         assert_eq!(got, [0, 1, 2]);
@@ -1612,128 +2119,235 @@ mod tests {
 
     #[test]
     fn too_many_args_and_bulk_are_errors() {
-        let hq = HeapQueue::new(2, 1, 64).unwrap();
+        let hq = HeapQueue::new(2).unwrap();
         let q = hq.queue();
+        let c = HeapConn::new(1, 1, 1, 64).unwrap();
         let env = FakeEnv::new();
-        let mut st = SendStats::default();
         let nine = [0u64; 9];
         assert!(matches!(
-            q.send(5, None, &msg(&nine, None), &env, &mut no_wait, &mut st),
+            send(&q, &c, None, &msg(&nine, None), &env),
             Err(Error::InvalidArgument(_))
         ));
         let big = [0u8; 65];
         assert!(matches!(
-            q.send(5, None, &msg(&[], Some(&big)), &env, &mut no_wait, &mut st),
+            send(&q, &c, None, &msg(&[], Some(&big)), &env),
             Err(Error::InvalidArgument(_))
         ));
-        assert!(HeapQueue::new(3, 1, 64).is_err());
+        assert!(HeapQueue::new(3).is_err());
+        assert!(HeapConn::new(0, 1, 1, 64).is_err());
+        assert!(HeapConn::new(1, 1, 3, 64).is_err());
     }
 
+    /// A send that gives up (here: the ring is full and its wait hook says
+    /// time is up) frees the record and the bulk block it had claimed, so
+    /// later bulk sends find blocks (issue 26, defect 14).
     #[test]
-    fn unclaimed_ticket_is_revoked_after_the_lease() {
-        let hq = HeapQueue::new(4, 1, 64).unwrap();
+    fn a_failed_bulk_send_frees_its_block_and_record() {
+        let hq = HeapQueue::new(2).unwrap();
         let q = hq.queue();
+        let c = HeapConn::new(4, 1, 1, 64).unwrap();
         let env = FakeEnv::new();
-        let mut head = Head::default();
-        let mut buf = Vec::new();
-        // A sender took ticket 0 and vanished before its type CAS.
-        hq.ctl.tail_word().fetch_add(1, Ordering::Relaxed);
-        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Pending);
-        env.advance(999);
-        assert_eq!(q.poll_one(&mut head, &env, &mut buf), Event::Pending);
-        env.advance(1);
-        assert_eq!(
-            q.poll_one(&mut head, &env, &mut buf),
-            Event::Recovered { ticket: 0, pid: 0 }
-        );
-        // A slow sender holding ticket 0 now sees a later lap and retries.
-        let p = &hq.packets[0];
-        assert_eq!(p.ty.load(Ordering::Relaxed), word::pack(FREE, 0, 4));
-        let mut st = SendStats::default();
-        q.send(9, None, &msg(&[1], None), &env, &mut no_wait, &mut st)
-            .unwrap();
-        assert!(
-            matches!(q.poll_one(&mut head, &env, &mut buf), Event::Message(m) if m.args[0] == 1)
-        );
-    }
-
-    #[test]
-    fn dead_claimant_is_recovered_live_one_is_not() {
-        let hq = HeapQueue::new(4, 2, 64).unwrap();
-        let q = hq.queue();
-        let mut env = FakeEnv::new();
-        let mut head = Head::default();
-        let mut buf = Vec::new();
-        // pid 77 claimed ticket 0 and a bulk block, then stopped.
-        hq.ctl.tail_word().fetch_add(1, Ordering::Relaxed);
-        hq.ctl.bulk_tail.0.fetch_add(1, Ordering::Relaxed);
-        hq.blocks[0]
-            .word
-            .store(word::pack(CLAIMED, 77, 0), Ordering::Relaxed);
-        hq.packets[0].bulk.store(0, Ordering::Relaxed);
-        hq.packets[0]
-            .ty
-            .store(word::pack(CLAIMED, 77, 0), Ordering::Relaxed);
-        for _ in 0..10 {
-            env.advance(5000);
-            assert_eq!(
-                q.poll_one(&mut head, &env, &mut buf),
-                Event::Pending,
-                "77 is alive"
-            );
+        for i in 0..2 {
+            send(&q, &c, None, &msg(&[i], None), &env).unwrap();
         }
-        env.dead.insert(77);
-        env.advance(500);
+        let data = [5u8; 40];
+        assert!(matches!(
+            send(&q, &c, None, &msg(&[9], Some(&data)), &env),
+            Err(Error::Timeout(_))
+        ));
         assert_eq!(
-            q.poll_one(&mut head, &env, &mut buf),
-            Event::Recovered { ticket: 0, pid: 77 }
+            c.block(0).word.load(Ordering::Relaxed),
+            gen_word(FREE, 1),
+            "the block is free again (a generation later)"
         );
-        assert_eq!(
-            hq.blocks[0].word.load(Ordering::Relaxed),
-            word::pack(FREE, 0, 2),
-            "its bulk block is freed with it"
-        );
-    }
-
-    #[test]
-    fn dead_block_claimant_is_recovered_by_the_next_sender() {
-        let hq = HeapQueue::new(4, 1, 64).unwrap();
-        let q = hq.queue();
-        let mut env = FakeEnv::new();
-        env.dead.insert(66);
-        // pid 66 claimed bulk ticket 0 and died before claiming a packet.
-        hq.ctl.bulk_tail.0.fetch_add(1, Ordering::Relaxed);
-        hq.blocks[0]
-            .word
-            .store(word::pack(CLAIMED, 66, 0), Ordering::Relaxed);
-        let mut st = SendStats::default();
-        let data = [1u8; 10];
-        q.send(
-            9,
-            None,
-            &msg(&[], Some(&data)),
-            &env,
-            &mut |_| {
-                env.advance(300);
-                Ok(())
-            },
-            &mut st,
-        )
-        .unwrap();
-        assert_eq!(st.recovered_blocks, 1);
+        let owned = (0..4)
+            .filter(|&k| gen_state(c.record(k).word.load(Ordering::Relaxed)) != FREE)
+            .count();
+        assert_eq!(owned, 2, "only the two published messages hold records");
+        // The receiver drains; a bulk send goes through on the one block.
         let mut head = Head::default();
         let mut buf = Vec::new();
-        assert!(matches!(
-            q.poll_one(&mut head, &env, &mut buf),
-            Event::Message(_)
-        ));
+        while let Event::Message(_) = poll(&q, &mut head, &env, &c, &mut buf) {}
+        send(&q, &c, None, &msg(&[9], Some(&data)), &env).unwrap();
+        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(_)));
         assert_eq!(buf, data);
     }
 
     #[test]
-    fn garbage_is_rejected_never_delivered_or_panicking() {
-        let hq = HeapQueue::new(4, 2, 64).unwrap();
+    fn unpublished_ticket_is_revoked_after_the_lease() {
+        let hq = HeapQueue::new(4).unwrap();
         let q = hq.queue();
+        let c = HeapConn::new(2, 1, 1, 64).unwrap();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        // A sender took ticket 0 and vanished before its slot CAS.
+        hq.tail_word().fetch_add(1, Ordering::Relaxed);
+        assert_eq!(poll(&q, &mut head, &env, &c, &mut buf), Event::Pending);
+        env.advance(999);
+        assert_eq!(poll(&q, &mut head, &env, &c, &mut buf), Event::Pending);
+        env.advance(1);
+        assert_eq!(
+            poll(&q, &mut head, &env, &c, &mut buf),
+            Event::Revoked { ticket: 0 }
+        );
+        assert_eq!(hq.slot_word(0).load(Ordering::Relaxed), word::free(4));
+        send(&q, &c, None, &msg(&[1], None), &env).unwrap();
+        assert!(
+            matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(m) if m.args[0] == 1)
+        );
+    }
+
+    /// A tail a peer moved far ahead or behind is put back to the head by
+    /// the receiver, and senders publish again.
+    #[test]
+    fn the_receiver_polices_the_tail() {
+        let hq = HeapQueue::new(4).unwrap();
+        let q = hq.queue();
+        let c = HeapConn::new(2, 1, 1, 64).unwrap();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        for (round, bad) in [u64::MAX - (1 << 38), 1 << 39, 5, word::SEQ_MASK].into_iter().enumerate() {
+            hq.tail_word().store(bad, Ordering::Relaxed);
+            // A sender meets the bad tail and gives up at once (no_wait)...
+            let r = send(&q, &c, None, &msg(&[round as u64], None), &env);
+            // ...or, for a tail within a ring ahead (5 here: tickets 1..4
+            // handed out and never published), publishes past it.
+            if r.is_err() {
+                assert_eq!(poll(&q, &mut head, &env, &c, &mut buf), Event::Empty);
+                assert_eq!(head.tail_repairs(), round as u64 + 1 - (round > 2) as u64);
+                send(&q, &c, None, &msg(&[round as u64], None), &env).unwrap();
+            }
+            let mut got = None;
+            for _ in 0..20 {
+                env.advance(600);
+                match poll(&q, &mut head, &env, &c, &mut buf) {
+                    Event::Message(m) => {
+                        got = Some(m.args[0]);
+                        break;
+                    }
+                    Event::Rejected(why) => panic!("{why}"),
+                    _ => {}
+                }
+            }
+            assert_eq!(got, Some(round as u64), "round {round}");
+        }
+    }
+
+    /// Slot words a peer forges are rejected, never delivered: a connection
+    /// nobody opened, a record not submitted, a record submitted for
+    /// another ticket, a lap that is not the head's.
+    #[test]
+    fn forged_slot_words_are_rejected() {
+        let hq = HeapQueue::new(4).unwrap();
+        let q = hq.queue();
+        let c = HeapConn::new(2, 1, 1, 64).unwrap();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let forged = [
+            word::slot(READY, 9, 0, 0),             // unknown connection
+            word::slot(READY, 3, 1, 1),             // record 1 is free
+            word::slot(READY, 3, 7, 2),             // no record 7
+            word::slot(READY, 3, 0, 7),             // another lap
+            word::slot(1, 3, 0, 4),                 // a state nobody writes
+        ];
+        for (i, f) in forged.into_iter().enumerate() {
+            let t = head.next();
+            hq.slot_word(t).store(f, Ordering::Relaxed);
+            hq.tail_word().store(t + 1, Ordering::Relaxed);
+            assert!(
+                matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Rejected(_)),
+                "forgery {i}"
+            );
+        }
+        // A record submitted for ticket 9, announced at the head (ticket 5).
+        c.record(0).word.store(gen_word(SENT, 0), Ordering::Relaxed);
+        c.record(0).ticket.store(9, Ordering::Relaxed);
+        let t = head.next();
+        hq.slot_word(t).store(word::slot(READY, 3, 0, t), Ordering::Relaxed);
+        hq.tail_word().store(t + 1, Ordering::Relaxed);
+        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Rejected(_)));
+        assert_eq!(
+            c.record(0).word.load(Ordering::Relaxed),
+            gen_word(SENT, 0),
+            "a rejected slot leaves the record alone"
+        );
+    }
+
+    /// A peer destroys the slot of a published message: the receiver
+    /// rejects it; the sender, out of records, takes the record back
+    /// (counted as lost) and sends again.
+    #[test]
+    fn a_record_whose_slot_a_peer_destroyed_is_taken_back() {
+        let hq = HeapQueue::new(4).unwrap();
+        let q = hq.queue();
+        let c = HeapConn::new(1, 1, 1, 64).unwrap();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        let data = [1u8; 8];
+        send(&q, &c, None, &msg(&[1], Some(&data)), &env).unwrap();
+        hq.slot_word(0).store(0xdead, Ordering::Relaxed);
+        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Rejected(_)));
+        let mut st = SendStats::default();
+        q.send(&c.sender(3, u64::MAX), None, &msg(&[2], Some(&data)), &env, &mut no_wait, &mut st)
+            .unwrap();
+        assert_eq!(st.lost, 1);
+        assert!(
+            matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(m) if m.args[0] == 2)
+        );
+    }
+
+    #[test]
+    fn an_unknown_connection_is_left_for_the_caller_unless_final() {
+        let hq = HeapQueue::new(4).unwrap();
+        let q = hq.queue();
+        let c = HeapConn::new(1, 1, 1, 64).unwrap();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        send(&q, &c, None, &msg(&[1], None), &env).unwrap();
+        assert_eq!(
+            q.poll_one(&mut head, &env, &|_| None, false, &mut buf),
+            Event::Unknown { sid: 3 }
+        );
+        assert_eq!(head.next(), 0, "nothing consumed");
+        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(_)));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "futex system calls")]
+    fn replies_round_trip_and_a_full_ring_fails_at_once() {
+        let c = HeapConn::new(1, 1, 2, 64).unwrap();
+        let r = c.replies();
+        let (mut tail, mut head) = (0u64, 0u64);
+        assert_eq!(r.take(&mut head), None);
+        r.put(&mut tail, 11, &[1, 2], None).unwrap();
+        r.put(&mut tail, 12, &[], Some(&[7u8; 20])).unwrap();
+        let e = r.put(&mut tail, 13, &[3], None).unwrap_err();
+        assert!(e.to_string().contains("reply ring is full"), "{e}");
+        assert_eq!(tail, 2, "a failed reply takes no number");
+        let a = r.take(&mut head).unwrap().unwrap();
+        assert_eq!((a.token, a.args, a.bulk), (11, vec![1, 2], None));
+        let b = r.take(&mut head).unwrap().unwrap();
+        assert_eq!((b.token, b.bulk), (12, Some(vec![7u8; 20])));
+        assert_eq!(r.take(&mut head), None);
+        r.put(&mut tail, 13, &[3], None).unwrap();
+        assert_eq!(r.take(&mut head).unwrap().unwrap().token, 13);
+        // A slot the server never writes so: reported, left in place.
+        c.replies[(head % 2) as usize].word.store(0xbad, Ordering::Relaxed);
+        assert!(matches!(r.take(&mut head), Some(Err(_))));
+        assert!(matches!(r.take(&mut head), Some(Err(_))));
+        assert!(r.put(&mut tail, 14, &[9; 9], None).is_err());
+    }
+
+    #[test]
+    fn garbage_is_rejected_never_delivered_or_panicking() {
+        let hq = HeapQueue::new(4).unwrap();
+        let q = hq.queue();
+        let c = HeapConn::new(2, 2, 1, 64).unwrap();
         let env = FakeEnv::new();
         let mut head = Head::default();
         let mut buf = Vec::new();
@@ -1741,28 +2355,33 @@ mod tests {
         let mut rejected = 0;
         let iters = if cfg!(miri) { 30 } else { 3000 };
         for _ in 0..iters {
-            // A hostile peer scribbles on the head packet, its payload and a block.
+            // A hostile sender scribbles on the head slot, the tail and its
+            // own connection's record and block (the receiver validates all).
             let h = head.next();
-            let p = &hq.packets[(h % 4) as usize];
+            let k = (rng.next_u64() % 3) as u32;
             let ty = match rng.next_u64() % 4 {
                 0 => rng.next_u64(),
-                1 => word::pack(READY, (rng.next_u64() % 100) as u32, h),
-                2 => word::pack(rng.next_u64() % 4, 3, h.wrapping_add(rng.next_u64() % 8)),
-                _ => word::pack(READY, 3, h),
+                1 => word::slot(READY, (rng.next_u64() % 5) as u32, k, h),
+                2 => word::slot(rng.next_u64() % 4, 3, k, h.wrapping_add(rng.next_u64() % 8)),
+                _ => word::slot(READY, 3, k, h),
             };
-            p.ty.store(ty, Ordering::Relaxed);
-            p.meta.store(rng.next_u64(), Ordering::Relaxed);
-            p.bulk.store(rng.next_u64() % 4, Ordering::Relaxed);
-            hq.blocks[(rng.next_u64() % 2) as usize]
+            hq.slot_word(h).store(ty, Ordering::Relaxed);
+            let r = &c.records[(rng.next_u64() % 2) as usize];
+            for w in [&r.word, &r.ticket, &r.meta, &r.bulk, &r.bulk_gen] {
+                if rng.next_u64() % 2 == 0 {
+                    w.store(rng.next_u64() % 8, Ordering::Relaxed);
+                }
+            }
+            c.blocks[(rng.next_u64() % 2) as usize]
                 .word
-                .store(rng.next_u64(), Ordering::Relaxed);
-            hq.ctl.tail_word().store(rng.next_u64(), Ordering::Relaxed);
+                .store(gen_word(rng.next_u64() % 4, rng.next_u64() % 4), Ordering::Relaxed);
+            hq.tail_word().store(rng.next_u64(), Ordering::Relaxed);
             for _ in 0..4 {
                 env.advance(600);
-                match q.poll_one(&mut head, &env, &mut buf) {
+                match poll(&q, &mut head, &env, &c, &mut buf) {
                     Event::Message(m) => {
                         assert!(m.nargs <= MAX_ARGS);
-                        assert!(buf.len() <= q.block_bytes());
+                        assert!(buf.len() <= c.area().block_bytes());
                     }
                     Event::Rejected(_) => rejected += 1,
                     _ => {}

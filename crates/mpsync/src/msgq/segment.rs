@@ -1,26 +1,40 @@
-//! The shared-memory segment of one endpoint: a `shm_open` object created 0600,
-//! a validated header, two queues laid out at offsets computed from the
-//! geometry (nothing in the segment is a pointer), and the claim locks.
+//! The two kinds of shared memory of an endpoint, each a sealed memfd
+//! ([`SharedMap`]) whose layout is computed from a validated header (nothing in
+//! them is a pointer):
+//! - the **segment** ([`Segment`]), one per endpoint, mapped by the receiver
+//!   and every connected sender: the header, the doorbell, the space bell, the
+//!   tail, the claim lock and the request ring's slots;
+//! - a **connection area** ([`ConnArea`]), one per connection, mapped by the
+//!   receiver and that connection's process only: its records, bulk blocks,
+//!   reply ring and the reply bell.
 
-use super::ring::{BlockHdr, ClaimLock, Doorbell, Env, Packet, QueueCtl, QueueRef, SpaceBell};
+use super::memfd::SharedMap;
+use super::ring::{
+    BlockHdr, ClaimLock, ConnRef, Doorbell, QueueCtl, QueueRef, Record, ReplyRef, ReplySlot, Slot,
+    SpaceBell,
+};
 use super::{Claim, Error, Options};
-use crate::lock::{AndersonN, Tas, TasB, Ticket};
+use crate::lock::{AndersonN, SharedClaimLock, Tas, TasB, Ticket};
 use crate::sync::{AtomicU64, Ordering};
-use lock_api::RawMutex;
-use std::ffi::CString;
 use std::mem::{align_of, size_of};
+use std::time::Duration;
 
 /// "MPSYNCMQ".
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"MPSYNCMQ");
-/// Bumped whenever the layout changes.
-pub(crate) const VERSION: u32 = 3;
-/// Longest endpoint name (it travels in two packet words for replies).
+/// "MPSYNCCN".
+pub(crate) const CONN_MAGIC: u64 = u64::from_le_bytes(*b"MPSYNCCN");
+/// Bumped whenever a layout changes.
+pub(crate) const VERSION: u32 = 4;
+/// Longest endpoint name.
 pub const MAX_NAME: usize = 16;
+/// Largest mapping a peer may hand us (a segment of 65536 slots is 8 MiB; a
+/// connection area of 1024 records and 1024 blocks of 8 KiB about 9 MiB).
+pub(crate) const MAX_MAP: usize = 64 << 20;
 
 /// Anderson's slot count for the claim lock.
 pub(crate) type AndersonClaim = AndersonN<16>;
 
-/// Bytes reserved per queue for its claim lock (any kind).
+/// Bytes reserved for the claim lock (any kind).
 const LOCK_BYTES: usize = 4096;
 const _: () = {
     assert!(size_of::<Tas>() <= LOCK_BYTES && align_of::<Tas>() <= 128);
@@ -30,102 +44,30 @@ const _: () = {
     assert!(size_of::<libc::pthread_mutex_t>() <= LOCK_BYTES);
 };
 
-/// The header at offset 0. Written by the creator before `magic` (Release).
-#[repr(C, align(128))]
-struct Header {
-    magic: AtomicU64,
-    version: u32,
-    claim: u32,
-    packets: u32,
-    blocks: u32,
-    block_bytes: u32,
-    owner_pid: u32,
-    size: u64,
-    checksum: u64,
-}
-
-/// A validated copy of the header.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Geometry {
-    pub claim: Claim,
-    pub packets: u32,
-    pub blocks: u32,
-    pub block_bytes: u32,
-    pub owner_pid: u32,
-}
-
-/// FNV-1a over the geometry fields.
-fn checksum(
-    version: u32,
-    claim: u32,
-    packets: u32,
-    blocks: u32,
-    block_bytes: u32,
-    size: u64,
-) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    for v in [version, claim, packets, blocks, block_bytes] {
-        eat(&v.to_le_bytes());
-    }
-    eat(&size.to_le_bytes());
-    h
-}
-
-/// Offsets of one queue's parts, relative to the segment start.
-#[derive(Debug, Clone, Copy)]
-struct QueueLayout {
-    ctl: usize,
-    lock: usize,
-    packets: usize,
-    blocks: usize,
-    data: usize,
-}
-
 fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
 
-/// Offset of the receiver's doorbell (since version 2): the line after the header.
-const DOORBELL: usize = round_up_const(size_of::<Header>(), 128);
-
-/// Offset of the two queues' space bells (version 3): the lines after the
-/// doorbell, requests' first.
-const SPACE_BELLS: usize = round_up_const(DOORBELL + size_of::<Doorbell>(), 128);
-
-const fn round_up_const(x: usize, a: usize) -> usize {
-    x.div_ceil(a) * a
+/// FNV-1a over header fields.
+fn checksum(fields: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in fields {
+        for b in v.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
 }
 
-/// The two queues' layouts and the total size.
-fn layout(packets: u32, blocks: u32, block_bytes: u32) -> ([QueueLayout; 2], usize) {
-    let mut off = round_up(SPACE_BELLS + 2 * size_of::<SpaceBell>(), 128);
-    let mut q = [QueueLayout {
-        ctl: 0,
-        lock: 0,
-        packets: 0,
-        blocks: 0,
-        data: 0,
-    }; 2];
-    for l in &mut q {
-        l.ctl = off;
-        off = round_up(off + size_of::<QueueCtl>(), 128);
-        l.lock = off;
-        off += LOCK_BYTES;
-        l.packets = off;
-        off += packets as usize * size_of::<Packet>();
-        l.blocks = off;
-        off += blocks as usize * size_of::<BlockHdr>();
-        l.data = off;
-        off += blocks as usize * block_bytes as usize;
-        off = round_up(off, 128);
-    }
-    (q, round_up(off, 4096))
+/// One volatile copy of a header word: a peer may change the header any time,
+/// so each field is read once and only the copy is validated and used.
+///
+/// # Safety
+/// `p` is inside a live mapping and 8-aligned.
+unsafe fn read_word(p: *const u64) -> u64 {
+    // SAFETY: the caller's contract; any bit pattern is a valid u64.
+    unsafe { p.read_volatile() }
 }
 
 /// Checks an endpoint name: 1..=16 bytes of `[A-Za-z0-9._-]`, not `.`/`..`.
@@ -147,409 +89,179 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
     }
 }
 
-/// The name packed into two words (for a request's reply address).
-pub(crate) fn pack_name(name: &str) -> [u64; 2] {
-    let mut b = [0u8; 16];
-    b[..name.len()].copy_from_slice(name.as_bytes());
-    [
-        u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-        u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
-    ]
+// ---------------------------------------------------------------------------
+// The segment.
+
+/// The segment header at offset 0: `words` are magic, version | claim << 32,
+/// packets, size, owner pid, checksum of the four before it.
+#[repr(C, align(128))]
+struct Header {
+    words: [AtomicU64; 6],
 }
 
-/// Unpacks and validates a name from two (untrusted) words.
-pub(crate) fn unpack_name(w: [u64; 2]) -> Result<String, Error> {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&w[0].to_le_bytes());
-    b[8..].copy_from_slice(&w[1].to_le_bytes());
-    let len = b.iter().position(|&c| c == 0).unwrap_or(16);
-    let s = std::str::from_utf8(&b[..len])
-        .map_err(|_| Error::Corrupt("reply address is not a valid endpoint name".into()))?;
-    validate_name(s)
-        .map_err(|_| Error::Corrupt(format!("reply address {s:?} is not a valid endpoint name")))?;
-    Ok(s.to_string())
+/// Offsets within a segment.
+const DOORBELL: usize = 128;
+const SPACE_BELL: usize = 256;
+const CTL: usize = 384;
+const LOCK: usize = 512;
+const SLOTS: usize = LOCK + LOCK_BYTES;
+const _: () = {
+    assert!(size_of::<Header>() <= DOORBELL);
+    assert!(size_of::<Doorbell>() <= SPACE_BELL - DOORBELL);
+    assert!(size_of::<SpaceBell>() <= CTL - SPACE_BELL);
+    assert!(size_of::<QueueCtl>() <= LOCK - CTL);
+    assert!(size_of::<Slot>() == 128);
+};
+
+fn segment_size(packets: u32) -> usize {
+    round_up(SLOTS + packets as usize * size_of::<Slot>(), 4096)
 }
 
-fn shm_path(name: &str) -> CString {
-    CString::new(format!("/mpsync.{name}")).expect("validated names hold no NUL")
-}
-
-/// Whether process `pid` exists and is not a zombie (a killed process whose
-/// parent has not reaped it yet can no longer write to the segment).
-pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => {
-            // The state is the field after the last ')' (the command may hold ')').
-            let state = s
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | Some('x'))
-        }
-        Err(_) => false,
-    }
-}
-
-/// `Env` of real endpoints.
+/// A validated copy of the segment header.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RealEnv {
-    pub lease_ns: u64,
+pub(crate) struct Geometry {
+    pub claim: Claim,
+    pub packets: u32,
+    /// The creator's pid, as it wrote it (informational: never trusted).
+    pub owner_pid: u32,
 }
 
-impl Env for RealEnv {
-    fn now_ns(&self) -> u64 {
-        crate::util::clock::now_ns()
-    }
-    fn alive(&self, pid: u32) -> bool {
-        pid_alive(pid)
-    }
-    fn lease_ns(&self) -> u64 {
-        self.lease_ns
-    }
-}
-
-/// One mapping of a segment.
+/// One mapping of an endpoint's segment.
 #[derive(Debug)]
 pub(crate) struct Segment {
-    base: *mut u8,
-    len: usize,
+    map: SharedMap,
     geom: Geometry,
-    queues: [QueueLayout; 2],
-    /// The owner unlinks the name on drop.
-    owner_name: Option<CString>,
-}
-
-// SAFETY: the mapping is process-wide memory accessed only through atomics
-// (and the process-shared locks), so any thread may use it.
-unsafe impl Send for Segment {}
-// SAFETY: as above.
-unsafe impl Sync for Segment {}
-
-fn os(what: impl Into<String>) -> Error {
-    Error::Os(what.into(), std::io::Error::last_os_error())
+    lock_lease: Duration,
 }
 
 impl Segment {
-    /// Creates the segment `name` with geometry `o`. A segment of that name
-    /// whose owner is dead is removed first.
+    /// Creates the segment of endpoint `name` with geometry `o`.
     pub fn create(name: &str, o: &Options) -> Result<Self, Error> {
         validate_name(name)?;
         o.validate()?;
-        let path = shm_path(name);
-        let fd = loop {
-            // SAFETY: a valid C string; O_EXCL so we never reuse someone's object.
-            let fd = unsafe {
-                libc::shm_open(
-                    path.as_ptr(),
-                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
-                    0o600,
-                )
-            };
-            if fd >= 0 {
-                break fd;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-                return Err(os(format!("shm_open(/mpsync.{name}) to create")));
-            }
-            // Exists: stale (owner dead, or never finished initializing) or live?
-            match Self::open(name) {
-                Ok(s) if pid_alive(s.geom.owner_pid) => {
-                    return Err(Error::Exists(format!(
-                        "endpoint {name:?} exists and its owner (pid {}) is alive; choose another name",
-                        s.geom.owner_pid
-                    )));
-                }
-                Err(Error::NotFound(_)) => continue,
-                Err(Error::Corrupt(_)) | Ok(_) => {
-                    // Dead owner, or a half-made segment: remove it and retry.
-                    // SAFETY: a valid C string.
-                    unsafe { libc::shm_unlink(path.as_ptr()) };
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        let (queues, size) = layout(o.packets, o.blocks, o.block_bytes);
-        let unlink_close = |e: Error| {
-            // SAFETY: our own object and descriptor.
-            unsafe {
-                libc::shm_unlink(path.as_ptr());
-                libc::close(fd);
-            }
-            e
-        };
-        // SAFETY: our own descriptor.
-        if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-            return Err(unlink_close(os("ftruncate of the new segment")));
-        }
-        // SAFETY: a fresh shared mapping of the whole object; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(unlink_close(os("mmap of the new segment")));
-        }
-        // SAFETY: the mapping holds its own reference to the object.
-        unsafe { libc::close(fd) };
+        let size = segment_size(o.packets);
+        let map = SharedMap::create(&format!("mpsync.{name}"), size)?;
         let geom = Geometry {
             claim: o.claim,
             packets: o.packets,
-            blocks: o.blocks,
-            block_bytes: o.block_bytes,
             owner_pid: std::process::id(),
         };
         let seg = Segment {
-            base: p.cast(),
-            len: size,
+            map,
             geom,
-            queues,
-            owner_name: Some(path.clone()),
+            lock_lease: lock_lease(o.lease),
         };
-        // SAFETY: the mapping is ours alone until the magic is published
-        // (openers reject a segment without it), page-aligned, zero-filled and
-        // `size` bytes long, which `layout` computed to hold every part.
+        // SAFETY: the mapping is ours alone until we send its fd (nobody can
+        // see it before), zero-filled, and `size` bytes long, which
+        // `segment_size` computed to hold every part.
         unsafe { seg.init(o, size) };
         Ok(seg)
     }
 
-    /// Writes every structure of a fresh segment, then the header's magic.
+    /// Writes every structure of a fresh segment, then the header.
     ///
     /// # Safety
-    /// Only the creator, before anyone else can validate the segment.
+    /// Only the creator, before the fd is handed to anyone.
     unsafe fn init(&self, o: &Options, size: usize) {
-        // SAFETY: offsets of `layout`'s reserved lines (the doorbell and the
-        // two space bells), inside the mapping, 128-aligned; nobody else uses
-        // them yet.
+        let base = self.map.base();
+        // SAFETY (all writes): offsets of the layout above, inside the
+        // mapping and 128-aligned; nobody else maps it yet.
         unsafe {
-            self.base
-                .add(DOORBELL)
-                .cast::<Doorbell>()
-                .write(Doorbell::new());
-            // Likewise the space bells' two lines (`SPACE_BELLS`).
-            let bells = self.base.add(SPACE_BELLS).cast::<SpaceBell>();
-            bells.write(SpaceBell::new());
-            bells.add(1).write(SpaceBell::new());
-        };
-        for q in &self.queues {
-            // SAFETY (all writes): offsets from `layout`, inside the mapping and
-            // aligned (every offset is a multiple of 128); nobody else uses them yet.
-            unsafe {
-                self.base
-                    .add(q.ctl)
-                    .cast::<QueueCtl>()
-                    .write(QueueCtl::new());
-                for i in 0..o.packets as usize {
-                    self.base
-                        .add(q.packets)
-                        .cast::<Packet>()
-                        .add(i)
-                        .write(Packet::new(i as u64));
-                }
-                for i in 0..o.blocks as usize {
-                    self.base
-                        .add(q.blocks)
-                        .cast::<BlockHdr>()
-                        .add(i)
-                        .write(BlockHdr::new(i as u64));
-                }
-                let lock = self.base.add(q.lock);
-                match o.claim {
-                    Claim::LockFree => {}
-                    Claim::Tas => drop(crate::lock::init_shared(lock.cast::<Tas>())),
-                    Claim::Tatas => drop(crate::lock::init_shared(lock.cast::<TasB>())),
-                    Claim::Ticket => drop(crate::lock::init_shared(lock.cast::<Ticket>())),
-                    Claim::Anderson => {
-                        lock.cast::<AndersonClaim>().write(AndersonClaim::new());
-                    }
-                    Claim::PosixRobust => init_robust(lock.cast()),
-                }
+            base.add(DOORBELL).cast::<Doorbell>().write(Doorbell::new());
+            base.add(SPACE_BELL)
+                .cast::<SpaceBell>()
+                .write(SpaceBell::new());
+            base.add(CTL).cast::<QueueCtl>().write(QueueCtl::new());
+            for i in 0..o.packets as usize {
+                base.add(SLOTS)
+                    .cast::<Slot>()
+                    .add(i)
+                    .write(Slot::new(i as u64));
             }
-        }
-        let h = self.base.cast::<Header>();
-        // SAFETY: the header lies at offset 0 of our mapping; plain fields
-        // first, the magic last (Release).
-        unsafe {
-            (*h).version = VERSION;
-            (*h).claim = o.claim.code();
-            (*h).packets = o.packets;
-            (*h).blocks = o.blocks;
-            (*h).block_bytes = o.block_bytes;
-            (*h).owner_pid = std::process::id();
-            (*h).size = size as u64;
-            (*h).checksum = checksum(
-                VERSION,
-                o.claim.code(),
-                o.packets,
-                o.blocks,
-                o.block_bytes,
+            let lock = base.add(LOCK);
+            match o.claim {
+                Claim::LockFree => {}
+                Claim::Tas => drop(crate::lock::init_shared(lock.cast::<Tas>())),
+                Claim::Tatas => drop(crate::lock::init_shared(lock.cast::<TasB>())),
+                Claim::Ticket => drop(crate::lock::init_shared(lock.cast::<Ticket>())),
+                Claim::Anderson => drop(crate::lock::init_shared(lock.cast::<AndersonClaim>())),
+                Claim::PosixRobust => init_robust(lock.cast()),
+            }
+            let h = &*base.cast::<Header>();
+            let fields = [
+                MAGIC,
+                VERSION as u64 | ((o.claim.code() as u64) << 32),
+                o.packets as u64,
                 size as u64,
-            );
-            // Release: publishes the header fields and every structure above to
-            // an opener's Acquire load of the magic.
-            (*h).magic.store(MAGIC, Ordering::Release);
+                std::process::id() as u64,
+            ];
+            for (w, v) in h.words.iter().zip(fields) {
+                // Relaxed: the mapping is handed to others only through a
+                // socket, after this (the system calls order it).
+                w.store(v, Ordering::Relaxed);
+            }
+            h.words[5].store(checksum(&fields), Ordering::Relaxed);
         }
     }
 
-    /// Maps the existing segment `name` and validates its header.
-    pub fn open(name: &str) -> Result<Self, Error> {
-        validate_name(name)?;
-        let path = shm_path(name);
-        // SAFETY: a valid C string.
-        let fd = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(if e.raw_os_error() == Some(libc::ENOENT) {
-                Error::NotFound(format!(
-                    "no endpoint named {name:?} (is its owner running?)"
-                ))
-            } else {
-                Error::Os(format!("shm_open(/mpsync.{name})"), e)
-            });
+    /// A segment received from an endpoint's owner: validates its header
+    /// against the mapping's (sealed, unchangeable) size.
+    pub fn open(name: &str, map: SharedMap, o: &Options) -> Result<Self, Error> {
+        let bad = |why: String| Error::Corrupt(format!("segment of endpoint {name:?}: {why}"));
+        if map.len() < SLOTS {
+            return Err(bad(format!("{} bytes, smaller than a header", map.len())));
         }
-        // SAFETY: a zeroed stat buffer for our descriptor.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            let e = os("fstat of the segment");
-            // SAFETY: our descriptor.
-            unsafe { libc::close(fd) };
-            return Err(e);
+        let h = map.base().cast::<u64>();
+        // SAFETY: the mapping is at least SLOTS bytes long and page-aligned;
+        // each header word is read once (see `read_word`).
+        let f: [u64; 6] = std::array::from_fn(|i| unsafe { read_word(h.add(i)) });
+        if f[0] != MAGIC {
+            return Err(bad(format!("bad magic {:#018x} (not an mpsync endpoint)", f[0])));
         }
-        let file_len = st.st_size.max(0) as usize;
-        if file_len < size_of::<Header>() {
-            // SAFETY: our descriptor.
-            unsafe { libc::close(fd) };
-            return Err(Error::Corrupt(format!(
-                "segment {name:?} is {file_len} bytes, smaller than a header (not initialized?)"
-            )));
-        }
-        // SAFETY: mapping the object's current length; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                file_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        // SAFETY: the mapping (if any) holds its own reference.
-        unsafe { libc::close(fd) };
-        if p == libc::MAP_FAILED {
-            return Err(os("mmap of the segment"));
-        }
-        let unmap = |e: Error| {
-            // SAFETY: the mapping just made, not yet shared with anything.
-            unsafe { libc::munmap(p, file_len) };
-            e
-        };
-        let h = p.cast::<Header>();
-        // Acquire: pairs with the creator's Release store of the magic.
-        // SAFETY: the mapping is at least a header long and page-aligned.
-        let magic = unsafe { (*h).magic.load(Ordering::Acquire) };
-        if magic != MAGIC {
-            return Err(unmap(Error::Corrupt(format!(
-                "segment {name:?}: bad magic {magic:#018x} (not an mpsync endpoint, or not initialized yet)"
-            ))));
-        }
-        // One volatile copy of each field: a peer may change them any time; we
-        // validate and use only this copy.
-        // SAFETY: inside the mapped header; plain integers, any bit pattern valid.
-        let (version, claim, packets, blocks, block_bytes, owner_pid, size, sum) = unsafe {
-            (
-                std::ptr::addr_of!((*h).version).read_volatile(),
-                std::ptr::addr_of!((*h).claim).read_volatile(),
-                std::ptr::addr_of!((*h).packets).read_volatile(),
-                std::ptr::addr_of!((*h).blocks).read_volatile(),
-                std::ptr::addr_of!((*h).block_bytes).read_volatile(),
-                std::ptr::addr_of!((*h).owner_pid).read_volatile(),
-                std::ptr::addr_of!((*h).size).read_volatile(),
-                std::ptr::addr_of!((*h).checksum).read_volatile(),
-            )
-        };
-        let g = Self::validate_header(
-            name,
-            version,
-            claim,
-            packets,
-            blocks,
-            block_bytes,
-            owner_pid,
-            size,
-            sum,
-            file_len,
-        )
-        .map_err(unmap)?;
-        let (queues, _) = layout(g.packets, g.blocks, g.block_bytes);
-        Ok(Segment {
-            base: p.cast(),
-            len: file_len,
-            geom: g,
-            queues,
-            owner_name: None,
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn validate_header(
-        name: &str,
-        version: u32,
-        claim: u32,
-        packets: u32,
-        blocks: u32,
-        block_bytes: u32,
-        owner_pid: u32,
-        size: u64,
-        sum: u64,
-        file_len: usize,
-    ) -> Result<Geometry, Error> {
-        let bad = |why: String| Error::Corrupt(format!("segment {name:?}: {why}"));
+        let version = f[1] as u32;
         if version != VERSION {
             return Err(bad(format!(
                 "layout version {version}, this library reads version {VERSION}"
             )));
         }
-        if checksum(version, claim, packets, blocks, block_bytes, size) != sum {
+        if checksum(&f[..5]) != f[5] {
             return Err(bad("header checksum mismatch (geometry overwritten)".into()));
         }
-        let claim =
-            Claim::from_code(claim).ok_or_else(|| bad(format!("unknown claim code {claim}")))?;
-        let o = Options {
+        let code = (f[1] >> 32) as u32;
+        let claim = Claim::from_code(code).ok_or_else(|| bad(format!("unknown claim code {code}")))?;
+        let packets = u32::try_from(f[2]).map_err(|_| bad(format!("{} packets", f[2])))?;
+        let geom_o = Options {
             claim,
             packets,
-            blocks,
-            block_bytes,
+            trust_peers: true,
             ..Options::default()
         };
-        o.validate()
+        geom_o
+            .validate()
             .map_err(|e| bad(format!("invalid geometry: {e}")))?;
-        let (_, want) = layout(packets, blocks, block_bytes);
-        if size != want as u64 || file_len < want {
+        let want = segment_size(packets);
+        if f[3] != want as u64 || map.len() != want {
             return Err(bad(format!(
-                "size {size} in the header, {file_len} mapped; the geometry needs {want}"
+                "size {} in the header, {} mapped; the geometry needs {want}",
+                f[3],
+                map.len()
             )));
         }
-        Ok(Geometry {
-            claim,
-            packets,
-            blocks,
-            block_bytes,
-            owner_pid,
+        if claim == Claim::PosixRobust && !o.trust_peers {
+            return Err(Error::Refused(format!(
+                "endpoint {name:?} claims slots with a POSIX robust mutex, which trusts every \
+                 peer (glibc follows list pointers kept inside the shared mutex); connect with \
+                 Options::trust_peers = true only if every process that may connect is trusted"
+            )));
+        }
+        Ok(Segment {
+            map,
+            geom: Geometry {
+                claim,
+                packets,
+                owner_pid: f[4] as u32,
+            },
+            lock_lease: lock_lease(o.lease),
         })
     }
 
@@ -557,83 +269,65 @@ impl Segment {
         self.geom
     }
 
+    /// The memfd, to hand to a connecting process.
+    pub fn map(&self) -> &SharedMap {
+        &self.map
+    }
+
     /// The receiver's doorbell, which every send to this segment rings.
     pub fn doorbell(&self) -> &Doorbell {
-        // SAFETY: the reserved line of `layout`, inside the mapping (which is
-        // at least the layout's size), 128-aligned, initialized by the
-        // creator before it published the magic, accessed only atomically.
-        unsafe { &*self.base.add(DOORBELL).cast::<Doorbell>() }
+        // SAFETY: the reserved line of the layout, inside the mapping (its
+        // size was checked against the layout), 128-aligned, initialized by
+        // the creator, accessed only atomically.
+        unsafe { &*self.map.base().add(DOORBELL).cast::<Doorbell>() }
     }
 
-    /// The space bell of queue `i` (0: requests, 1: replies), which senders
-    /// that find it full sleep on and its receiver rings.
-    pub fn space_bell(&self, i: usize) -> &SpaceBell {
-        assert!(i < 2, "two queues");
-        // SAFETY: the reserved lines of `layout` (two bells from
-        // SPACE_BELLS), inside the mapping (at least the layout's size),
-        // 128-aligned, initialized by the creator before it published the
-        // magic, accessed only atomically.
-        unsafe { &*self.base.add(SPACE_BELLS).cast::<SpaceBell>().add(i) }
-    }
-
-    /// Queue `i` (0: requests, 1: replies), with the doorbell and its space bell.
-    pub fn queue(&self, i: usize) -> QueueRef<'_> {
-        let q = &self.queues[i];
-        let g = &self.geom;
-        // SAFETY: offsets and lengths from `layout` for the validated geometry,
-        // inside the mapping (its length was checked against the layout),
-        // aligned; the structures were initialized by the creator before it
-        // published the magic, and are only accessed through atomics.
+    /// The request queue, with the doorbell and the space bell.
+    pub fn queue(&self) -> QueueRef<'_> {
+        let base = self.map.base();
+        // SAFETY: offsets and lengths of the layout for the validated
+        // geometry, inside the mapping (its size was checked), aligned; the
+        // structures were initialized by the creator and are only accessed
+        // through atomics.
         unsafe {
             QueueRef::new(
-                &*self.base.add(q.ctl).cast::<QueueCtl>(),
+                &*base.add(CTL).cast::<QueueCtl>(),
                 std::slice::from_raw_parts(
-                    self.base.add(q.packets).cast::<Packet>(),
-                    g.packets as usize,
-                ),
-                std::slice::from_raw_parts(
-                    self.base.add(q.blocks).cast::<BlockHdr>(),
-                    g.blocks as usize,
-                ),
-                std::slice::from_raw_parts(
-                    self.base.add(q.data).cast::<AtomicU64>(),
-                    g.blocks as usize * g.block_bytes as usize / 8,
+                    base.add(SLOTS).cast::<Slot>(),
+                    self.geom.packets as usize,
                 ),
             )
+            .expect("validated geometry")
+            .with_doorbell(self.doorbell())
+            .with_space_bell(&*base.add(SPACE_BELL).cast::<SpaceBell>())
         }
-        .expect("validated geometry")
-        .with_doorbell(self.doorbell())
-        .with_space_bell(self.space_bell(i))
     }
 
-    /// The claim lock of queue `i` (`None` for the lock-free claim).
-    pub fn lock(&self, i: usize) -> Option<SegLock<'_>> {
+    /// The claim lock (`None` for the lock-free claim).
+    pub fn lock(&self) -> Option<SegLock<'_>> {
         if self.geom.claim == Claim::LockFree {
             return None;
         }
         Some(SegLock {
             claim: self.geom.claim,
             // SAFETY: inside the mapping (layout), 128-aligned.
-            at: unsafe { self.base.add(self.queues[i].lock) },
+            at: unsafe { self.map.base().add(LOCK) },
+            lease_ns: self.lock_lease.as_nanos() as u64,
             _seg: std::marker::PhantomData,
         })
     }
 
     /// Raw bytes of the mapping, for fault-injection tests.
     pub fn raw(&self) -> (*mut u8, usize) {
-        (self.base, self.len)
+        (self.map.base(), self.map.len())
     }
 }
 
-impl Drop for Segment {
-    fn drop(&mut self) {
-        if let Some(path) = &self.owner_name {
-            // SAFETY: a valid C string; the name is ours (we created it).
-            unsafe { libc::shm_unlink(path.as_ptr()) };
-        }
-        // SAFETY: our mapping; nothing borrows it past `self`.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
+/// How long a claim lock may show no hand-over before a waiter breaks it:
+/// long against any honest critical section (a few loads and CASes, even
+/// with its holder preempted for a few time slices).
+fn lock_lease(lease: Duration) -> Duration {
+    (lease * 100).max(Duration::from_millis(100))
 }
 
 /// Initializes a process-shared robust `pthread_mutex_t` at `m`.
@@ -654,62 +348,376 @@ unsafe fn init_robust(m: *mut libc::pthread_mutex_t) {
     }
 }
 
-/// The claim lock of one queue inside a segment.
+/// The claim lock of the request queue inside a segment.
 #[derive(Debug)]
 pub(crate) struct SegLock<'a> {
     claim: Claim,
     at: *mut u8,
+    lease_ns: u64,
     _seg: std::marker::PhantomData<&'a Segment>,
 }
 
-fn run<L: RawMutex>(l: &L, f: &mut dyn FnMut()) {
-    let g = l.lock();
-    f();
-    // SAFETY: acquired just above on this thread.
-    unsafe { l.unlock(g) };
+/// Runs `f` under `l`, waiting at most until `deadline_ns`; breaks the lock
+/// (resets it and runs `f` without it) once it has shown no hand-over for
+/// `lease_ns`. Returns whether it broke it.
+fn with_shared<L: SharedClaimLock>(
+    l: &L,
+    f: &mut dyn FnMut(),
+    deadline_ns: u64,
+    lease_ns: u64,
+) -> Result<bool, Error> {
+    let mut last = l.progress();
+    let mut since = crate::util::clock::now_ns();
+    let mut timed_out = false;
+    let g = l.lock_or_give_up(&mut || {
+        let now = crate::util::clock::now_ns();
+        if now >= deadline_ns {
+            timed_out = true;
+            return true;
+        }
+        let p = l.progress();
+        if p != last {
+            last = p;
+            since = now;
+            return false;
+        }
+        now.saturating_sub(since) >= lease_ns
+    });
+    match g {
+        Some(g) => {
+            f();
+            // SAFETY: acquired just above on this thread.
+            unsafe { l.unlock(g) };
+            Ok(false)
+        }
+        None if timed_out => Err(Error::Timeout(
+            "a send still waited for the claim lock at its deadline".into(),
+        )),
+        None => {
+            // Stuck for a lock lease: a holder that died inside, or a peer
+            // that wrote the lock.
+            // SAFETY: the claim under this lock stays correct with several
+            // holders at once (every step is a CAS from an exact word, and a
+            // lost tail store is repaired: `QueueRef::locked_step`).
+            unsafe { l.reset() };
+            f();
+            Ok(true)
+        }
+    }
 }
 
 impl ClaimLock for SegLock<'_> {
-    fn with_lock(&self, f: &mut dyn FnMut()) -> Result<(), Error> {
-        // SAFETY (casts): the creator initialized a lock of exactly this kind at
-        // this 128-aligned offset (the kind is in the validated header); the
-        // locks are pointer-free `ProcessShared` types.
+    fn with_lock(&self, f: &mut dyn FnMut(), deadline_ns: u64) -> Result<bool, Error> {
+        // SAFETY (casts): the creator initialized a lock of exactly this kind
+        // at this 128-aligned offset (the kind is in the validated header);
+        // the locks are pointer-free `ProcessShared` types, for which any bit
+        // pattern is a valid (if odd) state.
         match self.claim {
-            Claim::LockFree => f(),
-            // SAFETY: as above (casts).
-            Claim::Tas => run(unsafe { &*self.at.cast::<Tas>() }, f),
-            // SAFETY: as above (casts).
-            Claim::Tatas => run(unsafe { &*self.at.cast::<TasB>() }, f),
-            // SAFETY: as above (casts).
-            Claim::Ticket => run(unsafe { &*self.at.cast::<Ticket>() }, f),
-            Claim::Anderson => {
-                // SAFETY: as above.
-                let l = unsafe { &*self.at.cast::<AndersonClaim>() };
-                let g = l.lock_checked().map_err(|e| Error::Lock(e.to_string()))?;
+            Claim::LockFree => {
                 f();
-                // SAFETY: acquired just above on this thread.
-                unsafe { l.unlock(g) };
+                Ok(false)
             }
-            Claim::PosixRobust => {
-                let m = self.at.cast::<libc::pthread_mutex_t>();
-                // SAFETY: a process-shared robust mutex initialized by the creator.
-                let r = unsafe { libc::pthread_mutex_lock(m) };
-                if r == libc::EOWNERDEAD {
-                    // The previous holder died inside the critical section; the
-                    // claim code repairs a tail it left behind.
-                    // SAFETY: we hold the mutex (EOWNERDEAD grants it).
-                    unsafe { libc::pthread_mutex_consistent(m) };
-                } else if r != 0 {
-                    return Err(Error::Lock(format!(
-                        "pthread_mutex_lock on the claim mutex failed: {}",
-                        std::io::Error::from_raw_os_error(r)
-                    )));
-                }
-                f();
-                // SAFETY: we hold it.
-                unsafe { libc::pthread_mutex_unlock(m) };
+            // SAFETY: as above (casts).
+            Claim::Tas => with_shared(unsafe { &*self.at.cast::<Tas>() }, f, deadline_ns, self.lease_ns),
+            // SAFETY: as above (casts).
+            Claim::Tatas => with_shared(unsafe { &*self.at.cast::<TasB>() }, f, deadline_ns, self.lease_ns),
+            // SAFETY: as above (casts).
+            Claim::Ticket => with_shared(unsafe { &*self.at.cast::<Ticket>() }, f, deadline_ns, self.lease_ns),
+            // SAFETY: as above (casts).
+            Claim::Anderson => with_shared(
+                unsafe { &*self.at.cast::<AndersonClaim>() },
+                f,
+                deadline_ns,
+                self.lease_ns,
+            ),
+            Claim::PosixRobust => self.with_robust(f, deadline_ns),
+        }
+    }
+}
+
+impl SegLock<'_> {
+    /// The POSIX robust mutex (only with `trust_peers`: see `Segment::open`),
+    /// waiting at most until `deadline_ns`.
+    fn with_robust(&self, f: &mut dyn FnMut(), deadline_ns: u64) -> Result<bool, Error> {
+        let m = self.at.cast::<libc::pthread_mutex_t>();
+        // pthread_mutex_timedlock takes an absolute CLOCK_REALTIME time.
+        let left = deadline_ns.saturating_sub(crate::util::clock::now_ns());
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid, writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+        let abs_ns = (now.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(now.tv_nsec as u64)
+            .saturating_add(left);
+        let abs = libc::timespec {
+            tv_sec: (abs_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (abs_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: a process-shared robust mutex initialized by the creator
+        // (peers are trusted not to write it: `trust_peers`).
+        let r = unsafe { libc::pthread_mutex_timedlock(m, &abs) };
+        if r == libc::EOWNERDEAD {
+            // The previous holder died inside the critical section; the
+            // claim repairs a tail it left behind.
+            // SAFETY: we hold the mutex (EOWNERDEAD grants it).
+            unsafe { libc::pthread_mutex_consistent(m) };
+        } else if r == libc::ETIMEDOUT {
+            return Err(Error::Timeout(
+                "a send still waited for the claim mutex at its deadline".into(),
+            ));
+        } else if r != 0 {
+            return Err(Error::Lock(format!(
+                "pthread_mutex_timedlock on the claim mutex failed: {}",
+                std::io::Error::from_raw_os_error(r)
+            )));
+        }
+        f();
+        // SAFETY: we hold it.
+        unsafe { libc::pthread_mutex_unlock(m) };
+        Ok(false)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Connection areas.
+
+/// The geometry of one connection's area (chosen by the receiver).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnGeometry {
+    /// The connection's index at the receiver.
+    pub sid: u32,
+    /// Records: messages in flight at once.
+    pub records: u32,
+    /// Request bulk blocks.
+    pub blocks: u32,
+    /// Bytes per bulk block (requests and replies).
+    pub block_bytes: u32,
+    /// Reply slots (a power of two), each with its own block.
+    pub replies: u32,
+}
+
+/// Reply slots per connection: a connection has one request in flight per
+/// requesting thread and drains stale replies at its next request.
+pub(crate) const REPLY_SLOTS: u32 = 4;
+
+/// Offsets within a connection area.
+#[derive(Debug, Clone, Copy)]
+struct ConnLayout {
+    bell: usize,
+    records: usize,
+    blocks: usize,
+    data: usize,
+    replies: usize,
+    reply_data: usize,
+    size: usize,
+}
+
+fn conn_layout(g: &ConnGeometry) -> ConnLayout {
+    let bell = 128;
+    let records = 256;
+    let blocks = records + g.records as usize * size_of::<Record>();
+    let data = blocks + g.blocks as usize * size_of::<BlockHdr>();
+    let replies = round_up(data + g.blocks as usize * g.block_bytes as usize, 128);
+    let reply_data = replies + g.replies as usize * size_of::<ReplySlot>();
+    let size = round_up(
+        reply_data + g.replies as usize * g.block_bytes as usize,
+        4096,
+    );
+    ConnLayout {
+        bell,
+        records,
+        blocks,
+        data,
+        replies,
+        reply_data,
+        size,
+    }
+}
+
+const _: () = {
+    assert!(size_of::<Doorbell>() <= 128);
+    assert!(size_of::<Record>() == 128);
+    assert!(size_of::<BlockHdr>() == 128);
+    assert!(size_of::<ReplySlot>() == 128);
+};
+
+impl ConnGeometry {
+    fn check(&self) -> Result<ConnLayout, String> {
+        if self.sid as usize >= super::word::MAX_SIDS {
+            return Err(format!("connection index {} out of range", self.sid));
+        }
+        if self.records == 0 || self.records as usize > super::word::MAX_RECORDS {
+            return Err(format!("{} records (1..=1024)", self.records));
+        }
+        if !(1..=1024).contains(&self.blocks) {
+            return Err(format!("{} bulk blocks (1..=1024)", self.blocks));
+        }
+        if !self.block_bytes.is_multiple_of(128) || !(128..=8192).contains(&self.block_bytes) {
+            return Err(format!("{} bytes per block", self.block_bytes));
+        }
+        if !self.replies.is_power_of_two() || self.replies > 64 {
+            return Err(format!("{} reply slots", self.replies));
+        }
+        Ok(conn_layout(self))
+    }
+
+    fn fields(&self, size: usize) -> [u64; 6] {
+        [
+            CONN_MAGIC,
+            VERSION as u64 | ((self.sid as u64) << 32),
+            self.records as u64 | ((self.blocks as u64) << 32),
+            self.block_bytes as u64 | ((self.replies as u64) << 32),
+            size as u64,
+            0,
+        ]
+    }
+}
+
+/// One mapping of a connection's area.
+#[derive(Debug)]
+pub(crate) struct ConnArea {
+    map: SharedMap,
+    geom: ConnGeometry,
+    layout: ConnLayout,
+}
+
+impl ConnArea {
+    /// Creates the area of a new connection (the receiver, on accept).
+    pub fn create(name: &str, g: ConnGeometry) -> Result<Self, Error> {
+        let layout = g.check().map_err(Error::InvalidArgument)?;
+        let map = SharedMap::create(&format!("mpsync.{name}.{}", g.sid), layout.size)?;
+        let a = ConnArea {
+            map,
+            geom: g,
+            layout,
+        };
+        let base = a.map.base();
+        // SAFETY (all writes): offsets of `conn_layout`, inside the mapping,
+        // 128-aligned; nobody else maps it before its fd is sent.
+        unsafe {
+            base.add(layout.bell).cast::<Doorbell>().write(Doorbell::new());
+            for i in 0..g.records as usize {
+                base.add(layout.records)
+                    .cast::<Record>()
+                    .add(i)
+                    .write(Record::new());
+            }
+            for i in 0..g.blocks as usize {
+                base.add(layout.blocks)
+                    .cast::<BlockHdr>()
+                    .add(i)
+                    .write(BlockHdr::new());
+            }
+            for i in 0..g.replies as usize {
+                base.add(layout.replies)
+                    .cast::<ReplySlot>()
+                    .add(i)
+                    .write(ReplySlot::new(i as u64));
+            }
+            let h = &*base.cast::<Header>();
+            let mut f = g.fields(layout.size);
+            f[5] = checksum(&f[..5]);
+            for (w, v) in h.words.iter().zip(f) {
+                // Relaxed: handed to the peer through a socket, after this.
+                w.store(v, Ordering::Relaxed);
             }
         }
-        Ok(())
+        Ok(a)
+    }
+
+    /// The area of connection `sid`, received from the endpoint's owner.
+    pub fn open(name: &str, map: SharedMap, sid: u32) -> Result<Self, Error> {
+        let bad = |why: String| {
+            Error::Corrupt(format!("connection area from endpoint {name:?}: {why}"))
+        };
+        if map.len() < 4096 {
+            return Err(bad(format!("{} bytes", map.len())));
+        }
+        let h = map.base().cast::<u64>();
+        // SAFETY: the mapping is at least a page long; each word read once.
+        let f: [u64; 6] = std::array::from_fn(|i| unsafe { read_word(h.add(i)) });
+        if f[0] != CONN_MAGIC || f[1] as u32 != VERSION || checksum(&f[..5]) != f[5] {
+            return Err(bad("bad magic, version or checksum".into()));
+        }
+        let g = ConnGeometry {
+            sid: (f[1] >> 32) as u32,
+            records: f[2] as u32,
+            blocks: (f[2] >> 32) as u32,
+            block_bytes: f[3] as u32,
+            replies: (f[3] >> 32) as u32,
+        };
+        if g.sid != sid {
+            return Err(bad(format!("made for connection {}, not {sid}", g.sid)));
+        }
+        let layout = g.check().map_err(bad)?;
+        if f[4] != layout.size as u64 || map.len() != layout.size {
+            return Err(bad(format!(
+                "size {} in the header, {} mapped; the geometry needs {}",
+                f[4],
+                map.len(),
+                layout.size
+            )));
+        }
+        Ok(ConnArea {
+            map,
+            geom: g,
+            layout,
+        })
+    }
+
+    pub fn geometry(&self) -> ConnGeometry {
+        self.geom
+    }
+
+    /// The memfd, to hand to the connecting process.
+    pub fn map(&self) -> &SharedMap {
+        &self.map
+    }
+
+    /// The records and request blocks.
+    pub fn area(&self) -> ConnRef<'_> {
+        let (b, l, g) = (self.map.base(), &self.layout, &self.geom);
+        // SAFETY: offsets and lengths of `conn_layout` for the validated
+        // geometry, inside the mapping (size checked), aligned, initialized
+        // by the creator, only accessed through atomics.
+        unsafe {
+            ConnRef::new(
+                std::slice::from_raw_parts(b.add(l.records).cast::<Record>(), g.records as usize),
+                std::slice::from_raw_parts(b.add(l.blocks).cast::<BlockHdr>(), g.blocks as usize),
+                std::slice::from_raw_parts(
+                    b.add(l.data).cast::<AtomicU64>(),
+                    g.blocks as usize * g.block_bytes as usize / 8,
+                ),
+            )
+        }
+        .expect("validated geometry")
+    }
+
+    /// The reply ring and the client's reply bell.
+    pub fn replies(&self) -> ReplyRef<'_> {
+        let (b, l, g) = (self.map.base(), &self.layout, &self.geom);
+        // SAFETY: as in `area`.
+        unsafe {
+            ReplyRef::new(
+                std::slice::from_raw_parts(
+                    b.add(l.replies).cast::<ReplySlot>(),
+                    g.replies as usize,
+                ),
+                std::slice::from_raw_parts(
+                    b.add(l.reply_data).cast::<AtomicU64>(),
+                    g.replies as usize * g.block_bytes as usize / 8,
+                ),
+                &*b.add(l.bell).cast::<Doorbell>(),
+            )
+        }
+        .expect("validated geometry")
+    }
+
+    /// Raw bytes of the mapping, for fault-injection tests.
+    pub fn raw(&self) -> (*mut u8, usize) {
+        (self.map.base(), self.map.len())
     }
 }

@@ -1,68 +1,103 @@
-//! The handshake words of packets and bulk blocks: a state, the claimant's
-//! process id and a 40-bit sequence number (the ticket of the lap the slot
-//! belongs to), packed in one `u64` so that a single CAS changes all three.
+//! The protocol words of the queues, each packed in one `u64` so that a single
+//! CAS changes every field at once.
 //!
-//! Packet type word (paper 004 §3's FREE → CLAIMED → READY → FREE):
+//! **Slot word** (a packet of the shared request ring, paper 004 §3): a state,
+//! the connection it came through (`sid`, the index the receiver gave that
+//! connection when it accepted it), the sender's record in that connection's
+//! private area (`rec`), and a 40-bit sequence number — the ticket of the lap the
+//! slot belongs to.
 //!
-//! | state     | pid      | seq | who sets it                          | meaning                                   |
-//! |-----------|----------|-----|--------------------------------------|-------------------------------------------|
-//! | `FREE`    | 0        | `t` | creator (t = index), receiver        | empty; only ticket `t` may claim it       |
-//! | `CLAIMED` | claimant | `t` | the sender holding ticket `t`, by CAS| being filled by that process              |
-//! | `READY`   | claimant | `t` | that sender, by CAS (Release)        | filled; the receiver may deliver it       |
+//! | state   | sid, rec | seq | who sets it                                   | meaning                                  |
+//! |---------|----------|-----|-----------------------------------------------|------------------------------------------|
+//! | `FREE`  | 0, 0     | `t` | creator (t = index), receiver                 | empty; only ticket `t` may publish in it |
+//! | `READY` | sid, rec | `t` | the sender holding ticket `t`, one CAS (Release) | record `rec` of connection `sid` holds the message |
 //!
-//! The receiver releases a delivered packet `t` as `FREE(t + Q)` (the next lap),
-//! and also *revokes* a ticket: `FREE(t)` whose ticket was handed out but never
-//! claimed for a lease (`FREE(t) → FREE(t + Q)`; a live slow sender sees a later
-//! sequence and takes a new ticket), or `CLAIMED(pid, t)` whose claimant is dead.
-//!
-//! Bulk block word (§3's "claimed flag"): `FREE(b)` → `CLAIMED(pid, b)` →
-//! `SENT(pid, b)` (data written, packet about to be published) → `FREE(b + B)`.
-//!
-//! Paper 004's Figure 3 claims `packet[t mod Q]` with CAS(FREE → CLAIMED)
-//! regardless of lap, so a slow sender can claim a packet of a *later* lap and
-//! its message is delivered before earlier ones of the same sender. Tagging the
-//! word with the lap keeps per-sender FIFO order and makes recovery safe: a
+//! Paper 004 claims a packet (`FREE → CLAIMED`), fills it, then marks it ready.
+//! Here the payload is written *before* the claim, into the sender's record in
+//! the connection area that only the sender and the receiver map, so claiming
+//! is publishing: there is no `CLAIMED` state, hence no claimant whose death or
+//! lie the receiver would have to judge. The receiver releases a delivered slot
+//! `t` as `FREE(t + Q)` (the next lap) and *revokes* a ticket handed out and
+//! never published within a lease (`FREE(t) → FREE(t + Q)`): the slow sender's
+//! CAS then fails and it takes a new ticket. Tagging the word with the lap keeps
+//! per-sender FIFO order and makes every transition a CAS from an exact word: a
 //! stale CAS can never succeed on a slot that moved on.
+//!
+//! **Record word** (connection area, one per message in flight): `FREE(g)` →
+//! `FILLING(g)` (a sender thread owns it) → `SUBMITTED(g)` (ticket set, slot CAS
+//! about to happen) → `SENT(g)` (published) → `FREE(g + 1)` (the receiver, after
+//! copying it out). See [`super::ring`].
+//!
+//! **Block word** (connection area, one per bulk block): `FREE(g)` → `OWNED(g)`
+//! (a sender thread filled it for one of its records) → `FREE(g + 1)`.
+//!
+//! **Reply word** (connection area, the reply ring): `FREE(t)` → `READY(t)`
+//! (the server, its only writer) → `FREE(t + QR)` (the client, its only reader).
 
 /// Bits of the sequence number.
 pub const SEQ_BITS: u32 = 40;
 /// Mask of the sequence number.
 pub const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
-/// Bits of the claimant's pid (Linux's `PID_MAX_LIMIT` is 2²²).
-pub const PID_BITS: u32 = 22;
-/// Mask of the pid (after shifting).
-pub const PID_MASK: u64 = (1 << PID_BITS) - 1;
-const PID_SHIFT: u32 = SEQ_BITS;
-const STATE_SHIFT: u32 = SEQ_BITS + PID_BITS;
+/// Bits of the record index in a slot word.
+pub const REC_BITS: u32 = 10;
+/// Bits of the connection index in a slot word.
+pub const SID_BITS: u32 = 12;
+/// Most records per connection (`2^REC_BITS`).
+pub const MAX_RECORDS: usize = 1 << REC_BITS;
+/// Most connections per endpoint (`2^SID_BITS`).
+pub const MAX_SIDS: usize = 1 << SID_BITS;
+const REC_SHIFT: u32 = SEQ_BITS;
+const SID_SHIFT: u32 = SEQ_BITS + REC_BITS;
+const STATE_SHIFT: u32 = SEQ_BITS + REC_BITS + SID_BITS;
 
-/// Free (packet or block).
+/// Free (slot, record, block, reply slot).
 pub const FREE: u64 = 0;
-/// Claimed by a sender that is filling it.
-pub const CLAIMED: u64 = 1;
-/// Packet: filled and ready for delivery.
+/// Slot or reply slot: holds a message.
 pub const READY: u64 = 2;
-/// Bulk block: data written, its packet is being published.
-pub const SENT: u64 = 3;
 
-/// Packs a word.
+/// Record: a sender thread owns it and writes its payload.
+pub const FILLING: u64 = 1;
+/// Record: its ticket is set and its slot is being published.
+pub const SUBMITTED: u64 = 2;
+/// Record: its slot is published; the receiver owns it now.
+pub const SENT: u64 = 3;
+/// Block: filled for a record.
+pub const OWNED: u64 = 1;
+
+/// Packs a slot word.
 #[inline]
-pub const fn pack(state: u64, pid: u32, seq: u64) -> u64 {
-    (state << STATE_SHIFT) | (((pid as u64) & PID_MASK) << PID_SHIFT) | (seq & SEQ_MASK)
+pub const fn slot(state: u64, sid: u32, rec: u32, seq: u64) -> u64 {
+    (state << STATE_SHIFT)
+        | (((sid as u64) & ((1 << SID_BITS) - 1)) << SID_SHIFT)
+        | (((rec as u64) & ((1 << REC_BITS) - 1)) << REC_SHIFT)
+        | (seq & SEQ_MASK)
 }
 
-/// The state of a word.
+/// A free slot for ticket `seq`.
+#[inline]
+pub const fn free(seq: u64) -> u64 {
+    slot(FREE, 0, 0, seq)
+}
+
+/// The state of a slot word.
 #[inline]
 pub const fn state(w: u64) -> u64 {
     w >> STATE_SHIFT
 }
 
-/// The claimant pid of a word.
+/// The connection index of a slot word.
 #[inline]
-pub const fn pid(w: u64) -> u32 {
-    ((w >> PID_SHIFT) & PID_MASK) as u32
+pub const fn sid(w: u64) -> u32 {
+    ((w >> SID_SHIFT) & ((1 << SID_BITS) - 1)) as u32
 }
 
-/// The sequence number of a word.
+/// The record index of a slot word.
+#[inline]
+pub const fn rec(w: u64) -> u32 {
+    ((w >> REC_SHIFT) & ((1 << REC_BITS) - 1)) as u32
+}
+
+/// The sequence number of a slot or reply word.
 #[inline]
 pub const fn seq(w: u64) -> u64 {
     w & SEQ_MASK
@@ -79,10 +114,34 @@ pub const fn seq_diff(a: u64, b: u64) -> i64 {
     }
 }
 
-/// Whether `pid` fits a word (non-zero, below 2²²).
+/// Packs a record or block word: a state (2 bits) and a generation.
 #[inline]
-pub const fn pid_fits(pid: u32) -> bool {
-    pid != 0 && (pid as u64) <= PID_MASK
+pub const fn gen_word(state: u64, generation: u64) -> u64 {
+    (state << 62) | (generation & ((1 << 62) - 1))
+}
+
+/// The state of a record or block word.
+#[inline]
+pub const fn gen_state(w: u64) -> u64 {
+    w >> 62
+}
+
+/// The generation of a record or block word.
+#[inline]
+pub const fn gen_of(w: u64) -> u64 {
+    w & ((1 << 62) - 1)
+}
+
+/// The next generation (wrapping within 62 bits).
+#[inline]
+pub const fn next_gen(g: u64) -> u64 {
+    g.wrapping_add(1) & ((1 << 62) - 1)
+}
+
+/// A reply slot word: `READY` or `FREE` and a sequence number.
+#[inline]
+pub const fn reply(state: u64, seq: u64) -> u64 {
+    slot(state, 0, 0, seq)
 }
 
 #[cfg(test)]
@@ -90,12 +149,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pack_round_trip() {
-        let w = pack(READY, 4_194_303, SEQ_MASK);
+    fn slot_round_trip() {
+        let w = slot(READY, (MAX_SIDS - 1) as u32, (MAX_RECORDS - 1) as u32, SEQ_MASK);
         assert_eq!(state(w), READY);
-        assert_eq!(pid(w), 4_194_303);
+        assert_eq!(sid(w), (MAX_SIDS - 1) as u32);
+        assert_eq!(rec(w), (MAX_RECORDS - 1) as u32);
         assert_eq!(seq(w), SEQ_MASK);
-        assert_eq!(pack(FREE, 0, 5), 5);
+        assert_eq!(free(5), 5);
+        // Out-of-range fields are masked, never spill into their neighbours.
+        let w = slot(READY, u32::MAX, u32::MAX, 7);
+        assert_eq!((state(w), seq(w)), (READY, 7));
+    }
+
+    #[test]
+    fn gen_words() {
+        let w = gen_word(SENT, (1 << 62) - 1);
+        assert_eq!(gen_state(w), SENT);
+        assert_eq!(gen_of(w), (1 << 62) - 1);
+        assert_eq!(next_gen(gen_of(w)), 0);
     }
 
     #[test]

@@ -194,30 +194,29 @@ points! {
     /// head) and has not yet woken it: the wakee may run, finish and recycle its node.
     WAITER_WAKE = "waiter.wake",
         "waker: condition made true, wakee not yet woken", boost 4;
-    // msgq (issue 16):
-    /// Shared-memory message queue, lock-free claim: the tail ticket is taken,
-    /// the packet's type word not yet claimed (a claimant killed here leaves a
-    /// ticket the receiver must revoke).
+    // msgq:
+    /// Shared-memory message queue: a ticket is taken and the sender's record
+    /// submitted for it, the slot not yet published (a sender killed here
+    /// leaves a ticket the receiver must revoke; a peer that writes the slot
+    /// here takes the record).
     MSGQ_TICKET = "msgq.ticket",
-        "msgq claim: tail ticket taken, packet type not yet claimed", boost 4;
-    /// Shared-memory message queue: the packet is claimed, its payload not yet
-    /// written (a claimant killed here leaves a CLAIMED packet to recover).
+        "msgq claim: ticket taken, record submitted, slot not yet published", boost 4;
+    /// Shared-memory message queue: the sender's record is claimed, its
+    /// payload not yet written.
     MSGQ_FILL = "msgq.fill",
-        "msgq send: packet claimed, payload not yet written", boost 4;
-    /// Shared-memory message queue: payload written, type word not yet READY.
-    MSGQ_PUBLISH = "msgq.publish",
-        "msgq send: payload written, packet not yet published", boost 4;
-    /// Shared-memory message queue, receiver: message copied out, packet not
-    /// yet released for its next lap.
+        "msgq send: record claimed, payload not yet written", boost 4;
+    /// Shared-memory message queue, receiver: the record is copied out and
+    /// freed, the slot not yet released for its next lap.
     MSGQ_RELEASE = "msgq.release",
-        "msgq poll: message copied out, packet not yet released";
-    /// Shared-memory message queue, receiver: the head packet was seen READY,
-    /// its payload not yet copied out (it must not be released before).
+        "msgq poll: record copied out, slot not yet released";
+    /// Shared-memory message queue, receiver: the head slot was seen READY,
+    /// its record not yet copied out.
     MSGQ_TAKE = "msgq.take",
-        "msgq poll: head packet READY, payload not yet copied";
-    /// Shared-memory message queue, sender: the ring was full, the sender
-    /// announced on the space bell and looked once more, and has not yet
-    /// parked (the receiver's ring may come here: the sleep must end at once).
+        "msgq poll: head slot READY, record not yet copied";
+    /// Shared-memory message queue, sender: the ring was full (or its
+    /// records all in flight), the sender announced on the space bell and
+    /// looked once more, and has not yet parked (the receiver's ring may come
+    /// here: the sleep must end at once).
     MSGQ_SPACE_SLEEP = "msgq.space_sleep",
         "msgq send: ring full, sleep announced, not yet parked", boost 4;
     // lock_api completeness (issue 13 §4):
