@@ -807,7 +807,11 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while ep.peers() > 0 {
         ep.poll();
-        assert!(Instant::now() < deadline, "{} connections still open", ep.peers());
+        assert!(
+            Instant::now() < deadline,
+            "{} connections still open",
+            ep.peers()
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -817,7 +821,9 @@ fn sigkill(claim: Claim, tag: &str, default_kills: u64) {
 fn alive(pid: libc::pid_t) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(st) => !matches!(
-            st.rsplit(')').next().and_then(|r| r.trim_start().chars().next()),
+            st.rsplit(')')
+                .next()
+                .and_then(|r| r.trim_start().chars().next()),
             Some('Z' | 'X' | 'x')
         ),
         Err(_) => false,
@@ -842,7 +848,9 @@ fn sigkill_mid_claim_posix_robust() {
 #[test]
 fn slot_stays_taken_until_copied_out() {
     let _s = serial();
-    use mpsync::msgq::ring::{Blocked, Env, Event, Head, HeapConn, HeapQueue, Kind, Outgoing, SendStats};
+    use mpsync::msgq::ring::{
+        Blocked, Env, Event, Head, HeapConn, HeapQueue, Kind, Outgoing, SendStats,
+    };
     struct E;
     impl Env for E {
         fn now_ns(&self) -> u64 {
@@ -865,7 +873,14 @@ fn slot_stays_taken_until_copied_out() {
     let mut give_up = |_: &Blocked<'_>| Err(Error::Timeout("full".into()));
     for v in [&[10u64][..], &[11]] {
         q.queue()
-            .send(&c.sender(0, u64::MAX), None, &out(v), &E, &mut give_up, &mut st)
+            .send(
+                &c.sender(0, u64::MAX),
+                None,
+                &out(v),
+                &E,
+                &mut give_up,
+                &mut st,
+            )
             .unwrap();
     }
     std::thread::scope(|s| {
@@ -877,7 +892,10 @@ fn slot_stays_taken_until_copied_out() {
             go_rx.recv().unwrap();
             let mut head = Head::default();
             let mut buf = Vec::new();
-            match q.queue().poll_one(&mut head, &E, &|_| Some(c.area()), true, &mut buf) {
+            match q
+                .queue()
+                .poll_one(&mut head, &E, &|_| Some(c.area()), true, &mut buf)
+            {
                 Event::Message(m) => m.args[0],
                 e => panic!("{e:?}"),
             }

@@ -190,7 +190,14 @@ const DOORBELL_SPIN: Duration = Duration::from_micros(20);
 /// (the paper's receivers); with `Some` it sleeps on its doorbell after
 /// spinning that long.
 fn serve(name: &str, claim: Claim, spin: Option<Duration>) -> i32 {
-    let Ok(mut ep) = Endpoint::create(name, Options::default().claim(claim).spin(spin)) else {
+    let Ok(mut ep) = Endpoint::create(
+        name,
+        Options::default()
+            .claim(claim)
+            // Every process of the run is the harness's own: the POSIX mutex may be used.
+            .trust_peers(true)
+            .spin(spin),
+    ) else {
         return 1;
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -266,7 +273,14 @@ fn logp_once(
     let s2 = srv.clone();
     let pid = fork_child(Some(server_cpu), move || serve(&s2, claim, spin))?;
     let r = (|| -> anyhow::Result<LogP> {
-        let mut ep = Endpoint::create(&fresh("c"), Options::default().claim(claim).spin(spin))?;
+        let mut ep = Endpoint::create(
+            &fresh("c"),
+            Options::default()
+                .claim(claim)
+                // Every process of the run is the harness's own: the POSIX mutex may be used.
+                .trust_peers(true)
+                .spin(spin),
+        )?;
         let peer = connect_retry(&ep, &srv)?;
         let args = [1u64, 2, 3, 4, 5, 6, 7, 8]; // 64 bytes
         for _ in 0..200 {
@@ -726,7 +740,11 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
                             let _ = c;
                             let mut ep = Endpoint::create(
                                 &fresh("bc"),
-                                Options::default().claim(claim).spin(None),
+                                Options::default()
+                                    .claim(claim)
+                                    // Every process of the run is the harness's own: the POSIX mutex may be used.
+                                    .trust_peers(true)
+                                    .spin(None),
                             )?;
                             let peer = connect_retry(&ep, &srv)?;
                             for _ in 0..100 {
@@ -895,7 +913,9 @@ fn stress_once(
         timeout: Duration::from_secs(600),
         ..Options::default()
     }
-    .claim(claim);
+    .claim(claim)
+    // Every process of the run is the harness's own: the POSIX mutex may be used.
+    .trust_peers(true);
     let mut ep = Endpoint::create(&fresh("r"), o.clone())?;
     let count = Arc::new(AtomicU64::new(0));
     let sum = Arc::new(AtomicU64::new(0));

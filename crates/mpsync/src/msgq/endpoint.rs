@@ -4,7 +4,9 @@
 
 use super::memfd::SharedMap;
 use super::rendezvous::{self, ConnHandler, Connection, Credentials, Listener, Offer};
-use super::ring::{Blocked, Doorbell, Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats, Sender};
+use super::ring::{
+    Blocked, Doorbell, Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats, Sender,
+};
 use super::segment::{ConnArea, ConnGeometry, MAX_MAP, REPLY_SLOTS, Segment, validate_name};
 use super::word;
 use super::{Claim, Error, Options};
@@ -284,8 +286,7 @@ impl ConnHandler for Acceptor {
                 &self.shared,
                 format!(
                     "endpoint {:?} is full: it serves {} connections (Options::max_peers)",
-                    self.name,
-                    self.geom.sid
+                    self.name, self.geom.sid
                 ),
             );
         };
@@ -894,7 +895,11 @@ impl Endpoint {
                 continue;
             }
             let bell = peer.area.replies().bell();
-            let r = self.idle(&mut idle, deadline, Some((bell, &|| peer.reply_waiting(rs))));
+            let r = self.idle(
+                &mut idle,
+                deadline,
+                Some((bell, &|| peer.reply_waiting(rs))),
+            );
             if r.is_err() {
                 return Err(Error::Timeout(format!(
                     "no reply from {:?} within {:?}",
@@ -1085,21 +1090,26 @@ impl Peer {
     pub fn connect(name: &str, options: &Options) -> Result<Self, Error> {
         validate_name(name)?;
         options.validate()?;
-        let (conn, hello, fds) =
-            rendezvous::connect(name, options.timeout.min(CONNECT_WAIT))?;
+        let (conn, hello, fds) = rendezvous::connect(name, options.timeout.min(CONNECT_WAIT))?;
         let bad = |why: &str| Error::Corrupt(format!("endpoint {name:?} answered {why}"));
         if hello.len() != 12
             || hello[..4] != HELLO_MAGIC.to_le_bytes()
             || hello[4..8] != super::segment::VERSION.to_le_bytes()
         {
-            return Err(bad("with a hello this library does not read (another version?)"));
+            return Err(bad(
+                "with a hello this library does not read (another version?)",
+            ));
         }
         let sid = u32::from_le_bytes(hello[8..12].try_into().expect("4 bytes"));
         let mut fds = fds.into_iter();
         let (Some(seg_fd), Some(area_fd), None) = (fds.next(), fds.next(), fds.next()) else {
             return Err(bad("without its two shared-memory objects"));
         };
-        let seg = Segment::open(name, SharedMap::from_received(seg_fd, 4096, MAX_MAP)?, options)?;
+        let seg = Segment::open(
+            name,
+            SharedMap::from_received(seg_fd, 4096, MAX_MAP)?,
+            options,
+        )?;
         let area = ConnArea::open(name, SharedMap::from_received(area_fd, 4096, MAX_MAP)?, sid)?;
         Ok(Self {
             name: name.to_string(),

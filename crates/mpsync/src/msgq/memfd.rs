@@ -9,7 +9,6 @@
 //! an untrusted process over a Unix socket: [`SharedMap::from_received`], which
 //! asks the kernel, not the sender, what the object is.
 
-
 use super::Error;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

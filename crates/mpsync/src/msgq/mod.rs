@@ -350,6 +350,13 @@ impl Options {
         self
     }
 
+    /// These options with [`trust_peers`](Options#structfield.trust_peers)
+    /// set to `yes` (needed for [`Claim::PosixRobust`]).
+    pub fn trust_peers(mut self, yes: bool) -> Self {
+        self.trust_peers = yes;
+        self
+    }
+
     /// These options with spin-then-sleep waiting (`Some(spin)`) or busy
     /// polling (`None`); see the `spin` field.
     pub fn spin(mut self, spin: Option<Duration>) -> Self {

@@ -35,7 +35,6 @@
 //! It is sent with one `sendmsg(MSG_DONTWAIT | MSG_NOSIGNAL)`; a send that
 //! would block or fails closes the connection.
 
-
 use super::Error;
 use super::memfd::os;
 use std::io;

@@ -281,10 +281,8 @@ impl Doorbell {
     /// announced): until either is rung, a signal, or `timeout`. Returns
     /// whether either was rung. Leaves both awake.
     pub fn sleep_with(&self, other: &Doorbell, timeout: Option<Duration>) -> bool {
-        let _ = crate::sched::park_shared_any(
-            &[(&self.word, ASLEEP), (&other.word, ASLEEP)],
-            timeout,
-        );
+        let _ =
+            crate::sched::park_shared_any(&[(&self.word, ASLEEP), (&other.word, ASLEEP)], timeout);
         // Relaxed: as in `sleep`.
         let a = self.word.swap(AWAKE, Ordering::Relaxed) == AWAKE;
         let b = other.word.swap(AWAKE, Ordering::Relaxed) == AWAKE;
@@ -1386,7 +1384,9 @@ fn take(c: &ConnRef<'_>, w: u64, t: u64, bulk: &mut Vec<u8>) -> Result<Incoming,
     let rw = rec.word.load(Ordering::Relaxed);
     let g = gen_of(rw);
     if !matches!(gen_state(rw), SUBMITTED | SENT) {
-        return Err(format!("slot {t}: its record {k} is not submitted ({rw:#x})"));
+        return Err(format!(
+            "slot {t}: its record {k} is not submitted ({rw:#x})"
+        ));
     }
     let ticket = rec.ticket.load(Ordering::Relaxed);
     if word::seq(ticket) != word::seq(t) {
@@ -1398,7 +1398,9 @@ fn take(c: &ConnRef<'_>, w: u64, t: u64, bulk: &mut Vec<u8>) -> Result<Incoming,
     let handler = (meta & 0xffff) as u16;
     let nargs = ((meta >> 16) & 0xf) as usize;
     if nargs > MAX_ARGS {
-        return Err(format!("slot {t}: {nargs} argument words (at most {MAX_ARGS})"));
+        return Err(format!(
+            "slot {t}: {nargs} argument words (at most {MAX_ARGS})"
+        ));
     }
     let Some(kind) = Kind::from_bits((meta >> 20) & 3) else {
         return Err(format!("slot {t}: invalid message kind"));
@@ -1894,12 +1896,31 @@ mod tests {
     }
 
     /// Connection 3 is `c`; every other index is unknown.
-    fn poll(q: &QueueRef<'_>, head: &mut Head, env: &FakeEnv, c: &HeapConn, buf: &mut Vec<u8>) -> Event {
+    fn poll(
+        q: &QueueRef<'_>,
+        head: &mut Head,
+        env: &FakeEnv,
+        c: &HeapConn,
+        buf: &mut Vec<u8>,
+    ) -> Event {
         q.poll_one(head, env, &|sid| (sid == 3).then(|| c.area()), true, buf)
     }
 
-    fn send(q: &QueueRef<'_>, c: &HeapConn, lock: Option<&dyn ClaimLock>, m: &Outgoing<'_>, env: &FakeEnv) -> Result<u64, Error> {
-        q.send(&c.sender(3, u64::MAX), lock, m, env, &mut no_wait, &mut SendStats::default())
+    fn send(
+        q: &QueueRef<'_>,
+        c: &HeapConn,
+        lock: Option<&dyn ClaimLock>,
+        m: &Outgoing<'_>,
+        env: &FakeEnv,
+    ) -> Result<u64, Error> {
+        q.send(
+            &c.sender(3, u64::MAX),
+            lock,
+            m,
+            env,
+            &mut no_wait,
+            &mut SendStats::default(),
+        )
     }
 
     fn round_trip(lock: Option<&dyn ClaimLock>) {
@@ -2169,7 +2190,10 @@ mod tests {
         let mut buf = Vec::new();
         while let Event::Message(_) = poll(&q, &mut head, &env, &c, &mut buf) {}
         send(&q, &c, None, &msg(&[9], Some(&data)), &env).unwrap();
-        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(_)));
+        assert!(matches!(
+            poll(&q, &mut head, &env, &c, &mut buf),
+            Event::Message(_)
+        ));
         assert_eq!(buf, data);
     }
 
@@ -2208,7 +2232,10 @@ mod tests {
         let env = FakeEnv::new();
         let mut head = Head::default();
         let mut buf = Vec::new();
-        for (round, bad) in [u64::MAX - (1 << 38), 1 << 39, 5, word::SEQ_MASK].into_iter().enumerate() {
+        for (round, bad) in [u64::MAX - (1 << 38), 1 << 39, 5, word::SEQ_MASK]
+            .into_iter()
+            .enumerate()
+        {
             hq.tail_word().store(bad, Ordering::Relaxed);
             // A sender meets the bad tail and gives up at once (no_wait)...
             let r = send(&q, &c, None, &msg(&[round as u64], None), &env);
@@ -2247,11 +2274,11 @@ mod tests {
         let mut head = Head::default();
         let mut buf = Vec::new();
         let forged = [
-            word::slot(READY, 9, 0, 0),             // unknown connection
-            word::slot(READY, 3, 1, 1),             // record 1 is free
-            word::slot(READY, 3, 7, 2),             // no record 7
-            word::slot(READY, 3, 0, 7),             // another lap
-            word::slot(1, 3, 0, 4),                 // a state nobody writes
+            word::slot(READY, 9, 0, 0), // unknown connection
+            word::slot(READY, 3, 1, 1), // record 1 is free
+            word::slot(READY, 3, 7, 2), // no record 7
+            word::slot(READY, 3, 0, 7), // another lap
+            word::slot(1, 3, 0, 4),     // a state nobody writes
         ];
         for (i, f) in forged.into_iter().enumerate() {
             let t = head.next();
@@ -2266,9 +2293,13 @@ mod tests {
         c.record(0).word.store(gen_word(SENT, 0), Ordering::Relaxed);
         c.record(0).ticket.store(9, Ordering::Relaxed);
         let t = head.next();
-        hq.slot_word(t).store(word::slot(READY, 3, 0, t), Ordering::Relaxed);
+        hq.slot_word(t)
+            .store(word::slot(READY, 3, 0, t), Ordering::Relaxed);
         hq.tail_word().store(t + 1, Ordering::Relaxed);
-        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Rejected(_)));
+        assert!(matches!(
+            poll(&q, &mut head, &env, &c, &mut buf),
+            Event::Rejected(_)
+        ));
         assert_eq!(
             c.record(0).word.load(Ordering::Relaxed),
             gen_word(SENT, 0),
@@ -2290,10 +2321,20 @@ mod tests {
         let data = [1u8; 8];
         send(&q, &c, None, &msg(&[1], Some(&data)), &env).unwrap();
         hq.slot_word(0).store(0xdead, Ordering::Relaxed);
-        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Rejected(_)));
+        assert!(matches!(
+            poll(&q, &mut head, &env, &c, &mut buf),
+            Event::Rejected(_)
+        ));
         let mut st = SendStats::default();
-        q.send(&c.sender(3, u64::MAX), None, &msg(&[2], Some(&data)), &env, &mut no_wait, &mut st)
-            .unwrap();
+        q.send(
+            &c.sender(3, u64::MAX),
+            None,
+            &msg(&[2], Some(&data)),
+            &env,
+            &mut no_wait,
+            &mut st,
+        )
+        .unwrap();
         assert_eq!(st.lost, 1);
         assert!(
             matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(m) if m.args[0] == 2)
@@ -2314,7 +2355,10 @@ mod tests {
             Event::Unknown { sid: 3 }
         );
         assert_eq!(head.next(), 0, "nothing consumed");
-        assert!(matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(_)));
+        assert!(matches!(
+            poll(&q, &mut head, &env, &c, &mut buf),
+            Event::Message(_)
+        ));
     }
 
     #[test]
@@ -2337,7 +2381,9 @@ mod tests {
         r.put(&mut tail, 13, &[3], None).unwrap();
         assert_eq!(r.take(&mut head).unwrap().unwrap().token, 13);
         // A slot the server never writes so: reported, left in place.
-        c.replies[(head % 2) as usize].word.store(0xbad, Ordering::Relaxed);
+        c.replies[(head % 2) as usize]
+            .word
+            .store(0xbad, Ordering::Relaxed);
         assert!(matches!(r.take(&mut head), Some(Err(_))));
         assert!(matches!(r.take(&mut head), Some(Err(_))));
         assert!(r.put(&mut tail, 14, &[9; 9], None).is_err());
@@ -2372,9 +2418,10 @@ mod tests {
                     w.store(rng.next_u64() % 8, Ordering::Relaxed);
                 }
             }
-            c.blocks[(rng.next_u64() % 2) as usize]
-                .word
-                .store(gen_word(rng.next_u64() % 4, rng.next_u64() % 4), Ordering::Relaxed);
+            c.blocks[(rng.next_u64() % 2) as usize].word.store(
+                gen_word(rng.next_u64() % 4, rng.next_u64() % 4),
+                Ordering::Relaxed,
+            );
             hq.tail_word().store(rng.next_u64(), Ordering::Relaxed);
             for _ in 0..4 {
                 env.advance(600);

@@ -216,7 +216,10 @@ impl Segment {
         // each header word is read once (see `read_word`).
         let f: [u64; 6] = std::array::from_fn(|i| unsafe { read_word(h.add(i)) });
         if f[0] != MAGIC {
-            return Err(bad(format!("bad magic {:#018x} (not an mpsync endpoint)", f[0])));
+            return Err(bad(format!(
+                "bad magic {:#018x} (not an mpsync endpoint)",
+                f[0]
+            )));
         }
         let version = f[1] as u32;
         if version != VERSION {
@@ -228,7 +231,8 @@ impl Segment {
             return Err(bad("header checksum mismatch (geometry overwritten)".into()));
         }
         let code = (f[1] >> 32) as u32;
-        let claim = Claim::from_code(code).ok_or_else(|| bad(format!("unknown claim code {code}")))?;
+        let claim =
+            Claim::from_code(code).ok_or_else(|| bad(format!("unknown claim code {code}")))?;
         let packets = u32::try_from(f[2]).map_err(|_| bad(format!("{} packets", f[2])))?;
         let geom_o = Options {
             claim,
@@ -418,11 +422,26 @@ impl ClaimLock for SegLock<'_> {
                 Ok(false)
             }
             // SAFETY: as above (casts).
-            Claim::Tas => with_shared(unsafe { &*self.at.cast::<Tas>() }, f, deadline_ns, self.lease_ns),
+            Claim::Tas => with_shared(
+                unsafe { &*self.at.cast::<Tas>() },
+                f,
+                deadline_ns,
+                self.lease_ns,
+            ),
             // SAFETY: as above (casts).
-            Claim::Tatas => with_shared(unsafe { &*self.at.cast::<TasB>() }, f, deadline_ns, self.lease_ns),
+            Claim::Tatas => with_shared(
+                unsafe { &*self.at.cast::<TasB>() },
+                f,
+                deadline_ns,
+                self.lease_ns,
+            ),
             // SAFETY: as above (casts).
-            Claim::Ticket => with_shared(unsafe { &*self.at.cast::<Ticket>() }, f, deadline_ns, self.lease_ns),
+            Claim::Ticket => with_shared(
+                unsafe { &*self.at.cast::<Ticket>() },
+                f,
+                deadline_ns,
+                self.lease_ns,
+            ),
             // SAFETY: as above (casts).
             Claim::Anderson => with_shared(
                 unsafe { &*self.at.cast::<AndersonClaim>() },
@@ -598,7 +617,9 @@ impl ConnArea {
         // SAFETY (all writes): offsets of `conn_layout`, inside the mapping,
         // 128-aligned; nobody else maps it before its fd is sent.
         unsafe {
-            base.add(layout.bell).cast::<Doorbell>().write(Doorbell::new());
+            base.add(layout.bell)
+                .cast::<Doorbell>()
+                .write(Doorbell::new());
             for i in 0..g.records as usize {
                 base.add(layout.records)
                     .cast::<Record>()
@@ -630,9 +651,8 @@ impl ConnArea {
 
     /// The area of connection `sid`, received from the endpoint's owner.
     pub fn open(name: &str, map: SharedMap, sid: u32) -> Result<Self, Error> {
-        let bad = |why: String| {
-            Error::Corrupt(format!("connection area from endpoint {name:?}: {why}"))
-        };
+        let bad =
+            |why: String| Error::Corrupt(format!("connection area from endpoint {name:?}: {why}"));
         if map.len() < 4096 {
             return Err(bad(format!("{} bytes", map.len())));
         }

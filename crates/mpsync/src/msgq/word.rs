@@ -150,7 +150,12 @@ mod tests {
 
     #[test]
     fn slot_round_trip() {
-        let w = slot(READY, (MAX_SIDS - 1) as u32, (MAX_RECORDS - 1) as u32, SEQ_MASK);
+        let w = slot(
+            READY,
+            (MAX_SIDS - 1) as u32,
+            (MAX_RECORDS - 1) as u32,
+            SEQ_MASK,
+        );
         assert_eq!(state(w), READY);
         assert_eq!(sid(w), (MAX_SIDS - 1) as u32);
         assert_eq!(rec(w), (MAX_RECORDS - 1) as u32);
