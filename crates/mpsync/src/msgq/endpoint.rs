@@ -1141,6 +1141,13 @@ impl Peer {
         self.conn.server()
     }
 
+    /// Whether the endpoint's owner has closed this connection (it exited,
+    /// or dropped its endpoint): sends and requests through this `Peer`
+    /// can then only time out.
+    pub fn server_gone(&self) -> bool {
+        self.conn.server_gone()
+    }
+
     /// Bytes of bulk data a message (or reply) may carry.
     pub fn block_bytes(&self) -> usize {
         self.area.area().block_bytes()

@@ -11,7 +11,9 @@
 
 use super::Error;
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+#[cfg(test)]
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// An `Error::Os` for the system call that just failed.
 pub(crate) fn os(what: impl Into<String>) -> Error {
@@ -219,7 +221,8 @@ impl SharedMap {
         self.len
     }
 
-    /// The memfd.
+    /// The memfd (for tests).
+    #[cfg(test)]
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

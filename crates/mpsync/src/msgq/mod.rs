@@ -1,31 +1,14 @@
 //! Shared-memory active messages between processes (Lumetta & Culler, IPPS/SPDP
 //! 1998; `papers/004_…`).
 //!
-//! An [`Endpoint`] owns a named shared-memory segment holding two destination
-//! queues — requests and replies — each a ring of packets (a handler index and
-//! up to eight words, one packet per cache-line pair) and a ring of bulk blocks
-//! (up to 8 KB each). Other processes [`connect`](Endpoint::connect) to it by
-//! name and send it messages; the owner [`poll`](Endpoint::poll)s, which runs
-//! the registered handler of every arrived message. A handler may reply once;
-//! [`Endpoint::request`] sends a request and polls until its reply arrives.
-//!
-//! How senders claim a slot in the receiver's queue is chosen per endpoint
-//! ([`Claim`]): under one of mpsync's process-shared spin locks (TAS, TATAS,
-//! Ticket, Anderson), under a POSIX process-shared *robust* mutex, or with the
-//! paper's lock-free claim (CAS on the tail, then CAS on the packet's type word;
-//! bulk block first).
-//!
-//! Beyond the paper, peers are untrusted: everything read from the segment is
-//! validated (the header's magic, version, geometry and checksum when opening;
-//! every packet's lap, state, argument count, kind, bulk ticket and length when
-//! delivering), so a peer that scribbles on the segment can make its messages
-//! fail, never crash or hang the receiver. A sender killed between claiming a
-//! slot and publishing it does not wedge the queue: the receiver frees a slot
-//! whose claimant process no longer exists, and revokes a ticket left unclaimed
-//! for a lease ([`Options::lease`]) — see [`ring`] and [`word`] for the protocol.
-//! What a dead process cannot be recovered from: being killed *inside* a spin
-//! lock's critical section (a few instructions) leaves that lock held forever —
-//! only [`Claim::PosixRobust`] and [`Claim::LockFree`] survive that.
+//! An [`Endpoint`] owns a request queue in shared memory: a ring of slots that
+//! senders claim (the paper's claim algorithms, [`Claim`]) and the owner
+//! [`poll`](Endpoint::poll)s, running the registered handler of every message.
+//! Other processes of the same user [`connect`](Peer::connect) to it by name
+//! and send it messages of a handler index and up to eight words, with up to
+//! 8 KB of bulk data. A handler may reply once; [`Endpoint::request`] (or
+//! [`Peer::request`], for a process without an endpoint of its own) sends a
+//! request and waits for its reply.
 //!
 //! ```no_run
 //! use mpsync::msgq::{Endpoint, Options};
@@ -45,16 +28,73 @@
 //! # Ok::<(), mpsync::msgq::Error>(())
 //! ```
 //!
-//! Everything lives in a `shm_open` object `/dev/shm/mpsync.<name>` created
-//! with mode 0600 (so only the same user can connect) and unlinked when the
-//! owning [`Endpoint`] is dropped. All processes must share a pid namespace
-//! (liveness of a claimant is checked by pid).
+//! # Peers are untrusted: what msgq defends against, and what it cannot
+//!
+//! Every process that may connect (any process of the endpoint's user) can
+//! write every byte of every shared mapping it holds, at any moment, fork, be
+//! killed, or connect and do nothing. Against that:
+//!
+//! - **Nothing crashes, nothing hangs.** No receiver or sender ever faults
+//!   (the shared objects are sealed memfds whose size cannot change: no
+//!   SIGBUS), panics or runs into undefined behaviour, whatever the bytes; no
+//!   call blocks past its deadline ([`Options::timeout`]): every wait, claim
+//!   loop and claim lock is bounded, [`Endpoint::poll`] never blocks and takes
+//!   at most one ring's worth per call, and a reply never waits.
+//! - **Queues heal.** Once a hostile peer stops writing (or dies), no word it
+//!   left behind wedges a queue: the receiver puts back a tail that no honest
+//!   sender leaves (honest tails lie within a ring of the head), clears slot
+//!   words no honest sender writes, and revokes tickets left unpublished for a
+//!   lease; a claim lock that shows no hand-over for a lock lease (100 leases,
+//!   at least 100 ms) is reset and the claim made without it. Every honest
+//!   sender's later message is delivered exactly once, in per-sender order, to
+//!   the handler it names.
+//! - **Identity comes from the kernel, not from the segment.** An endpoint's
+//!   name is an abstract Unix socket, bound exclusively (a second creator gets
+//!   [`Error::Exists`]) and gone when its owner exits. A connecting process is
+//!   named by `SO_PEERCRED` ([`Message::sender`]), processes of other users are
+//!   refused (and a client refuses a server of another user), and each
+//!   connection gets its own memory area, shared by the endpoint and that
+//!   process only. A message's content lives there — written by its sender
+//!   *before* it claims a slot, so claiming is publishing and there is no
+//!   half-claimed slot whose owner the receiver would have to judge alive or
+//!   dead — and a slot only names it; a slot that names a record which does
+//!   not hold it is rejected. Replies travel on the requester's connection
+//!   only, so no request can point them elsewhere.
+//! - **Memory stays bounded**: at most [`Options::max_peers`] connections
+//!   (further connects are refused until one closes), each freed when its
+//!   process closes it or exits.
+//!
+//! What it cannot prevent:
+//! - a peer can always drop or delay its own messages, flood the queue (it
+//!   competes for the same slots), or connect and hold a connection;
+//! - while a peer writes the shared ring it can destroy or delay messages in
+//!   transit (their slot words), and while it writes the claim lock it can
+//!   slow senders to one lock lease per send; it cannot read or change their
+//!   content, which is in the senders' own areas;
+//! - [`Claim::PosixRobust`] trusts every peer and is refused unless
+//!   [`Options::trust_peers`](Options#structfield.trust_peers) is set: glibc keeps its robust list's pointers
+//!   inside the shared mutex and follows them on unlock, so a peer that writes
+//!   them makes the unlocker write anywhere in its own memory.
+//!
+//! # The protocol
+//!
+//! Per message (see [`ring`] for the details and [`word`] for the words'
+//! state tables): the sender claims a *record* in its connection's area and,
+//! with bulk data, a *block* there; writes the message; takes a ticket `t`
+//! and publishes with one CAS of slot `t` from `FREE(t)` to
+//! `READY(connection, record, t)` — lock-free (paper Figure 3: having seen the
+//! slot free, a CAS of the tail, then the slot's) or under a process-shared
+//! claim lock (Figure 2: TAS, TATAS, Ticket, Anderson, or the POSIX robust
+//! mutex). The receiver, at its head, checks that the record names that
+//! ticket, copies it out, frees record, block and slot, and runs the handler.
+//! A sender killed before publishing leaves a ticket the receiver revokes
+//! after [`Options::lease`]; one killed after publishing has delivered.
 //!
 //! # Waiting: busy polling or the doorbell
 //!
 //! The paper's receivers busy-poll, which is fastest when sender and receiver
 //! each have a core and a loss when they share one: the poller holds the core
-//! the sender needs. So each segment has a *doorbell* ([`ring::Doorbell`]), a
+//! the sender needs. So each endpoint has a *doorbell* ([`ring::Doorbell`]), a
 //! process-shared futex word that a waiting receiver ([`Endpoint::wait`],
 //! [`Endpoint::request`]) sleeps on after a bounded spin ([`Options::spin`](Options#structfield.spin),
 //! default up to 20 µs), parked through [`crate::sched::park_shared`]. Every
@@ -65,130 +105,21 @@
 //! restores it, and one wait in 16 probes with the full spin; so cross-core
 //! pairs keep busy-polling latency and same-core pairs go straight to sleep.
 //! `spin: None` busy-polls as the paper does. A sleep is capped (20 ms, or a
-//! quarter lease while a ticket is in flight) so that recovery from a sender
-//! that died between publishing and ringing still happens.
+//! lease while a ticket is in flight) so that revocation still happens.
+//! A requester waits on its own doorbell and on its connection's *reply bell*
+//! at once ([`crate::sched::park_shared_any`]), so a request to it and the
+//! reply it waits for both wake it.
 //!
-//! Senders wait too: for space, when the ring is full. Each queue has a
-//! second bell, its *space bell* ([`ring::SpaceBell`], segment layout
-//! version 3), that a [`Peer::send`] finding the ring full sleeps on after a
-//! few backoff steps, and that the receiver rings after freeing slots
-//! ([`Endpoint::poll`] does, every 32 freed slots and when it ends) — a fence
-//! and a load, and a system call only when a sender announced that it sleeps.
-//! The same Dekker pair (announce, look at the slot again, park on the
-//! announced value; free, fence, look at the bell), loom-modelled with
-//! senders that sleep more than once and two sleepers at a time. A sender
-//! sleeps at most 10 ms at a time (a safety net against a receiver that died
-//! or a peer that scribbles on the bell) and only while it waits for the
-//! receiver (a slot whose previous lap is not yet delivered, a bulk block
-//! not yet copied out); waits that need the sender's own recovery checks
-//! keep spinning. An [`Endpoint`] that sends keeps polling its own queues
-//! while it waits (§3.1's deadlock avoidance), so it does not sleep on a
-//! peer's bell.
-//!
-//! # What was measured (issue 16, 2-core shared machine; ratios within a run)
-//!
-//! - Bulk throughput (`mpsync run lc98-bandwidth --trials 3`, cross-core,
-//!   8 KB blocks): the copies into and out of the segment went through a
-//!   `memcpy` call per 8-byte word (a variable-length `copy_from_slice` of
-//!   each `chunks(8)` piece; `perf` put a third of all samples in
-//!   `__memmove_avx512_unaligned_erms`). Word-wise copies of `chunks_exact(8)`
-//!   took the rate from 849–1897 MB/s to 3950–6850 MB/s on the machine when
-//!   it was quiet (load ≈ 2; memcpy of 8 KB blocks in one process 11–14 GB/s
-//!   in the same runs). With the machine loaded (load ≈ 15, other builds
-//!   running) both versions measured 700–3400 MB/s, and at load ≈ 24 the new
-//!   one 68–1330 MB/s (the 201–368 MB/s first reported for this experiment
-//!   are in that range): then the scheduler, not the copy, sets the rate —
-//!   client and server each get a sliver of their core, and a full ring
-//!   waits for the descheduled side. `lc98-bandwidth` now also reports the
-//!   server's time per block inside its delivering polls (about 1 µs for the
-//!   lock-free claim in that loaded run, i.e. ~8 GB/s if it were the only
-//!   cost). There is still one handshake per 8 KB block
-//!   (the paper's design) and two copies (sender → segment → receiver's
-//!   buffer): the receiver copies out because a peer may rewrite the segment
-//!   at any time, and a handler given a slice of shared memory would race it.
-//! - Round trips with the doorbell (`mpsync run lc98-logp --trials 3`,
-//!   load ≈ 14): same-core, the busy-polling lock-free claim 62.0 µs, with
-//!   the doorbell 26.5 µs, a Unix-domain socket 35.5 µs (doorbell 0.75× the
-//!   socket; `--quick` at load ≈ 16: 19.7 vs 28.3 µs, 0.70×); cross-core,
-//!   busy 4.64 µs, doorbell 3.30 µs, socket 198 µs (`--quick`: 1.37, 1.40,
-//!   212 µs). Checking the bell costs each send a fence and a load: lock-free
-//!   o_s cross-core 0.26 µs before, 0.28 µs after (`--quick`, two
-//!   interleaved runs of each binary).
-//! - Recovery after a SIGKILL mid-claim (`tests/msgq.rs`, `sigkill_mid_claim`):
-//!   the latency from the kill until the backlog is clear splits into the
-//!   kernel finishing the kill (the killed process must be scheduled to die;
-//!   until then it is alive and may still write) and the receiver's own
-//!   detection after the death. With `MPSYNC_MSGQ_KILLS=2000 cargo test
-//!   --release -p mpsync --test msgq sigkill_mid_claim -- --nocapture
-//!   --test-threads=1` on the loaded machine (load ≈ 15): lock-free claim
-//!   p50 30 µs, p99 18.6 ms in all, of which the kernel's kill p99 18.6 ms
-//!   and the receiver's part p99 1.0 ms; POSIX mutex p99 20.1 ms, kernel
-//!   20.1 ms, receiver 0.25 ms. So the 10 ms p99 target is missed by the
-//!   kernel's time to kill a process on a busy machine, which is not ours to
-//!   shorten (a process with SIGKILL pending may still run a few user
-//!   instructions, so its slot cannot be taken before it is gone). The
-//!   receiver's part is at most one [`Options::lease`] (default 1 ms: an
-//!   unclaimed ticket is revoked a lease after it is first seen stuck; a dead
-//!   claimant is found by a liveness check every quarter lease); a shorter
-//!   lease shortens it, at the price of live but preempted senders retrying
-//!   with new tickets more often.
-//! - Many-to-one (`mpsync run lc98-stress --quick --scale 3 --threads 1,7
-//!   --trials 5`, 300,000 one-word messages, load ≈ 6): with 7 writers the
-//!   lock-free claim took 0.121 s and the POSIX robust mutex 0.186 s, a ratio
-//!   of 1.54× against the 3× target (ten other runs under heavier load, load ≈
-//!   7–12: 0.73–1.34×; two more at load 3–7: 1.74× and 1.04×). The receiver was on a CPU only 13–19% of each 7-writer
-//!   run, for every claim, spending 0.08–0.15 µs of CPU per message, while with
-//!   1 writer it was on a CPU ~80–90% of the run: 8 processes share 2 cores,
-//!   and no writer ever sleeps (one waiting for space spins, yielding now and
-//!   then), so the receiver's share of the CPU, not the claim, sets the rate
-//!   (whether the ring was full how often was not measured). Linux's process-shared mutex is a user-space CAS with futex
-//!   sleeps under contention, not the Solaris 2.5 mutex the paper measured 4.6×
-//!   slower. Letting lock-free senders test for space before taking a ticket
-//!   was tried (A/B, interleaved, 7 runs each) and changed nothing beyond the
-//!   noise.
-//! - Many-to-one with senders that sleep on the space bell (same command,
-//!   binaries before and after back to back, three pairs in alternating
-//!   order, the machine heavily loaded by other helpers' builds, load ≈
-//!   9–14, so the receiver was on a CPU only 4–18% of every run, 1 writer or
-//!   7): with 7 writers the lock-free claim took 0.579, 0.491 and 0.606 s
-//!   before, 0.415, 0.395 and 0.407 s after; the POSIX robust mutex 0.602,
-//!   0.573 and 0.727 s before, 0.478, 0.374 and 0.372 s after — a ratio of
-//!   1.04×, 1.17× and 1.20× before, 1.15×, 0.95× and 0.91× after (and
-//!   0.80× in a fourth run after, load ≈ 15): about 1×, a factor of 3 short
-//!   of the 3× target. Both claims got faster, and the spin locks most (ticket at 7 writers 1.50 and 3.21 s before, 0.31 and
-//!   0.35 s after; Anderson once 104 s, extrapolated from a capped run,
-//!   before, 0.33 s after): a locked claim's senders sleep on the space bell
-//!   just as lock-free ones do (the receiver's rings found sleeping writers
-//!   about 1,000 times per 300,000-message run with every locked claim, but
-//!   only 13–126 times with the lock-free claim; why its writers sleep so
-//!   rarely was not measured). Revoked tickets do not explain
-//!   the lock-free claim's rate: none at 7 writers in that fourth run (a
-//!   ticket held by a sleeping lock-free writer and not claimed within a
-//!   lease would stall the receiver for that lease; `lc98-stress` now
-//!   reports them). So the space bell removes the spinning writers' cost from every
-//!   claim alike, and the ratio between claims stays near 1: on Linux the
-//!   POSIX mutex is a user-space CAS with futex sleeps, not the Solaris 2.5
-//!   mutex the paper measured 4–5× slower, and what sets the rate on this
-//!   machine is the receiver's share of the CPU, which the other helpers'
-//!   load, not the writers, kept at 4–18%.
-//! - iceoryx2 as a peer in `lc98-logp` and `lc98-stress`: iceoryx2 0.10.0
-//!   (84 crates including bindgen, clang-sys and cc) builds here, but a
-//!   release build of a bare crate depending on it took 12 min 56 s on the two
-//!   shared cores (load ≈ 14) — far over the 3 minutes of extra CI compile
-//!   this project allows — so it is an optional dependency of the harness,
-//!   behind its cargo feature `iceoryx2`, not in the default build nor in CI:
-//!   `cargo run --release -p mpsync-cli --features iceoryx2 -- run lc98-logp`.
-//!   The peer is two publish-subscribe services (ping, pong) carrying the
-//!   same 64-byte message in loaned samples, busy polling like the msgq
-//!   runs. Measured 2026-11-26 on the 2 cores shared with other builds (no
-//!   quiet-machine figures), four `lc98-logp` runs (trimmed means of 5, 7, 7
-//!   and 7 trials), lock-free RTT against iceoryx2's: cross-core 12.0/29.4 µs
-//!   = 0.41× (load 15–19), 4.70/4.06 µs = 1.16× (load 10–13), 3.25/3.54 µs =
-//!   0.92× (load 7–13), 2.11/2.99 µs = 0.70× (load 5–7; trials 1.5–4.0
-//!   against 2.1–3.7 µs); same-core 0.70×, 0.68×, 0.72×, 0.76× (e.g. 31.5
-//!   against 41.4 µs). So the target (≤ 1.0× iceoryx2's) held in 3 of 4 runs
-//!   cross-core, the miss within the noise of that load (fastest trials 2.21
-//!   against 2.32 µs), and in every run same-core.
+//! Senders wait too: for space, when the ring is full or their connection's
+//! records are all in flight. The endpoint has a *space bell*
+//! ([`ring::SpaceBell`]) that a [`Peer::send`] sleeps on after a few backoff
+//! steps, and that the receiver rings after freeing slots ([`Endpoint::poll`]
+//! does, every 32 freed slots and when it ends) — a fence and a load, and a
+//! system call only when a sender announced that it sleeps. A sender sleeps
+//! at most 10 ms at a time (a safety net against a receiver that died or a
+//! peer that scribbles on the bell). An [`Endpoint`] that sends keeps polling
+//! its own queue while it waits (§3.1's deadlock avoidance), so it does not
+//! sleep on a peer's bell.
 
 pub mod ring;
 pub mod word;

@@ -711,8 +711,23 @@ impl Connection {
 
     /// The socket (readable with a hang-up once the server closed the
     /// connection or stopped; it never sends anything after the hello).
+    #[cfg(test)]
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
+    }
+
+    /// Whether the server has closed the connection (its process exited,
+    /// it dropped its endpoint, or it sent something it never sends): a
+    /// look, not a wait.
+    pub(crate) fn server_gone(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; a zero timeout never blocks.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r > 0 && p.revents != 0
     }
 }
 

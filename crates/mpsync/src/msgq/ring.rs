@@ -778,7 +778,7 @@ impl<'a> QueueRef<'a> {
     /// data, a block of the connection's own area first, then the ticket and
     /// the slot. `wait` is called whenever the sender must wait (ring full,
     /// records all in flight, lock busy) and at least every
-    /// [`LOOPS_PER_CHECK`] turns of a loop that could go on: it polls the
+    /// 64 turns of a loop that could go on: it polls the
     /// sender's own endpoint (§3.1's deadlock avoidance), backs off or sleeps
     /// ([`Blocked::sleep`]), and returns an error to give up (a timeout). On
     /// any error the record and block are freed again, unless a peer's forged
@@ -2414,7 +2414,7 @@ mod tests {
             hq.slot_word(h).store(ty, Ordering::Relaxed);
             let r = &c.records[(rng.next_u64() % 2) as usize];
             for w in [&r.word, &r.ticket, &r.meta, &r.bulk, &r.bulk_gen] {
-                if rng.next_u64() % 2 == 0 {
+                if rng.next_u64().is_multiple_of(2) {
                     w.store(rng.next_u64() % 8, Ordering::Relaxed);
                 }
             }

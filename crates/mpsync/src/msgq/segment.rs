@@ -122,8 +122,6 @@ fn segment_size(packets: u32) -> usize {
 pub(crate) struct Geometry {
     pub claim: Claim,
     pub packets: u32,
-    /// The creator's pid, as it wrote it (informational: never trusted).
-    pub owner_pid: u32,
 }
 
 /// One mapping of an endpoint's segment.
@@ -144,7 +142,6 @@ impl Segment {
         let geom = Geometry {
             claim: o.claim,
             packets: o.packets,
-            owner_pid: std::process::id(),
         };
         let seg = Segment {
             map,
@@ -260,11 +257,7 @@ impl Segment {
         }
         Ok(Segment {
             map,
-            geom: Geometry {
-                claim,
-                packets,
-                owner_pid: f[4] as u32,
-            },
+            geom: Geometry { claim, packets },
             lock_lease: lock_lease(o.lease),
         })
     }
@@ -686,10 +679,6 @@ impl ConnArea {
             geom: g,
             layout,
         })
-    }
-
-    pub fn geometry(&self) -> ConnGeometry {
-        self.geom
     }
 
     /// The memfd, to hand to the connecting process.
