@@ -13,7 +13,8 @@
 //! with that message *before* touching the queue.
 //!
 //! Pointer-free and `#[repr(C)]`: usable in memory shared by several processes
-//! (see [`super::ProcessShared`]).
+//! (see [`super::ProcessShared`]); where a peer may write that memory, the
+//! crate's `SharedClaimLock` paths wait for admission instead of refusing.
 //!
 //! Uses `sched`: nothing. Progress: FIFO, starvation-free.
 //!
@@ -31,7 +32,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use super::LockError;
+use super::{GiveUp, LockError, SharedClaimLock};
 use crate::sync::{AtomicU32, Ordering, spin_loop};
 
 /// Anderson's lock with the default 64 slots.
@@ -190,5 +191,153 @@ unsafe impl<const N: usize> lock_api::RawMutex for AndersonN<N> {
     fn is_locked(&self) -> bool {
         // Relaxed: a momentary snapshot.
         self.users.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// Whether slot value `v` says that ticket `t`, waiting on that slot, has been
+/// passed over: `v` is a ticket of the same slot (≡ `t` mod `N`) ahead of `t`.
+/// While `t` waits honestly its slot holds `t - N` (or an older ticket of the
+/// slot, or the initial 0), never one ahead: only `t`'s entry lets `t + N` be
+/// admitted. After a [`reset`](SharedClaimLock::reset) every slot holds a
+/// ticket of the new round, ahead of every ticket taken before.
+#[inline]
+fn passed<const N: usize>(v: u32, t: u32) -> bool {
+    let d = v.wrapping_sub(t);
+    (d as usize).is_multiple_of(N) && (d as i32) > 0
+}
+
+// SAFETY: `lock_or_give_up` enters only as `lock` does: admitted, then its own
+// ticket seen in its slot by the Acquire load. A ticket it leaves (given up,
+// or passed) is never taken again before the counter wraps.
+unsafe impl<const N: usize> SharedClaimLock for AndersonN<N> {
+    /// As `lock`, asking `give_up` every [`GIVE_UP_SPINS`](super::GIVE_UP_SPINS)
+    /// spins, in two waits: for admission (while `N` users hold or wait —
+    /// instead of `lock`'s panic), then for its slot. A waiter whose ticket
+    /// has been passed over (see [`passed`]: a `reset`, or a peer's write) is
+    /// admitted again and takes a new one.
+    fn lock_or_give_up(&self, give_up: &mut dyn FnMut() -> bool) -> Option<AndersonGuard> {
+        let mut g = GiveUp::new(give_up);
+        loop {
+            // Relaxed (all three): admission counting, as in `admit`.
+            let mut u = self.users.load(Ordering::Relaxed);
+            loop {
+                if (u as usize) < N {
+                    match self.users.compare_exchange_weak(
+                        u,
+                        u + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break,
+                        Err(now) => u = now,
+                    }
+                } else {
+                    u = self.users.load(Ordering::Relaxed);
+                }
+                if g.spin(1) {
+                    return None;
+                }
+            }
+            // Relaxed: as in `lock_checked`.
+            let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+            let slot = &self.slots[ticket as usize % N];
+            loop {
+                // Acquire: pairs with the Release store of the previous
+                // holder's unlock (or of `reset`).
+                let v = slot.load(Ordering::Acquire);
+                if v == ticket {
+                    return Some(AndersonGuard { ticket });
+                }
+                if passed::<N>(v, ticket) {
+                    break; // admitted again below, with a new ticket
+                }
+                if g.spin(1) {
+                    return None;
+                }
+            }
+            if g.spin(1) {
+                return None;
+            }
+        }
+    }
+
+    /// The wrapping sum of the slots: a release raises one slot by `N`
+    /// (mod 2³²), taking a ticket changes none. Costs `N` loads.
+    fn progress(&self) -> u64 {
+        self.slots.iter().fold(0u64, |sum, s| {
+            // Relaxed: a sample the caller compares with later ones; nothing
+            // is read through it.
+            sum.wrapping_add(s.load(Ordering::Relaxed).into())
+        })
+    }
+
+    /// Nobody counted, and a new round: the ticket counter moves `N` on
+    /// (`n`, the first new ticket), each slot gets the ticket one round
+    /// before the first new one it will admit, and then `n`'s slot admits `n`.
+    /// Every ticket taken before is behind its slot's new value, so its
+    /// `lock_or_give_up` waiter sees itself passed over and queues again.
+    unsafe fn reset(&self) {
+        let round = N as u32; // N ≤ 2¹⁶ (VALID)
+        // [1] Relaxed: admission counting, as in `admit`. A swap, not a
+        // store (the same effect, and a reset is rare): loom orders a plain
+        // store only partially against a racing CAS, so in the model a waiter
+        // could re-read forever the count its own CAS had raised.
+        let _ = self.users.swap(0, Ordering::Relaxed);
+        // [2] Relaxed: the ticket counter orders nothing (as in `lock_checked`).
+        let n = self
+            .next
+            .fetch_add(round, Ordering::Relaxed)
+            .wrapping_add(round);
+        for k in 1..round {
+            let t = n.wrapping_add(k);
+            // [3] Relaxed: published by the Release store in [4], which the
+            // first new holder reads with Acquire; every hand-over of the new
+            // round follows from that entry, so none of their stores to this
+            // slot is overwritten by this one.
+            self.slots[t as usize % N].store(t.wrapping_sub(round), Ordering::Relaxed);
+        }
+        // [4] Release: admits `n`, publishing [3] (and as `unlock`'s store).
+        self.slots[n as usize % N].store(n, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::lock::shared_claim_tests::{Waiter, attempt, leaked, within, works};
+    use std::sync::atomic::Ordering::SeqCst;
+
+    #[test]
+    fn passed_only_by_a_ticket_of_the_same_slot_ahead() {
+        for t in [0, 1, 5, 1 << 31, u32::MAX - 1, u32::MAX] {
+            // Honest slot values while `t` waits: older tickets of its slot.
+            assert!(!passed::<4>(t.wrapping_sub(4), t));
+            assert!(!passed::<4>(t.wrapping_sub(8), t));
+            assert!(!passed::<4>(t, t));
+            // Another slot's ticket (a fresh lock's 0, or a peer's write).
+            assert!(!passed::<4>(t.wrapping_add(1), t));
+            // The same slot, rounds ahead (after a reset), also across the wrap.
+            assert!(passed::<4>(t.wrapping_add(4), t));
+            assert!(passed::<4>(t.wrapping_add(8), t));
+        }
+    }
+
+    #[test]
+    fn a_full_admission_count_is_a_wait_and_reset_repairs_it() {
+        let l = leaked::<AndersonN<4>>();
+        // A peer wrote N into the count: every place looks taken. Refused
+        // while it stays so — by a wait that asks give_up, not a panic.
+        l.users.store(4, SeqCst);
+        assert!(!attempt(l, 50), "refused while the count is full");
+        // A place frees up (as an unlock would make it): a waiter is admitted.
+        let w = Waiter::start(l);
+        l.users.store(3, SeqCst);
+        assert!(w.got(), "admitted once a place is free");
+        w.release();
+
+        l.users.store(4, SeqCst);
+        // SAFETY: nobody holds the lock.
+        unsafe { l.reset() };
+        within("after the reset", move || works(l));
     }
 }

@@ -270,6 +270,10 @@ mod mcs_tp;
 mod native;
 mod np;
 mod queued;
+#[cfg(all(test, loom))]
+mod shared_claim_loom;
+#[cfg(all(test, not(loom)))]
+mod shared_claim_tests;
 mod skipq;
 mod smartq;
 mod spin_park;
@@ -339,6 +343,122 @@ unsafe impl ProcessShared for TicketSplit {}
 unsafe impl ProcessShared for TicketNp {}
 // SAFETY: see above.
 unsafe impl<const N: usize> ProcessShared for AndersonN<N> {}
+
+/// A [`ProcessShared`] lock in memory that another, possibly hostile,
+/// process may write: msgq's claim locks. Waiting can be abandoned, hand-overs
+/// can be observed, and the lock can be put back to unlocked from any state.
+///
+/// Every method works whatever values the lock's words hold (a peer may have
+/// scribbled any of them, and may keep doing so): no overflow panic, no
+/// out-of-bounds index, no wait that does not keep asking `give_up`. The
+/// `lock_api` paths are unchanged: in scribbled memory `lock` may wait
+/// forever; `unlock`, and Ticket's and Anderson's `try_lock`, read only
+/// integers and are sound whatever they hold; Tas's and TAS-B's `try_lock`
+/// read the flag byte as a `bool`, which a byte other than 0 or 1 is not
+/// (these paths read it as a byte). Where a peer may write the memory, wait
+/// by [`lock_or_give_up`](Self::lock_or_give_up) and release by `unlock`.
+///
+/// | lock | `progress()` is | it changes when |
+/// |------|-----------------|-----------------|
+/// | [`Tas`], [`TasB`] | the flag byte (0 free, 1 held) | the lock is taken or released; a release straight followed by the next take can be missed: a held lock and one that changes hands between two looks look alike |
+/// | [`Ticket`], [`TicketSplit`] | `serving` | every release (the hand-over to the next number); not when numbers are taken |
+/// | [`AndersonN`] | the wrapping sum of the slots | every release (one slot rises by `N`); not when tickets are taken |
+///
+/// All three change at a `reset` of a lock that was not already in the reset
+/// state.
+///
+/// # Safety
+/// Implementors promise that a guard from `lock_or_give_up` is as one from
+/// `lock`: mutual exclusion (among callers that never `reset`) and the same
+/// Acquire/Release hand-over.
+#[allow(
+    dead_code,
+    reason = "msgq's claim locks (msgq/segment.rs) are its user; until they call it, only tests do"
+)]
+pub(crate) unsafe trait SharedClaimLock: ProcessShared {
+    /// Waits for the lock as `lock` does, but while it waits asks `give_up`
+    /// (at least every [`GIVE_UP_SPINS`] spins, or TAS-B's every
+    /// [`GIVE_UP_BACKOFF_NS`] of backoff; not at all if the first look gets
+    /// the lock) and returns `None` as soon as it answers `true`. Never
+    /// panics: Anderson's refusal of a user beyond its `N` slots is a wait too.
+    /// Not a `try_lock` even when `give_up` answers `true` at once: it asks
+    /// only after the first [`GIVE_UP_SPINS`] spins, and a FIFO waiter has
+    /// taken a number by then (see below).
+    ///
+    /// A FIFO lock's ([`Ticket`], [`AndersonN`]) waiter that gives up leaves
+    /// its number unserved: when the hand-over reaches it, the lock stays held
+    /// until a [`reset`](Self::reset). A waiter whose number a `reset` (or a
+    /// peer) has moved the queue past takes a new one and waits on.
+    fn lock_or_give_up(
+        &self,
+        give_up: &mut dyn FnMut() -> bool,
+    ) -> Option<<Self as lock_api::RawMutex>::Guard>;
+
+    /// A value that changes at every hand-over (see the table above), for
+    /// telling a lock that is busy but moving from one that is stuck.
+    fn progress(&self) -> u64;
+
+    /// Puts the lock back to unlocked, whatever state it is in: the next
+    /// `lock_or_give_up` (or `try_lock`) gets it at once. Holders and waiters
+    /// from before are forgotten.
+    ///
+    /// A holder from before that unlocks afterwards causes no UB and no hang
+    /// of a `lock_or_give_up` (its `give_up` still works), but it may leave the
+    /// lock held or refusing everyone (its unlock hands over or decrements a
+    /// count that the reset already cleared); the next `reset` repairs that.
+    ///
+    /// # Safety
+    /// The lock's mutual exclusion does not survive a reset: a holder from
+    /// before may still be in its critical section while the next holder
+    /// enters, and (see above) its late unlock may let two later ones in at
+    /// once. Call it only where what the lock protects stays sound with
+    /// several holders at once (msgq's claim: every step is a CAS from an exact
+    /// word) — as it must anyway for a lock that a peer can write.
+    unsafe fn reset(&self);
+}
+
+/// Spins a [`SharedClaimLock`] waiter makes between two calls of its
+/// `give_up` (64 `PAUSE`s: about 0.1–3 µs on current x86, where a `PAUSE`
+/// takes 10–140 cycles by model). Under loom one: every spin is a scheduling
+/// point there.
+pub(crate) const GIVE_UP_SPINS: u32 = if cfg!(loom) { 1 } else { 64 };
+
+/// Nanoseconds of busy-work backoff (TAS-B) between two calls of a
+/// [`SharedClaimLock`] waiter's `give_up`.
+pub(crate) const GIVE_UP_BACKOFF_NS: u64 = 1_000;
+
+/// A [`SharedClaimLock`] waiter's spinning: asks `give_up` after every
+/// [`GIVE_UP_SPINS`] spins, counted across calls.
+pub(crate) struct GiveUp<'a> {
+    give_up: &'a mut dyn FnMut() -> bool,
+    left: u32,
+}
+
+impl<'a> GiveUp<'a> {
+    pub(crate) fn new(give_up: &'a mut dyn FnMut() -> bool) -> Self {
+        Self {
+            give_up,
+            left: GIVE_UP_SPINS,
+        }
+    }
+
+    /// Spins `n` times (at least once), asking `give_up` every
+    /// [`GIVE_UP_SPINS`] spins; whether it said to give up.
+    #[inline]
+    pub(crate) fn spin(&mut self, n: u32) -> bool {
+        for _ in 0..n.max(1) {
+            crate::sync::spin_loop();
+            self.left -= 1;
+            if self.left == 0 {
+                self.left = GIVE_UP_SPINS;
+                if (self.give_up)() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
 
 /// Writes an unlocked `L` at `at` (e.g. the start of a shared mapping) and
 /// returns it. Other processes that map the same memory use it as is.

@@ -32,7 +32,8 @@ use crate::sync::{AtomicBool, Ordering};
 use crate::util::backoff::{Backoff, DEFAULT_CAP_NS, DEFAULT_MIN_NS};
 use crate::util::busy::BusyWork;
 
-use super::LockError;
+use super::tas::Flag;
+use super::{GIVE_UP_BACKOFF_NS, LockError, SharedClaimLock};
 
 /// Test-and-test-and-set lock with bounded exponential backoff.
 #[derive(Debug)]
@@ -156,5 +157,88 @@ unsafe impl lock_api::RawMutex for TasB {
     fn is_locked(&self) -> bool {
         // Relaxed: a momentary snapshot, documented as possibly stale.
         self.locked.load(Ordering::Relaxed)
+    }
+}
+
+impl TasB {
+    /// The backoff bounds in nanoseconds as `lock_or_give_up` uses them: the
+    /// two parameter words as they are — in shared memory a peer may have
+    /// written any `u32` there — clamped to what [`with_backoff`](Self::with_backoff)
+    /// accepts (1 ns ..= 1 s, minimum ≤ cap). Each is read once, as
+    /// `lock_slow` reads them (they are written only at construction).
+    fn claim_backoff_ns(&self) -> (u64, u64) {
+        let cap = u64::from(self.cap_ns).clamp(1, 1_000_000_000);
+        (u64::from(self.min_ns).clamp(1, cap), cap)
+    }
+
+    /// `try_acquire` through the flag's byte view: test (a hint), then swap.
+    #[inline]
+    fn take_shared(&self) -> bool {
+        let flag = Flag(&self.locked);
+        flag.value() == 0 && flag.take()
+    }
+}
+
+// SAFETY: `lock_or_give_up` takes the lock only by the Acquire swap of `lock`
+// (through the flag's byte view: the same atomic byte, 0 → 1).
+unsafe impl SharedClaimLock for TasB {
+    /// As `lock`: test, swap, back off (the lock's own bounds, clamped), but
+    /// each backoff interval in pieces of [`GIVE_UP_BACKOFF_NS`] with a call of
+    /// `give_up` after each.
+    fn lock_or_give_up(&self, give_up: &mut dyn FnMut() -> bool) -> Option<lock_api::GuardSend> {
+        if self.take_shared() {
+            return Some(lock_api::GuardSend::new());
+        }
+        // As in `lock_slow`: never calibrate here.
+        let w = BusyWork::global_or_nominal();
+        let (min_ns, cap_ns) = self.claim_backoff_ns();
+        let mut backoff = Backoff::from_iters(w.iters_for_ns(min_ns), w.iters_for_ns(cap_ns));
+        let slice = w.iters_for_ns(GIVE_UP_BACKOFF_NS);
+        loop {
+            if backoff.spin_or_stop(slice, give_up) {
+                return None;
+            }
+            if self.take_shared() {
+                return Some(lock_api::GuardSend::new());
+            }
+        }
+    }
+
+    /// The flag byte: it cannot show a release followed at once by the next
+    /// take.
+    fn progress(&self) -> u64 {
+        Flag(&self.locked).value().into()
+    }
+
+    /// Frees the flag. The backoff words are plain fields that cannot be
+    /// written through `&self`; `lock_or_give_up` clamps whatever they hold.
+    unsafe fn reset(&self) {
+        Flag(&self.locked).clear();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::lock::shared_claim_tests::attempt;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "waits on real time")]
+    fn scribbled_backoff_words_do_not_delay_give_up() {
+        // A held lock whose backoff words a peer set to u32::MAX ns (4.3 s;
+        // clamped to 1 s): each backoff is waited in ~1 µs pieces with a
+        // `give_up` call after each, so three calls take microseconds, where
+        // three whole backoffs would take seconds.
+        let m = Box::leak(Box::new(TasB::new()));
+        (m.min_ns, m.cap_ns) = (u32::MAX, u32::MAX);
+        let l: &'static TasB = m;
+        let _ = lock_api::RawMutex::lock(l); // never unlocked
+        let t0 = Instant::now();
+        assert!(!attempt(l, 3), "a held lock");
+        assert!(
+            t0.elapsed() < Duration::from_millis(250),
+            "three give_up calls took {:?}",
+            t0.elapsed()
+        );
     }
 }

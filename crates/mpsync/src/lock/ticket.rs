@@ -56,8 +56,10 @@ use crate::util::clock::Patience;
 const PROPORTIONAL_SPINS: u32 = 32;
 
 /// Signed distance from `a` to `b` on the wrapping ticket circle (the plain
-/// ticket locks: a taker never leaves its number, so at most one number per
-/// thread is ever outstanding and the distance never nears 2³¹).
+/// ticket locks: a `lock` taker never leaves its number, so at most one number
+/// per thread is ever outstanding and the distance never nears 2³¹; the
+/// numbers `lock_or_give_up` takers leave are passed over by the `reset` that
+/// unsticks the lock they wedge).
 #[inline]
 fn ahead(mine: u32, serving: u32) -> i32 {
     mine.wrapping_sub(serving) as i32
@@ -78,14 +80,19 @@ fn ahead_np(mine: Number, serving: Number) -> i64 {
 /// lock twice too large to finish.
 #[inline]
 fn proportional_pause(n: u32) {
-    #[cfg(loom)]
-    {
-        let _ = (n, PROPORTIONAL_SPINS);
+    for _ in 0..pause_spins(n) {
         spin_loop();
     }
-    #[cfg(not(loom))]
-    for _ in 0..n.saturating_mul(PROPORTIONAL_SPINS).min(1 << 16) {
-        spin_loop();
+}
+
+/// The spins of [`proportional_pause`] for `n` positions (capped at 2¹⁶); one
+/// under loom.
+#[inline]
+fn pause_spins(n: u32) -> u32 {
+    if cfg!(loom) {
+        1
+    } else {
+        n.saturating_mul(PROPORTIONAL_SPINS).min(1 << 16)
     }
 }
 
@@ -178,6 +185,65 @@ macro_rules! plain_ticket {
             fn is_locked(&self) -> bool {
                 // Relaxed: a momentary snapshot, documented as possibly stale.
                 $get(&self.next).load(Ordering::Relaxed) != $get(&self.serving).load(Ordering::Relaxed)
+            }
+        }
+
+        // SAFETY: `lock_or_give_up` enters only as `lock` does: its own number
+        // (fetch_add) seen in `serving` by the Acquire load. A number it leaves
+        // (given up, or passed) is never taken again before the counter wraps.
+        unsafe impl super::SharedClaimLock for $name {
+            /// As `lock`: a number, then proportional pauses (each in pieces
+            /// of [`GIVE_UP_SPINS`](super::GIVE_UP_SPINS) spins with a call of
+            /// `give_up` between). A number that `serving` has passed (a
+            /// `reset`, or a peer, moved it beyond) is given up for a new one.
+            fn lock_or_give_up(
+                &self,
+                give_up: &mut dyn FnMut() -> bool,
+            ) -> Option<lock_api::GuardSend> {
+                let mut g = super::GiveUp::new(give_up);
+                loop {
+                    // Relaxed: as in `lock`.
+                    let mine = $get(&self.next).fetch_add(1, Ordering::Relaxed);
+                    loop {
+                        // Acquire: as in `lock`, pairs with the Release store
+                        // in `unlock` (or `reset`).
+                        let s = $get(&self.serving).load(Ordering::Acquire);
+                        let d = ahead(mine, s);
+                        if d == 0 {
+                            return Some(lock_api::GuardSend::new());
+                        }
+                        if d < 0 {
+                            break; // passed: a new number
+                        }
+                        if g.spin(pause_spins(d as u32)) {
+                            return None;
+                        }
+                    }
+                    if g.spin(1) {
+                        return None;
+                    }
+                }
+            }
+
+            /// `serving`: every release advances it; numbers taken do not.
+            fn progress(&self) -> u64 {
+                // Relaxed: a sample the caller compares with later ones;
+                // nothing is read through it.
+                $get(&self.serving).load(Ordering::Relaxed).into()
+            }
+
+            /// `serving = next`: the next number taken is served at once; the
+            /// numbers taken before are passed (their `lock_or_give_up`
+            /// takers take new ones; a `lock` taker waits until the counter
+            /// wraps).
+            unsafe fn reset(&self) {
+                // Relaxed: the count of numbers taken, nothing read through
+                // it; a number taken after this load is `n` or later and is
+                // served in turn.
+                let n = $get(&self.next).load(Ordering::Relaxed);
+                // Release: as `unlock`'s store; the taker of number `n` enters
+                // by its Acquire load of it.
+                $get(&self.serving).store(n, Ordering::Release);
             }
         }
     };

@@ -55,6 +55,35 @@ impl Backoff {
         self.cur_iters = (self.cur_iters * 2).min(self.cap_iters);
     }
 
+    /// As [`spin`](Self::spin), but in pieces of at most `slice_iters`
+    /// iterations with a call of `stop` after each (so at least once), ending
+    /// early when it answers `true`; whether it did. The interval doubles
+    /// either way. Under loom a single model yield, then `stop`.
+    #[inline]
+    pub(crate) fn spin_or_stop(
+        &mut self,
+        slice_iters: u64,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> bool {
+        let (mut left, slice) = (self.cur_iters, slice_iters.max(1));
+        self.cur_iters = self.cur_iters.saturating_mul(2).min(self.cap_iters);
+        if cfg!(loom) {
+            crate::sync::spin_loop();
+            return stop();
+        }
+        // (`run_iters` needs no rate: never calibrate here.)
+        let w = BusyWork::global_or_nominal();
+        while left > slice {
+            w.run_iters(slice);
+            left -= slice;
+            if stop() {
+                return true;
+            }
+        }
+        w.run_iters(left);
+        stop()
+    }
+
     /// Back to the first interval.
     pub fn reset(&mut self, min_iters: u64) {
         self.cur_iters = min_iters.clamp(1, self.cap_iters);
@@ -83,5 +112,23 @@ mod tests {
         assert_eq!(seen, [1, 2, 4, 5, 5]);
         b.reset(2);
         assert_eq!(b.current_iters(), 2);
+    }
+
+    #[test]
+    fn spin_or_stop_asks_after_every_slice_and_doubles() {
+        let mut b = Backoff::from_iters(10, 100);
+        let mut asked = 0;
+        assert!(!b.spin_or_stop(3, &mut || {
+            asked += 1;
+            false
+        }));
+        assert_eq!((asked, b.current_iters()), (4, 20)); // 3 + 3 + 3 + 1
+        let mut asked = 0;
+        assert!(b.spin_or_stop(3, &mut || {
+            asked += 1;
+            asked == 2
+        }));
+        assert_eq!((asked, b.current_iters()), (2, 40));
+        assert!(!Backoff::from_iters(5, 5).spin_or_stop(0, &mut || false));
     }
 }
