@@ -371,9 +371,9 @@ unsafe impl<const N: usize> ProcessShared for AndersonN<N> {}
 /// Implementors promise that a guard from `lock_or_give_up` is as one from
 /// `lock`: mutual exclusion (among callers that never `reset`) and the same
 /// Acquire/Release hand-over.
-#[allow(
-    dead_code,
-    reason = "msgq's claim locks (msgq/segment.rs) are its user; until they call it, only tests do"
+#[cfg_attr(
+    loom,
+    allow(dead_code, reason = "msgq, its user, is not built under loom")
 )]
 pub(crate) unsafe trait SharedClaimLock: ProcessShared {
     /// Waits for the lock as `lock` does, but while it waits asks `give_up`
