@@ -346,6 +346,8 @@ struct Core {
     shared: Arc<ConnShared>,
     seg: Segment,
     conns: Vec<Option<ServerConn>>,
+    /// How many of `conns` are closing (waiting to be retired).
+    closing: usize,
     name: String,
     env: RealEnv,
     options: Options,
@@ -444,8 +446,13 @@ impl Core {
 
     /// Applies what the acceptor thread reported (new and ended connections).
     fn sync_conns(&mut self) {
-        // Acquire: pairs with the acceptor's Release store after pushing.
-        if !self.shared.dirty.swap(false, Ordering::Acquire) {
+        // Relaxed: a look, to keep the common case a load of a line the
+        // acceptor rarely writes (the swap below is the one that counts).
+        // Acquire (the swap): pairs with the acceptor's Release store after
+        // pushing.
+        if !self.shared.dirty.load(Ordering::Relaxed)
+            || !self.shared.dirty.swap(false, Ordering::Acquire)
+        {
             return;
         }
         let events = std::mem::take(
@@ -477,8 +484,11 @@ impl Core {
                     let head = self.head.next();
                     let ahead = word::seq_diff(word::seq(q.tail()), word::seq(head))
                         .clamp(0, q.slots() as i64);
-                    if let Some(Some(c)) = self.conns.get_mut(sid as usize) {
+                    if let Some(Some(c)) = self.conns.get_mut(sid as usize)
+                        && c.closing_at.is_none()
+                    {
                         c.closing_at = Some(head.wrapping_add(ahead as u64));
+                        self.closing += 1;
                     }
                 }
                 ConnEvent::Refused => self.stats.peers_refused += 1,
@@ -489,6 +499,9 @@ impl Core {
     /// Unmaps the closed connections that nothing in the ring can name any
     /// more, and gives their indices back.
     fn retire_closed(&mut self) {
+        if self.closing == 0 {
+            return;
+        }
         let head = self.head.next();
         for (sid, slot) in self.conns.iter_mut().enumerate() {
             if let Some(c) = slot
@@ -496,6 +509,7 @@ impl Core {
                 && word::seq_diff(word::seq(head), word::seq(at)) >= 0
             {
                 *slot = None;
+                self.closing -= 1;
                 self.shared
                     .free
                     .lock()
@@ -642,6 +656,7 @@ impl Endpoint {
                 shared,
                 seg,
                 conns: (0..options.max_peers).map(|_| None).collect(),
+                closing: 0,
                 name: name.to_string(),
                 env: RealEnv {
                     lease_ns: options.lease.as_nanos() as u64,
