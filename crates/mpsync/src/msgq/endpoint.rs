@@ -12,7 +12,7 @@ use super::word;
 use super::{Claim, Error, Options};
 use crate::util::backoff::Backoff;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -159,12 +159,38 @@ pub struct Stats {
     pub peers_refused: u64,
 }
 
+/// Counters of a [`Peer`]'s sends (of every thread that sends through it).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PeerStats {
+    /// Messages sent (one-way and requests).
+    pub sent: u64,
+    /// Tickets given up because the slot moved on (revoked while a sender
+    /// was slow) and taken again.
+    pub send_retries: u64,
+    /// Messages a peer destroyed in the ring after they were sent (their
+    /// records taken back).
+    pub lost: u64,
+    /// Claim locks found stuck for a lock lease and broken.
+    pub lock_breaks: u64,
+    /// Replies nobody waited for (late, or for another token).
+    pub stray_replies: u64,
+}
+
+/// [`PeerStats`] as a `Peer` keeps them (several threads send at once).
+#[derive(Debug, Default)]
+struct PeerCounters {
+    sent: AtomicU64,
+    send_retries: AtomicU64,
+    lost: AtomicU64,
+    lock_breaks: AtomicU64,
+    stray_replies: AtomicU64,
+}
+
 /// The client's state of a connection's reply ring.
 #[derive(Debug, Default)]
 struct ReplyState {
     head: u64,
     next_token: u64,
-    stray: u64,
 }
 
 /// A connection to an endpoint, for sending (and, through
@@ -183,6 +209,7 @@ pub struct Peer {
     /// Where this process looks for a free record first.
     hint: AtomicU32,
     reply: Mutex<ReplyState>,
+    counters: PeerCounters,
 }
 
 impl std::fmt::Debug for Peer {
@@ -266,7 +293,9 @@ struct Acceptor {
     shared: Arc<ConnShared>,
     name: String,
     seg_fd: OwnedFd,
+    /// Every connection's geometry but its index.
     geom: ConnGeometry,
+    max_peers: u32,
 }
 
 impl ConnHandler for Acceptor {
@@ -286,7 +315,7 @@ impl ConnHandler for Acceptor {
                 &self.shared,
                 format!(
                     "endpoint {:?} is full: it serves {} connections (Options::max_peers)",
-                    self.name, self.geom.sid
+                    self.name, self.max_peers
                 ),
             );
         };
@@ -641,8 +670,9 @@ impl Endpoint {
             shared: shared.clone(),
             name: name.to_string(),
             seg_fd: seg.map().try_clone_fd()?,
+            max_peers: options.max_peers,
             geom: ConnGeometry {
-                sid: options.max_peers,
+                sid: 0,
                 records: options.in_flight,
                 blocks: options.blocks,
                 block_bytes: options.block_bytes,
@@ -880,9 +910,12 @@ impl Endpoint {
         let mut rs = peer.reply_state()?;
         let token = rs.next_token;
         rs.next_token = rs.next_token.wrapping_add(1);
-        let strays = rs.stray;
+        // Relaxed: a counter; one request at a time per Peer (`rs`), so the
+        // difference is this request's.
+        let strays = peer.counters.stray_replies.load(Ordering::Relaxed);
         let r = self.request_inner(peer, &mut rs, handler, token, args, bulk);
-        self.core.stats.stray_replies += rs.stray - strays;
+        self.core.stats.stray_replies +=
+            peer.counters.stray_replies.load(Ordering::Relaxed) - strays;
         if r.is_ok() {
             self.core.stats.delivered += 1;
         }
@@ -1138,7 +1171,22 @@ impl Peer {
             timeout: options.timeout,
             hint: AtomicU32::new(0),
             reply: Mutex::new(ReplyState::default()),
+            counters: PeerCounters::default(),
         })
+    }
+
+    /// Counters of the sends through this `Peer` so far (from every thread,
+    /// and from endpoints that sent through it).
+    pub fn stats(&self) -> PeerStats {
+        // Relaxed: counters, read as a snapshot.
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PeerStats {
+            sent: get(&self.counters.sent),
+            send_retries: get(&self.counters.send_retries),
+            lost: get(&self.counters.lost),
+            lock_breaks: get(&self.counters.lock_breaks),
+            stray_replies: get(&self.counters.stray_replies),
+        }
     }
 
     /// The peer's name.
@@ -1182,14 +1230,25 @@ impl Peer {
             deadline_ns: deadline_ns(timeout),
         };
         let lock = self.seg.lock();
-        self.seg.queue().send(
+        let r = self.seg.queue().send(
             &sender,
             lock.as_ref().map(|l| l as _),
             msg,
             &self.env,
             wait,
             st,
-        )
+        );
+        // Relaxed: counters.
+        let add = |c: &AtomicU64, n: u64| {
+            if n > 0 {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&self.counters.sent, r.is_ok() as u64);
+        add(&self.counters.send_retries, st.retries);
+        add(&self.counters.lost, st.lost);
+        add(&self.counters.lock_breaks, st.lock_breaks);
+        r
     }
 
     /// Sends a one-way message without polling while waiting (for processes
@@ -1302,7 +1361,10 @@ impl Peer {
                         bulk: r.bulk,
                     }));
                 }
-                Ok(_) => rs.stray += 1,
+                // Relaxed: a counter.
+                Ok(_) => {
+                    self.counters.stray_replies.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(why) => {
                     return Some(Err(Error::Corrupt(format!(
                         "endpoint {:?}: {why}",

@@ -134,7 +134,7 @@ pub(crate) mod rendezvous;
 mod segment;
 
 #[cfg(not(loom))]
-pub use endpoint::{Ctx, Endpoint, Message, Peer, Reply, Stats};
+pub use endpoint::{Ctx, Endpoint, Message, Peer, PeerStats, Reply, Stats};
 #[cfg(not(loom))]
 pub use rendezvous::Credentials;
 #[cfg(not(loom))]
