@@ -12,7 +12,7 @@ use super::word;
 use super::{Claim, Error, Options};
 use crate::util::backoff::Backoff;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -206,8 +206,9 @@ pub struct Peer {
     sid: u32,
     env: RealEnv,
     timeout: Duration,
-    /// Where this process looks for a free record first.
-    hint: AtomicU32,
+    /// Where this process looks for a free record first (the `sync` shim's
+    /// atomic, as `ring::Sender` takes it: perturbed in the chaos build).
+    hint: crate::sync::AtomicU32,
     reply: Mutex<ReplyState>,
     counters: PeerCounters,
 }
@@ -1169,7 +1170,7 @@ impl Peer {
                 lease_ns: options.lease.as_nanos() as u64,
             },
             timeout: options.timeout,
-            hint: AtomicU32::new(0),
+            hint: crate::sync::AtomicU32::new(0),
             reply: Mutex::new(ReplyState::default()),
             counters: PeerCounters::default(),
         })
