@@ -7,7 +7,9 @@ use super::rendezvous::{self, ConnHandler, Connection, Credentials, Listener, Of
 use super::ring::{
     Blocked, Doorbell, Event, Head, Incoming, Kind, MAX_ARGS, Outgoing, SendStats, Sender,
 };
-use super::segment::{ConnArea, ConnGeometry, MAX_MAP, REPLY_SLOTS, Segment, validate_name};
+use super::segment::{
+    ConnArea, ConnGeometry, Geometry, MAX_MAP, REPLY_SLOTS, Segment, validate_name,
+};
 use super::word;
 use super::{Claim, Error, Options};
 use crate::util::backoff::Backoff;
@@ -43,8 +45,14 @@ const WAKE_EVERY: usize = 32;
 const PROBE_EVERY: u32 = 16;
 
 /// The hello a receiver sends a connecting process: "MQv4", the layout
-/// version, the connection's index.
+/// version, the connection's index, the claim's code and the slots of the
+/// request ring (little-endian `u32`s). The geometry travels here, from the
+/// owner's own memory, not in the segment's header: every connected peer can
+/// write the header, and a connector that believed it could be kept out, or
+/// sent into the wrong slots, long after that peer is gone.
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"MQv4");
+/// Bytes of the hello.
+const HELLO_LEN: usize = 20;
 
 /// How long a connect waits for the endpoint's answer at most (less if the
 /// caller's timeout is shorter).
@@ -294,6 +302,8 @@ struct Acceptor {
     shared: Arc<ConnShared>,
     name: String,
     seg_fd: OwnedFd,
+    /// The segment's geometry, as its creator chose it (sent in every hello).
+    seg_geom: Geometry,
     /// Every connection's geometry but its index.
     geom: ConnGeometry,
     max_peers: u32,
@@ -345,10 +355,12 @@ impl ConnHandler for Acceptor {
                 return refuse(&self.shared, format!("dup of the connection area: {e}"));
             }
         };
-        let mut hello = Vec::with_capacity(12);
+        let mut hello = Vec::with_capacity(HELLO_LEN);
         hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
         hello.extend_from_slice(&super::segment::VERSION.to_le_bytes());
         hello.extend_from_slice(&sid.to_le_bytes());
+        hello.extend_from_slice(&self.seg_geom.claim.code().to_le_bytes());
+        hello.extend_from_slice(&self.seg_geom.packets.to_le_bytes());
         // Before the hello leaves: the poller must know the connection by the
         // time its first message can arrive.
         self.shared.push(ConnEvent::Opened {
@@ -672,6 +684,7 @@ impl Endpoint {
             name: name.to_string(),
             seg_fd: seg.map().try_clone_fd()?,
             max_peers: options.max_peers,
+            seg_geom: seg.geometry(),
             geom: ConnGeometry {
                 sid: 0,
                 records: options.in_flight,
@@ -1141,7 +1154,7 @@ impl Peer {
         options.validate()?;
         let (conn, hello, fds) = rendezvous::connect(name, options.timeout.min(CONNECT_WAIT))?;
         let bad = |why: &str| Error::Corrupt(format!("endpoint {name:?} answered {why}"));
-        if hello.len() != 12
+        if hello.len() != HELLO_LEN
             || hello[..4] != HELLO_MAGIC.to_le_bytes()
             || hello[4..8] != super::segment::VERSION.to_le_bytes()
         {
@@ -1149,7 +1162,13 @@ impl Peer {
                 "with a hello this library does not read (another version?)",
             ));
         }
-        let sid = u32::from_le_bytes(hello[8..12].try_into().expect("4 bytes"));
+        let word = |i: usize| u32::from_le_bytes(hello[i..i + 4].try_into().expect("4 bytes"));
+        let sid = word(8);
+        let geom = Geometry {
+            claim: Claim::from_code(word(12))
+                .ok_or_else(|| bad("with an unknown claim algorithm"))?,
+            packets: word(16),
+        };
         let mut fds = fds.into_iter();
         let (Some(seg_fd), Some(area_fd), None) = (fds.next(), fds.next(), fds.next()) else {
             return Err(bad("without its two shared-memory objects"));
@@ -1157,6 +1176,7 @@ impl Peer {
         let seg = Segment::open(
             name,
             SharedMap::from_received(seg_fd, 4096, MAX_MAP)?,
+            geom,
             options,
         )?;
         let area = ConnArea::open(name, SharedMap::from_received(area_fd, 4096, MAX_MAP)?, sid)?;

@@ -1,6 +1,7 @@
 //! The two kinds of shared memory of an endpoint, each a sealed memfd
-//! ([`SharedMap`]) whose layout is computed from a validated header (nothing in
-//! them is a pointer):
+//! ([`SharedMap`]) whose layout is computed from a validated geometry (nothing
+//! in them is a pointer; a segment's geometry comes from its owner over the
+//! rendezvous socket, never from the segment, which every peer can write):
 //! - the **segment** ([`Segment`]), one per endpoint, mapped by the receiver
 //!   and every connected sender: the header, the doorbell, the space bell, the
 //!   tail, the claim lock and the request ring's slots;
@@ -93,7 +94,9 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
 // The segment.
 
 /// The segment header at offset 0: `words` are magic, version | claim << 32,
-/// packets, size, owner pid, checksum of the four before it.
+/// packets, size, owner pid, checksum of the four before it. Written for
+/// people and tools that inspect a segment; no process reads it to use the
+/// segment (see [`Segment::open`]).
 #[repr(C, align(128))]
 struct Header {
     words: [AtomicU64; 6],
@@ -201,36 +204,15 @@ impl Segment {
         }
     }
 
-    /// A segment received from an endpoint's owner: validates its header
-    /// against the mapping's (sealed, unchangeable) size.
-    pub fn open(name: &str, map: SharedMap, o: &Options) -> Result<Self, Error> {
+    /// A segment received from an endpoint's owner, whose geometry `geom`
+    /// came with it (the hello): checks that geometry against the mapping's
+    /// (sealed, unchangeable) size. The header in the segment is not read:
+    /// any connected peer can write it, and one that did would otherwise keep
+    /// every later connector out, or send it into the wrong slots, long after
+    /// that peer is gone.
+    pub fn open(name: &str, map: SharedMap, geom: Geometry, o: &Options) -> Result<Self, Error> {
         let bad = |why: String| Error::Corrupt(format!("segment of endpoint {name:?}: {why}"));
-        if map.len() < SLOTS {
-            return Err(bad(format!("{} bytes, smaller than a header", map.len())));
-        }
-        let h = map.base().cast::<u64>();
-        // SAFETY: the mapping is at least SLOTS bytes long and page-aligned;
-        // each header word is read once (see `read_word`).
-        let f: [u64; 6] = std::array::from_fn(|i| unsafe { read_word(h.add(i)) });
-        if f[0] != MAGIC {
-            return Err(bad(format!(
-                "bad magic {:#018x} (not an mpsync endpoint)",
-                f[0]
-            )));
-        }
-        let version = f[1] as u32;
-        if version != VERSION {
-            return Err(bad(format!(
-                "layout version {version}, this library reads version {VERSION}"
-            )));
-        }
-        if checksum(&f[..5]) != f[5] {
-            return Err(bad("header checksum mismatch (geometry overwritten)".into()));
-        }
-        let code = (f[1] >> 32) as u32;
-        let claim =
-            Claim::from_code(code).ok_or_else(|| bad(format!("unknown claim code {code}")))?;
-        let packets = u32::try_from(f[2]).map_err(|_| bad(format!("{} packets", f[2])))?;
+        let Geometry { claim, packets } = geom;
         let geom_o = Options {
             claim,
             packets,
@@ -241,10 +223,9 @@ impl Segment {
             .validate()
             .map_err(|e| bad(format!("invalid geometry: {e}")))?;
         let want = segment_size(packets);
-        if f[3] != want as u64 || map.len() != want {
+        if map.len() != want {
             return Err(bad(format!(
-                "size {} in the header, {} mapped; the geometry needs {want}",
-                f[3],
+                "{} bytes mapped; {packets} slots need {want}",
                 map.len()
             )));
         }
