@@ -947,10 +947,19 @@ impl Endpoint {
     ) -> Result<Reply, Error> {
         self.send_msg(peer, handler, Kind::Request, token, args, bulk)?;
         let deadline = Instant::now() + self.core.options.timeout;
+        let timeout = self.core.options.timeout;
+        let timed_out =
+            || Error::Timeout(format!("no reply from {:?} within {timeout:?}", peer.name));
         let mut idle = Idle::default();
         loop {
             if let Some(r) = peer.take_reply(rs, token) {
                 return r;
+            }
+            // Here, not only when idle: a peer that keeps this endpoint's
+            // queue from ever running dry must not keep the request past its
+            // deadline.
+            if Instant::now() >= deadline {
+                return Err(timed_out());
             }
             if self.poll() > 0 {
                 self.got_work(&mut idle);
@@ -963,10 +972,7 @@ impl Endpoint {
                 Some((bell, &|| peer.reply_waiting(rs))),
             );
             if r.is_err() {
-                return Err(Error::Timeout(format!(
-                    "no reply from {:?} within {:?}",
-                    peer.name, self.core.options.timeout
-                )));
+                return Err(timed_out());
             }
         }
     }
