@@ -1377,10 +1377,12 @@ impl Peer {
     }
 
     /// The reply with `token`, if it arrived (stale replies before it are
-    /// counted and dropped).
+    /// counted and dropped). Looks at most one ring's worth of replies per
+    /// call: an endpoint that refills the ring as fast as this takes from it
+    /// must not keep the caller here past its deadline.
     fn take_reply(&self, rs: &mut ReplyState, token: u64) -> Option<Result<Reply, Error>> {
         let replies = self.area.replies();
-        loop {
+        for _ in 0..replies.slots() {
             match replies.take(&mut rs.head)? {
                 Ok(r) if r.token == token => {
                     return Some(Ok(Reply {
@@ -1400,6 +1402,7 @@ impl Peer {
                 }
             }
         }
+        None
     }
 
     /// The raw mappings (address, length) of the endpoint's segment and of

@@ -1520,6 +1520,11 @@ impl<'a> ReplyRef<'a> {
         self.data.len() / self.slots.len() * 8
     }
 
+    /// Slots of the ring.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The client's bell, rung after every reply.
     pub fn bell(&self) -> &'a Doorbell {
         self.bell
