@@ -272,7 +272,6 @@ enum ConnEvent {
     Closed {
         sid: u32,
     },
-    Refused,
 }
 
 /// Shared between an endpoint's polling thread and its acceptor thread.
@@ -283,6 +282,10 @@ struct ConnShared {
     dirty: AtomicBool,
     /// Connection indices nobody uses.
     free: Mutex<Vec<u32>>,
+    /// Connections refused so far: a count, not an event, so that a peer
+    /// that keeps connecting to a full endpoint whose owner does not poll
+    /// costs no memory.
+    refused: AtomicU64,
 }
 
 impl ConnShared {
@@ -312,7 +315,8 @@ struct Acceptor {
 impl ConnHandler for Acceptor {
     fn opened(&mut self, _cred: Credentials) -> Result<Offer, String> {
         let refuse = |shared: &ConnShared, why: String| {
-            shared.push(ConnEvent::Refused);
+            // Relaxed: a statistic, read by the poller.
+            shared.refused.fetch_add(1, Ordering::Relaxed);
             Err(why)
         };
         let Some(sid) = self
@@ -426,7 +430,7 @@ impl std::fmt::Debug for Endpoint {
                 &self.handlers.iter().filter(|h| h.is_some()).count(),
             )
             .field("peers", &self.peers())
-            .field("stats", &self.core.stats)
+            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
@@ -533,7 +537,6 @@ impl Core {
                         self.closing += 1;
                     }
                 }
-                ConnEvent::Refused => self.stats.peers_refused += 1,
             }
         }
     }
@@ -678,6 +681,7 @@ impl Endpoint {
             events: Mutex::new(Vec::new()),
             dirty: AtomicBool::new(false),
             free: Mutex::new((0..options.max_peers).rev().collect()),
+            refused: AtomicU64::new(0),
         });
         let acceptor = Acceptor {
             shared: shared.clone(),
@@ -1131,7 +1135,11 @@ impl Endpoint {
 
     /// Counters so far.
     pub fn stats(&self) -> Stats {
-        self.core.stats
+        Stats {
+            // Relaxed: a statistic, counted by the acceptor thread.
+            peers_refused: self.core.shared.refused.load(Ordering::Relaxed),
+            ..self.core.stats
+        }
     }
 
     /// The problems met while polling (rejected slots, unknown handlers,
