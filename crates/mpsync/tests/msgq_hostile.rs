@@ -881,7 +881,9 @@ fn own_memfds() -> Vec<i32> {
 }
 
 /// Tries to change the size and seals of memfd `fd` every way the kernel
-/// offers; returns how many of them the kernel allowed (each must fail).
+/// offers, ending with a shrink to one page (below a segment's slots: what
+/// made the old receiver die of SIGBUS); returns how many of them the kernel
+/// allowed (each must fail).
 fn try_resize(fd: i32) -> u64 {
     // SAFETY: an all-zero stat is valid; fstat of our own descriptor.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -891,12 +893,6 @@ fn try_resize(fd: i32) -> u64 {
     }
     let size = st.st_size;
     let mut allowed = 0;
-    for len in [0, size / 2, 4096, size + 4096, size * 2] {
-        // SAFETY: our own descriptor; sealed memfds refuse (EPERM).
-        if unsafe { libc::ftruncate(fd, len) } == 0 {
-            allowed += 1;
-        }
-    }
     // Growing through fallocate.
     // SAFETY: our own descriptor.
     if unsafe { libc::fallocate(fd, 0, size, 4096) } == 0 {
@@ -905,6 +901,12 @@ fn try_resize(fd: i32) -> u64 {
     for seal in [libc::F_SEAL_WRITE, libc::F_SEAL_FUTURE_WRITE] {
         // SAFETY: our own descriptor; F_ADD_SEALS takes an int.
         if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seal) } == 0 {
+            allowed += 1;
+        }
+    }
+    for len in [size * 2, size + 4096, 0, size / 2, 4096] {
+        // SAFETY: our own descriptor; sealed memfds refuse (EPERM).
+        if unsafe { libc::ftruncate(fd, len) } == 0 {
             allowed += 1;
         }
     }
