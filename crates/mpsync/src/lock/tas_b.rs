@@ -163,11 +163,17 @@ unsafe impl lock_api::RawMutex for TasB {
 impl TasB {
     /// The backoff bounds in nanoseconds as `lock_or_give_up` uses them: the
     /// two parameter words as they are — in shared memory a peer may have
-    /// written any `u32` there — clamped to what [`with_backoff`](Self::with_backoff)
-    /// accepts (1 ns ..= 1 s, minimum ≤ cap). Each is read once, as
-    /// `lock_slow` reads them (they are written only at construction).
+    /// written any `u32` there — clamped to 1 ns ..= the default cap (30 µs),
+    /// minimum ≤ cap. Not to what [`with_backoff`](Self::with_backoff) accepts
+    /// (up to 1 s): a waiter does not look at the lock while it backs off, so
+    /// a peer that left a 1 s minimum there would make every later sender that
+    /// found the lock taken once wait a second for a lock free all along —
+    /// for as long as the segment lives, since `reset` cannot repair these
+    /// words. A peer may make waiters spin tighter, never wait longer. Each
+    /// is read once, as `lock_slow` reads them (they are written only at
+    /// construction).
     fn claim_backoff_ns(&self) -> (u64, u64) {
-        let cap = u64::from(self.cap_ns).clamp(1, 1_000_000_000);
+        let cap = u64::from(self.cap_ns).clamp(1, DEFAULT_CAP_NS);
         (u64::from(self.min_ns).clamp(1, cap), cap)
     }
 
@@ -226,7 +232,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "waits on real time")]
     fn scribbled_backoff_words_do_not_delay_give_up() {
         // A held lock whose backoff words a peer set to u32::MAX ns (4.3 s;
-        // clamped to 1 s): each backoff is waited in ~1 µs pieces with a
+        // clamped to 30 µs): each backoff is waited in ~1 µs pieces with a
         // `give_up` call after each, so three calls take microseconds, where
         // three whole backoffs would take seconds.
         let m = Box::leak(Box::new(TasB::new()));
@@ -240,5 +246,40 @@ mod tests {
             "three give_up calls took {:?}",
             t0.elapsed()
         );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "waits on real time")]
+    fn scribbled_backoff_words_do_not_delay_a_free_lock() {
+        // Backoff words a peer set to u32::MAX ns: a waiter that found the
+        // lock held once must still take it soon after its release. (Its
+        // backoff is not interrupted by the release: with a 1 s minimum, as
+        // the words were clamped before, it waited a second for a free lock,
+        // and in msgq every later sender did so for as long as the segment
+        // lived: `reset` cannot repair these words.)
+        let m = Box::leak(Box::new(TasB::new()));
+        (m.min_ns, m.cap_ns) = (u32::MAX, u32::MAX);
+        let l: &'static TasB = m;
+        let g = lock_api::RawMutex::lock(l);
+        let released = std::sync::OnceLock::new();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let got = l.lock_or_give_up(&mut || false);
+                let at = Instant::now();
+                // SAFETY: acquired just above on this thread.
+                unsafe { lock_api::RawMutex::unlock(l, got.expect("never gives up")) };
+                at
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            let _ = released.set(Instant::now());
+            // SAFETY: acquired above on this thread.
+            unsafe { lock_api::RawMutex::unlock(l, g) };
+            let got_at = waiter.join().unwrap();
+            let after = got_at.saturating_duration_since(*released.get().unwrap());
+            assert!(
+                after < Duration::from_millis(250),
+                "the waiter took a lock free for {after:?}"
+            );
+        });
     }
 }
