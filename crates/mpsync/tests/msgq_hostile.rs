@@ -3490,9 +3490,9 @@ fn a_header_forged_by_a_dead_peer_does_not_misdirect_later_connectors() {
 }
 
 /// A hostile user's edges: zero and tiny timeouts. `wait(0)` returns at
-/// once; `connect` with a zero timeout gives up at once (it waits for the
-/// endpoint's answer no longer than the timeout: such options can never
-/// connect); with 1 ms, `send` into an empty ring publishes, into a full one
+/// once; `connect` with a zero timeout returns at once (it waits for the
+/// endpoint's answer no longer than the timeout: with such options a
+/// connect nearly always times out); with 1 ms, `send` into an empty ring publishes, into a full one
 /// times out at once, and `Peer::request` and `Endpoint::request` return at
 /// once, answered or timed out; nothing is left behind (the queue delivers
 /// what was sent, and a patient peer's requests all succeed afterwards).
@@ -3520,7 +3520,13 @@ fn zero_and_tiny_timeouts_return_at_once() {
     let t0 = Instant::now();
     let r = Peer::connect(ep.name(), &with(Duration::ZERO));
     assert!(t0.elapsed() < quick, "connect(0) took {:?}", t0.elapsed());
-    assert!(matches!(r, Err(Error::Timeout(_))), "connect(0): {r:?}");
+    // Almost always a timeout: the endpoint rarely answers between the
+    // connect and the first look.
+    assert!(
+        matches!(r, Ok(_) | Err(Error::Timeout(_))),
+        "connect(0): {r:?}"
+    );
+    drop(r);
     let mut connect = |t: Duration| loop {
         match Peer::connect(ep.name(), &with(t)) {
             Ok(p) => break p,
