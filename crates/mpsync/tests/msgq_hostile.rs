@@ -3236,7 +3236,8 @@ fn a_flooded_requester_still_times_out() {
     };
     let sname = name("flds");
     let (s2, o2) = (sname.clone(), o.clone());
-    // The server never answers handler 5. Board: 1 up, 2 stop.
+    // The server never answers handler 5. Board: 1 up, 2 stop it, 3 stop
+    // the flood (else it lasts 3 s).
     let server = kids.spawn(move || {
         let mut ep = Endpoint::create(&s2, o2).unwrap();
         ep.register(5, |_, _| Ok(())).unwrap();
@@ -3263,13 +3264,15 @@ fn a_flooded_requester_still_times_out() {
     let (t, o2) = (ep.name().to_string(), o.clone());
     let flood_for = Duration::from_secs(3);
     let flooder = kids.spawn(move || {
+        // A short timeout: once the test stops polling, its last send
+        // into the full ring gives up soon.
         let o3 = Options {
-            timeout: Duration::from_secs(5),
+            timeout: Duration::from_millis(200),
             ..o2
         };
         let peer = connect_retry(&t, &o3, Duration::from_secs(10)).unwrap();
         let t0 = Instant::now();
-        while t0.elapsed() < flood_for {
+        while t0.elapsed() < flood_for && b.get(3) == 0 {
             let _ = peer.send(7, &[1], None);
         }
         0
@@ -3285,6 +3288,7 @@ fn a_flooded_requester_still_times_out() {
     let r = ep.request(&peer, 5, &[1], None);
     let took = t0.elapsed();
     b.set(2, 1);
+    b.set(3, 1);
     kids.expect_ok(flooder, Duration::from_secs(20), "the flooder", &b);
     kids.expect_ok(server, Duration::from_secs(10), "the server", &b);
     assert!(matches!(r, Err(Error::Timeout(_))), "{r:?}");
