@@ -54,9 +54,12 @@ const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"MQv4");
 /// Bytes of the hello.
 const HELLO_LEN: usize = 20;
 
-/// How long a connect waits for the endpoint's answer at most (less if the
-/// caller's timeout is shorter).
+/// How long a connect waits for the endpoint's answer: at most this, and at
+/// least [`CONNECT_MIN`] whatever the caller's timeout (a zero send timeout
+/// must not make every connect fail).
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
+/// See [`CONNECT_WAIT`].
+const CONNECT_MIN: Duration = Duration::from_millis(200);
 
 /// Where a waiting receiver is: polling (since when, for how long at most),
 /// and how often it found nothing.
@@ -1161,12 +1164,14 @@ impl Peer {
     /// Connects to the endpoint `name`: asks its owner (over the endpoint's
     /// socket, checking with the kernel that it runs as this user) for the
     /// segment and a connection area of its own, and maps both after checking
-    /// that neither can change size. Keep the `Peer` for as long as you send:
-    /// each connection costs the endpoint one of its `max_peers`.
+    /// that neither can change size. It waits for the owner's answer for the
+    /// options' timeout, but at least 0.2 s and at most 5 s. Keep the `Peer`
+    /// for as long as you send: each connection costs the endpoint one of its
+    /// `max_peers`.
     pub fn connect(name: &str, options: &Options) -> Result<Self, Error> {
         validate_name(name)?;
         options.validate()?;
-        let (conn, hello, fds) = rendezvous::connect(name, options.timeout.min(CONNECT_WAIT))?;
+        let (conn, hello, fds) = rendezvous::connect(name, options.timeout.clamp(CONNECT_MIN, CONNECT_WAIT))?;
         let bad = |why: &str| Error::Corrupt(format!("endpoint {name:?} answered {why}"));
         if hello.len() != HELLO_LEN
             || hello[..4] != HELLO_MAGIC.to_le_bytes()

@@ -65,6 +65,13 @@
 //!   process closes it or exits.
 //!
 //! What it cannot prevent:
+//! - the connection areas are private only against processes that cannot
+//!   open this process's `/proc/<pid>/fd`: a process of the same user can
+//!   (the kernel asks for the rights that `ptrace` needs to read), unless
+//!   this process is not dumpable (`PR_SET_DUMPABLE` 0) or the peer is
+//!   confined (another pid namespace, a seccomp or Landlock sandbox). Such a
+//!   peer can read and write every connection's records, as a peer can the
+//!   ring;
 //! - a peer can always drop or delay its own messages, flood the queue (it
 //!   competes for the same slots), or connect and hold a connection;
 //! - while a peer writes the shared ring it can destroy or delay messages in
