@@ -851,7 +851,11 @@ impl<'a> QueueRef<'a> {
         match r {
             Ok(t) => {
                 // Relaxed: only marks the record as no longer ours; a failure
-                // means the receiver has taken it already.
+                // means the receiver has taken it already. As an RMW it
+                // continues the release sequence of the Release store of
+                // SUBMITTED(g): a `reclaim_lost` of another thread of this
+                // connection that Acquire-loads SENT(g) still sees this
+                // message's ticket and bulk fields.
                 let _ = rec.word.compare_exchange(
                     gen_word(SUBMITTED, g),
                     gen_word(SENT, g),
@@ -977,12 +981,18 @@ impl<'a> QueueRef<'a> {
     fn reclaim_lost(&self, s: &Sender<'_>, stats: &mut SendStats) -> usize {
         let mut n = 0;
         for (k, rec) in s.conn.records.iter().enumerate() {
-            // Relaxed: the CAS below validates it.
-            let w = rec.word.load(Ordering::Relaxed);
+            // Acquire: pairs with the Release store of SUBMITTED in the
+            // claim (the CAS to SENT continues its release sequence), by
+            // whichever thread of this connection (records are shared by all
+            // of them) sent it: the ticket and bulk fields loaded below are
+            // that message's. (Relaxed, a stale ticket of the record's
+            // previous message could name a slot long moved on, and a live
+            // record would be taken back.)
+            let w = rec.word.load(Ordering::Acquire);
             if gen_state(w) != SENT {
                 continue;
             }
-            // Relaxed: the record is SENT (published by us), its ticket ours.
+            // Relaxed: ordered after the Acquire load above.
             let t = rec.ticket.load(Ordering::Relaxed);
             // Acquire: pairs with the receiver's Release CAS that freed the
             // slot (after it freed the record: then our CAS below fails).
@@ -991,7 +1001,7 @@ impl<'a> QueueRef<'a> {
             {
                 continue;
             }
-            // Relaxed: block fields of our own SENT record.
+            // Relaxed: as the ticket.
             let (meta, bulk, bulk_gen) = (
                 rec.meta.load(Ordering::Relaxed),
                 rec.bulk.load(Ordering::Relaxed),
@@ -1061,10 +1071,16 @@ impl<'a> QueueRef<'a> {
                 {
                     continue; // another sender took it
                 }
-                // Relaxed (ticket and state): only we write a FILLING record;
-                // published by the slot's Release CAS.
+                // Relaxed: only we write a FILLING record; published by the
+                // Release store of SUBMITTED below.
                 rec.ticket.store(t, Ordering::Relaxed);
-                rec.word.store(gen_word(SUBMITTED, g), Ordering::Relaxed);
+                // Release: pairs with the receiver's Acquire load of the
+                // record word in `take`: one that sees SUBMITTED(g) sees this
+                // ticket and the payload written before it. (The slot's
+                // Release CAS is not enough: the receiver may reach this
+                // record through an older slot naming it, whose message a
+                // sender took back, and would then validate a stale ticket.)
+                rec.word.store(gen_word(SUBMITTED, g), Ordering::Release);
                 crate::sched::stall::point(crate::sched::stall::MSGQ_TICKET);
                 // Release: publishes the record (and block) to the receiver's
                 // Acquire load of the slot.
@@ -1160,9 +1176,9 @@ impl<'a> QueueRef<'a> {
             // Acquire: as in the lock-free claim.
             let w = p.ty.load(Ordering::Acquire);
             if w == free {
-                // Relaxed: as in the lock-free claim.
+                // Relaxed, then Release: as in the lock-free claim.
                 rec.ticket.store(t, Ordering::Relaxed);
-                rec.word.store(gen_word(SUBMITTED, g), Ordering::Relaxed);
+                rec.word.store(gen_word(SUBMITTED, g), Ordering::Release);
                 crate::sched::stall::point(crate::sched::stall::MSGQ_TICKET);
                 // Release: as in the lock-free claim.
                 if p.ty
@@ -1379,9 +1395,16 @@ fn take(c: &ConnRef<'_>, w: u64, t: u64, bulk: &mut Vec<u8>) -> Result<Incoming,
             c.records.len()
         ));
     };
-    // Relaxed (every load of the record): ordered after the Acquire load of
-    // the slot, which pairs with the sender's Release CAS that published it.
-    let rw = rec.word.load(Ordering::Relaxed);
+    // Acquire: pairs with the sender's Release store of SUBMITTED (whose
+    // release sequence its CAS to SENT continues): the ticket and payload
+    // loaded below are at least as new as the generation this word shows.
+    // The Acquire load of the slot is not enough: the slot may be older than
+    // the record (its message taken back by its sender, the record
+    // refilled), and a newer word read with an older ticket would pass the
+    // checks and the confirming CAS — delivering a stale copy and consuming
+    // the new message. The record's other loads (Relaxed) are ordered after
+    // this one.
+    let rw = rec.word.load(Ordering::Acquire);
     let g = gen_of(rw);
     if !matches!(gen_state(rw), SUBMITTED | SENT) {
         return Err(format!(
@@ -2294,9 +2317,13 @@ mod tests {
                 "forgery {i}"
             );
         }
-        // A record submitted for ticket 9, announced at the head (ticket 5).
+        // A record submitted for ticket 9, announced at the head (ticket 5);
+        // a valid one-way message otherwise: only its ticket is wrong.
         c.record(0).word.store(gen_word(SENT, 0), Ordering::Relaxed);
         c.record(0).ticket.store(9, Ordering::Relaxed);
+        c.record(0)
+            .meta
+            .store(7 | ((Kind::OneWay as u64) << 20), Ordering::Relaxed);
         let t = head.next();
         hq.slot_word(t)
             .store(word::slot(READY, 3, 0, t), Ordering::Relaxed);

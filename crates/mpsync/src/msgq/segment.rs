@@ -711,3 +711,42 @@ impl ConnArea {
         (self.map.base(), self.map.len())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::util::clock::now_ns;
+    use lock_api::RawMutex;
+
+    const MS: u64 = 1_000_000;
+
+    /// A claim lock left held (its holder died inside, or a peer wrote it)
+    /// never holds a send past its deadline; once it has shown no hand-over
+    /// for the lock lease it is broken — reset, and the claim runs without
+    /// it — and the next claim gets the reset lock at once, without a break.
+    #[test]
+    fn with_shared_breaks_a_stuck_lock_and_keeps_deadlines() {
+        let l = <Tas as RawMutex>::INIT;
+        let _stuck = l.lock();
+        let mut ran = 0;
+        // The deadline comes long before the lease: a timeout, at the deadline.
+        let t0 = now_ns();
+        let r = with_shared(&l, &mut || ran += 1, t0 + 20 * MS, 5_000 * MS);
+        assert!(matches!(r, Err(Error::Timeout(_))), "{r:?}");
+        assert_eq!(ran, 0, "no claim without the lock before its lease");
+        let took = now_ns() - t0;
+        assert!(
+            took < 2_000 * MS,
+            "gave up after {took} ns, not at the deadline"
+        );
+        // The lease comes first: broken, reset, the claim runs.
+        let r = with_shared(&l, &mut || ran += 1, now_ns() + 5_000 * MS, 20 * MS);
+        assert!(r.unwrap(), "a stuck lock is broken after its lease");
+        assert_eq!(ran, 1);
+        // Reset: the next claim takes the lock at once (it would otherwise
+        // wait out a lease of a minute, past its deadline).
+        let r = with_shared(&l, &mut || ran += 1, now_ns() + 2_000 * MS, 60_000 * MS);
+        assert!(!r.unwrap(), "the broken lock was reset");
+        assert_eq!(ran, 2);
+    }
+}
