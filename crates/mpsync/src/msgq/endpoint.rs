@@ -803,8 +803,12 @@ impl Endpoint {
             }
             if !matches!(ev, Event::Empty | Event::Pending) {
                 freed += 1;
-                if freed % WAKE_EVERY == 0 && self.core.seg.queue().wake_senders() {
-                    self.core.stats.sender_wakeups += 1;
+                if freed % WAKE_EVERY == 0 {
+                    let q = self.core.seg.queue();
+                    q.publish_head(&self.core.head);
+                    if q.wake_senders() {
+                        self.core.stats.sender_wakeups += 1;
+                    }
                 }
             }
             match ev {
@@ -820,9 +824,13 @@ impl Endpoint {
                 Event::Empty | Event::Pending | Event::Unknown { .. } => break,
             }
         }
-        // Slots were freed since the last ring: wake senders sleeping on the
-        // full ring.
-        if freed % WAKE_EVERY != 0 && self.core.seg.queue().wake_senders() {
+        // Slots were freed since the last ring, or the head hint changed
+        // (senders may wait for either): wake senders sleeping on the full
+        // ring. The hint first: the ring's fence orders it before the look
+        // at the bell.
+        let q = self.core.seg.queue();
+        let hinted = q.publish_head(&self.core.head);
+        if (hinted || freed % WAKE_EVERY != 0) && q.wake_senders() {
             self.core.stats.sender_wakeups += 1;
         }
         self.core.retire_closed();
@@ -1171,7 +1179,8 @@ impl Peer {
     pub fn connect(name: &str, options: &Options) -> Result<Self, Error> {
         validate_name(name)?;
         options.validate()?;
-        let (conn, hello, fds) = rendezvous::connect(name, options.timeout.clamp(CONNECT_MIN, CONNECT_WAIT))?;
+        let (conn, hello, fds) =
+            rendezvous::connect(name, options.timeout.clamp(CONNECT_MIN, CONNECT_WAIT))?;
         let bad = |why: &str| Error::Corrupt(format!("endpoint {name:?} answered {why}"));
         if hello.len() != HELLO_LEN
             || hello[..4] != HELLO_MAGIC.to_le_bytes()

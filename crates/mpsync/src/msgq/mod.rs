@@ -42,12 +42,16 @@
 //!   at most one ring's worth per call, and a reply never waits.
 //! - **Queues heal.** Once a hostile peer stops writing (or dies), no word it
 //!   left behind wedges a queue: the receiver puts back a tail that no honest
-//!   sender leaves (honest tails lie within a ring of the head), clears slot
-//!   words no honest sender writes, and revokes tickets left unpublished for a
-//!   lease; a claim lock that shows no hand-over for a lock lease (100 leases,
-//!   at least 100 ms) is reset and the claim made without it. Every honest
-//!   sender's later message is delivered exactly once, in per-sender order, to
-//!   the handler it names.
+//!   sender leaves (honest tails lie within a ring of the head) and its head
+//!   hint (the head it publishes for senders), clears slot words no honest
+//!   sender writes, and revokes tickets left unpublished for a lease;
+//!   senders publish only within a ring of the receiver's head hint, so a
+//!   word left for a lap the ring has not reached takes no message; a claim
+//!   lock that shows no hand-over for a lock lease (100 leases, at least
+//!   100 ms) is reset and the claim made without it. Every honest message
+//!   sent after the receiver's first poll that follows the peer's end is
+//!   delivered exactly once, in per-sender order, to the handler it names
+//!   (a message sent while the peer still wrote may be lost or delayed).
 //! - **Identity comes from the kernel, not from the segment.** An endpoint's
 //!   name is an abstract Unix socket, bound exclusively (a second creator gets
 //!   [`Error::Exists`]) and gone when its owner exits. A connecting process is

@@ -471,25 +471,42 @@ impl<'a> Blocked<'a> {
     }
 }
 
-/// The senders' side of the request ring: the tail (§2: "queue tail
-/// information, accessed only by senders" — and policed by the receiver).
+/// The shared words of the request ring: the tail (§2: "queue tail
+/// information, accessed only by senders" — and policed by the receiver) and
+/// the receiver's *head hint*, the head as the receiver last published it.
+///
+/// The head itself lives in the receiver's own memory ([`Head`]); the hint
+/// is a copy senders read to know which lap a slot belongs to: a sender
+/// publishes at ticket `t` only if `t` lies within a ring of the hint. So a
+/// slot word a peer left ahead of the receiver (`FREE(t)` for a lap the ring
+/// has not reached) never takes an honest message, which the receiver would
+/// then reject on reaching it. The receiver writes the hint after every poll
+/// that moved its head (and rewrites one a peer changed); the value never
+/// runs ahead of the true head, so a stale hint only makes a sender wait.
 #[repr(C)]
 #[derive(Debug)]
 pub struct QueueCtl {
     tail: Line,
+    head: Line,
 }
 
 impl QueueCtl {
-    /// The tail at ticket 0.
+    /// The tail and the head hint at ticket 0.
     pub fn new() -> Self {
         Self {
             tail: Line(AtomicU64::new(0)),
+            head: Line(AtomicU64::new(0)),
         }
     }
 
     /// The tail (for tests and fault injection).
     pub fn tail_word(&self) -> &AtomicU64 {
         &self.tail.0
+    }
+
+    /// The head hint (for tests and fault injection).
+    pub fn head_word(&self) -> &AtomicU64 {
+        &self.head.0
     }
 }
 
@@ -754,6 +771,31 @@ impl<'a> QueueRef<'a> {
     pub fn tail(&self) -> u64 {
         // Relaxed: a diagnostic snapshot.
         self.ctl.tail.0.load(Ordering::Relaxed)
+    }
+
+    /// The receiver's half of the head hint (see [`QueueCtl`]): publishes
+    /// `head` (the receiver's [`Head::next`]) if the hint says otherwise.
+    /// Returns whether it wrote (then senders may be waiting on it: ring the
+    /// space bell, [`wake_senders`](Self::wake_senders), which also orders
+    /// this store before its look at the bell).
+    pub fn publish_head(&self, head: &Head) -> bool {
+        // Relaxed (load and store): a hint, read by senders as one; nothing
+        // is published through it (the slot words carry the order), and the
+        // space bell's SeqCst fence orders the store before the ring.
+        if self.ctl.head.0.load(Ordering::Relaxed) == head.next {
+            return false;
+        }
+        self.ctl.head.0.store(head.next, Ordering::Relaxed);
+        true
+    }
+
+    /// Where ticket `t` stands against the receiver's head hint: `< 0`
+    /// behind it (passed), `>= Q` a lap or more ahead (not yet), else within
+    /// the ring.
+    fn past_head(&self, t: u64) -> i64 {
+        // Relaxed: a hint (see `QueueCtl`).
+        let h = self.ctl.head.0.load(Ordering::Relaxed);
+        word::seq_diff(word::seq(t), word::seq(h))
     }
 
     /// Slots in the ring.
@@ -1060,6 +1102,30 @@ impl<'a> QueueRef<'a> {
             let free = word::free(t);
             // Acquire: pairs with the receiver's Release of `FREE(t)`.
             let w = p.ty.load(Ordering::Acquire);
+            match self.window(t) {
+                Window::Behind(h) => {
+                    // A tail a peer moved back: every ticket before the head
+                    // is spent. Relaxed: as the load.
+                    let _ = self.ctl.tail.0.compare_exchange(
+                        t,
+                        h,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    continue;
+                }
+                Window::Ahead => {
+                    // Ticket `t` is a lap ahead of the receiver (the ring is
+                    // full, or the slot word is a peer's): wait for the
+                    // receiver to move. Acquire: as above.
+                    let still =
+                        || self.window(t) == Window::Ahead && p.ty.load(Ordering::Acquire) == w;
+                    wait(&self.blocked(&still, true)).map_err(PublishError::Failed)?;
+                    turns = 0;
+                    continue;
+                }
+                Window::Within => {}
+            }
             if w == free {
                 // Relaxed: as the load.
                 if self
@@ -1150,8 +1216,12 @@ impl<'a> QueueRef<'a> {
                 LockedStep::Stolen(t) => return Err(PublishError::Stolen(t)),
                 LockedStep::Full(t, w) => {
                     let p = self.slot(t);
+                    let ahead = self.window(t) == Window::Ahead;
                     // Acquire: pairs with the receiver's Release of the slot.
-                    let still = || p.ty.load(Ordering::Acquire) == w;
+                    let still = || {
+                        p.ty.load(Ordering::Acquire) == w
+                            && (!ahead || self.window(t) == Window::Ahead)
+                    };
                     wait(&self.blocked(&still, true)).map_err(PublishError::Failed)?;
                 }
                 LockedStep::Busy => {
@@ -1175,6 +1245,16 @@ impl<'a> QueueRef<'a> {
             let free = word::free(t);
             // Acquire: as in the lock-free claim.
             let w = p.ty.load(Ordering::Acquire);
+            match self.window(t) {
+                Window::Behind(h) => {
+                    // As in the lock-free claim. Relaxed: as above.
+                    self.ctl.tail.0.store(h, Ordering::Relaxed);
+                    continue;
+                }
+                // As in the lock-free claim: wait outside the lock.
+                Window::Ahead => return LockedStep::Full(t, w),
+                Window::Within => {}
+            }
             if w == free {
                 // Relaxed, then Release: as in the lock-free claim.
                 rec.ticket.store(t, Ordering::Relaxed);
@@ -1227,6 +1307,15 @@ impl<'a> QueueRef<'a> {
     fn advance(&self, head: &mut Head) {
         head.next = head.next.wrapping_add(1);
         head.stuck_since = None;
+        // The head hint every quarter ring (every slot in rings of up to
+        // four): senders see at least three quarters of the ring free
+        // between two polls' ends, where the caller publishes it too.
+        if head
+            .next
+            .is_multiple_of((self.slots.len() as u64 / 4).max(1))
+        {
+            self.publish_head(head);
+        }
     }
 
     /// One step of the receiver's poll (§3): deliver the message at the head
@@ -1328,6 +1417,31 @@ impl<'a> QueueRef<'a> {
             ));
         }
         Event::Pending
+    }
+}
+
+/// Where a ticket stands against the receiver's head hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Window {
+    /// Before the hint: spent; the tail should be (at least) the hint.
+    Behind(u64),
+    /// Within a ring of the hint: its slot's word belongs to this lap.
+    Within,
+    /// A ring or more ahead of the hint.
+    Ahead,
+}
+
+impl QueueRef<'_> {
+    fn window(&self, t: u64) -> Window {
+        let d = self.past_head(t);
+        if d < 0 {
+            // Relaxed: a hint, as in `past_head`.
+            Window::Behind(self.ctl.head.0.load(Ordering::Relaxed))
+        } else if d >= self.slots.len() as i64 {
+            Window::Ahead
+        } else {
+            Window::Within
+        }
     }
 }
 
@@ -2260,18 +2374,24 @@ mod tests {
         let env = FakeEnv::new();
         let mut head = Head::default();
         let mut buf = Vec::new();
-        for (round, bad) in [u64::MAX - (1 << 38), 1 << 39, 5, word::SEQ_MASK]
-            .into_iter()
-            .enumerate()
-        {
-            hq.tail_word().store(bad, Ordering::Relaxed);
-            // A sender meets the bad tail and gives up at once (no_wait)...
-            let r = send(&q, &c, None, &msg(&[round as u64], None), &env);
-            // ...or, for a tail within a ring ahead (5 here: tickets 1..4
-            // handed out and never published), publishes past it.
-            if r.is_err() {
+        let bad_tails = [
+            u64::MAX - (1 << 38), // far behind (in sequence space)
+            1 << 39,              // half the sequence space away: behind
+            word::SEQ_MASK,       // one behind
+            1000,                 // far ahead
+            5,                    // a ring and one ahead
+        ];
+        for (round, bad) in bad_tails.into_iter().enumerate() {
+            let h = head.next();
+            hq.tail_word().store(h.wrapping_add(bad), Ordering::Relaxed);
+            // A sender that meets a tail behind the head hint moves it up to
+            // the hint itself and publishes; one a ring or more ahead gives
+            // up at once here (no_wait), the receiver puts the tail back to
+            // its head, and the send goes through.
+            if send(&q, &c, None, &msg(&[round as u64], None), &env).is_err() {
+                let repairs = head.tail_repairs();
                 assert_eq!(poll(&q, &mut head, &env, &c, &mut buf), Event::Empty);
-                assert_eq!(head.tail_repairs(), round as u64 + 1 - (round > 2) as u64);
+                assert_eq!(head.tail_repairs(), repairs + 1, "round {round}");
                 send(&q, &c, None, &msg(&[round as u64], None), &env).unwrap();
             }
             let mut got = None;
@@ -2288,6 +2408,41 @@ mod tests {
             }
             assert_eq!(got, Some(round as u64), "round {round}");
         }
+        assert!(head.tail_repairs() >= 2, "the tails ahead were put back");
+    }
+
+    /// A slot word a peer left a lap ahead of the receiver (`FREE(t)` for a
+    /// ticket a ring ahead of the head) never takes an honest message: the
+    /// sender publishes only within a ring of the receiver's head hint.
+    #[test]
+    fn a_word_a_lap_ahead_of_the_head_takes_no_message() {
+        let hq = HeapQueue::new(4).unwrap();
+        let q = hq.queue();
+        let c = HeapConn::new(4, 1, 1, 64).unwrap();
+        let env = FakeEnv::new();
+        let mut head = Head::default();
+        let mut buf = Vec::new();
+        // Four messages fill tickets 0..3; the receiver takes ticket 0.
+        for i in 0..4 {
+            send(&q, &c, None, &msg(&[i], None), &env).unwrap();
+        }
+        assert!(
+            matches!(poll(&q, &mut head, &env, &c, &mut buf), Event::Message(m) if m.args[0] == 0)
+        );
+        assert_eq!(hq.ctl.head_word().load(Ordering::Relaxed), 1);
+        // A peer writes FREE(5) (the next lap's word) at slot 1, whose
+        // ticket 1 is still in the ring.
+        hq.slot_word(1).store(word::free(5), Ordering::Relaxed);
+        // Ticket 4 (slot 0) is free and within the ring; ticket 5 is a lap
+        // ahead of head 1: the sender waits (gives up, here) rather than
+        // believe slot 1.
+        send(&q, &c, None, &msg(&[4], None), &env).unwrap();
+        assert!(send(&q, &c, None, &msg(&[5], None), &env).is_err());
+        assert_ne!(
+            word::state(hq.slot_word(1).load(Ordering::Relaxed)),
+            READY,
+            "a message was published into the slot of a lap the ring is not at"
+        );
     }
 
     /// Slot words a peer forges are rejected, never delivered: a connection

@@ -106,7 +106,7 @@ struct Header {
 const DOORBELL: usize = 128;
 const SPACE_BELL: usize = 256;
 const CTL: usize = 384;
-const LOCK: usize = 512;
+const LOCK: usize = 640;
 const SLOTS: usize = LOCK + LOCK_BYTES;
 const _: () = {
     assert!(size_of::<Header>() <= DOORBELL);
