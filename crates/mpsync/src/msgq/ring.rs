@@ -719,6 +719,8 @@ enum LockedStep {
     Got(u64),
     /// The slot of ticket `.0` holds the previous lap (word `.1`): full.
     Full(u64, u64),
+    /// Ticket `.0` is a ring or more ahead of the receiver's head hint.
+    Ahead(u64),
     /// The tail moved a whole ring without finding its slot: let the
     /// receiver police it and look again.
     Busy,
@@ -1216,12 +1218,13 @@ impl<'a> QueueRef<'a> {
                 LockedStep::Stolen(t) => return Err(PublishError::Stolen(t)),
                 LockedStep::Full(t, w) => {
                     let p = self.slot(t);
-                    let ahead = self.window(t) == Window::Ahead;
                     // Acquire: pairs with the receiver's Release of the slot.
-                    let still = || {
-                        p.ty.load(Ordering::Acquire) == w
-                            && (!ahead || self.window(t) == Window::Ahead)
-                    };
+                    let still = || p.ty.load(Ordering::Acquire) == w;
+                    wait(&self.blocked(&still, true)).map_err(PublishError::Failed)?;
+                }
+                LockedStep::Ahead(t) => {
+                    // Until the receiver's head hint comes within a ring.
+                    let still = || self.window(t) == Window::Ahead;
                     wait(&self.blocked(&still, true)).map_err(PublishError::Failed)?;
                 }
                 LockedStep::Busy => {
@@ -1252,7 +1255,7 @@ impl<'a> QueueRef<'a> {
                     continue;
                 }
                 // As in the lock-free claim: wait outside the lock.
-                Window::Ahead => return LockedStep::Full(t, w),
+                Window::Ahead => return LockedStep::Ahead(t),
                 Window::Within => {}
             }
             if w == free {
