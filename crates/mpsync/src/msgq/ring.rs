@@ -36,9 +36,12 @@
 //! is valid only if the connection it names holds a matching record, a slot
 //! word no honest sender wrote is rejected at once, and a dead sender leaves
 //! nothing to recover. The receiver also polices the tail: honest tails lie in
-//! `[head, head + Q]` (a sender takes ticket `t` only after seeing slot `t`
-//! free, i.e. ticket `t − Q` delivered), so a tail outside that range was
-//! written by a peer and is put back to the head.
+//! `[head − 1, head + Q]` (a sender takes ticket `t` only after seeing slot
+//! `t` free, i.e. ticket `t − Q` delivered; a locked claim's holder stores
+//! the tail past its ticket after publishing, so the receiver may have taken
+//! the message first), so a tail outside that range was written by a peer and
+//! is put back to the head. The receiver publishes its head as a hint, and
+//! senders publish only within a ring of it (see [`QueueCtl`]).
 
 use super::Error;
 use super::word::{
@@ -1371,7 +1374,11 @@ impl<'a> QueueRef<'a> {
             // Relaxed: a hint; every repair is a CAS from the exact value seen.
             let tail = self.ctl.tail.0.load(Ordering::Relaxed);
             let ahead = word::seq_diff(word::seq(tail), word::seq(t));
-            if ahead < 0 || ahead > self.slots.len() as i64 {
+            // One behind is honest with a locked claim: its holder has
+            // published ticket `t - 1` (which we may have taken already) and
+            // not yet stored the tail past it; senders move a tail behind the
+            // head hint up themselves anyway.
+            if ahead < -1 || ahead > self.slots.len() as i64 {
                 // No honest sender leaves the tail there (see the module
                 // doc): put it back to the head.
                 // Relaxed: as the load; senders re-read it.
@@ -1387,7 +1394,7 @@ impl<'a> QueueRef<'a> {
                 head.stuck_since = None;
                 return Event::Empty;
             }
-            if ahead == 0 {
+            if ahead <= 0 {
                 head.stuck_since = None;
                 return Event::Empty;
             }
