@@ -17,8 +17,13 @@ pub struct SchedEnv {
     pub preemption_answers: String,
     /// Why not eBPF (when heartbeats answer).
     pub ebpf_off_reason: Option<String>,
-    /// How this build got its eBPF program ("built with ..." / "not built: ...").
+    /// How this build got its eBPF program, in words ("built from source with
+    /// ...", "committed object ...", "not built: ...").
     pub ebpf_build: String,
+    /// Where the program came from: `source` (clang, with this build),
+    /// `committed` (the object committed beside the source) or `none`.
+    #[serde(default)]
+    pub ebpf_origin: String,
     /// rseq time-slice extension availability.
     pub slice_extension: String,
     /// cgroup CPU quota in processors, if limited.
@@ -42,6 +47,12 @@ impl SchedEnv {
             preemption_answers: answers.into(),
             ebpf_off_reason: why,
             ebpf_build: native::ebpf_build().into(),
+            ebpf_origin: match native::ebpf_origin() {
+                native::EbpfOrigin::Source => "source",
+                native::EbpfOrigin::Committed => "committed",
+                native::EbpfOrigin::None => "none",
+            }
+            .into(),
             slice_extension: match native::slice_extension() {
                 native::SliceExtension::Available => "available".into(),
                 native::SliceExtension::Unavailable(w) => format!("unavailable: {w}"),

@@ -65,9 +65,13 @@
 // lock or in its own context; its wake-up changes only `waits`, by one
 // compare-and-swap.
 //
-// Self-contained on purpose: no vmlinux.h, no libbpf headers. Only clang is
-// needed to build it (crates/mpsync/build.rs); task_struct is read through CO-RE
-// (preserve_access_index), so the offsets are the running kernel's.
+// Self-contained on purpose: no vmlinux.h, no libbpf headers, no system
+// headers (built with -nostdinc). Only clang is needed to build it
+// (crates/mpsync/build.rs, with the flags in sched_switch.bpf.flags); task_struct
+// is read through CO-RE (preserve_access_index), so the offsets are the running
+// kernel's. Machines without clang load the committed build of this file,
+// sched_switch.bpf.o: after a change here, testing/bpf_object.py --update
+// rebuilds it (and --check, or tests/bpf_object.rs, says when it is stale).
 //
 // mpsync's layout of a slot; keep in step with `Slot` in
 // crates/mpsync/src/sched/ebpf.rs.

@@ -207,13 +207,23 @@ fn the_answer_source_is_reported() {
         "preemption answers: {d}; eBPF program {}",
         native::ebpf_build()
     );
+    let build = native::ebpf_build();
     match a {
-        native::PreemptionAnswers::Ebpf => {
-            assert!(native::ebpf_build().starts_with("built with"), "{d}");
-        }
+        native::PreemptionAnswers::Ebpf => match native::ebpf_origin() {
+            // A program, from clang or the committed object, and said which.
+            native::EbpfOrigin::Source => assert!(build.starts_with("built from source with "), "{d}"),
+            native::EbpfOrigin::Committed => assert!(build.starts_with("committed object "), "{d}"),
+            native::EbpfOrigin::None => panic!("the kernel answers, yet no program was built: {d}"),
+        },
         native::PreemptionAnswers::Heartbeat(why) => {
             assert!(!why.is_empty());
             assert!(d.starts_with("heartbeats: "), "{d}");
+            // Without a program the reason is that, in build.rs's words.
+            if native::ebpf_origin() == native::EbpfOrigin::None {
+                assert!(build.starts_with("not built: "), "{build}");
+                let why_not = build.trim_start_matches("not built: ");
+                assert!(why.contains(why_not), "{why} does not say {why_not}");
+            }
         }
     }
 }

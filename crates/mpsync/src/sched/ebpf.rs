@@ -79,8 +79,10 @@
 //!
 //! `aya` is pure Rust: it parses the object clang made, relocates it against the
 //! running kernel's BTF (CO-RE) and loads it through the `bpf` syscall, so building
-//! mpsync needs neither libbpf nor libelf, and a machine without clang still
-//! builds everything (the program is then "not built"). `libbpf-rs` would need
+//! mpsync needs neither libbpf nor libelf. A machine without clang loads the
+//! object committed beside the source (`bpf/sched_switch.bpf.o`, checked against
+//! the source by its manifest's hash; see `build.rs`): CO-RE, it is relocated
+//! for the running kernel just the same. `libbpf-rs` would need
 //! libbpf and libelf (and their headers, or a vendored C build) on every machine
 //! that builds mpsync, for a program this small.
 //!
@@ -118,13 +120,22 @@ use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
 
 use super::context::ContextBlock;
-use super::native::{KernelState, KernelView};
+use super::native::{EbpfOrigin, KernelState, KernelView};
 use super::stall;
 
-/// The object clang made from `bpf/sched_switch.bpf.c` (empty when not built).
+/// The program build.rs provided: clang's build of `bpf/sched_switch.bpf.c`, or
+/// the committed `bpf/sched_switch.bpf.o` (empty when neither).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sched_switch.bpf.o"));
-/// What build.rs did: "built with ..." or "not built: why".
+/// What build.rs did, in words: "built from source with ...", "committed
+/// object ..." or "not built: why".
 pub(crate) const BUILD: &str = env!("MPSYNC_BPF_BUILD");
+/// Which of the three.
+pub(crate) const ORIGIN: EbpfOrigin = match env!("MPSYNC_BPF_ORIGIN").as_bytes() {
+    b"source" => EbpfOrigin::Source,
+    b"committed" => EbpfOrigin::Committed,
+    b"none" => EbpfOrigin::None,
+    _ => panic!("build.rs sets MPSYNC_BPF_ORIGIN to source, committed or none"),
+};
 
 /// Slots in the map (`MPSYNC_MAX_SLOTS` in the C source). The last one is the
 /// loader's self-test slot, the one before it the header with the counts of

@@ -172,8 +172,39 @@ fn decided_once(
     }
 }
 
-/// How this build of mpsync got its eBPF program: "built with CLANG VERSION"
-/// or "not built: WHY" (build.rs; no clang at build time, not Linux, ...).
+/// Where this build's eBPF program came from ([`ebpf_origin`]), decided when
+/// mpsync was built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EbpfOrigin {
+    /// Built from `bpf/sched_switch.bpf.c` by clang, with mpsync.
+    Source,
+    /// The object committed beside the source (`bpf/sched_switch.bpf.o`), built
+    /// from the same source (its manifest's source hash is the source's), where
+    /// no clang built it: the same CO-RE program.
+    Committed,
+    /// No program: not Linux, or neither clang nor a committed object that
+    /// matches the source (or `MPSYNC_BPF_OBJECT=none`); [`ebpf_build`] says why.
+    None,
+}
+
+/// Where this build's eBPF program came from: clang, the committed object, or
+/// nowhere. [`ebpf_build`] says the same in words, with the versions and why.
+pub fn ebpf_origin() -> EbpfOrigin {
+    #[cfg(all(target_os = "linux", not(loom), not(miri)))]
+    {
+        super::ebpf::ORIGIN
+    }
+    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    {
+        EbpfOrigin::None
+    }
+}
+
+/// How this build of mpsync got its eBPF program, in one line: "built from
+/// source with CLANG VERSION", "committed object bpf/sched_switch.bpf.o (built
+/// from source sha256 HASH with CLANG VERSION); not rebuilt here: WHY" or "not
+/// built: WHY" (no clang at build time and no committed object that matches the
+/// source, not Linux, ...). See [`ebpf_origin`].
 pub fn ebpf_build() -> &'static str {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     {
