@@ -16,7 +16,8 @@ clang that built it.
     changed since the object was built: the object is stale);
   - the object's bytes are not the ones the manifest names;
   - the object is not a CO-RE BPF object (no BTF, no CO-RE relocations, no tp_btf
-    programs), which would not load on another kernel;
+    programs), which would not load on another kernel, or its programs and maps are
+    not the ones the source declares with SEC() (checked without clang too);
   - clang is here (MPSYNC_CLANG, default clang) and its build of the source differs
     from the object: byte for byte when it is the clang the manifest names (the flags
     make the build reproducible: it does not depend on where the checkout is);
@@ -32,6 +33,7 @@ Exit status: 0 all checks passed, 1 a check failed, 2 could not run (no clang fo
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -236,6 +238,17 @@ def elf_summary(data):
     }
 
 
+def declared():
+    """The programs (section -> function) and maps the source declares with SEC()."""
+    with open(os.path.join(CRATE, SOURCE)) as f:
+        text = f.read()
+    programs = {}
+    for sec, fn in re.findall(r'SEC\("([^"]+)"\)\s*int\s+(\w+)\s*\(', text):
+        programs.setdefault(sec, []).append(fn)
+    maps = re.findall(r'\}\s*(\w+)\s+SEC\("\.maps"\)', text)
+    return {k: sorted(v) for k, v in sorted(programs.items())}, sorted(maps)
+
+
 def interface(summary):
     """What must be the same in another clang's build (not the relocation counts)."""
     return {k: (sorted(v) if k == "core" else v) for k, v in summary.items()}
@@ -258,9 +271,9 @@ def co_re_problems(summary):
 
 def describe(summary):
     progs = ", ".join(f"{k} ({' '.join(v)})" for k, v in summary["programs"].items())
-    relos = sum(summary["core"].values())
+    relos, n = sum(summary["core"].values()), len(summary["core"])
     return (f"programs: {progs}; maps: {' '.join(summary['maps'])}; "
-            f"{relos} CO-RE relocations in {len(summary['core'])} programs; "
+            f"{relos} CO-RE relocations in {n} program{'' if n == 1 else 's'}; "
             f"license {summary['license']!r}")
 
 
@@ -307,6 +320,12 @@ def check():
             fail(f"{OBJECT} is not a CO-RE program: {'; '.join(problems)}")
         else:
             print(f"ok: {OBJECT} is CO-RE: {describe(summary)}")
+        programs, maps = declared()
+        if (programs, maps) != (summary["programs"], summary["maps"]):
+            fail(f"{OBJECT} has programs {summary['programs']} and maps {summary['maps']}; "
+                 f"{SOURCE} declares {programs} and {maps}")
+        else:
+            print(f"ok: {OBJECT} has the programs and maps {SOURCE} declares")
 
     clang, version = find_clang()
     if clang is None:
@@ -350,6 +369,9 @@ def update():
         data = build(clang, out)
         summary = elf_summary(data)
         problems = co_re_problems(summary)
+        if declared() != (summary["programs"], summary["maps"]):
+            problems.append(f"its programs and maps are not the ones {SOURCE} declares "
+                            "(the SEC() patterns of testing/bpf_object.py no longer read it?)")
         if problems:
             sys.exit(f"error: the build is not a CO-RE program: {'; '.join(problems)}")
         shutil.copyfile(out, os.path.join(CRATE, OBJECT + ".tmp"))

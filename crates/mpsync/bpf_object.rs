@@ -106,17 +106,25 @@ impl Manifest {
         };
         let hash = |key: &str| -> Result<String, String> {
             let v = field(key)?;
-            if v.len() == 64 && v.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            if v.len() == 64
+                && v.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
                 Ok(v)
             } else {
-                Err(format!("{MANIFEST}: {key} = {v:?} is not a SHA-256 in lower-case hex"))
+                Err(format!(
+                    "{MANIFEST}: {key} = {v:?} is not a SHA-256 in lower-case hex"
+                ))
             }
         };
         Ok(Self {
             source_sha256: hash("source-sha256")?,
             object_sha256: hash("object-sha256")?,
             clang: field("clang")?,
-            inputs: field("inputs")?.split_whitespace().map(String::from).collect(),
+            inputs: field("inputs")?
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
         })
     }
 }
@@ -144,7 +152,8 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
     // §5.3.3: the first 32 bits of the fractional parts of the square roots of
     // the first 8 primes.
     let mut h: [u32; 8] = [
-        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
+        0x5be0cd19,
     ];
     // §5.1.1: a 1 bit, zeros to 56 mod 64 bytes, the length in bits (64-bit
     // big-endian).
@@ -162,13 +171,20 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
         for t in 16..64 {
             let s0 = w[t - 15].rotate_right(7) ^ w[t - 15].rotate_right(18) ^ (w[t - 15] >> 3);
             let s1 = w[t - 2].rotate_right(17) ^ w[t - 2].rotate_right(19) ^ (w[t - 2] >> 10);
-            w[t] = w[t - 16].wrapping_add(s0).wrapping_add(w[t - 7]).wrapping_add(s1);
+            w[t] = w[t - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[t - 7])
+                .wrapping_add(s1);
         }
         let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = h;
         for t in 0..64 {
             let big_s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
             let ch = (e & f) ^ (!e & g);
-            let t1 = hh.wrapping_add(big_s1).wrapping_add(ch).wrapping_add(K[t]).wrapping_add(w[t]);
+            let t1 = hh
+                .wrapping_add(big_s1)
+                .wrapping_add(ch)
+                .wrapping_add(K[t])
+                .wrapping_add(w[t]);
             let big_s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
             let maj = (a & b) ^ (a & c) ^ (b & c);
             let t2 = big_s0.wrapping_add(maj);

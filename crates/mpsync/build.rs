@@ -32,7 +32,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[path = "bpf_object.rs"]
-#[allow(dead_code, reason = "tests/bpf_object.rs uses what build.rs does not (the manifest's inputs)")]
+#[allow(
+    dead_code,
+    reason = "tests/bpf_object.rs uses what build.rs does not (the manifest's inputs)"
+)]
 mod bpf_object;
 
 fn main() {
@@ -40,7 +43,9 @@ fn main() {
     println!("cargo:rerun-if-changed=bpf");
     println!("cargo:rerun-if-env-changed=MPSYNC_CLANG");
     println!("cargo:rerun-if-env-changed=MPSYNC_BPF_OBJECT");
-    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let dir = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let obj = out.join("sched_switch.bpf.o");
     let use_committed = match std::env::var("MPSYNC_BPF_OBJECT").as_deref() {
@@ -66,11 +71,15 @@ fn main() {
                     "{why} (MPSYNC_CLANG=none builds mpsync with the committed object instead, if it matches the source)"
                 )
             }
-            Err(Built::Not(why)) if !use_committed => {
-                ("none", format!("not built: {why}, and MPSYNC_BPF_OBJECT=none"))
-            }
+            Err(Built::Not(why)) if !use_committed => (
+                "none",
+                format!("not built: {why}, and MPSYNC_BPF_OBJECT=none"),
+            ),
             Err(Built::Not(why)) => match committed(&dir, &obj) {
-                Ok(from) => ("committed", format!("committed object {from}; not rebuilt here: {why}")),
+                Ok(from) => (
+                    "committed",
+                    format!("committed object {from}; not rebuilt here: {why}"),
+                ),
                 Err(not) => ("none", format!("not built: {why}, and {not}")),
             },
         }
@@ -180,9 +189,16 @@ fn committed(dir: &Path, obj: &Path) -> Result<String, String> {
 /// Built from source: says so where the committed object is not this source's
 /// (tests/bpf_object.rs fails then too).
 fn warn_if_stale(dir: &Path) {
-    let stale = match (bpf_object::Manifest::read(dir), bpf_object::source_sha256(dir)) {
+    let stale = match (
+        bpf_object::Manifest::read(dir),
+        bpf_object::source_sha256(dir),
+    ) {
         (Ok(m), Ok(now)) if m.source_sha256 == now => return,
-        (Ok(m), Ok(now)) => format!("built from source sha256 {}, not {}", &m.source_sha256[..16], &now[..16]),
+        (Ok(m), Ok(now)) => format!(
+            "built from source sha256 {}, not {}",
+            &m.source_sha256[..16],
+            &now[..16]
+        ),
         (Err(e), _) | (_, Err(e)) => e,
     };
     println!(

@@ -3,10 +3,13 @@
 //! within 100 µs of losing the CPU and running again after; a thread sleeping in
 //! a futex is reported blocked, not preempted.
 //!
-//! Where this process may not load eBPF (not root, no clang at build time,
-//! `MPSYNC_EBPF=off`, no kernel BTF) each test prints `SKIPPED: <reason>` and
-//! returns; with `MPSYNC_EBPF_REQUIRED=1` (CI sets it where it can load) that is a
-//! failure instead. Any other reason — the kernel refused the program, the
+//! The program is clang's build of the source or, built without clang, the
+//! committed object (`bpf/sched_switch.bpf.o`); `.ci/run` runs these tests with
+//! both. Where this process may not load eBPF (not root, no program built —
+//! `MPSYNC_CLANG=none MPSYNC_BPF_OBJECT=none`, or no clang and a stale committed
+//! object —, `MPSYNC_EBPF=off`, no kernel BTF) each test prints `SKIPPED:
+//! <reason>` and returns; with `MPSYNC_EBPF_REQUIRED=1` (`.ci/run` sets it for the
+//! committed object where clang's build loaded) that is a failure instead. Any other reason — the kernel refused the program, the
 //! loader's self-test failed — is a failure: the program is wrong, not absent.
 //!
 //! Run with `--nocapture` to see the detection latency distribution.
@@ -211,7 +214,9 @@ fn the_answer_source_is_reported() {
     match a {
         native::PreemptionAnswers::Ebpf => match native::ebpf_origin() {
             // A program, from clang or the committed object, and said which.
-            native::EbpfOrigin::Source => assert!(build.starts_with("built from source with "), "{d}"),
+            native::EbpfOrigin::Source => {
+                assert!(build.starts_with("built from source with "), "{d}")
+            }
             native::EbpfOrigin::Committed => assert!(build.starts_with("committed object "), "{d}"),
             native::EbpfOrigin::None => panic!("the kernel answers, yet no program was built: {d}"),
         },

@@ -638,8 +638,10 @@ role_test!(
     || {
         let a = native::preemption_answers();
         match a {
-            // Off, and said so; or not even built (no clang at build time),
-            // which the library says first: either way no kernel answers.
+            // Off, and said so; or not even built (`MPSYNC_CLANG=none
+            // MPSYNC_BPF_OBJECT=none`, which .ci/run builds; or no clang and a
+            // stale committed object), which the library says first: either way
+            // no kernel answers.
             native::PreemptionAnswers::Heartbeat(why)
                 if why.contains("MPSYNC_EBPF=off") || why.contains("eBPF not built") => {}
             other => return Err(format!("MPSYNC_EBPF=off, yet: {other:?}")),
