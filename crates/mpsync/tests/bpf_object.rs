@@ -124,6 +124,19 @@ fn the_committed_object_is_the_one_its_manifest_names() {
 fn the_build_reports_where_its_program_came_from() {
     let build = native::ebpf_build();
     println!("eBPF program: {build} ({:?})", native::ebpf_origin());
+    // `.ci/run` builds without clang and says what it expects the build to
+    // have taken: the committed object, or (MPSYNC_BPF_OBJECT=none) nothing.
+    if let Ok(want) = std::env::var("MPSYNC_EXPECT_BPF_ORIGIN") {
+        let got = match native::ebpf_origin() {
+            native::EbpfOrigin::Source => "source",
+            native::EbpfOrigin::Committed => "committed",
+            native::EbpfOrigin::None => "none",
+        };
+        assert_eq!(
+            got, want,
+            "MPSYNC_EXPECT_BPF_ORIGIN={want}, but the build took {got}: {build}"
+        );
+    }
     match native::ebpf_origin() {
         native::EbpfOrigin::Source => {
             assert!(build.starts_with("built from source with "), "{build}")
