@@ -11,6 +11,26 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// Keeps `v` for the rest of the test process (a thread left spinning on it
+/// may outlive its test) and returns it. Its address is also kept in a
+/// static, so that Miri's leak check finds it reachable: a kept value, not a
+/// leak.
+pub(super) fn kept<T: 'static>(v: T) -> &'static mut T {
+    /// An address kept for the leak check; never read back.
+    struct Kept(#[allow(dead_code, reason = "only there to be reachable")] *const ());
+    // SAFETY: the pointer is never dereferenced through `Kept`; it only
+    // stays reachable from the static below.
+    unsafe impl Send for Kept {}
+    static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
+    let p = Box::into_raw(Box::new(v));
+    KEPT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(Kept(p.cast_const().cast()));
+    // SAFETY: `p` came from `Box::into_raw` just above and is never freed;
+    // the only other copy of it (in `KEPT`) is never dereferenced.
+    unsafe { &mut *p }
+}
+
 /// How long any single wait in these tests may take before it counts as hung.
 pub(super) const BOUND: Duration = Duration::from_secs(20);
 
@@ -36,7 +56,7 @@ pub(super) fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send
 /// (then released at once). If not, it asked exactly `n` times: it stops at
 /// the first `true`.
 pub(super) fn attempt<L: SharedClaimLock + 'static>(l: &'static L, n: u32) -> bool {
-    let calls: &'static AtomicU32 = Box::leak(Box::new(AtomicU32::new(0)));
+    let calls: &'static AtomicU32 = kept(AtomicU32::new(0));
     let got = within(&format!("lock_or_give_up, give_up after {n}"), move || {
         let g = l.lock_or_give_up(&mut || calls.fetch_add(1, SeqCst) + 1 >= n);
         let got = g.is_some();
@@ -63,7 +83,7 @@ pub(super) struct Waiter {
 impl Waiter {
     /// Starts one; it is waiting (it has asked `give_up`) when this returns.
     pub(super) fn start<L: SharedClaimLock + 'static>(l: &'static L) -> Self {
-        let waiting: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let waiting: &'static AtomicBool = kept(AtomicBool::new(false));
         let (got_tx, got) = mpsc::channel();
         let (release, release_rx) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -108,7 +128,7 @@ pub(super) fn never_asked() -> bool {
 
 /// A lock of its own that lives for the rest of the test process.
 pub(super) fn leaked<L: RawMutex + 'static>() -> &'static L {
-    Box::leak(Box::new(L::INIT))
+    kept(L::INIT)
 }
 
 /// `lock` + `unlock`, twice; then `lock_or_give_up` at once, `try_lock`, free.
@@ -160,7 +180,7 @@ fn reset_frees_a_held_lock<L: SharedClaimLock + 'static>() {
 
 /// Fills `L`'s memory with `pattern(i)` at byte `i`, as a peer may write it.
 fn scribbled<L: SharedClaimLock + 'static>(mut pattern: impl FnMut(usize) -> u8) -> &'static L {
-    let m: &'static mut MaybeUninit<L> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let m: &'static mut MaybeUninit<L> = kept(MaybeUninit::uninit());
     let p = m.as_mut_ptr().cast::<u8>();
     for i in 0..size_of::<L>() {
         // SAFETY: `p + i` is inside `m`, which we own, and nothing reads it yet.
