@@ -288,6 +288,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         for imp in &table {
             if let Some(v) = mean_of(imp.name, x) {
                 points.push(Point {
+                    panel: None,
                     implementation: imp.name.into(),
                     x,
                     value: v,
@@ -372,6 +373,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -395,6 +397,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         points,
         extra: serde_json::Value::Null,
         verdict: Verdict {
+            clauses: Vec::new(),
             conclusion: "no paper conclusion: a measurement against mpsync's targets (best mpsync barrier <= 0.5x std::sync::Barrier and <= 0.1x hurdles at 2x and 4x the cores, <= 1.2x hurdles at 1x)".into(),
             status: Status::Measurement,
             details,

@@ -147,6 +147,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             let name = qualified(imp.kind, imp.name);
             if let Some(v) = mean_of(&name, x) {
                 points.push(Point {
+                    panel: None,
                     implementation: name,
                     x,
                     value: v,
@@ -236,6 +237,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -260,6 +262,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         points,
         extra: serde_json::Value::Null,
         verdict: Verdict {
+            clauses: Vec::new(),
             conclusion:
                 "no paper conclusion: structure throughput under real oversubscription, as ratios to the peers"
                     .into(),

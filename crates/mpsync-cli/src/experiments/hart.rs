@@ -250,6 +250,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 .collect();
             if let Some(m) = trimmed_mean(&v) {
                 points.push(Point {
+                    panel: None,
                     implementation: (*n).into(),
                     x,
                     value: m,
@@ -284,6 +285,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -427,6 +429,7 @@ pub fn verdict(id: &str, conclusion: &str, points: &[Point], cores: u32) -> Verd
         _ => {}
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: conclusion.into(),
         status: if !holds {
             Status::DoesNotHold
@@ -599,6 +602,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     let points: Vec<Point> = trials
         .iter()
         .map(|t| Point {
+            panel: None,
             implementation: t.implementation.clone(),
             x: t.x,
             value: t.value,
@@ -633,6 +637,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -713,6 +718,7 @@ pub fn memory_verdict(points: &[Point], hp_bound: Option<u64>) -> Verdict {
         ));
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: "with one thread stalled inside an operation, hazard pointers keep unreclaimed nodes under Michael's bound while QSBR and EBR grow without bound".into(),
         status: if holds {
             Status::Holds
@@ -729,6 +735,7 @@ mod tests {
 
     fn pt(n: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: n.into(),
             x,
             value: v,

@@ -680,6 +680,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 .collect();
             if let Some(m) = trimmed_mean(&v) {
                 points.push(Point {
+                    panel: None,
                     implementation: n.clone(),
                     x,
                     value: m,
@@ -721,6 +722,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -1054,6 +1056,7 @@ fn verdict(
         _ => {}
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: conclusion.into(),
         status: if id == "hart-severity" {
             Status::Measurement
@@ -1205,6 +1208,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     let points: Vec<Point> = trials
         .iter()
         .map(|t| Point {
+            panel: None,
             implementation: t.implementation.clone(),
             x: t.x,
             value: t.value,
@@ -1242,6 +1246,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
