@@ -119,6 +119,19 @@ pub struct Panel {
     pub label: String,
     /// The x values it is measured at, in order.
     pub xs: Vec<f64>,
+    /// Its own baseline, where it differs from the design's.
+    pub baseline: Option<String>,
+}
+
+impl Panel {
+    /// A configuration with the design's baseline.
+    pub fn new(label: impl Into<String>, xs: Vec<f64>) -> Self {
+        Self {
+            label: label.into(),
+            xs,
+            baseline: None,
+        }
+    }
 }
 
 /// Everything the runner needs to know about an experiment's sweep.
@@ -169,10 +182,7 @@ impl Design {
             x_label: x_label.into(),
             unit: unit.into(),
             better,
-            panels: vec![Panel {
-                label: String::new(),
-                xs,
-            }],
+            panels: vec![Panel::new("", xs)],
             imps,
             baseline: None,
             trials,
@@ -211,6 +221,14 @@ impl Design {
             }
         }
         cells
+    }
+
+    /// The baseline of configuration `panel`.
+    pub fn baseline_of(&self, panel: usize) -> Option<&str> {
+        self.panels[panel]
+            .baseline
+            .as_deref()
+            .or(self.baseline.as_deref())
     }
 
     fn panel_key(&self, panel: usize) -> Option<String> {
@@ -270,7 +288,7 @@ pub fn summarize(d: &Design, trials: &[Trial]) -> Vec<Point> {
             d.summary.of(&v)
         };
         for &x in &pn.xs {
-            let base = d.baseline.as_deref().and_then(|b| at(b, x));
+            let base = d.baseline_of(pi).and_then(|b| at(b, x));
             for imp in &d.imps {
                 if let Some(v) = at(&imp.name, x) {
                     points.push(Point {
@@ -470,6 +488,85 @@ impl Clause {
         })
     }
 
+    /// "`a` ≥ `limit` × `b`" in goodness (throughput ratio, or inverse time
+    /// ratio) at every x of `panel`.
+    pub fn at_least_everywhere(
+        statement: impl Into<String>,
+        paper: Option<&str>,
+        a: &str,
+        b: &str,
+        panel: usize,
+        limit: f64,
+    ) -> Self {
+        let (a, b) = (a.to_string(), b.to_string());
+        Self::new(statement, paper, move |r| {
+            let label = &r.design.panels[panel].label;
+            let at = if label.is_empty() {
+                format!("every {}", r.design.x_label)
+            } else {
+                format!("every {}, {label}", r.design.x_label)
+            };
+            let got: Vec<(f64, f64)> = r.design.panels[panel]
+                .xs
+                .iter()
+                .filter_map(|&x| Some((x, r.goodness(&a, &b, panel, x)?)))
+                .collect();
+            if got.is_empty() {
+                return Judged {
+                    at,
+                    ours: format!("not measured ({a} or {b} has no value)"),
+                    holds: None,
+                };
+            }
+            let each: Vec<String> = got
+                .iter()
+                .map(|(x, g)| format!("{} {}", fmt_x(*x), sig3(*g)))
+                .collect();
+            Judged {
+                at,
+                ours: format!("{a} / {b}: {}", each.join(", ")),
+                holds: Some(got.iter().all(|(_, g)| *g >= limit)),
+            }
+        })
+    }
+
+    /// "the best of mpsync's (of `kind`) is at most `limit` × `peer`" in the
+    /// measured unit, at (`panel`, `x`).
+    pub fn best_ours_at_most(
+        statement: impl Into<String>,
+        paper: Option<&str>,
+        kind: &'static str,
+        peer: &str,
+        panel: usize,
+        x: f64,
+        limit: f64,
+    ) -> Self {
+        let peer = peer.to_string();
+        Self::new(statement, paper, move |r| {
+            let at = r.at(panel, x);
+            let best = r.ranked(Role::Ours, Some(kind), panel, x).first().copied();
+            match (best, r.value(&peer, panel, x)) {
+                (Some((i, v)), Some(pv)) => {
+                    let cens = if r.censored(&i.name, panel, x) || r.censored(&peer, panel, x) {
+                        " (censored: extrapolated)"
+                    } else {
+                        ""
+                    };
+                    Judged {
+                        at,
+                        ours: format!("{} / {peer} = {}{cens}", i.name, sig3(v / pv)),
+                        holds: Some(v / pv <= limit),
+                    }
+                }
+                _ => Judged {
+                    at,
+                    ours: format!("not measured (no mpsync {kind} or no {peer} there)"),
+                    holds: None,
+                },
+            }
+        })
+    }
+
     /// Judges it.
     pub fn judge(&self, r: &Results<'_>) -> ClauseResult {
         let j = (self.judge)(r);
@@ -518,6 +615,39 @@ pub fn advise(rule: &AdviceRule, r: &Results<'_>) -> Option<Advice> {
     })
 }
 
+/// Advice from the points of an experiment not on the model yet: the best
+/// of `imps` (named as its points are) at the last x they were measured at.
+pub fn advice_from_points(
+    rule_kind: &'static str,
+    better: Better,
+    x_label: &str,
+    panel_label: &str,
+    imps: Vec<Imp>,
+    points: &[Point],
+) -> Option<Advice> {
+    let mut xs: Vec<f64> = points
+        .iter()
+        .filter(|p| imps.iter().any(|i| i.name == p.implementation))
+        .map(|p| p.x)
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let mut d = Design::single(x_label, "", better, xs, imps, 1);
+    d.panels[0].label = panel_label.into();
+    let r = Results {
+        design: &d,
+        points,
+        trials: &[],
+    };
+    advise(
+        &AdviceRule {
+            kind: rule_kind,
+            panel: 0,
+        },
+        &r,
+    )
+}
+
 /// The figure. With one x value, bars of every implementation (best
 /// first). Otherwise one panel per configuration, normalized values when
 /// there is a baseline: the baseline and up to two reference lines, then the
@@ -529,17 +659,15 @@ pub fn figure(title: &str, d: &Design, points: &[Point]) -> String {
         points,
         trials: &[],
     };
-    let y_label = match &d.baseline {
-        Some(b) => format!("{} normalized to {b}", d.unit),
-        None => d.unit.clone(),
-    };
-    let y_of = |p: &Point| {
-        if d.baseline.is_some() {
-            p.normalized
-        } else {
-            p.value
+    let normalized = (0..d.panels.len()).any(|pi| d.baseline_of(pi).is_some());
+    let y_label = match (d.baseline.as_deref(), normalized) {
+        (Some(b), _) if d.panels.iter().all(|p| p.baseline.is_none()) => {
+            format!("{} normalized to {b}", d.unit)
         }
+        (_, true) => format!("{} normalized to each panel's baseline", d.unit),
+        (_, false) => d.unit.clone(),
     };
+    let y_of = |p: &Point| if normalized { p.normalized } else { p.value };
     if d.panels.iter().all(|p| p.xs.len() <= 1) {
         let mut bars = Vec::new();
         for (pi, pn) in d.panels.iter().enumerate() {
@@ -575,21 +703,21 @@ pub fn figure(title: &str, d: &Design, points: &[Point]) -> String {
     let mut panels = Vec::new();
     for (pi, pn) in d.panels.iter().enumerate() {
         let x = r.last_x(pi);
-        let refs: Vec<&Imp> = d
+        let has = |name: &str| {
+            points
+                .iter()
+                .any(|p| p.implementation == name && p.panel == d.panel_key(pi))
+        };
+        let base = d.baseline_of(pi).filter(|b| has(b));
+        let refs: Vec<&str> = d
             .imps
             .iter()
-            .filter(|i| i.role == Role::Reference)
+            .filter(|i| i.role == Role::Reference && has(&i.name) && Some(i.name.as_str()) != base)
+            .map(|i| i.name.as_str())
             .collect();
-        let fixed: Vec<&str> = d
-            .baseline
-            .iter()
-            .map(String::as_str)
-            .chain(
-                refs.iter()
-                    .take(2)
-                    .map(|i| i.name.as_str())
-                    .filter(|n| refs.len() <= 2 && Some(*n) != d.baseline.as_deref()),
-            )
+        let fixed: Vec<&str> = base
+            .into_iter()
+            .chain(refs.iter().copied().filter(|_| refs.len() <= 2))
             .collect();
         let mut rest: Vec<(&str, f64)> = d
             .imps
@@ -663,10 +791,16 @@ pub fn finish(
         busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
         unit: d.unit.clone(),
         x_label: d.x_label.clone(),
-        baseline: d
-            .baseline
-            .clone()
-            .unwrap_or_else(|| "none (values as measured)".into()),
+        baseline: match (&d.baseline, d.panels.iter().any(|p| p.baseline.is_some())) {
+            (_, true) => d
+                .panels
+                .iter()
+                .filter_map(|p| Some(format!("{}: {}", p.label, p.baseline.as_ref()?)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            (Some(b), false) => b.clone(),
+            (None, false) => "none (values as measured)".into(),
+        },
         trials,
         points,
         extra: serde_json::Value::Null,

@@ -284,8 +284,24 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         "ns per operation (lower is better)",
         &series,
     );
+    let advice = (exp.id == "hart-queues-threads")
+        .then(|| {
+            crate::model::advice_from_points(
+                "reclaimer",
+                crate::model::Better::Lower,
+                st.x_label,
+                "100 MS queues",
+                st.schemes
+                    .iter()
+                    .filter(|s| **s != Scheme::Leak)
+                    .map(|s| crate::model::Imp::ours(s.name(), "reclaimer"))
+                    .collect(),
+                &points,
+            )
+        })
+        .flatten();
     let rec = RunRecord {
-        advice: Vec::new(),
+        advice: advice.into_iter().collect(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),

@@ -721,8 +721,29 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         "ns per operation, all threads (lower is better)",
         &series,
     );
+    let advice = if exp.id == "map-oversub" {
+        crate::model::advice_from_points(
+            "map",
+            crate::model::Better::Lower,
+            st.x_label,
+            "2% updates",
+            st.impls
+                .iter()
+                .map(|i| {
+                    if i.is_mpsync() {
+                        crate::model::Imp::ours(i.name(), "map")
+                    } else {
+                        crate::model::Imp::peer(i.name(), "map")
+                    }
+                })
+                .collect(),
+            &points,
+        )
+    } else {
+        None
+    };
     let rec = RunRecord {
-        advice: Vec::new(),
+        advice: advice.into_iter().collect(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),

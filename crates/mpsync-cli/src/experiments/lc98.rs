@@ -1252,7 +1252,19 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         },
         details,
     };
-    let rec = record(
+    let advice = crate::model::advice_from_points(
+        "message claim",
+        crate::model::Better::Lower,
+        "writer processes",
+        "many-to-one",
+        impls
+            .iter()
+            .filter(|c| Claim::ALL.iter().any(|k| k.name() == **c))
+            .map(|c| crate::model::Imp::ours(*c, "message claim"))
+            .collect(),
+        &points,
+    );
+    let mut rec = record(
         exp,
         p,
         started,
@@ -1268,6 +1280,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         verdict,
         serde_json::json!({ "messages_per_run": total, "writers": writer_counts, "cap_s": cap.as_secs() }),
     );
+    rec.advice = advice.into_iter().collect();
     Ok((rec, svg))
 }
 

@@ -376,10 +376,7 @@ fn design(table: &[LockImpl], configs: &[Config], rounds: u32, kernel_answers: b
     .median();
     d.panels = configs
         .iter()
-        .map(|c| Panel {
-            label: c.label.into(),
-            xs: c.threads.iter().map(|&n| f64::from(n)).collect(),
-        })
+        .map(|c| Panel::new(c.label, c.threads.iter().map(|&n| f64::from(n)).collect()))
         .collect();
     d
 }

@@ -499,8 +499,26 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         "sections/s normalized to parking_lot::RwLock at the same mix (higher is better)",
         &series,
     );
+    let advice = crate::model::advice_from_points(
+        "rwlock",
+        crate::model::Better::Higher,
+        "threads",
+        "95% reads",
+        table
+            .iter()
+            .map(|i| {
+                let name = series_name(i.name, 0.95);
+                if i.peer {
+                    crate::model::Imp::peer(name, "rwlock")
+                } else {
+                    crate::model::Imp::ours(name, "rwlock")
+                }
+            })
+            .collect(),
+        &points,
+    );
     let rec = RunRecord {
-        advice: Vec::new(),
+        advice: advice.into_iter().collect(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
