@@ -757,6 +757,10 @@ pub struct Verdicts {
     pub notes: Vec<String>,
     /// What it recommends.
     pub advice: Vec<AdviceRule>,
+    /// Whether the clauses are mpsync's targets rather than a paper's
+    /// conclusion: the verdict is then a measurement, its clauses "met" or
+    /// not.
+    pub targets: bool,
 }
 
 /// Everything a model-based run produces: its record and its figure.
@@ -804,7 +808,13 @@ pub fn finish(
         trials,
         points,
         extra: serde_json::Value::Null,
-        verdict: Verdict::from_clauses(v.conclusion, clauses, v.notes),
+        verdict: {
+            let mut verdict = Verdict::from_clauses(v.conclusion, clauses, v.notes);
+            if v.targets {
+                verdict.status = crate::output::Status::Measurement;
+            }
+            verdict
+        },
         advice,
     };
     (rec, svg)

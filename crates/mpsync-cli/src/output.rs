@@ -183,7 +183,11 @@ impl Verdict {
             .filter(|c| c.holds == Some(true))
             .count();
         let unjudged = self.clauses.iter().filter(|c| c.holds.is_none()).count();
-        let mut s = format!("{held} of {n} clause{} hold", if n == 1 { "" } else { "s" });
+        let mut s = if self.status == Status::Measurement {
+            format!("{held} of {n} target{} met", if n == 1 { "" } else { "s" })
+        } else {
+            format!("{held} of {n} clause{} hold", if n == 1 { "" } else { "s" })
+        };
         if unjudged > 0 {
             s.push_str(&format!(", {unjudged} not judged"));
         }

@@ -341,6 +341,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         conclusion: "no paper conclusion: a measurement against mpsync's targets (best mpsync barrier <= 0.5x std::sync::Barrier and <= 0.1x hurdles at 2x and 4x the cores, <= 1.2x hurdles at 1x)".into(),
         clauses: clauses(cores),
         notes,
+        targets: true,
         advice: vec![AdviceRule {
             kind: "barrier",
             panel: 0,

@@ -147,6 +147,7 @@ fn verdicts(threads: &[u32], cores: u32) -> Verdicts {
         conclusion: "no paper conclusion: structure throughput under real oversubscription, as ratios to the peers".into(),
         clauses,
         notes,
+        targets: true,
         advice: KINDS
             .iter()
             .enumerate()

@@ -401,6 +401,7 @@ fn verdicts(id: &str, conclusion: &str, cores: u32) -> Verdicts {
         },
         notes: Vec::new(),
         advice: Vec::new(),
+        targets: false,
     }
 }
 

@@ -190,6 +190,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
                 .into(),
         clauses: clauses(),
         notes,
+        targets: true,
         advice: Vec::new(),
     };
     let params = serde_json::json!({ "pairs_per_trial": iters });

@@ -642,6 +642,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         conclusion: "no paper conclusion: throughput and fairness under real oversubscription, as ratios to parking_lot (issue 13's table and targets)".into(),
         clauses: clauses(&table, kernel_answers, &answers.describe()),
         notes,
+        targets: true,
         advice: vec![AdviceRule {
             kind: "mutex",
             panel: unpinned,
