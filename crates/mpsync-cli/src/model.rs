@@ -502,9 +502,9 @@ impl Clause {
         Self::new(statement, paper, move |r| {
             let label = &r.design.panels[panel].label;
             let at = if label.is_empty() {
-                format!("every {}", r.design.x_label)
+                "every point".to_string()
             } else {
-                format!("every {}, {label}", r.design.x_label)
+                format!("every point, {label}")
             };
             let got: Vec<(f64, f64)> = r.design.panels[panel]
                 .xs
