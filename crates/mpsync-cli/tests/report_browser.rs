@@ -131,22 +131,20 @@ fn every_figure_renders_and_no_text_is_clipped() {
         .output()
         .expect("chromium runs");
     let dom = String::from_utf8_lossy(&o.stdout);
-    let line = dom
-        .lines()
-        .find_map(|l| l.split("CHECK ").nth(1))
-        .unwrap_or_else(|| {
-            panic!(
-                "the check script did not run in {:?} ({:?}); stderr: {}",
-                chromium,
-                started.elapsed(),
-                String::from_utf8_lossy(&o.stderr)
-            )
-        });
-    let line = line
-        .split("</pre>")
-        .next()
-        .unwrap_or(line)
-        .replace("&quot;", "\"");
+    const MARK: &str = "id=\"mpsync-check\">CHECK ";
+    let Some(at) = dom.find(MARK) else {
+        panic!(
+            "the check script did not run in {chromium:?} ({:?}); stderr: {}",
+            started.elapsed(),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let rest = &dom[at + MARK.len()..];
+    let line = rest[..rest.find("</pre>").unwrap_or(rest.len())]
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
     let v: serde_json::Value = serde_json::from_str(&line).expect("the check's JSON");
     let figures = v["figures"].as_u64().unwrap_or(0);
     assert!(figures >= 5, "only {figures} figures rendered: {line}");
