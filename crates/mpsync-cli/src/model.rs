@@ -791,7 +791,20 @@ pub fn finish(
         started_unix: crate::unix_now(),
         duration_s: started.elapsed().as_secs_f64(),
         machine: Machine::detect(),
-        params: serde_json::json!({ "common": p, "experiment": params }),
+        params: {
+            // The experiment's own parameters beside the common ones and the
+            // implementations, at the top level as every record has them.
+            let mut all = match params {
+                serde_json::Value::Object(m) => m,
+                serde_json::Value::Null => serde_json::Map::new(),
+                other => serde_json::Map::from_iter([("experiment".to_string(), other)]),
+            };
+            all.insert("common".into(), serde_json::json!(p));
+            all.entry("implementations").or_insert_with(|| {
+                serde_json::json!(d.imps.iter().map(|i| i.name.as_str()).collect::<Vec<_>>())
+            });
+            serde_json::Value::Object(all)
+        },
         busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
         unit: d.unit.clone(),
         x_label: d.x_label.clone(),

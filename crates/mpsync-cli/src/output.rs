@@ -386,13 +386,13 @@ fn csv_field(s: &str) -> String {
 pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut csv = String::from(
-        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread,censored_at\n",
+        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread,censored_at,configuration,fairness_min_max\n",
     );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for t in &rec.trials {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&rec.experiment),
             csv_field(&t.implementation),
             rec.preempt,
@@ -406,7 +406,9 @@ pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
             t.warnings,
             opt(t.finish_spread.map(|f| format!("{f:.4}"))),
             opt(t.fairness_spread.map(|f| format!("{f:.4}"))),
-            opt(t.censored_at.map(|f| format!("{f:.4}")))
+            opt(t.censored_at.map(|f| format!("{f:.4}"))),
+            csv_field(t.panel.as_deref().unwrap_or("")),
+            opt(t.fairness_min_max.map(|f| format!("{f:.4}")))
         );
     }
     let w = |name: &str, body: &[u8]| {
