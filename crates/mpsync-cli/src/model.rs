@@ -764,6 +764,10 @@ pub struct Verdicts {
 }
 
 /// Everything a model-based run produces: its record and its figure.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the run's parts, each of a different kind; every experiment calls it once"
+)]
 pub fn finish(
     exp: &Experiment,
     p: &Params,
