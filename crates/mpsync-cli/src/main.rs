@@ -1,9 +1,11 @@
 //! `mpsync` — runs the experiments of the papers behind mpsync on this machine,
 //! beside the crates people use today, and reports whether each conclusion holds.
 
+mod advise;
 mod env;
 mod envinfo;
 mod experiments;
+mod model;
 mod osmp;
 mod output;
 mod peers;
@@ -71,6 +73,18 @@ enum Cmd {
         /// CPU-bound competitor pinned to one CPU, observed from another; ~8 s).
         #[arg(long)]
         measure: bool,
+    },
+    /// Say what to use on this machine: for each kind of structure (mutex,
+    /// RW lock, map, queue, stack, priority queue, reclaimer, barrier,
+    /// message claim) the implementation the results under OUT recommend, its
+    /// margin over the runner-up and over the best of the other side (peers
+    /// when mpsync's won, mpsync's when a peer won), where it was judged and
+    /// the run it comes from; the experiments it lacks are named. The
+    /// report's summary says the same.
+    Advise {
+        /// Results directory.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
     },
     /// Regenerate OUT/report.html from every result under OUT.
     Report {
@@ -224,7 +238,7 @@ impl Common {
 pub(crate) fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
     if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg:>16} [{bar:40}] {pos}/{len} trials, {elapsed}",
+        "{msg:>16} [{bar:40}] {pos}/{len} trials, {elapsed} (about {eta} left)",
     ) {
         pb.set_style(style.progress_chars("=> "));
     }
@@ -255,11 +269,17 @@ fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Resul
         (exp.run)(exp, params, preempt).with_context(|| format!("{} failed", exp.id))?;
     let dir = output::run_dir(&params.out, exp.id, preempt.name());
     output::write_run(&dir, &rec, &svg)?;
+    let summary = rec.verdict.summary();
     println!(
-        "{} [{}] verdict: {} — {}",
+        "{} [{}] verdict: {}{} — {}",
         exp.id,
         preempt.name(),
         rec.verdict.status.label(),
+        if summary.is_empty() {
+            String::new()
+        } else {
+            format!(" ({summary})")
+        },
         rec.verdict.conclusion
     );
     for d in &rec.verdict.details {
@@ -331,9 +351,12 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
                     run_one(exp, &params, m)?;
                 }
             }
+            let runs = output::read_runs(&params.out)?;
+            println!("{}", advise::text(&advise::rows(&runs)));
             println!("report: {}", report::write_report(&params.out)?.display());
             Ok(())
         }
+        Cmd::Advise { out } => advise::main(&out),
         Cmd::Report { out } => {
             println!("report: {}", report::write_report(&out)?.display());
             Ok(())

@@ -99,6 +99,100 @@ pub struct Verdict {
     pub status: Status,
     /// One line per clause: what was checked, with the numbers.
     pub details: Vec<String>,
+    /// The clauses judged one by one (experiments on the experiment model;
+    /// empty in records of experiments that only write `details`).
+    #[serde(default)]
+    pub clauses: Vec<ClauseResult>,
+}
+
+/// One clause of a verdict: a rule judged at one point, our value beside the
+/// paper's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClauseResult {
+    /// What the clause says, as a statement ("Smart-Q ≤ 1.1× TAS-B-np").
+    pub statement: String,
+    /// Where it is judged ("MP 2", "8 threads, cs1-ncs1 unpinned").
+    pub at: String,
+    /// Our value there, with its unit or as a ratio.
+    pub ours: String,
+    /// The paper's own value, where the paper gives one.
+    pub paper: Option<String>,
+    /// Whether it holds; `None` when it could not be judged (`ours` says why).
+    pub holds: Option<bool>,
+}
+
+impl ClauseResult {
+    /// As printed in the terminal: "holds: … (ours …; paper …) at …".
+    pub fn line(&self) -> String {
+        let mark = match self.holds {
+            Some(true) => "holds",
+            Some(false) => "does not hold",
+            None => "not judged",
+        };
+        let paper = self
+            .paper
+            .as_deref()
+            .map(|p| format!("; paper: {p}"))
+            .unwrap_or_default();
+        format!(
+            "[{mark}] {} at {}: ours {}{paper}",
+            self.statement, self.at, self.ours
+        )
+    }
+}
+
+impl Verdict {
+    /// The verdict of `clauses`: holds when every one holds, does not hold
+    /// when one does not, partly evaluable when one could not be judged, a
+    /// measurement when there are none. `notes` follow the clause lines in
+    /// `details`.
+    pub fn from_clauses(
+        conclusion: impl Into<String>,
+        clauses: Vec<ClauseResult>,
+        notes: Vec<String>,
+    ) -> Self {
+        let status = if clauses.is_empty() {
+            Status::Measurement
+        } else if clauses.iter().any(|c| c.holds == Some(false)) {
+            Status::DoesNotHold
+        } else if clauses.iter().any(|c| c.holds.is_none()) {
+            Status::PartlyEvaluable
+        } else {
+            Status::Holds
+        };
+        let mut details: Vec<String> = clauses.iter().map(ClauseResult::line).collect();
+        details.extend(notes);
+        Self {
+            conclusion: conclusion.into(),
+            status,
+            details,
+            clauses,
+        }
+    }
+
+    /// "2 of 3 clauses hold" (and how many could not be judged); empty for a
+    /// verdict without clauses.
+    pub fn summary(&self) -> String {
+        let n = self.clauses.len();
+        if n == 0 {
+            return String::new();
+        }
+        let held = self
+            .clauses
+            .iter()
+            .filter(|c| c.holds == Some(true))
+            .count();
+        let unjudged = self.clauses.iter().filter(|c| c.holds.is_none()).count();
+        let mut s = if self.status == Status::Measurement {
+            format!("{held} of {n} target{} met", if n == 1 { "" } else { "s" })
+        } else {
+            format!("{held} of {n} clause{} hold", if n == 1 { "" } else { "s" })
+        };
+        if unjudged > 0 {
+            s.push_str(&format!(", {unjudged} not judged"));
+        }
+        s
+    }
 }
 
 /// One trial of one implementation at one x value.
@@ -110,6 +204,10 @@ pub struct Trial {
     pub x: f64,
     /// Trial number.
     pub trial: u32,
+    /// The configuration (panel of the figure) it belongs to, where the
+    /// experiment has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panel: Option<String>,
     /// The measured value (seconds, ns/op, ...).
     pub value: f64,
     /// Preemptions by the emulated scheduler during the trial.
@@ -148,6 +246,10 @@ pub struct Point {
     pub implementation: String,
     /// The x value.
     pub x: f64,
+    /// The configuration (panel of the figure) it belongs to, where the
+    /// experiment has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub panel: Option<String>,
     /// Mean of the median trials.
     pub value: f64,
     /// `value` divided by the baseline's.
@@ -235,6 +337,36 @@ pub struct RunRecord {
     pub extra: serde_json::Value,
     /// The verdict.
     pub verdict: Verdict,
+    /// What this run recommends, per kind of structure (`mpsync advise`).
+    #[serde(default)]
+    pub advice: Vec<Advice>,
+}
+
+impl RunRecord {
+    /// Whether it was a `--quick` smoke run (read from its parameters).
+    pub fn quick(&self) -> bool {
+        self.params
+            .pointer("/common/quick")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false)
+    }
+}
+
+/// What an experiment recommends for one kind of structure on this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advice {
+    /// The kind, as `mpsync advise` groups them ("mutex", "queue", …).
+    pub kind: String,
+    /// The recommended implementation: mpsync's or a peer's, whichever won.
+    pub best: String,
+    /// Its figure over the runner-up's, as "1.23× <name>" (higher is better
+    /// whatever the unit: a time is inverted).
+    pub over_runner_up: Option<String>,
+    /// Its figure over the best peer's (when the best is mpsync's) or over
+    /// mpsync's best (when a peer won).
+    pub over_other_side: Option<String>,
+    /// Where it was judged ("8 threads on 2 cores, cs1-ncs1 unpinned").
+    pub at: String,
 }
 
 /// The directory of one experiment's results.
@@ -254,13 +386,13 @@ fn csv_field(s: &str) -> String {
 pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut csv = String::from(
-        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread,censored_at\n",
+        "experiment,implementation,preempt,mp,procs,x,trial,value,unit,preemptions,warnings,finish_spread,fairness_spread,censored_at,configuration,fairness_min_max\n",
     );
     let opt = |v: Option<String>| v.unwrap_or_default();
     for t in &rec.trials {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&rec.experiment),
             csv_field(&t.implementation),
             rec.preempt,
@@ -274,7 +406,9 @@ pub fn write_run(dir: &Path, rec: &RunRecord, svg: &str) -> anyhow::Result<()> {
             t.warnings,
             opt(t.finish_spread.map(|f| format!("{f:.4}"))),
             opt(t.fairness_spread.map(|f| format!("{f:.4}"))),
-            opt(t.censored_at.map(|f| format!("{f:.4}")))
+            opt(t.censored_at.map(|f| format!("{f:.4}"))),
+            csv_field(t.panel.as_deref().unwrap_or("")),
+            opt(t.fairness_min_max.map(|f| format!("{f:.4}")))
         );
     }
     let w = |name: &str, body: &[u8]| {

@@ -231,9 +231,24 @@ fn tiny_lock_oversub_and_wks95_runs() {
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     assert!(header.contains(&"fairness_spread"), "{header:?}");
     assert!(header.contains(&"censored_at"), "{header:?}");
+    assert!(header.contains(&"configuration"), "{header:?}");
     let details = json["verdict"]["details"].to_string();
-    assert!(details.contains("cs1-ncs1 pinned 3 threads"), "{details}");
+    let points = json["points"].as_array().unwrap();
+    assert!(
+        points
+            .iter()
+            .any(|p| p["panel"] == "cs1-ncs1 pinned" && p["x"] == 3.0),
+        "no point of cs1-ncs1 pinned at 3 threads"
+    );
     assert!(details.contains("target: bounded-steal"), "{details}");
+    let clauses = json["verdict"]["clauses"].as_array().unwrap();
+    assert!(
+        clauses.iter().any(|c| c["statement"]
+            .as_str()
+            .unwrap()
+            .starts_with("target: bounded-steal")),
+        "{clauses:?}"
+    );
     assert!(
         details.contains("cs1-ncs1 pinned+burst"),
         "the burst line ran or says why not: {details}"

@@ -19,9 +19,8 @@ use mpsync::util::rng::SplitMix64;
 
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::model::{self, AdviceRule, Better, Clause, Design, Imp, Verdicts};
+use crate::output::{RunRecord, Trial};
 
 /// Episodes per trial at `--scale 1`.
 pub const BASE_EPISODES: f64 = 4000.0;
@@ -224,8 +223,44 @@ pub fn run_episodes_with<G>(
     })
 }
 
+/// The baseline peer.
+const STD: &str = "std::sync::Barrier";
+
+/// mpsync's targets at 1×, 2× and 4× the cores, one clause each.
+fn clauses(cores: u32) -> Vec<Clause> {
+    let mut c = Vec::new();
+    for (per_core, std_max, hurdles_max) in
+        [(1u32, None, 1.2), (2, Some(0.5), 0.1), (4, Some(0.5), 0.1)]
+    {
+        let x = f64::from(per_core * cores);
+        if let Some(m) = std_max {
+            c.push(Clause::best_ours_at_most(
+                format!("target: the best mpsync barrier ≤ {m}× {STD} at {per_core}× the cores"),
+                None,
+                "barrier",
+                STD,
+                0,
+                x,
+                m,
+            ));
+        }
+        c.push(Clause::best_ours_at_most(
+            format!(
+                "target: the best mpsync barrier ≤ {hurdles_max}× hurdles at {per_core}× the cores"
+            ),
+            None,
+            "barrier",
+            "hurdles",
+            0,
+            x,
+            hurdles_max,
+        ));
+    }
+    c
+}
+
 /// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let cores = p.cores.max(1);
     let threads: Vec<u32> = p
         .threads
@@ -235,74 +270,50 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let cap = Duration::from_secs_f64((3.0 * p.scale).clamp(0.5, 30.0));
     let work = (2_000, 4_000);
     let table = barrier_table();
-    let pb = crate::progress(
-        (threads.len() * p.trials as usize * table.len()) as u64,
-        exp.id,
-    );
+    let imps = table
+        .iter()
+        .map(|i| {
+            if i.peer {
+                Imp::peer(i.name, "barrier")
+            } else {
+                Imp::ours(i.name, "barrier")
+            }
+        })
+        .collect();
+    let d = Design::single(
+        "threads",
+        "ns per episode",
+        Better::Lower,
+        threads.iter().map(|&n| f64::from(n)).collect(),
+        imps,
+        p.trials,
+    )
+    .baseline(STD);
     let started = Instant::now();
-    let mut trials = Vec::new();
-    for &n in &threads {
-        for t in 0..p.trials {
-            for k in 0..table.len() {
-                let imp = &table[(k + t as usize) % table.len()];
-                let b = (imp.make)(n as usize);
-                let r = run_episodes(
-                    b.as_ref(),
-                    n as usize,
-                    episodes,
-                    cap,
-                    work,
-                    p.seed ^ u64::from(t),
-                )
-                .map_err(|e| anyhow::anyhow!("{} with {n} threads: {e}", imp.name))?;
-                let per = r.elapsed.as_nanos() as f64 / r.episodes.max(1) as f64;
-                trials.push(Trial {
-                    implementation: imp.name.into(),
-                    x: f64::from(n),
-                    trial: t,
-                    value: per,
-                    procs: Some(n),
-                    censored_at: (r.episodes < episodes)
-                        .then_some(r.episodes as f64 / episodes as f64),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-        }
-    }
-    pb.finish_and_clear();
-    let mean_of = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let n = c.x as usize;
+        let imp = table
             .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
-    let mut points = Vec::new();
-    for &n in &threads {
-        let x = f64::from(n);
-        let base = mean_of("std::sync::Barrier", x)
-            .filter(|b| *b > 0.0)
-            .unwrap_or(1.0);
-        for imp in &table {
-            if let Some(v) = mean_of(imp.name, x) {
-                points.push(Point {
-                    implementation: imp.name.into(),
-                    x,
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
-    }
-    let value = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|q| q.implementation == name && q.x == x)
-            .map(|q| q.value)
-    };
-    let mut details = vec![format!(
+            .find(|i| i.name == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no barrier named {}", c.imp.name))?;
+        let b = (imp.make)(n);
+        let r = run_episodes(
+            b.as_ref(),
+            n,
+            episodes,
+            cap,
+            work,
+            p.seed ^ u64::from(c.trial),
+        )
+        .map_err(|e| anyhow::anyhow!("{} with {n} threads: {e}", imp.name))?;
+        Ok(Some(Trial {
+            value: r.elapsed.as_nanos() as f64 / r.episodes.max(1) as f64,
+            procs: Some(n as u32),
+            censored_at: (r.episodes < episodes).then_some(r.episodes as f64 / episodes as f64),
+            ..Trial::default()
+        }))
+    })?;
+    let mut notes = vec![format!(
         "{cores} cores; {} threads unpinned, one per participant; {episodes} episodes per trial (capped at {:.1} s), 2-4 µs of work between episodes",
         threads
             .iter()
@@ -311,94 +322,38 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             .join(", "),
         cap.as_secs_f64()
     )];
-    let censored: Vec<String> = table
+    let censored: Vec<&str> = table
         .iter()
         .filter(|i| {
             trials
                 .iter()
                 .any(|t| t.implementation == i.name && t.censored_at.is_some())
         })
-        .map(|i| i.name.to_string())
+        .map(|i| i.name)
         .collect();
     if !censored.is_empty() {
-        details.push(format!(
+        notes.push(format!(
             "hit the time cap (time per episode from the episodes done): {}",
             censored.join(", ")
         ));
     }
-    for (per_core, std_max, hurdles_max) in
-        [(1u32, None, 1.2), (2, Some(0.5), 0.1), (4, Some(0.5), 0.1)]
-    {
-        let x = f64::from(per_core * cores);
-        let best = table
-            .iter()
-            .filter(|i| !i.peer)
-            .filter_map(|i| value(i.name, x).map(|v| (i.name, v)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        let (Some((bname, bv)), Some(sv), Some(hv)) =
-            (best, value("std::sync::Barrier", x), value("hurdles", x))
-        else {
-            continue;
-        };
-        let (rs, rh) = (bv / sv, bv / hv);
-        let std_part = match std_max {
-            Some(m) => format!(
-                " / std::sync::Barrier = {rs:.2} (target <= {m}: {})",
-                if rs <= m { "met" } else { "missed" }
-            ),
-            None => format!(" / std::sync::Barrier = {rs:.2}"),
-        };
-        details.push(format!(
-            "{per_core}x the cores ({x} threads): best mpsync barrier {bname} {:.1} µs/episode;{std_part}; / hurdles = {rh:.3} (target <= {hurdles_max}: {})",
-            bv / 1e3,
-            if rh <= hurdles_max { "met" } else { "missed" }
-        ));
-    }
-    let series: Vec<Series> = table
-        .iter()
-        .map(|i| Series {
-            label: i.name.into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == i.name)
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-        })
-        .collect();
-    let svg = line_chart(
-        "barrier-oversub: episode time, unpinned threads on this machine's cores",
-        "threads",
-        "time per episode normalized to std::sync::Barrier (lower is better)",
-        &series,
-    );
-    let rec = RunRecord {
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "threads": threads,
-            "episodes": episodes,
-            "cap_s": cap.as_secs_f64(),
-            "work_ns": [work.0, work.1],
-            "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
-        }),
-        busy_iters_per_us: BusyWork::global().iters_per_us(),
-        unit: "ns per episode (lower is better)".into(),
-        x_label: "threads".into(),
-        baseline: "std::sync::Barrier at the same thread count".into(),
-        trials,
-        points,
-        extra: serde_json::Value::Null,
-        verdict: Verdict {
-            conclusion: "no paper conclusion: a measurement against mpsync's targets (best mpsync barrier <= 0.5x std::sync::Barrier and <= 0.1x hurdles at 2x and 4x the cores, <= 1.2x hurdles at 1x)".into(),
-            status: Status::Measurement,
-            details,
-        },
+    let v = Verdicts {
+        conclusion: "no paper conclusion: a measurement against mpsync's targets (best mpsync barrier <= 0.5x std::sync::Barrier and <= 0.1x hurdles at 2x and 4x the cores, <= 1.2x hurdles at 1x)".into(),
+        clauses: clauses(cores),
+        notes,
+        targets: true,
+        advice: vec![AdviceRule {
+            kind: "barrier",
+            panel: 0,
+        }],
     };
-    Ok((rec, svg))
+    let params = serde_json::json!({
+        "threads": threads,
+        "episodes": episodes,
+        "cap_s": cap.as_secs_f64(),
+        "work_ns": [work.0, work.1],
+    });
+    Ok(model::finish(
+        exp, p, preempt, &d, trials, v, params, started,
+    ))
 }

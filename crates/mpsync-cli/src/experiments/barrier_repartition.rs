@@ -371,6 +371,7 @@ pub fn verdict(per_barrier: &[(&str, Vec<Recovery>)], processors: u32) -> Verdic
         }
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: CONCLUSION.into(),
         status,
         details,
@@ -477,6 +478,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             if let Some(m) = median(&v) {
                 pts.push((o as f64, m));
                 points.push(Point {
+                    panel: None,
                     implementation: (*name).into(),
                     x: o as f64,
                     value: m,
@@ -511,6 +513,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         })
         .collect();
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),

@@ -18,9 +18,9 @@ use super::locks::Origin;
 use super::structures::{DsThroughputSpec, Kind, ds_table};
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::trimmed_mean;
-use crate::svg::line_chart;
+use crate::model::{self, AdviceRule, Better, Clause, Design, Imp, Panel, Results, Role, Verdicts};
+use crate::output::{RunRecord, Trial};
+use crate::svg::sig3;
 
 /// Trial length at `--scale 1`.
 pub const BASE_DURATION_MS: f64 = 300.0;
@@ -74,8 +74,90 @@ pub const AUTO_PAIRS: &[(Kind, &str, &str)] = &[
     (Kind::Stack, "Treiber (EBR)", "Treiber (EBR, Auto)"),
 ];
 
+/// The kinds, in the order of the figure's panels, and what `advise` calls
+/// each.
+const KINDS: [(Kind, Option<&str>); 4] = [
+    (Kind::Queue, Some("queue")),
+    (Kind::Stack, Some("stack")),
+    (Kind::Heap, Some("priority queue")),
+    (Kind::Counter, None),
+];
+
+/// The design: a panel per kind, normalized to the kind's reference peer.
+fn design(threads: &[u32], trials: u32) -> Design {
+    let imps = ds_table()
+        .iter()
+        .map(|i| {
+            let kind = KINDS.iter().find(|k| k.0 == i.kind).and_then(|k| k.1);
+            Imp {
+                name: qualified(i.kind, i.name),
+                role: if i.origin == Origin::Peer {
+                    Role::Peer
+                } else {
+                    Role::Ours
+                },
+                kind,
+            }
+        })
+        .collect();
+    let xs: Vec<f64> = threads.iter().map(|&n| f64::from(n)).collect();
+    let mut d = Design::single(
+        "threads",
+        "operations per second",
+        Better::Higher,
+        Vec::new(),
+        imps,
+        trials,
+    );
+    d.panels = KINDS
+        .iter()
+        .map(|(k, _)| Panel {
+            baseline: Some(qualified(*k, reference(*k))),
+            ..Panel::new(structure(*k), xs.clone())
+        })
+        .collect();
+    d
+}
+
+/// The targets as clauses, and the handle-free rows as notes.
+fn verdicts(threads: &[u32], cores: u32) -> Verdicts {
+    let panel = |k: Kind| KINDS.iter().position(|x| x.0 == k).unwrap_or(0);
+    let clauses = TARGETS
+        .iter()
+        .map(|&(kind, ours, peer)| {
+            Clause::at_least_everywhere(
+                format!("target: {ours} ≥ 1.0× {peer} ({})", structure(kind)),
+                None,
+                &qualified(kind, ours),
+                &qualified(kind, peer),
+                panel(kind),
+                1.0,
+            )
+        })
+        .collect();
+    let notes = vec![format!(
+        "{cores} cores: {} threads run unpinned, so counts above {cores} are oversubscribed (real Linux preemption); each thread loops put+take with no work between",
+        threads
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )];
+    Verdicts {
+        conclusion: "no paper conclusion: structure throughput under real oversubscription, as ratios to the peers".into(),
+        clauses,
+        notes,
+        targets: true,
+        advice: KINDS
+            .iter()
+            .enumerate()
+            .filter_map(|(pi, (_, kind))| Some(AdviceRule { kind: (*kind)?, panel: pi }))
+            .collect(),
+    }
+}
+
 /// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let cores = p.cores.max(1);
     let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| {
         if p.quick {
@@ -88,186 +170,73 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let duration =
         Duration::from_secs_f64((BASE_DURATION_MS * p.scale * quick_factor).max(20.0) / 1e3);
     let table = ds_table();
-    let pb = crate::progress(
-        (threads.len() * p.trials as usize * table.len()) as u64,
-        exp.id,
-    );
+    let d = design(&threads, p.trials);
     let started = Instant::now();
-    let mut trials = Vec::new();
-    for &n in &threads {
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let (kind, _) = KINDS[c.panel];
+        let Some(imp) = table
+            .iter()
+            .find(|i| i.kind == kind && qualified(i.kind, i.name) == c.imp.name)
+        else {
+            return Ok(None);
+        };
         let spec = DsThroughputSpec {
-            threads: n,
+            threads: c.x as u32,
             duration,
             alloc: p.alloc,
         };
-        for t in 0..p.trials {
-            for k in 0..table.len() {
-                let imp = &table[(k + t as usize) % table.len()];
-                let counts = (imp.throughput)(&spec, imp.kind);
-                let total: u64 = counts.iter().sum();
-                let mean = total as f64 / counts.len().max(1) as f64;
-                let (lo, hi) = (
-                    counts.iter().copied().min().unwrap_or(0),
-                    counts.iter().copied().max().unwrap_or(0),
-                );
-                trials.push(Trial {
-                    implementation: qualified(imp.kind, imp.name),
-                    x: f64::from(n),
-                    trial: t,
-                    value: total as f64 / duration.as_secs_f64(),
-                    procs: Some(n),
-                    fairness_spread: Some(if mean > 0.0 {
-                        (hi - lo) as f64 / mean
-                    } else {
-                        0.0
-                    }),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-        }
-    }
-    pb.finish_and_clear();
-    let names: Vec<String> = table.iter().map(|i| qualified(i.kind, i.name)).collect();
-    let mean_of = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
-    let mut points = Vec::new();
-    for &n in &threads {
-        let x = f64::from(n);
-        for imp in &table {
-            let base = mean_of(&qualified(imp.kind, reference(imp.kind)), x)
-                .filter(|b| *b > 0.0)
-                .unwrap_or(1.0);
-            let name = qualified(imp.kind, imp.name);
-            if let Some(v) = mean_of(&name, x) {
-                points.push(Point {
-                    implementation: name,
-                    x,
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
-    }
-    let mut details = vec![format!(
-        "{cores} cores: {} threads run unpinned, so counts above {cores} are oversubscribed (real Linux preemption)",
-        threads
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    )];
-    let at = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|q| q.implementation == name && q.x == x)
-            .map(|q| q.value)
-    };
-    for &(kind, ours, peer) in TARGETS {
-        let (ours, peer) = (&qualified(kind, ours), &qualified(kind, peer));
-        let mut parts = Vec::new();
-        for &n in &threads {
-            let x = f64::from(n);
-            if let (Some(a), Some(b)) = (at(ours, x), at(peer, x)) {
-                let r = a / b;
-                parts.push(format!(
-                    "{n} threads {r:.2} ({})",
-                    if r >= 1.0 { "met" } else { "missed" }
-                ));
-            }
-        }
-        if parts.is_empty() {
-            details.push(format!("{ours} / {peer}: not measured"));
-        } else {
-            details.push(format!(
-                "{ours} / {peer} throughput (target >= 1.0): {}",
-                parts.join(", ")
-            ));
-        }
-    }
+        let counts = (imp.throughput)(&spec, imp.kind);
+        let total: u64 = counts.iter().sum();
+        let mean = total as f64 / counts.len().max(1) as f64;
+        let lo = counts.iter().copied().min().unwrap_or(0);
+        let hi = counts.iter().copied().max().unwrap_or(0);
+        Ok(Some(Trial {
+            value: total as f64 / duration.as_secs_f64(),
+            procs: Some(c.x as u32),
+            fairness_spread: Some(if mean > 0.0 {
+                (hi - lo) as f64 / mean
+            } else {
+                0.0
+            }),
+            fairness_min_max: Some(if hi > 0 { lo as f64 / hi as f64 } else { 0.0 }),
+            ..Trial::default()
+        }))
+    })?;
+    let mut v = verdicts(&threads, cores);
     // What the handle-free API's thread-local cache costs: each `Auto` row over
     // the same structure with an explicit handle (a measurement, no target).
+    let points = model::summarize(&d, &trials);
+    let r = Results {
+        design: &d,
+        points: &points,
+        trials: &trials,
+    };
     for &(kind, handle, auto) in AUTO_PAIRS {
-        let (handle, auto) = (&qualified(kind, handle), &qualified(kind, auto));
+        let pi = KINDS.iter().position(|k| k.0 == kind).unwrap_or(0);
+        let (handle, auto) = (qualified(kind, handle), qualified(kind, auto));
         let parts: Vec<String> = threads
             .iter()
             .filter_map(|&n| {
-                let x = f64::from(n);
-                Some(format!("{n} threads {:.2}", at(auto, x)? / at(handle, x)?))
+                let g = r.goodness(&auto, &handle, pi, f64::from(n))?;
+                Some(format!("{n} threads {}", sig3(g)))
             })
             .collect();
         if !parts.is_empty() {
-            details.push(format!(
+            v.notes.push(format!(
                 "{auto} / {handle} throughput (the cached registration's cost): {}",
                 parts.join(", ")
             ));
         }
     }
-    for kind in [Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter] {
-        let Some(&last) = threads.last() else { break };
-        let x = f64::from(last);
-        let best = |peer: bool| {
-            table
-                .iter()
-                .filter(|i| i.kind == kind && (i.origin == Origin::Peer) == peer)
-                .filter_map(|i| at(&qualified(kind, i.name), x).map(|v| (i.name, v)))
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-        };
-        if let (Some(m), Some(pe)) = (best(false), best(true)) {
-            details.push(format!(
-                "{kind:?} at {last} threads: best mpsync ({}) / best peer ({}) = {:.2}",
-                m.0,
-                pe.0,
-                m.1 / pe.1
-            ));
-        }
-    }
-    let series = Point::series(&names, &points, |q| q.normalized);
-    let svg = line_chart(
-        "ds-oversub: structure throughput, unpinned threads on this machine's cores",
-        "threads",
-        "operations/s normalized to the reference peer of the kind (higher is better)",
-        &series,
-    );
-    let rec = RunRecord {
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "threads": threads,
-            "trial_ms": duration.as_secs_f64() * 1e3,
-            "ops_per_quiescent_state": super::structures::OPS_PER_QUIESCENT,
-            "implementations": names,
-            "references": ([Kind::Queue, Kind::Stack, Kind::Heap, Kind::Counter]
-                .map(|k| qualified(k, reference(k)))),
-        }),
-        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
-        unit: "operations per second (higher is better)".into(),
-        x_label: "threads".into(),
-        baseline: "the reference peer of each kind at the same thread count".into(),
-        trials,
-        points,
-        extra: serde_json::Value::Null,
-        verdict: Verdict {
-            conclusion:
-                "no paper conclusion: structure throughput under real oversubscription, as ratios to the peers"
-                    .into(),
-            status: Status::Measurement,
-            details,
-        },
-    };
-    Ok((rec, svg))
+    let params = serde_json::json!({
+        "threads": threads,
+        "trial_ms": duration.as_secs_f64() * 1e3,
+        "ops_per_quiescent_state": super::structures::OPS_PER_QUIESCENT,
+        "references": KINDS.map(|(k, _)| qualified(k, reference(k))),
+    });
+    Ok(model::finish(
+        exp, p, preempt, &d, trials, v, params, started,
+    ))
 }
 
 #[cfg(test)]

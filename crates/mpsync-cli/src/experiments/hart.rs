@@ -27,11 +27,12 @@ use mpsync::reclaim::{Ebr, Guard, HazardPointers, Leak, Local, Qsbr, Reclaimer};
 use mpsync::sync::Arc;
 use mpsync::util::rng::SplitMix64;
 
-use super::wks94::AMONG_THE_BEST;
+use super::wks94::{AMONG_THE_BEST, COLLAPSE};
 use super::{AllocMode, Experiment, Params};
 use crate::env::Preempt;
+use crate::model::{self, AdviceRule, Better, Clause, Design, Imp, Judged, Role, Verdicts, fmt_x};
 use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::trimmed_mean;
+use crate::svg::sig3;
 use crate::svg::{Series, line_chart};
 
 /// Trial length at `--scale 1` (Hart does not give his; long enough for ~10^6 ops).
@@ -200,7 +201,7 @@ fn setup(id: &str, p: &Params) -> anyhow::Result<Setup> {
 }
 
 /// Runs `hart-base`, `hart-queues-threads` or `hart-queues-count`.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     if exp.id == "hart-memory" {
         return run_memory(exp, p);
     }
@@ -210,108 +211,65 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         let most = st.points.iter().map(|q| q.1).max().unwrap_or(1);
         MagazineAlloc::preallocate(most * INITIAL_PER_QUEUE * 4 + 10_000);
     }
-    let pb = crate::progress(
-        (st.points.len() * p.trials as usize * st.schemes.len()) as u64,
-        exp.id,
+    let imps = st
+        .schemes
+        .iter()
+        .map(|s| match s {
+            Scheme::Leak => Imp::reference(s.name()),
+            _ => Imp::ours(s.name(), "reclaimer"),
+        })
+        .collect();
+    let d = Design::single(
+        st.x_label,
+        "ns per operation",
+        Better::Lower,
+        st.points.iter().map(|q| q.0).collect(),
+        imps,
+        p.trials,
     );
     let started = Instant::now();
-    let mut trials = Vec::new();
-    for &(x, queues, threads) in &st.points {
-        for t in 0..p.trials {
-            for k in 0..st.schemes.len() {
-                let scheme = st.schemes[(k + t as usize) % st.schemes.len()];
-                let spec = LoopSpec {
-                    queues,
-                    threads,
-                    duration,
-                    seed: p.seed ^ u64::from(t),
-                };
-                trials.push(Trial {
-                    implementation: scheme.name().into(),
-                    x,
-                    trial: t,
-                    value: trial(scheme, spec, p.alloc)?,
-                    procs: Some(threads),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-        }
-    }
-    pb.finish_and_clear();
-    let names: Vec<&str> = st.schemes.iter().map(|s| s.name()).collect();
-    let mut points = Vec::new();
-    for &(x, _, _) in &st.points {
-        for n in &names {
-            let v: Vec<f64> = trials
-                .iter()
-                .filter(|t| t.implementation == *n && t.x == x)
-                .map(|t| t.value)
-                .collect();
-            if let Some(m) = trimmed_mean(&v) {
-                points.push(Point {
-                    implementation: (*n).into(),
-                    x,
-                    value: m,
-                    normalized: m,
-                });
-            }
-        }
-    }
-    // Normalize to HP at the same x (QSBR where HP was not run).
-    for i in 0..points.len() {
-        let x = points[i].x;
-        if let Some(b) = points
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let scheme = *st
+            .schemes
             .iter()
-            .find(|q| q.x == x && q.implementation == "HP")
-            .map(|q| q.value)
-            .filter(|b| *b > 0.0)
-        {
-            points[i].normalized = points[i].value / b;
-        }
+            .find(|s| s.name() == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no scheme named {}", c.imp.name))?;
+        let &(_, queues, threads) = st
+            .points
+            .iter()
+            .find(|q| q.0 == c.x)
+            .ok_or_else(|| anyhow::anyhow!("no point at {}", c.x))?;
+        let spec = LoopSpec {
+            queues,
+            threads,
+            duration,
+            seed: p.seed ^ u64::from(c.trial),
+        };
+        Ok(Some(Trial {
+            value: trial(scheme, spec, p.alloc)?,
+            procs: Some(threads),
+            ..Trial::default()
+        }))
+    })?;
+    let mut v = verdicts(exp.id, st.conclusion, p.cores);
+    v.notes.push(format!("allocator: {}", alloc_name(p.alloc)));
+    if exp.id == "hart-queues-threads" {
+        v.advice.push(AdviceRule {
+            kind: "reclaimer",
+            panel: 0,
+        });
     }
-    let verdict = verdict(exp.id, st.conclusion, &points, p.cores);
-    let series = Point::series(&names, &points, |q| q.value);
-    let svg = line_chart(
-        &format!(
-            "{} (MS queue, {} allocator, {})",
-            exp.id,
-            alloc_name(p.alloc),
-            verdict.status.label()
-        ),
-        st.x_label,
-        "ns per operation (lower is better)",
-        &series,
-    );
-    let rec = RunRecord {
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "points_x_queues_threads": st.points,
-            "trial_ms": duration.as_secs_f64() * 1e3,
-            "ops_per_quiescent_state": OPS_PER_LOOP,
-            "initial_nodes_per_queue": INITIAL_PER_QUEUE,
-            "hazard_pointers_per_thread": HP_SLOTS,
-            "allocator": alloc_name(p.alloc),
-            "schemes": names,
-        }),
-        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
-        unit: "ns per operation (lower is better)".into(),
-        x_label: st.x_label.into(),
-        baseline: "the figure shows ns per operation; normalized = divided by HP at the same x"
-            .into(),
-        trials,
-        points,
-        extra: serde_json::Value::Null,
-        verdict,
-    };
-    Ok((rec, svg))
+    let params = serde_json::json!({
+        "points_x_queues_threads": st.points,
+        "trial_ms": duration.as_secs_f64() * 1e3,
+        "ops_per_quiescent_state": OPS_PER_LOOP,
+        "initial_nodes_per_queue": INITIAL_PER_QUEUE,
+        "hazard_pointers_per_thread": HP_SLOTS,
+        "allocator": alloc_name(p.alloc),
+    });
+    Ok(model::finish(
+        exp, p, preempt, &d, trials, v, params, started,
+    ))
 }
 
 fn alloc_name(a: AllocMode) -> &'static str {
@@ -321,121 +279,129 @@ fn alloc_name(a: AllocMode) -> &'static str {
     }
 }
 
-/// Evaluates the conclusion of a hart queue experiment.
-pub fn verdict(id: &str, conclusion: &str, points: &[Point], cores: u32) -> Verdict {
-    let at = |n: &str, x: f64| {
-        points
-            .iter()
-            .find(|q| q.implementation == n && q.x == x)
-            .map(|q| q.value)
-    };
-    let mut xs: Vec<f64> = Vec::new();
-    for q in points {
-        if !xs.contains(&q.x) {
-            xs.push(q.x);
-        }
+/// Judged when a clause lacks its values.
+fn unmeasured(at: String) -> Judged {
+    Judged {
+        at,
+        ours: "not measured".into(),
+        holds: None,
     }
-    let mut details = Vec::new();
-    let mut holds = true;
-    let mut evaluated = false;
-    match id {
-        "hart-base" => {
-            if let (Some(q), Some(e), Some(h)) = (at("QSBR", 1.0), at("EBR", 1.0), at("HP", 1.0)) {
-                evaluated = true;
-                let ok = q <= e && e <= h;
-                holds &= ok;
-                details.push(format!(
-                    "ns/op: QSBR {q:.1}, EBR {e:.1}, HP {h:.1} ({})",
-                    if ok {
-                        "ordered as the paper says"
-                    } else {
-                        "not in the paper's order"
-                    }
-                ));
+}
+
+/// "QSBR < EBR < HP" at one thread (Hart Fig. 5.2), and mpsync's target for
+/// QSBR over the leaking baseline.
+fn base_clauses() -> Vec<Clause> {
+    let order = Clause::new(
+        "the schemes' costs are ordered QSBR ≤ EBR ≤ HP",
+        Some("QSBR < EBR < HP (Fig. 5.2)"),
+        |r| {
+            let at = r.at(0, 1.0);
+            match (
+                r.value("QSBR", 0, 1.0),
+                r.value("EBR", 0, 1.0),
+                r.value("HP", 0, 1.0),
+            ) {
+                (Some(q), Some(e), Some(h)) => Judged {
+                    at,
+                    ours: format!("QSBR {} ns, EBR {} ns, HP {} ns", sig3(q), sig3(e), sig3(h)),
+                    holds: Some(q <= e && e <= h),
+                },
+                _ => unmeasured(at),
             }
-            if let Some(l) = at("Leak", 1.0) {
-                for n in ["QSBR", "EBR", "HP"] {
-                    if let Some(v) = at(n, 1.0) {
-                        let over = 100.0 * (v / l - 1.0);
-                        let target = if n == "QSBR" {
-                            format!(
-                                " (mpsync target <= 5%: {})",
-                                if over <= 5.0 { "met" } else { "missed" }
-                            )
-                        } else {
-                            String::new()
-                        };
-                        details.push(format!(
-                            "{n} overhead over the leaking baseline ({l:.1} ns/op): {over:+.1}%{target}"
-                        ));
-                    }
-                }
-            }
-        }
-        "hart-queues-threads" => {
-            let knee = xs
-                .iter()
-                .copied()
-                .filter(|&x| x <= f64::from(cores))
-                .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
-            let top = xs.iter().copied().fold(f64::MIN, f64::max);
-            match knee.filter(|&k| top > k) {
-                None => details.push(format!(
-                    "no point beyond the {cores} cores: use --threads with counts above {cores}"
-                )),
-                Some(k) => {
-                    evaluated = true;
-                    for n in ["QSBR", "EBR", "HP"] {
-                        if let (Some(a), Some(b)) = (at(n, k), at(n, top)) {
-                            let r = b / a;
-                            let degrades = r >= super::wks94::COLLAPSE;
-                            let ok = if n == "HP" { !degrades } else { degrades };
-                            holds &= ok;
-                            details.push(format!(
-                                "{n}: ns/op at {top} threads / at {k} = {r:.2} ({})",
-                                if degrades {
-                                    "degrades"
-                                } else {
-                                    "does not degrade"
-                                }
-                            ));
-                        }
-                    }
-                    details.push(format!("rule: \"degrades\" = at least {}x the time per operation at the core count", super::wks94::COLLAPSE));
-                }
-            }
-        }
-        "hart-queues-count" => {
-            for &x in &xs {
-                let best = points
-                    .iter()
-                    .filter(|q| q.x == x)
-                    .min_by(|a, b| a.value.total_cmp(&b.value));
-                if let (Some(q), Some(b)) = (at("QSBR", x), best) {
-                    evaluated = true;
-                    let r = q / b.value;
-                    let ok = r <= AMONG_THE_BEST;
-                    holds &= ok;
-                    details.push(format!(
-                        "{x} queues: QSBR / best ({}) = {r:.2} ({})",
-                        b.implementation,
-                        if ok { "best" } else { "not the best" }
-                    ));
-                }
-            }
-        }
-        _ => {}
-    }
-    Verdict {
-        conclusion: conclusion.into(),
-        status: if !holds {
-            Status::DoesNotHold
-        } else if evaluated {
-            Status::Holds
-        } else {
-            Status::PartlyEvaluable
         },
-        details,
+    );
+    let target = Clause::ratio_at_most(
+        "target: QSBR ≤ 1.05× the leaking baseline",
+        None,
+        "QSBR",
+        "Leak",
+        0,
+        1.05,
+    );
+    vec![order, target]
+}
+
+/// One clause per scheme: QSBR and EBR degrade beyond the cores, HP does not.
+fn threads_clauses(cores: u32) -> Vec<Clause> {
+    ["QSBR", "EBR", "HP"]
+        .into_iter()
+        .map(|n| {
+            let degrades = n != "HP";
+            let paper = if degrades { "degrades" } else { "does not degrade" };
+            Clause::new(
+                format!(
+                    "{n} {paper} beyond the cores (degrades: ≥ {COLLAPSE}× the time per operation at the core count)"
+                ),
+                Some(paper),
+                move |r| {
+                    let xs = &r.design.panels[0].xs;
+                    let knee = xs.iter().copied().filter(|&x| x <= f64::from(cores)).reduce(f64::max);
+                    let top = r.last_x(0);
+                    let at = format!("{} threads against {}", fmt_x(top), knee.map_or("–".into(), fmt_x));
+                    let Some(k) = knee.filter(|&k| top > k) else {
+                        return Judged {
+                            at,
+                            ours: format!("no point beyond the {cores} cores: use --threads with counts above {cores}"),
+                            holds: None,
+                        };
+                    };
+                    match (r.value(n, 0, k), r.value(n, 0, top)) {
+                        (Some(a), Some(b)) => Judged {
+                            at,
+                            ours: format!("{} ({})", sig3(b / a), if b / a >= COLLAPSE { "degrades" } else { "does not degrade" }),
+                            holds: Some((b / a >= COLLAPSE) == degrades),
+                        },
+                        _ => unmeasured(at),
+                    }
+                },
+            )
+        })
+        .collect()
+}
+
+/// "QSBR is the best at every number of queues" (within [`AMONG_THE_BEST`]).
+fn count_clauses() -> Vec<Clause> {
+    vec![Clause::new(
+        format!("QSBR is the best scheme at every number of queues (within {AMONG_THE_BEST}×)"),
+        Some("QSBR best (Fig. 5.3)"),
+        |r| {
+            let mut each = Vec::new();
+            let mut holds = true;
+            for &x in &r.design.panels[0].xs {
+                let best = r
+                    .ranked(Role::Ours, Some("reclaimer"), 0, x)
+                    .first()
+                    .copied();
+                if let (Some(q), Some((b, bv))) = (r.value("QSBR", 0, x), best) {
+                    holds &= q / bv <= AMONG_THE_BEST;
+                    each.push(format!("{}: {} ({})", fmt_x(x), sig3(q / bv), b.name));
+                }
+            }
+            if each.is_empty() {
+                return unmeasured("every number of queues".into());
+            }
+            Judged {
+                at: "every number of queues".into(),
+                ours: format!("QSBR / best: {}", each.join(", ")),
+                holds: Some(holds),
+            }
+        },
+    )]
+}
+
+/// The verdict of a hart queue experiment, clause by clause.
+fn verdicts(id: &str, conclusion: &str, cores: u32) -> Verdicts {
+    Verdicts {
+        conclusion: conclusion.into(),
+        clauses: match id {
+            "hart-base" => base_clauses(),
+            "hart-queues-threads" => threads_clauses(cores),
+            "hart-queues-count" => count_clauses(),
+            _ => Vec::new(),
+        },
+        notes: Vec::new(),
+        advice: Vec::new(),
+        targets: false,
     }
 }
 
@@ -599,6 +565,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     let points: Vec<Point> = trials
         .iter()
         .map(|t| Point {
+            panel: None,
             implementation: t.implementation.clone(),
             x: t.x,
             value: t.value,
@@ -633,6 +600,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -713,6 +681,7 @@ pub fn memory_verdict(points: &[Point], hp_bound: Option<u64>) -> Verdict {
         ));
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: "with one thread stalled inside an operation, hazard pointers keep unreclaimed nodes under Michael's bound while QSBR and EBR grow without bound".into(),
         status: if holds {
             Status::Holds
@@ -729,11 +698,32 @@ mod tests {
 
     fn pt(n: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: n.into(),
             x,
             value: v,
             normalized: v,
         }
+    }
+
+    /// The verdict of experiment `id` on `pts` (xs in order of appearance).
+    fn verdict(id: &str, pts: &[Point]) -> Verdict {
+        let mut xs: Vec<f64> = pts.iter().map(|p| p.x).collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        let imps = ["QSBR", "EBR", "HP"]
+            .map(|n| Imp::ours(n, "reclaimer"))
+            .into_iter()
+            .chain([Imp::reference("Leak")])
+            .collect();
+        let d = Design::single("threads", "ns", Better::Lower, xs, imps, 1);
+        let r = model::Results {
+            design: &d,
+            points: pts,
+            trials: &[],
+        };
+        let v = verdicts(id, "c", 2);
+        Verdict::from_clauses("c", v.clauses.iter().map(|c| c.judge(&r)).collect(), vec![])
     }
 
     #[test]
@@ -744,28 +734,24 @@ mod tests {
             pt("HP", 1.0, 15.0),
             pt("Leak", 1.0, 10.0),
         ];
-        let v = verdict("hart-base", "c", &pts, 2);
+        let v = verdict("hart-base", &pts);
         assert_eq!(v.status, Status::Holds, "{v:?}");
-        assert!(
-            v.details
-                .iter()
-                .any(|d| d.contains("+2.0% (mpsync target <= 5%: met)"))
-        );
+        assert_eq!(v.clauses[1].ours, "QSBR / Leak = 1.02");
         let pts = vec![
             pt("QSBR", 1.0, 13.0),
             pt("EBR", 1.0, 12.0),
             pt("HP", 1.0, 15.0),
+            pt("Leak", 1.0, 10.0),
         ];
-        assert_eq!(
-            verdict("hart-base", "c", &pts, 2).status,
-            Status::DoesNotHold
-        );
+        let v = verdict("hart-base", &pts);
+        assert_eq!(v.status, Status::DoesNotHold);
+        assert_eq!(v.summary(), "0 of 2 clauses hold");
     }
 
     #[test]
     fn threads_need_a_point_past_the_cores() {
         let pts = vec![pt("QSBR", 1.0, 10.0), pt("QSBR", 2.0, 10.0)];
-        let v = verdict("hart-queues-threads", "c", &pts, 2);
+        let v = verdict("hart-queues-threads", &pts);
         assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
         let mut pts = pts;
         pts.extend([
@@ -775,9 +761,27 @@ mod tests {
             pt("HP", 2.0, 12.0),
             pt("HP", 8.0, 13.0),
         ]);
-        assert_eq!(
-            verdict("hart-queues-threads", "c", &pts, 2).status,
-            Status::Holds
+        let v = verdict("hart-queues-threads", &pts);
+        assert_eq!(v.status, Status::Holds, "{v:?}");
+        assert_eq!(v.summary(), "3 of 3 clauses hold");
+    }
+
+    #[test]
+    fn queues_count_wants_qsbr_best_everywhere() {
+        let pts = vec![
+            pt("QSBR", 1.0, 10.0),
+            pt("EBR", 1.0, 11.0),
+            pt("HP", 1.0, 12.0),
+            pt("QSBR", 10.0, 14.0),
+            pt("EBR", 10.0, 10.0),
+            pt("HP", 10.0, 12.0),
+        ];
+        let v = verdict("hart-queues-count", &pts);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert!(
+            v.clauses[0].ours.contains("10: 1.40 (EBR)"),
+            "{}",
+            v.clauses[0].ours
         );
     }
 

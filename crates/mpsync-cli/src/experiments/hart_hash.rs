@@ -680,6 +680,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 .collect();
             if let Some(m) = trimmed_mean(&v) {
                 points.push(Point {
+                    panel: None,
                     implementation: n.clone(),
                     x,
                     value: m,
@@ -720,7 +721,29 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         "ns per operation, all threads (lower is better)",
         &series,
     );
+    let advice = if exp.id == "map-oversub" {
+        crate::model::advice_from_points(
+            "map",
+            crate::model::Better::Lower,
+            st.x_label,
+            "2% updates",
+            st.impls
+                .iter()
+                .map(|i| {
+                    if i.is_mpsync() {
+                        crate::model::Imp::ours(i.name(), "map")
+                    } else {
+                        crate::model::Imp::peer(i.name(), "map")
+                    }
+                })
+                .collect(),
+            &points,
+        )
+    } else {
+        None
+    };
     let rec = RunRecord {
+        advice: advice.into_iter().collect(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -1054,6 +1077,7 @@ fn verdict(
         _ => {}
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: conclusion.into(),
         status: if id == "hart-severity" {
             Status::Measurement
@@ -1205,6 +1229,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     let points: Vec<Point> = trials
         .iter()
         .map(|t| Point {
+            panel: None,
             implementation: t.implementation.clone(),
             x: t.x,
             value: t.value,
@@ -1242,6 +1267,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),

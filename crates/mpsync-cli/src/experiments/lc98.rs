@@ -437,6 +437,7 @@ pub(super) fn record(
     params: serde_json::Value,
 ) -> RunRecord {
     RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -501,6 +502,7 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         for n in &names {
             if let Some(v) = mean_of(&trials, n, x) {
                 points.push(Point {
+                    panel: None,
                     implementation: n.clone(),
                     x,
                     value: v,
@@ -610,6 +612,7 @@ fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         &bars,
     );
     let verdict = Verdict {
+        clauses: Vec::new(),
         conclusion: "all but the POSIX mutex nearly equal; the lock-free claim slightly higher o_s (cross-core clauses decide)".into(),
         status: if holds { Status::Holds } else { Status::DoesNotHold },
         details,
@@ -804,6 +807,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
     for n in Claim::ALL.iter().map(|c| c.name()).chain(["memcpy"]) {
         if let Some(v) = mean_of(&trials, n, 1.0) {
             points.push(Point {
+                panel: None,
                 implementation: n.into(),
                 x: 1.0,
                 value: v,
@@ -863,6 +867,7 @@ fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)
         .collect();
     let svg = bar_chart("lc98-bandwidth: 8 KB bulk transfers", "MB/s", &bars);
     let verdict = Verdict {
+        clauses: Vec::new(),
         conclusion: "lock-free highest; all near the memcpy rate".into(),
         status: if lf_best && near {
             Status::Holds
@@ -1120,6 +1125,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
             if let Some(v) = mean_of(&trials, c, w as f64) {
                 let base = mean_of(&trials, c, w0).unwrap_or(v);
                 points.push(Point {
+                    panel: None,
                     implementation: c.into(),
                     x: w as f64,
                     value: v,
@@ -1236,6 +1242,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         &series,
     );
     let verdict = Verdict {
+        clauses: Vec::new(),
         conclusion: "lock-free gets faster with more writers; locks slow down; POSIX mutex worst"
             .into(),
         status: if lf_faster && locks_slower && posix_worst {
@@ -1245,7 +1252,19 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         },
         details,
     };
-    let rec = record(
+    let advice = crate::model::advice_from_points(
+        "message claim",
+        crate::model::Better::Lower,
+        "writer processes",
+        "many-to-one",
+        impls
+            .iter()
+            .filter(|c| Claim::ALL.iter().any(|k| k.name() == **c))
+            .map(|c| crate::model::Imp::ours(*c, "message claim"))
+            .collect(),
+        &points,
+    );
+    let mut rec = record(
         exp,
         p,
         started,
@@ -1261,6 +1280,7 @@ fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
         verdict,
         serde_json::json!({ "messages_per_run": total, "writers": writer_counts, "cap_s": cap.as_secs() }),
     );
+    rec.advice = advice.into_iter().collect();
     Ok((rec, svg))
 }
 

@@ -1265,6 +1265,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             for c in Claim::ALL {
                 let v = at(app, c, np);
                 points.push(Point {
+                    panel: None,
                     implementation: format!("{}/{}", app.name(), c.name()),
                     x: np as f64,
                     value: v,
@@ -1325,6 +1326,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         &bars,
     );
     let verdict = Verdict {
+        clauses: Vec::new(),
         conclusion: "lock-free best or near best; POSIX mutex not competitive".into(),
         status: if lf_ok && posix_ok {
             Status::Holds

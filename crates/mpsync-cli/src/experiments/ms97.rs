@@ -174,6 +174,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -227,6 +228,7 @@ pub fn normalize_per_point(
         for n in names {
             if let Some(v) = mean(n, x) {
                 out.push(Point {
+                    panel: None,
                     implementation: (*n).into(),
                     x,
                     value: v,
@@ -397,6 +399,7 @@ pub fn verdict(
         Status::Holds
     };
     Verdict {
+        clauses: Vec::new(),
         conclusion: conclusion.into(),
         status,
         details,
@@ -409,6 +412,7 @@ mod tests {
 
     fn pt(name: &str, x: f64, n: f64) -> Point {
         Point {
+            panel: None,
             implementation: name.into(),
             x,
             value: n,

@@ -39,9 +39,11 @@
 //! run to the named locks plus the baseline: an A/B of a few locks in seconds
 //! instead of the whole table's minutes.
 //!
-//! The figure shows `cs1-ncs1 unpinned`; `data.csv` and `run.json` hold every
-//! configuration (implementation column `lock | configuration`), and the
-//! verdict details give the table and the issue's targets.
+//! The figure has a panel per configuration (the best locks of each); the
+//! report's tables, `data.csv` and `run.json` hold every lock of every
+//! configuration, and the verdict judges the issue's targets clause by
+//! clause. It recommends the mutex of `mpsync advise` from the most
+//! oversubscribed point of `cs1-ncs1 unpinned`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,9 +54,11 @@ use mpsync::util::busy::BusyWork;
 use super::locks::{LockImpl, Origin, ThroughputSpec, ceiling_throughput, mutex_table};
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::median;
-use crate::svg::{Series, line_chart};
+use crate::model::{
+    self, AdviceRule, Better, Clause, Design, Imp, Judged, Panel, Results, Verdicts,
+};
+use crate::output::{RunRecord, Trial};
+use crate::svg::sig3;
 
 /// Round length at `--scale 1` (never under 20 ms).
 pub const BASE_DURATION_MS: f64 = 300.0;
@@ -349,13 +353,218 @@ fn restrict_to(table: Vec<LockImpl>, want: Option<String>) -> anyhow::Result<Vec
         .collect())
 }
 
-/// The series name of `lock` in `config`.
-fn series_name(lock: &str, config: &str) -> String {
-    format!("{lock} | {config}")
+/// The design: one panel per configuration, every lock (and the ceiling,
+/// and the eBPF-off lines) at each of its thread counts.
+fn design(table: &[LockImpl], configs: &[Config], rounds: u32, kernel_answers: bool) -> Design {
+    let imps = entries(table, u32::MAX, kernel_answers)
+        .iter()
+        .map(|e| match e.imp {
+            Some(i) if !e.ebpf_off && i.origin == Origin::Peer => Imp::peer(e.name(), "mutex"),
+            Some(_) if !e.ebpf_off => Imp::ours(e.name(), "mutex"),
+            _ => Imp::reference(e.name()),
+        })
+        .collect();
+    let mut d = Design::single(
+        "threads",
+        "acquisitions per second",
+        Better::Higher,
+        Vec::new(),
+        imps,
+        rounds,
+    )
+    .baseline(BASELINE)
+    .median();
+    d.panels = configs
+        .iter()
+        .map(|c| Panel::new(c.label, c.threads.iter().map(|&n| f64::from(n)).collect()))
+        .collect();
+    d
+}
+
+/// "`lock` ≥ `bar`× the baseline with fairness ≥ `fair` at every point with
+/// `from`+ threads", judged over every configuration that ran.
+fn every_point(lock: String, from: u32, bar: f64, fair: f64) -> impl Fn(&Results<'_>) -> Judged {
+    move |r| {
+        let (mut checked, mut missed) = (0, Vec::new());
+        for (pi, pn) in r.design.panels.iter().enumerate() {
+            for &x in pn.xs.iter().filter(|&&x| x >= f64::from(from)) {
+                let Some(g) = r.goodness(&lock, BASELINE, pi, x) else {
+                    continue;
+                };
+                let f = r
+                    .median_of(&lock, pi, x, |t| t.fairness_min_max)
+                    .unwrap_or(0.0);
+                checked += 1;
+                if g < bar || f < fair {
+                    missed.push(format!(
+                        "{} {x} thr {} (fair {})",
+                        pn.label,
+                        sig3(g),
+                        sig3(f)
+                    ));
+                }
+            }
+        }
+        let at = format!("every point with {from}+ threads");
+        if checked == 0 {
+            return Judged {
+                at,
+                ours: NOT_RUN.into(),
+                holds: None,
+            };
+        }
+        let shown = missed.len().min(4);
+        let more = match missed.len() - shown {
+            0 => String::new(),
+            m => format!("; {m} more in the table"),
+        };
+        Judged {
+            at,
+            ours: if missed.is_empty() {
+                format!("met at all {checked} points")
+            } else {
+                format!(
+                    "missed at {} of {checked}: {}{more}",
+                    missed.len(),
+                    missed[..shown].join("; ")
+                )
+            },
+            holds: Some(missed.is_empty()),
+        }
+    }
+}
+
+/// The targets of issue 13, one clause per lock and kind of answers.
+fn clauses(table: &[LockImpl], kernel_answers: bool, why_not: &str) -> Vec<Clause> {
+    let mut c = Vec::new();
+    if table.iter().any(|i| i.name == OWN) {
+        c.push(Clause::new(
+            format!("target: {OWN} ≥ 1.0× {BASELINE}, fairness ≥ 0.8"),
+            None,
+            every_point(OWN.into(), 2, 1.0, 0.8),
+        ));
+    }
+    for lock in SCHEDULER_CONSCIOUS
+        .iter()
+        .filter(|l| table.iter().any(|i| i.name == **l))
+    {
+        let on = format!(
+            "target: {lock} ≥ {SC_TARGET_EBPF}× {BASELINE}, fairness ≥ 0.5, with the kernel's answers"
+        );
+        let off = format!(
+            "target: {lock} ≥ {SC_TARGET_HEARTBEAT}× {BASELINE}, fairness ≥ 0.5, with heartbeats only"
+        );
+        if kernel_answers {
+            c.push(Clause::new(
+                on,
+                None,
+                every_point((*lock).into(), 4, SC_TARGET_EBPF, 0.5),
+            ));
+            c.push(Clause::new(
+                off,
+                None,
+                every_point(format!("{lock}{EBPF_OFF}"), 4, SC_TARGET_HEARTBEAT, 0.5),
+            ));
+        } else {
+            let why = why_not.to_string();
+            c.push(Clause::new(on, None, move |_| Judged {
+                at: "every point with 4+ threads".into(),
+                ours: format!("not judged: the kernel does not answer here ({why})"),
+                holds: None,
+            }));
+            c.push(Clause::new(
+                off,
+                None,
+                every_point((*lock).into(), 4, SC_TARGET_HEARTBEAT, 0.5),
+            ));
+        }
+    }
+    c
+}
+
+/// The burst adversary of the configuration being measured, started when
+/// its first cell comes and stopped when another configuration's does.
+struct Adversary {
+    panel: Option<usize>,
+    burst: Option<Burst>,
+    failed: Vec<usize>,
+}
+
+impl Adversary {
+    /// Whether configuration `panel` can run (its adversary, if it has one,
+    /// is running); notes how the adversary ran, or why not, once.
+    fn enter(&mut self, panel: usize, cfg: &Config, cpu: usize, notes: &mut Vec<String>) -> bool {
+        if self.failed.contains(&panel) {
+            return false;
+        }
+        if self.panel == Some(panel) {
+            return true;
+        }
+        self.burst = None;
+        self.panel = Some(panel);
+        if !cfg.burst {
+            return true;
+        }
+        match Burst::start(cpu) {
+            Ok(b) => {
+                let line = format!(
+                    "{}: the adversary on CPU {cpu} runs as {}",
+                    cfg.label, b.policy
+                );
+                if !notes.contains(&line) {
+                    notes.push(line);
+                }
+                self.burst = Some(b);
+                true
+            }
+            Err(why) => {
+                notes.push(format!("{}: skipped: {why}", cfg.label));
+                self.failed.push(panel);
+                false
+            }
+        }
+    }
+}
+
+/// The method, as notes under the clauses.
+fn method_notes(
+    cores: usize,
+    rounds: u32,
+    duration: Duration,
+    kernel_answers: bool,
+    answers: &str,
+) -> Vec<String> {
+    let mut notes = vec![
+        format!(
+            "{cores} cores; every point is the median of {rounds} rounds of {:.0} ms interleaved across the locks; ratio = acquisitions/s / {BASELINE} in the same round set; fair = min/max per-thread acquisitions",
+            duration.as_secs_f64() * 1e3
+        ),
+        format!(
+            "preemption answers: {answers}{}",
+            if kernel_answers {
+                format!(
+                    "; lines \"<lock>{EBPF_OFF}\" at {EBPF_OFF_FROM_THREADS}+ threads run with the kernel's answers switched off (heartbeats)"
+                )
+            } else {
+                String::new()
+            }
+        ),
+        format!(
+            "{CEILING}: the same loop with no lock at all, in the same rounds (every thread runs the critical section's work at once, nothing shared): no lock can run the loop faster, so a lock's ratio above the ceiling's is noise"
+        ),
+    ];
+    if duration < Duration::from_secs(1) {
+        notes.push(format!(
+            "rounds of {:.0} ms are shorter than the issue's 1 s: where threads outnumber cores, a thread's share of the CPU over so short a round depends on the OS's time slices (a few ms each), so \"fair\" here measures the kernel as much as the lock — judge fairness on 1 s rounds (`--scale {:.2}`)",
+            duration.as_secs_f64() * 1e3,
+            1000.0 / BASE_DURATION_MS
+        ));
+    }
+    notes
 }
 
 /// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
     let ms = if p.quick && p.scale == 0.3 {
         QUICK_DURATION_MS
@@ -370,324 +579,89 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let configs = configs(&threads, p.quick);
     let answers = mpsync::sched::native::preemption_answers();
     let kernel_answers = matches!(answers, mpsync::sched::native::PreemptionAnswers::Ebpf);
-    let total_runs: usize = configs
-        .iter()
-        .flat_map(|c| c.threads.iter())
-        .map(|&n| entries(&table, n, kernel_answers).len())
-        .sum::<usize>()
-        * rounds as usize;
-    let pb = crate::progress(total_runs as u64, exp.id);
+    let d = design(&table, &configs, rounds, kernel_answers);
+    let all = entries(&table, u32::MAX, kernel_answers);
     let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut details = vec![
-        format!(
-            "{} cores; every point is the median of {rounds} rounds of {:.0} ms interleaved across the locks; ratio = acquisitions/s / {BASELINE} in the same round set; fair = min/max per-thread acquisitions",
-            cpus.len(),
-            duration.as_secs_f64() * 1e3
-        ),
-        format!(
-            "preemption answers: {}{}",
-            answers.describe(),
-            if kernel_answers {
-                format!(
-                    "; lines \"<lock>{EBPF_OFF}\" at {EBPF_OFF_FROM_THREADS}+ threads run with the kernel's answers switched off (heartbeats)"
-                )
-            } else {
-                String::new()
-            }
-        ),
-    ];
-    details.push(format!(
-        "{CEILING}: the same loop with no lock at all, in the same rounds (every thread runs the critical section's work at once, nothing shared): no lock can run the loop faster, so a lock's ratio above the ceiling's is noise"
-    ));
-    if duration < Duration::from_secs(1) {
-        details.push(format!(
-            "rounds of {:.0} ms are shorter than the issue's 1 s: where threads outnumber cores, a thread's share of the CPU over so short a round depends on the OS's time slices (a few ms each), so \"fair\" here measures the kernel as much as the lock — judge fairness on 1 s rounds (`--scale {:.2}`)",
-            duration.as_secs_f64() * 1e3,
-            1000.0 / BASE_DURATION_MS
-        ));
-    }
-    let mut ran: Vec<&Config> = Vec::new();
-    let mut burst_policy_got: Option<String> = None;
-    for cfg in &configs {
-        let _burst = if cfg.burst {
-            match Burst::start(cpus[0]) {
-                Ok(b) => {
-                    details.push(format!(
-                        "{}: the adversary on CPU {} runs as {}",
-                        cfg.label, cpus[0], b.policy
-                    ));
-                    burst_policy_got = Some(b.policy.clone());
-                    Some(b)
-                }
-                Err(why) => {
-                    details.push(format!("{}: skipped: {why}", cfg.label));
-                    let runs: usize = cfg
-                        .threads
-                        .iter()
-                        .map(|&n| entries(&table, n, kernel_answers).len())
-                        .sum();
-                    pb.inc((runs * rounds as usize) as u64);
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        ran.push(cfg);
-        for &n in &cfg.threads {
-            let spec = ThroughputSpec {
-                threads: n,
-                duration,
-                cs_iters: busy.iters_for_ns(cfg.cs_ns),
-                ncs_iters: busy.iters_for_ns(cfg.ncs_ns),
-                pin: if cfg.pinned { cpus.clone() } else { Vec::new() },
-            };
-            let runs = entries(&table, n, kernel_answers);
-            for r in 0..rounds {
-                for k in 0..runs.len() {
-                    let entry = runs[(k + r as usize) % runs.len()];
-                    let counts = entry.run(&spec).map_err(|e| {
-                        anyhow::anyhow!("{} with {n} threads ({}): {e}", entry.name(), cfg.label)
-                    })?;
-                    let total: u64 = counts.iter().sum();
-                    let mean = total as f64 / counts.len().max(1) as f64;
-                    let (lo, hi) = (
-                        counts.iter().copied().min().unwrap_or(0),
-                        counts.iter().copied().max().unwrap_or(0),
-                    );
-                    trials.push(Trial {
-                        implementation: series_name(&entry.name(), cfg.label),
-                        x: f64::from(n),
-                        trial: r,
-                        value: total as f64 / duration.as_secs_f64(),
-                        procs: Some(n),
-                        fairness_spread: Some(if mean > 0.0 {
-                            (hi - lo) as f64 / mean
-                        } else {
-                            0.0
-                        }),
-                        fairness_min_max: Some(if hi > 0 { lo as f64 / hi as f64 } else { 0.0 }),
-                        ..Trial::default()
-                    });
-                    pb.inc(1);
-                }
-            }
-        }
-    }
-    pb.finish_and_clear();
-    let med = |name: &str, x: f64, f: fn(&Trial) -> Option<f64>| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .filter_map(f)
-            .collect();
-        median(&v)
-    };
-    let value = |t: &Trial| Some(t.value);
-    let fair = |t: &Trial| t.fairness_min_max;
-    let mut points = Vec::new();
-    let mut own_missed = Vec::new();
-    let mut own_checked = 0;
-    let mut sc_missed = Vec::new();
-    let mut sc_checked = 0;
-    let mut sc_on_missed = Vec::new();
-    let mut sc_on_checked = 0;
-    for cfg in &ran {
-        for &n in &cfg.threads {
-            let x = f64::from(n);
-            let base = med(&series_name(BASELINE, cfg.label), x, value)
-                .filter(|b| *b > 0.0)
-                .unwrap_or(1.0);
-            let mut line = Vec::new();
-            let ceiling = med(&series_name(CEILING, cfg.label), x, value).map(|v| v / base);
-            let at_ceiling = ceiling.map_or(String::new(), |c| format!(", {CEILING} {c:.2}"));
-            for entry in entries(&table, n, kernel_answers) {
-                let lock = entry.lock();
-                let shown = entry.name();
-                let name = series_name(&shown, cfg.label);
-                let Some(v) = med(&name, x, value) else {
-                    continue;
-                };
-                let f = med(&name, x, fair).unwrap_or(0.0);
-                points.push(Point {
-                    implementation: name,
-                    x,
-                    value: v,
-                    normalized: v / base,
-                });
-                let r = v / base;
-                if lock == OWN
-                    || SCHEDULER_CONSCIOUS.contains(&lock)
-                    || lock == BASELINE
-                    || lock == CEILING
-                {
-                    line.push(format!("{shown} {r:.2} (fair {f:.2})"));
-                }
-                if lock == OWN && !entry.ebpf_off && n >= 2 {
-                    own_checked += 1;
-                    if r < 1.0 || f < 0.8 {
-                        own_missed.push(format!(
-                            "{} {n} thr: {r:.2}, fair {f:.2}{at_ceiling}",
-                            cfg.label
-                        ));
-                    }
-                }
-                if SCHEDULER_CONSCIOUS.contains(&lock) && n >= 4 {
-                    // With the kernel's answers (the plain line where eBPF
-                    // answers) the bar is higher than with heartbeats.
-                    let with_kernel = kernel_answers && !entry.ebpf_off;
-                    let (bar, checked, missed) = if with_kernel {
-                        (SC_TARGET_EBPF, &mut sc_on_checked, &mut sc_on_missed)
-                    } else {
-                        (SC_TARGET_HEARTBEAT, &mut sc_checked, &mut sc_missed)
-                    };
-                    *checked += 1;
-                    if r < bar || f < 0.5 {
-                        missed.push(format!(
-                            "{lock} at {} {n} thr: {r:.2}, fair {f:.2}",
-                            cfg.label
-                        ));
-                    }
-                }
-            }
-            details.push(format!(
-                "{} {n} threads ({base:.0}/s {BASELINE}): {}",
-                cfg.label,
-                line.join(", ")
-            ));
-        }
-    }
-    // "<what>: met (0 of N missed)", "missed (k of N missed: ...)", or not
-    // evaluated where none of the target's points ran.
-    let verdict = |what: String, checked: usize, missed: &[String]| {
-        if checked == 0 {
-            return format!("{what}: {NOT_RUN}");
-        }
-        format!(
-            "{what}: {} ({} of {checked} missed{}{})",
-            if missed.is_empty() { "met" } else { "missed" },
-            missed.len(),
-            if missed.is_empty() { "" } else { ": " },
-            missed.join("; ")
-        )
-    };
-    details.push(verdict(
-        format!(
-            "target: {OWN} >= 1.0x {BASELINE} with fairness >= 0.8 at every point with 2+ threads"
-        ),
-        own_checked,
-        &own_missed,
-    ));
-    let target_line = |label: &str, bar: f64, checked: usize, missed: &[String]| {
-        verdict(
-            format!(
-                "target ({label}): {} each >= {bar}x {BASELINE} with fairness >= 0.5 at every point with 4+ threads (the issue: 4 and 8 threads on 2 cores)",
-                SCHEDULER_CONSCIOUS.join(", ")
-            ),
-            checked,
-            missed,
-        )
-    };
-    if kernel_answers {
-        details.push(target_line(
-            "eBPF on",
-            SC_TARGET_EBPF,
-            sc_on_checked,
-            &sc_on_missed,
-        ));
-    } else {
-        details.push(format!(
-            "target (eBPF on): not evaluated: the kernel does not answer here ({})",
-            answers.describe()
-        ));
-    }
-    details.push(target_line(
-        "eBPF off",
-        SC_TARGET_HEARTBEAT,
-        sc_checked,
-        &sc_missed,
-    ));
-    let best_of = |x: f64, cfg: &str| {
-        table
-            .iter()
-            .filter(|i| i.origin != Origin::Peer)
-            .filter_map(|i| {
-                points
-                    .iter()
-                    .find(|q| q.x == x && q.implementation == series_name(i.name, cfg))
-                    .map(|q| (i.name, q.normalized))
-            })
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-    };
-    for cfg in &ran {
-        if let Some(&n) = cfg.threads.last()
-            && let Some((name, r)) = best_of(f64::from(n), cfg.label)
-        {
-            details.push(format!(
-                "{} {n} threads: best mpsync lock {name} {r:.2}x {BASELINE}",
-                cfg.label
-            ));
-        }
-    }
-    let figure_cfg = "cs1-ncs1 unpinned";
-    let names: Vec<&str> = table
-        .iter()
-        .map(|i| i.name)
-        .chain(std::iter::once(CEILING))
-        .collect();
-    let series: Vec<Series> = names
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == series_name(n, figure_cfg))
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-        })
-        .collect();
-    let svg = line_chart(
-        "lock-oversub: CS 1 µs / NCS 1 µs, unpinned threads on this machine's cores",
-        "threads",
-        "acquisitions/s normalized to parking_lot::Mutex (higher is better)",
-        &series,
+    let mut notes = method_notes(
+        cpus.len(),
+        rounds,
+        duration,
+        kernel_answers,
+        &answers.describe(),
     );
-    let rec = RunRecord {
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "threads": threads,
-            "rounds": rounds,
-            "round_ms": duration.as_secs_f64() * 1e3,
-            "configurations": configs.iter().map(|c| serde_json::json!({
-                "label": c.label, "critical_section_ns": c.cs_ns, "non_critical_ns": c.ncs_ns,
-                "pinned": c.pinned, "burst_adversary": c.burst, "threads": c.threads,
-                "ran": ran.iter().any(|r| r.label == c.label),
-            })).collect::<Vec<_>>(),
-            "burst": {"burn_ms": BURST_MS, "period_ms": BURST_PERIOD_MS, "policy": burst_policy_got, "cpu": cpus.first()},
-            "implementations": names,
-        }),
-        busy_iters_per_us: busy.iters_per_us(),
-        unit: "acquisitions per second (higher is better)".into(),
-        x_label: "threads".into(),
-        baseline: format!("{BASELINE} at the same thread count and configuration"),
-        trials,
-        points,
-        extra: serde_json::Value::Null,
-        verdict: Verdict {
-            conclusion: "no paper conclusion: throughput and fairness under real oversubscription, as ratios to parking_lot (issue 13's table and targets)".into(),
-            status: Status::Measurement,
-            details,
-        },
+    let mut adversary = Adversary {
+        panel: None,
+        burst: None,
+        failed: Vec::new(),
     };
-    Ok((rec, svg))
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let cfg = &configs[c.panel];
+        let n = c.x as u32;
+        let entry = all
+            .iter()
+            .find(|e| e.name() == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no lock named {}", c.imp.name))?;
+        if (entry.ebpf_off && n < EBPF_OFF_FROM_THREADS)
+            || !adversary.enter(c.panel, cfg, cpus[0], &mut notes)
+        {
+            return Ok(None);
+        }
+        let spec = ThroughputSpec {
+            threads: n,
+            duration,
+            cs_iters: busy.iters_for_ns(cfg.cs_ns),
+            ncs_iters: busy.iters_for_ns(cfg.ncs_ns),
+            pin: if cfg.pinned { cpus.clone() } else { Vec::new() },
+        };
+        let counts = entry.run(&spec).map_err(|e| {
+            anyhow::anyhow!("{} with {n} threads ({}): {e}", entry.name(), cfg.label)
+        })?;
+        let total: u64 = counts.iter().sum();
+        let mean = total as f64 / counts.len().max(1) as f64;
+        let lo = counts.iter().copied().min().unwrap_or(0);
+        let hi = counts.iter().copied().max().unwrap_or(0);
+        Ok(Some(Trial {
+            value: total as f64 / duration.as_secs_f64(),
+            procs: Some(n),
+            fairness_spread: Some(if mean > 0.0 {
+                (hi - lo) as f64 / mean
+            } else {
+                0.0
+            }),
+            fairness_min_max: Some(if hi > 0 { lo as f64 / hi as f64 } else { 0.0 }),
+            ..Trial::default()
+        }))
+    })?;
+    let burst_policy_got = adversary.burst.as_ref().map(|b| b.policy.clone());
+    drop(adversary);
+    let unpinned = configs
+        .iter()
+        .position(|c| c.label == "cs1-ncs1 unpinned")
+        .unwrap_or(0);
+    let v = Verdicts {
+        conclusion: "no paper conclusion: throughput and fairness under real oversubscription, as ratios to parking_lot (issue 13's table and targets)".into(),
+        clauses: clauses(&table, kernel_answers, &answers.describe()),
+        notes,
+        targets: true,
+        advice: vec![AdviceRule {
+            kind: "mutex",
+            panel: unpinned,
+        }],
+    };
+    let params = serde_json::json!({
+        "threads": threads,
+        "rounds": rounds,
+        "round_ms": duration.as_secs_f64() * 1e3,
+        "configurations": configs.iter().map(|c| serde_json::json!({
+            "label": c.label, "critical_section_ns": c.cs_ns, "non_critical_ns": c.ncs_ns,
+            "pinned": c.pinned, "burst_adversary": c.burst, "threads": c.threads,
+        })).collect::<Vec<_>>(),
+        "burst": {"burn_ms": BURST_MS, "period_ms": BURST_PERIOD_MS, "policy": burst_policy_got, "cpu": cpus.first()},
+        "implementations": d.imps.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+    });
+    Ok(model::finish(
+        exp, p, preempt, &d, trials, v, params, started,
+    ))
 }
 
 #[cfg(test)]

@@ -393,6 +393,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
                 let name = series_name(imp.name, r);
                 if let Some(v) = mean_of(&name, x) {
                     points.push(Point {
+                        panel: None,
                         implementation: name,
                         x,
                         value: v,
@@ -498,7 +499,26 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         "sections/s normalized to parking_lot::RwLock at the same mix (higher is better)",
         &series,
     );
+    let advice = crate::model::advice_from_points(
+        "rwlock",
+        crate::model::Better::Higher,
+        "threads",
+        "95% reads",
+        table
+            .iter()
+            .map(|i| {
+                let name = series_name(i.name, 0.95);
+                if i.peer {
+                    crate::model::Imp::peer(name, "rwlock")
+                } else {
+                    crate::model::Imp::ours(name, "rwlock")
+                }
+            })
+            .collect(),
+        &points,
+    );
     let rec = RunRecord {
+        advice: advice.into_iter().collect(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -524,6 +544,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             "writer_share": shares.iter().map(|s| serde_json::json!({"implementation": s.0, "threads": s.1, "share": s.2})).collect::<Vec<_>>(),
         }),
         verdict: Verdict {
+            clauses: Vec::new(),
             conclusion: "no paper conclusion: a measurement against mpsync's targets (at 95% reads the best mpsync RW lock >= parking_lot and std at 2x and 4x the cores with writers within 2x of their fair share, >= 0.9x parking_lot at 1x)".into(),
             status: Status::Measurement,
             details,

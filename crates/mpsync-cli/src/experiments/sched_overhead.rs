@@ -162,12 +162,14 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     );
     let points = vec![
         Point {
+            panel: None,
             implementation: "quantum actual/requested".into(),
             x: mp,
             value: q_med,
             normalized: q_med,
         },
         Point {
+            panel: None,
             implementation: "scheduler CPU %".into(),
             x: mp,
             value: cpu_pct,
@@ -175,6 +177,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         },
     ];
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -191,6 +194,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         points,
         extra: serde_json::json!({ "scheduler": summarize(&stats), "schedule_prefix": a.iter().take(8).map(|e| format!("{e:?}")).collect::<Vec<_>>() }),
         verdict: Verdict {
+            clauses: Vec::new(),
             conclusion: format!(
                 "the pseudo-scheduler costs under {MAX_CPU_PERCENT}% of one core, keeps the median quantum within {:.0}% of the requested one, and replays its schedule from the seed",
                 MAX_QUANTUM_ERROR * 100.0

@@ -231,6 +231,7 @@ pub fn run_program(
                     finish_spread: Some(o.finish_spread),
                     fairness_spread: None,
                     fairness_min_max: None,
+                    panel: None,
                 });
                 pb.inc(1);
             }
@@ -345,6 +346,7 @@ pub fn run_program(
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -390,6 +392,7 @@ pub fn summarize_points(trials: &[Trial], names: &[&str], baseline: &str) -> Vec
         for &x in &xs {
             if let Some(v) = mean(n, x) {
                 out.push(Point {
+                    panel: None,
                     implementation: (*n).into(),
                     x,
                     value: v,
@@ -415,6 +418,7 @@ pub fn verdict(
         details
             .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
         return Verdict {
+            clauses: Vec::new(),
             conclusion: CONCLUSION.into(),
             status: Status::Measurement,
             details,
@@ -555,6 +559,7 @@ pub fn verdict(
         Status::Holds
     };
     Verdict {
+        clauses: Vec::new(),
         conclusion: CONCLUSION.into(),
         status,
         details,
@@ -567,6 +572,7 @@ mod tests {
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: name.into(),
             x,
             value: v,

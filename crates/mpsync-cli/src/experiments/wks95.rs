@@ -69,6 +69,7 @@ pub fn verdict(
         details
             .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
         return Verdict {
+            clauses: Vec::new(),
             conclusion: CONCLUSION.into(),
             status: Status::Measurement,
             details,
@@ -86,6 +87,7 @@ pub fn verdict(
     if multiprogrammed.is_empty() {
         details.push("no multiprogrammed point measured: use MP levels above 1".into());
         return Verdict {
+            clauses: Vec::new(),
             conclusion: CONCLUSION.into(),
             status: Status::DoesNotHold,
             details,
@@ -156,6 +158,7 @@ pub fn verdict(
         ));
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: CONCLUSION.into(),
         status: if !holds {
             Status::DoesNotHold
@@ -174,6 +177,7 @@ mod tests {
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: name.into(),
             x,
             value: v,

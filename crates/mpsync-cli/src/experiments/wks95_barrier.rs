@@ -112,6 +112,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -269,6 +270,7 @@ pub fn run_barrier_table(
         for imp in table {
             if let Some(v) = mean_of(imp.name, f64::from(np)) {
                 out.points.push(Point {
+                    panel: None,
                     implementation: imp.name.into(),
                     x: f64::from(np),
                     value: v,
@@ -302,6 +304,7 @@ pub fn verdict_clauses(
     if preempt == Preempt::None {
         details.push("--preempt none: one thread per processor, no multiprogramming: the conclusion is not evaluated".into());
         return Verdict {
+            clauses: Vec::new(),
             conclusion: conclusion.into(),
             status: Status::Measurement,
             details,
@@ -378,6 +381,7 @@ pub fn verdict_clauses(
         ));
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: conclusion.into(),
         status,
         details,
@@ -390,6 +394,7 @@ mod tests {
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: name.into(),
             x,
             value: v,

@@ -418,6 +418,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         line_chart(&title, "processors", ylabel, &series)
     };
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -461,6 +462,7 @@ mod tests {
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: name.into(),
             x,
             value: v,

@@ -195,6 +195,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         for n in &names {
             if let Some(v) = mean_of(n, mp) {
                 points.push(Point {
+                    panel: None,
                     implementation: (*n).into(),
                     x: mp,
                     value: v,
@@ -225,6 +226,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         &series,
     );
     let rec = RunRecord {
+        advice: Vec::new(),
         experiment: exp.id.into(),
         paper: exp.reference.into(),
         title: exp.title.into(),
@@ -258,6 +260,7 @@ pub fn verdict(points: &[Point], mps: &[f64], preempt: Preempt) -> Verdict {
         details
             .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
         return Verdict {
+            clauses: Vec::new(),
             conclusion: CONCLUSION.into(),
             status: Status::Measurement,
             details,
@@ -273,6 +276,7 @@ pub fn verdict(points: &[Point], mps: &[f64], preempt: Preempt) -> Verdict {
     let Some(&top) = multi.iter().max_by(|a, b| a.total_cmp(b)) else {
         details.push("no multiprogrammed point measured: use MP levels above 1".into());
         return Verdict {
+            clauses: Vec::new(),
             conclusion: CONCLUSION.into(),
             status: Status::DoesNotHold,
             details,
@@ -316,6 +320,7 @@ pub fn verdict(points: &[Point], mps: &[f64], preempt: Preempt) -> Verdict {
         missing = true;
     }
     Verdict {
+        clauses: Vec::new(),
         conclusion: CONCLUSION.into(),
         status: if !holds {
             Status::DoesNotHold
@@ -334,6 +339,7 @@ mod tests {
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
+            panel: None,
             implementation: name.into(),
             x,
             value: v,
