@@ -1236,6 +1236,29 @@ fn map_clauses(cores: u32, tails: Tails) -> Vec<Clause> {
 /// (seconds, pending nodes) samples, and HP's bound where the scheme has one.
 type MemorySamples = (Vec<(f64, u64)>, Option<u64>);
 
+/// The stalled thread of `hart-memory-hash`: registered, inside an
+/// operation, until `stop`.
+fn stall<R: Reclaimer>(domain: &Arc<R>, stop: &AtomicBool, stalled: &AtomicBool) {
+    use mpsync::reclaim::{Guard, Local};
+    let local = R::register(domain);
+    // Whatever the table's head bucket holds, protected in both slots
+    // (the hazards a search leaves behind when it stops).
+    let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));
+    {
+        let g = local.enter();
+        g.protect_raw(0, &dummy);
+        g.protect_raw(1, &dummy);
+        // Release: the sampler starts once we are in place.
+        stalled.store(true, Ordering::Release);
+        // Acquire: pairs with the sampler's Release stop store.
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // SAFETY: our own box, never shared beyond this thread's guard.
+    drop(unsafe { Box::from_raw(dummy.load(Ordering::Relaxed)) });
+}
+
 /// Samples of one `hart-memory-hash` run: (seconds since start, pending nodes),
 /// and Michael's bound where the scheme has one. One thread registers, enters an
 /// operation (a guard: an EBR pin; two hazards; no quiescent state for QSBR) and
@@ -1249,7 +1272,6 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
     seed: u64,
     bound: impl Fn(&R) -> Option<u64>,
 ) -> anyhow::Result<MemorySamples> {
-    use mpsync::reclaim::{Guard, Local};
     let m: LfHashMap<u64, u64, R, A> =
         LfHashMap::with_domain(BUCKETS, domain.clone(), Default::default())?;
     let range = 2 * BUCKETS as u64;
@@ -1266,25 +1288,7 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
     std::thread::scope(|s| {
         {
             let (m, stop, stalled) = (&m, &stop, &stalled);
-            s.spawn(move || {
-                let local = R::register(m.domain());
-                // Whatever the table's head bucket holds, protected in both slots
-                // (the hazards a search leaves behind when it stops).
-                let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));
-                {
-                    let g = local.enter();
-                    g.protect_raw(0, &dummy);
-                    g.protect_raw(1, &dummy);
-                    // Release: the sampler starts once we are in place.
-                    stalled.store(true, Ordering::Release);
-                    // Acquire: pairs with the sampler's Release stop store.
-                    while !stop.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-                // SAFETY: our own box, never shared beyond this thread's guard.
-                drop(unsafe { Box::from_raw(dummy.load(Ordering::Relaxed)) });
-            });
+            s.spawn(move || stall(m.domain(), stop, stalled));
         }
         // Acquire: pairs with the stalled thread's Release.
         while !stalled.load(Ordering::Acquire) {
@@ -1323,6 +1327,72 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
     Ok((out, b))
 }
 
+/// One scheme's `hart-memory-hash` samples, with the allocator `p` names.
+fn memory_samples(
+    scheme: Scheme,
+    p: &Params,
+    workers: u32,
+    duration: Duration,
+    samples: usize,
+) -> anyhow::Result<MemorySamples> {
+    macro_rules! go {
+        ($d:expr, $bound:expr) => {
+            match p.alloc {
+                AllocMode::Magazines => {
+                    memory_run::<_, MagazineAlloc>($d, workers, duration, samples, p.seed, $bound)?
+                }
+                AllocMode::System => {
+                    memory_run::<_, SystemAlloc>($d, workers, duration, samples, p.seed, $bound)?
+                }
+            }
+        };
+    }
+    Ok(match scheme {
+        Scheme::Qsbr => go!(Arc::new(Qsbr::new()), |_: &Qsbr| None),
+        Scheme::Ebr => go!(Arc::new(Ebr::new()), |_: &Ebr| None),
+        _ => go!(
+            Arc::new(HazardPointers::new(2)?),
+            |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64)
+        ),
+    })
+}
+
+/// `hart-memory-hash`'s figure: pending nodes over time per scheme, HP's
+/// bound beside them.
+fn memory_figure(
+    points: &[Point],
+    hp_bound: Option<u64>,
+    duration: Duration,
+    status: &str,
+) -> String {
+    let mut series: Vec<Series> = ["QSBR", "EBR", "HP"]
+        .iter()
+        .map(|n| Series {
+            label: (*n).into(),
+            points: points
+                .iter()
+                .filter(|q| q.implementation == *n)
+                .map(|q| (q.x, q.value))
+                .collect(),
+        })
+        .collect();
+    if let Some(b) = hp_bound {
+        series.push(Series {
+            label: "HP bound (N·R)".into(),
+            points: vec![(0.0, b as f64), (duration.as_secs_f64(), b as f64)],
+        });
+    }
+    line_chart(
+        &format!(
+            "hart-memory-hash: one thread stalled inside a table operation ({})",
+            status
+        ),
+        "seconds",
+        "retired nodes not yet freed",
+        &series,
+    )
+}
+
 fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
     let duration = Duration::from_secs_f64((2000.0 * p.scale).max(100.0) / 1e3);
     let samples = 40;
@@ -1331,26 +1401,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     let mut trials = Vec::new();
     let mut hp_bound = None;
     for scheme in [Scheme::Qsbr, Scheme::Ebr, Scheme::Hp] {
-        macro_rules! go {
-            ($d:expr, $bound:expr) => {
-                match p.alloc {
-                    AllocMode::Magazines => memory_run::<_, MagazineAlloc>(
-                        $d, workers, duration, samples, p.seed, $bound,
-                    )?,
-                    AllocMode::System => memory_run::<_, SystemAlloc>(
-                        $d, workers, duration, samples, p.seed, $bound,
-                    )?,
-                }
-            };
-        }
-        let (series, b) = match scheme {
-            Scheme::Qsbr => go!(Arc::new(Qsbr::new()), |_: &Qsbr| None),
-            Scheme::Ebr => go!(Arc::new(Ebr::new()), |_: &Ebr| None),
-            _ => go!(
-                Arc::new(HazardPointers::new(2)?),
-                |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64)
-            ),
-        };
+        let (series, b) = memory_samples(scheme, p, workers, duration, samples)?;
         if scheme == Scheme::Hp {
             hp_bound = b;
         }
@@ -1379,32 +1430,7 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     verdict.details.push(
         "the peers (papaya, dashmap, scc) do not report unreclaimed memory, so their growth is not shown".into(),
     );
-    let mut series: Vec<Series> = ["QSBR", "EBR", "HP"]
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.value))
-                .collect(),
-        })
-        .collect();
-    if let Some(b) = hp_bound {
-        series.push(Series {
-            label: "HP bound (N·R)".into(),
-            points: vec![(0.0, b as f64), (duration.as_secs_f64(), b as f64)],
-        });
-    }
-    let svg = line_chart(
-        &format!(
-            "hart-memory-hash: one thread stalled inside a table operation ({})",
-            verdict.status.label()
-        ),
-        "seconds",
-        "retired nodes not yet freed",
-        &series,
-    );
+    let svg = memory_figure(&points, hp_bound, duration, verdict.status.label());
     let rec = RunRecord {
         advice: Vec::new(),
         experiment: exp.id.into(),
