@@ -192,7 +192,7 @@ fn verdicts(m: &Measured, mp: f64) -> Verdicts {
             "target: the same seed plans the same schedule",
             None,
             move |_| Judged {
-                at: format!("{rounds} rounds compared"),
+                at: format!("two plans from one seed, {rounds} rounds compared"),
                 ours: if same { "the same" } else { "different" }.into(),
                 holds: Some(same),
             },
