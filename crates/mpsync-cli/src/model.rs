@@ -567,6 +567,45 @@ impl Clause {
         })
     }
 
+    /// "the best of mpsync's (of `kind`) is at least `limit` × `peer`" in
+    /// goodness (a throughput ratio, or the inverse of a time ratio), at
+    /// (`panel`, `x`).
+    pub fn best_ours_at_least(
+        statement: impl Into<String>,
+        paper: Option<&str>,
+        kind: &'static str,
+        peer: &str,
+        panel: usize,
+        x: f64,
+        limit: f64,
+    ) -> Self {
+        let peer = peer.to_string();
+        Self::new(statement, paper, move |r| {
+            let at = r.at(panel, x);
+            let best = r.ranked(Role::Ours, Some(kind), panel, x).first().copied();
+            match (best, r.value(&peer, panel, x)) {
+                (Some((i, v)), Some(pv)) => {
+                    let g = r.design.goodness(v, pv);
+                    let cens = if r.censored(&i.name, panel, x) || r.censored(&peer, panel, x) {
+                        " (censored: extrapolated)"
+                    } else {
+                        ""
+                    };
+                    Judged {
+                        at,
+                        ours: format!("{} is {}× {peer}{cens}", i.name, sig3(g)),
+                        holds: Some(g >= limit),
+                    }
+                }
+                _ => Judged {
+                    at,
+                    ours: format!("not measured (no mpsync {kind} or no {peer} there)"),
+                    holds: None,
+                },
+            }
+        })
+    }
+
     /// Judges it.
     pub fn judge(&self, r: &Results<'_>) -> ClauseResult {
         let j = (self.judge)(r);

@@ -37,9 +37,9 @@ use super::barrier_oversub::{BarrierImpl, BenchBarrier, barrier_table};
 use super::wks95_barrier::{MP, WORK_NS};
 use super::{Experiment, Params};
 use crate::env::{Preempt, summarize};
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::model::{self, Better, Clause, Design, Imp, Judged, Verdicts};
+use crate::output::{RunRecord, Trial};
 use crate::stats::{median, quantile};
-use crate::svg::{Series, line_chart};
 
 /// The issue's target, as a statement.
 pub const CONCLUSION: &str = "after a repartition the scalable two-level barrier (Scalable-SC) \
@@ -149,6 +149,52 @@ struct BarrierRun {
     stats: mpsync::sched::emulated::SchedStats,
 }
 
+/// Thread `id`'s episodes until `stop`: work, wait, and (as the leader of an
+/// episode) record its end and the partition's processors.
+fn episodes(
+    b: &dyn BenchBarrier,
+    id: usize,
+    seed: u64,
+    dur: Duration,
+    ends: &Mutex<Vec<EpisodeEnd>>,
+    stop: &AtomicBool,
+) {
+    let busy = BusyWork::global();
+    let mut rng = SplitMix64::stream(seed, id as u64);
+    let start = Instant::now();
+    let (mut gen_seen, mut procs) = (u64::MAX, 0u32);
+    loop {
+        // Two waits per stop check: the leader of the first sets
+        // `stop` before arriving at the second, so everyone sees
+        // it after the second (see barrier_oversub).
+        for half in 0..2 {
+            let w = WORK_NS.0 + (rng.next_f64() * (WORK_NS.1 - WORK_NS.0) as f64) as u64;
+            busy.run_ns(w);
+            if b.wait(id) {
+                let t_ns = now_ns();
+                let g = mpsync::sched::generation();
+                if g != gen_seen {
+                    gen_seen = g;
+                    procs = mpsync::sched::partition().processors;
+                }
+                let mut e = ends.lock().unwrap_or_else(|p| p.into_inner());
+                if e.len() < e.capacity() {
+                    e.push(EpisodeEnd {
+                        t_ns,
+                        processors: procs,
+                    });
+                }
+                if half == 0 && (start.elapsed() >= dur || e.len() == e.capacity()) {
+                    stop.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+}
+
 /// Runs `b` with `n = MP × np` threads for `dur` under a fresh pseudo-scheduler
 /// on `np` processors repartitioning every `period`.
 fn run_one(
@@ -167,7 +213,6 @@ fn run_one(
             .repartition_every(Some(period))
             .seed(seed),
     )?;
-    let busy = BusyWork::global();
     // Room for every episode at the fastest plausible rate (no allocation in
     // the measured loop).
     let cap = (dur.as_nanos() as u64 / (WORK_NS.0 / 2)).max(64) as usize;
@@ -193,40 +238,7 @@ fn run_one(
                 if failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
                     return;
                 }
-                let mut rng = SplitMix64::stream(seed, id as u64);
-                let start = Instant::now();
-                let (mut gen_seen, mut procs) = (u64::MAX, 0u32);
-                loop {
-                    // Two waits per stop check: the leader of the first sets
-                    // `stop` before arriving at the second, so everyone sees
-                    // it after the second (see barrier_oversub).
-                    for half in 0..2 {
-                        let w =
-                            WORK_NS.0 + (rng.next_f64() * (WORK_NS.1 - WORK_NS.0) as f64) as u64;
-                        busy.run_ns(w);
-                        if b.wait(id) {
-                            let t_ns = now_ns();
-                            let g = mpsync::sched::generation();
-                            if g != gen_seen {
-                                gen_seen = g;
-                                procs = mpsync::sched::partition().processors;
-                            }
-                            let mut e = ends.lock().unwrap_or_else(|p| p.into_inner());
-                            if e.len() < e.capacity() {
-                                e.push(EpisodeEnd {
-                                    t_ns,
-                                    processors: procs,
-                                });
-                            }
-                            if half == 0 && (start.elapsed() >= dur || e.len() == e.capacity()) {
-                                stop.store(true, Ordering::SeqCst);
-                            }
-                        }
-                    }
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                }
+                episodes(b, id, seed, dur, ends, stop);
             });
         }
     });
@@ -296,94 +308,131 @@ fn summarize_recoveries(rs: &[Recovery]) -> Summary {
     }
 }
 
-/// Judges the target on Scalable-SC's recoveries at `processors`; the other
-/// barriers' lines are reported beside it.
-pub fn verdict(per_barrier: &[(&str, Vec<Recovery>)], processors: u32) -> Verdict {
-    let mut details = Vec::new();
+/// Each barrier's recoveries, over all its trials.
+type PerBarrier = Vec<(&'static str, Vec<Recovery>)>;
+
+/// One line per barrier: its recoveries, the noise floor, its steady state.
+fn barrier_line(name: &str, s: &Summary) -> String {
+    let steady: Vec<String> = s
+        .steady_ms
+        .iter()
+        .map(|(p, ms)| format!("{p} processors {ms:.3} ms"))
+        .collect();
+    format!(
+        "{name}: {} of {} processor-count changes back within {TOLERANCE:.2}x of the new steady state \
+         within {TARGET_EPISODES} episodes after the disturbed one (median {}, worst {}, {} never \
+         before the settled window); noise floor: {} of {} settled episodes ({:.1}%) above the same bound; \
+         steady state {}",
+        s.within,
+        s.changes,
+        s.median_r.map_or("-".into(), |r| r.to_string()),
+        s.max_r.map_or("-".into(), |r| r.to_string()),
+        s.never,
+        s.settled_above,
+        s.settled,
+        100.0 * s.settled_above as f64 / s.settled.max(1) as f64,
+        if steady.is_empty() {
+            "-".into()
+        } else {
+            steady.join(", ")
+        }
+    )
+}
+
+/// Scalable-SC's summary, or why its clauses cannot be judged.
+fn scalable(per: &PerBarrier, at: &str) -> Result<Summary, Judged> {
+    let rs = per
+        .iter()
+        .find(|(n, _)| *n == "Scalable-SC")
+        .map_or(&[][..], |(_, rs)| rs.as_slice());
+    let s = summarize_recoveries(rs);
+    if s.changes < 3 {
+        return Err(Judged {
+            at: at.into(),
+            ours: format!(
+                "only {} change(s) of the processor count with a known steady state (run longer: --scale 2, or more processors)",
+                s.changes
+            ),
+            holds: None,
+        });
+    }
+    Ok(s)
+}
+
+/// The target as two clauses on Scalable-SC's recoveries at `processors`
+/// (the other barriers' lines are notes), and the caveat below 4 processors.
+fn verdicts(per: PerBarrier, processors: u32) -> Verdicts {
+    let mut notes = Vec::new();
     if processors < 4 {
-        details.push(format!(
+        notes.push(format!(
             "caveat: on {processors} processors the partition only moves between {processors} and 1 \
              processor(s), where every layout of the two-level barrier is close to a central one: a \
              build that never reorganizes recovers as fast here (seen on 2 cores); the measure tells \
              layouts apart from 4 processors on"
         ));
     }
-    let mut status = Status::PartlyEvaluable;
-    for (name, rs) in per_barrier {
-        let s = summarize_recoveries(rs);
-        let steady: Vec<String> = s
-            .steady_ms
-            .iter()
-            .map(|(p, ms)| format!("{p} processors {ms:.3} ms"))
-            .collect();
-        let line = format!(
-            "{name}: {} of {} processor-count changes back within {TOLERANCE:.2}x of the new steady state \
-             within {TARGET_EPISODES} episodes after the disturbed one (median {}, worst {}, {} never \
-             before the settled window); noise floor: {} of {} settled episodes ({:.1}%) above the same bound; \
-             steady state {}",
-            s.within,
-            s.changes,
-            s.median_r.map_or("-".into(), |r| r.to_string()),
-            s.max_r.map_or("-".into(), |r| r.to_string()),
-            s.never,
-            s.settled_above,
-            s.settled,
-            100.0 * s.settled_above as f64 / s.settled.max(1) as f64,
-            if steady.is_empty() {
-                "-".into()
-            } else {
-                steady.join(", ")
-            }
-        );
-        details.push(line);
-        if *name == "Scalable-SC" {
-            if s.changes < 3 {
-                details.push(format!(
-                    "not evaluated: only {} change(s) of the processor count with a known steady state \
-                     (run longer: --scale 2, or more processors)",
-                    s.changes
-                ));
-            } else {
-                let share = s.within as f64 / s.changes as f64;
-                let typical = s.median_at_target.is_some_and(|m| m <= TOLERANCE);
-                let strict = share >= TARGET_SHARE;
-                let ok = typical && strict;
-                details.push(format!(
-                    "target (1): the median over the changes of episode e+{TARGET_EPISODES}'s time / the new steady state is {} (needs <= {TOLERANCE:.2}): {}",
-                    s.median_at_target.map_or("-".into(), |m| format!("{m:.2}")),
-                    if typical { "holds" } else { "does not hold" }
-                ));
-                details.push(format!(
-                    "target (2): Scalable-SC recovers within {TARGET_EPISODES} episodes at {:.0}% of the changes \
-                     (needs {:.0}%; with the noise floor above, episodes e+1 and e+2 both land above the bound \
-                     by chance alone at about {:.0}% of the changes): {}",
-                    100.0 * share,
-                    100.0 * TARGET_SHARE,
-                    100.0 * (s.settled_above as f64 / s.settled.max(1) as f64).powi(2),
-                    if strict { "holds" } else { "does not hold" }
-                ));
-                status = if ok {
-                    Status::Holds
-                } else {
-                    Status::DoesNotHold
-                };
-            }
-        }
+    for (name, rs) in &per {
+        notes.push(barrier_line(name, &summarize_recoveries(rs)));
     }
-    Verdict {
-        clauses: Vec::new(),
+    let per = std::rc::Rc::new(per);
+    let at = format!("{processors} processors, every change of the partition");
+    let (p1, at1) = (per.clone(), at.clone());
+    let typical = Clause::new(
+        format!(
+            "Scalable-SC: the median over the changes of episode e+{TARGET_EPISODES}'s time / the new steady state ≤ {TOLERANCE:.2}"
+        ),
+        Some(
+            "at most one episode on outdated information: the barrier reorganizes at the next departure (§3.3)",
+        ),
+        move |_| match scalable(&p1, &at1) {
+            Err(j) => j,
+            Ok(s) => Judged {
+                at: at1.clone(),
+                ours: s.median_at_target.map_or("-".into(), |m| format!("{m:.2}")),
+                holds: Some(s.median_at_target.is_some_and(|m| m <= TOLERANCE)),
+            },
+        },
+    );
+    let strict = Clause::new(
+        format!(
+            "Scalable-SC recovers within {TARGET_EPISODES} episodes at ≥ {:.0}% of the changes",
+            100.0 * TARGET_SHARE
+        ),
+        None,
+        move |_| match scalable(&per, &at) {
+            Err(j) => j,
+            Ok(s) => {
+                let share = s.within as f64 / s.changes as f64;
+                let floor = s.settled_above as f64 / s.settled.max(1) as f64;
+                Judged {
+                    at: at.clone(),
+                    ours: format!(
+                        "{:.0}% ({} of {}; by chance alone, with the noise floor, e+1 and e+2 both land above the bound at about {:.0}%)",
+                        100.0 * share,
+                        s.within,
+                        s.changes,
+                        100.0 * floor.powi(2)
+                    ),
+                    holds: Some(share >= TARGET_SHARE),
+                }
+            }
+        },
+    );
+    Verdicts {
         conclusion: CONCLUSION.into(),
-        status,
-        details,
+        clauses: vec![typical, strict],
+        notes,
+        advice: Vec::new(),
+        targets: true,
     }
 }
 
 /// The barriers run: the two-level one, then the reference.
 pub const NAMES: &[&str] = &["Scalable-SC", "Central-block"];
 
-/// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let cpus = mpsync::sched::native::available_cpus()?;
+/// The processor count, the quantum, the repartition period, the run length
+/// and the trials.
+fn knobs(p: &Params, cpus: usize) -> anyhow::Result<(u32, Duration, Duration, Duration, u32)> {
     let np = match p.procs.as_deref() {
         None => p.cores.max(1),
         Some([one]) => *one,
@@ -391,11 +440,10 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             "--procs {v:?}: barrier-repartition runs at one processor count (e.g. --procs 4)"
         ),
     };
-    if np < 2 || np as usize > cpus.len() {
+    if np < 2 || np as usize > cpus {
         anyhow::bail!(
-            "--procs {np}: must be between 2 (a repartition needs processors to take away) and the {} \
-             available processors",
-            cpus.len()
+            "--procs {np}: must be between 2 (a repartition needs processors to take away) and the {cpus} \
+             available processors"
         );
     }
     let quantum = p.quantum(50.0);
@@ -416,87 +464,115 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         (6.0 * p.scale, p.trials.max(1))
     };
     let dur = Duration::from_secs_f64(dur_s.clamp(1.0, 600.0));
+    Ok((np, quantum, period, dur, trials))
+}
+
+/// The design: the recovery profile (episode time / the new steady state at
+/// each offset from the disturbed episode), Central-block as the reference.
+fn design(trials: u32) -> Design {
+    Design::single(
+        "episodes after the change (0 = the disturbed episode)",
+        "episode time / the new steady state",
+        Better::Lower,
+        PROFILE.map(|o| o as f64).collect(),
+        vec![Imp::ours(NAMES[0], "barrier"), Imp::reference(NAMES[1])],
+        trials,
+    )
+}
+
+/// The median over `rs` of the profile at offset index `j`.
+fn profile_at(rs: &[Recovery], j: usize) -> Option<f64> {
+    let v: Vec<f64> = rs
+        .iter()
+        .map(|r| r.profile[j])
+        .filter(|x| x.is_finite())
+        .collect();
+    median(&v)
+}
+
+/// Runs the experiment: one run per barrier and trial (at the profile's
+/// first offset; its other offsets read that run's recoveries).
+pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let cpus = mpsync::sched::native::available_cpus()?;
+    let (np, quantum, period, dur, trials) = knobs(p, cpus.len())?;
     let table: Vec<BarrierImpl> = NAMES
         .iter()
         .filter_map(|n| barrier_table().into_iter().find(|i| i.name == *n))
         .collect();
-    let pb = crate::progress((trials as usize * table.len()) as u64, exp.id);
+    let d = design(trials);
+    let first = d.panels[0].xs[0];
     let started = Instant::now();
-    let mut per: Vec<(&str, Vec<Recovery>)> = table.iter().map(|i| (i.name, Vec::new())).collect();
-    let mut trial_rows = Vec::new();
+    let mut per: PerBarrier = table.iter().map(|i| (i.name, Vec::new())).collect();
+    // The latest run of each barrier: its recoveries and scheduler counts.
+    let mut last: Vec<(&str, Vec<Recovery>, u64, u64)> = Vec::new();
     let mut sched = Vec::new();
-    for t in 0..trials {
-        let seed = p.seed.wrapping_add(u64::from(t));
-        for k in 0..table.len() {
-            let imp = &table[(k + t as usize) % table.len()];
-            let name = imp.name;
+    let trial_rows = model::collect(exp.id, &d, &mut |c| {
+        let imp = table
+            .iter()
+            .find(|i| i.name == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no barrier named {}", c.imp.name))?;
+        if c.x == first {
+            let seed = p.seed.wrapping_add(u64::from(c.trial));
             let b = (imp.make)((np * MP) as usize);
             let r = run_one(b.as_ref(), np, dur, period, quantum, seed, &cpus)
-                .map_err(|e| anyhow::anyhow!("{name} on {np} processors: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("{} on {np} processors: {e}", imp.name))?;
             let rs = recoveries(&r.ends);
-            let s = summarize_recoveries(&rs);
-            trial_rows.push(Trial {
-                implementation: name.into(),
-                x: f64::from(np),
-                trial: t,
-                value: s.within as f64 / s.changes.max(1) as f64,
-                preemptions: r.stats.preemptions,
-                warnings: r.stats.warnings,
-                mp: Some(f64::from(MP)),
-                procs: Some(np),
-                ..Trial::default()
-            });
             sched.push(serde_json::json!({
-                "barrier": name,
-                "trial": t,
+                "barrier": imp.name,
+                "trial": c.trial,
                 "episodes": r.ends.len(),
                 "repartitions": r.stats.repartitions,
                 "scheduler": summarize(&r.stats),
             }));
-            per.iter_mut()
-                .find(|(n, _)| *n == name)
-                .expect("in table")
-                .1
-                .extend(rs);
-            pb.inc(1);
-        }
-    }
-    pb.finish_and_clear();
-    let verdict = verdict(&per, np);
-    // The recovery profile: median episode time / new steady state at each
-    // offset from the disturbed episode.
-    let mut points = Vec::new();
-    let mut series = Vec::new();
-    for (name, rs) in &per {
-        let mut pts = Vec::new();
-        for (j, o) in PROFILE.enumerate() {
-            let v: Vec<f64> = rs
-                .iter()
-                .map(|r| r.profile[j])
-                .filter(|x| x.is_finite())
-                .collect();
-            if let Some(m) = median(&v) {
-                pts.push((o as f64, m));
-                points.push(Point {
-                    panel: None,
-                    implementation: (*name).into(),
-                    x: o as f64,
-                    value: m,
-                    normalized: m,
-                });
+            if let Some(e) = per.iter_mut().find(|(n, _)| *n == imp.name) {
+                e.1.extend(rs.iter().cloned());
             }
+            last.retain(|l| l.0 != imp.name);
+            last.push((imp.name, rs, r.stats.preemptions, r.stats.warnings));
         }
-        series.push(Series {
-            label: (*name).into(),
-            points: pts,
-        });
-    }
-    let svg = line_chart(
-        &format!("{} ({np} processors, {})", exp.id, verdict.status.label()),
-        "episodes after the change (0 = the disturbed episode)",
-        "median episode time / new steady state",
-        &series,
+        let Some((_, rs, preemptions, warnings)) = last.iter().find(|l| l.0 == imp.name) else {
+            return Ok(None);
+        };
+        let j = PROFILE.clone().position(|o| o as f64 == c.x).unwrap_or(0);
+        Ok(profile_at(rs, j).map(|value| Trial {
+            value,
+            preemptions: *preemptions,
+            warnings: *warnings,
+            mp: Some(f64::from(MP)),
+            procs: Some(np),
+            ..Trial::default()
+        }))
+    })?;
+    let extra = extra_of(&per, sched);
+    let v = verdicts(per, np);
+    let params = serde_json::json!({
+        "processors": np,
+        "threads_per_processor": MP,
+        "work_ns": [WORK_NS.0, WORK_NS.1],
+        "seconds_per_barrier": dur.as_secs_f64(),
+        "repartition_every_ms": period.as_millis() as u64,
+        "quantum_ms": quantum.as_secs_f64() * 1e3,
+        "tolerance": TOLERANCE,
+        "settle_from_episode": SETTLE,
+        "min_settled": MIN_SETTLED,
+    });
+    let (mut rec, svg) = model::finish(
+        exp,
+        p,
+        Preempt::Emulated,
+        &d,
+        trial_rows,
+        v,
+        params,
+        started,
     );
+    rec.extra = extra;
+    Ok((rec, svg))
+}
+
+/// The scheduler's counts per run, the p90 of the profile at 0, 1 and 2,
+/// and every change's recovery.
+fn extra_of(per: &PerBarrier, sched: Vec<serde_json::Value>) -> serde_json::Value {
     let p90_next: Vec<serde_json::Value> = per
         .iter()
         .map(|(name, rs)| {
@@ -512,53 +588,41 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             serde_json::json!({"barrier": name, "p90_ratio_at_0": at(0), "p90_ratio_at_1": at(1), "p90_ratio_at_2": at(2)})
         })
         .collect();
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: Preempt::Emulated.name().into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "processors": np,
-            "threads_per_processor": MP,
-            "work_ns": [WORK_NS.0, WORK_NS.1],
-            "seconds_per_barrier": dur.as_secs_f64(),
-            "repartition_every_ms": period.as_millis() as u64,
-            "quantum_ms": quantum.as_secs_f64() * 1e3,
-            "tolerance": TOLERANCE,
-            "settle_from_episode": SETTLE,
-            "min_settled": MIN_SETTLED,
-        }),
-        busy_iters_per_us: BusyWork::global().iters_per_us(),
-        unit: "episode time / the new steady state (median over changes)".into(),
-        x_label: "episodes after the change of the processor count".into(),
-        baseline: "each change's own steady state (median of its settled episodes)".into(),
-        trials: trial_rows,
-        points,
-        extra: serde_json::json!({
-            "scheduler": sched,
-            "p90": p90_next,
-            "recoveries": per.iter().map(|(name, rs)| serde_json::json!({
-                "barrier": name,
-                "changes": rs.iter().map(|r| serde_json::json!({
-                    "episode": r.episode, "from": r.from, "to": r.to,
-                    "steady_ms": r.steady_ns / 1e6,
-                    "episodes_to_recover": r.episodes_to_recover,
-                })).collect::<Vec<_>>(),
+    serde_json::json!({
+        "scheduler": sched,
+        "p90": p90_next,
+        "recoveries": per.iter().map(|(name, rs)| serde_json::json!({
+            "barrier": name,
+            "changes": rs.iter().map(|r| serde_json::json!({
+                "episode": r.episode, "from": r.from, "to": r.to,
+                "steady_ms": r.steady_ns / 1e6,
+                "episodes_to_recover": r.episodes_to_recover,
             })).collect::<Vec<_>>(),
-        }),
-        verdict,
-    };
-    Ok((rec, svg))
+        })).collect::<Vec<_>>(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{Status, Verdict};
+
+    /// The clauses judged on `per` (they read the recoveries, not the
+    /// profile points).
+    fn verdict(per: &[(&'static str, Vec<Recovery>)], processors: u32) -> Verdict {
+        let d = design(1);
+        let r = model::Results {
+            design: &d,
+            points: &[],
+            trials: &[],
+        };
+        let v = verdicts(per.to_vec(), processors);
+        Verdict::from_clauses(
+            "c",
+            v.clauses.iter().map(|c| c.judge(&r)).collect(),
+            v.notes,
+        )
+    }
 
     /// Episode ends from episode times (ns) and processor counts.
     fn ends(times: &[(u64, u32)]) -> Vec<EpisodeEnd> {
@@ -652,11 +716,11 @@ mod tests {
         );
         let v = verdict(&[("Scalable-SC", rs)], 4);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
-        assert!(
-            v.details
-                .iter()
-                .any(|l| l.contains("target (1)") && l.contains("2.00")),
+        assert_eq!(
+            (v.clauses[0].ours.as_str(), v.clauses[0].holds),
+            ("2.00", Some(false)),
             "{v:?}"
         );
+        assert_eq!(v.clauses[1].holds, Some(true), "{v:?}");
     }
 }

@@ -27,9 +27,12 @@ use mpsync::util::rng::SplitMix64;
 
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::model::{
+    self, AdviceRule, Better, Clause, Design, Imp, Judged, Panel, Results, Role, Verdicts, fmt_x,
+};
+use crate::output::{RunRecord, Trial};
 use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::svg::sig3;
 
 /// Trial length at `--scale 1`.
 pub const BASE_DURATION_MS: f64 = 300.0;
@@ -278,103 +281,151 @@ fn pct(r: f64) -> String {
     format!("{}%", (r * 1000.0).round() / 10.0)
 }
 
-/// The name of `imp` at read fraction `r` (a series per mix).
-fn series_name(imp: &str, r: f64) -> String {
-    format!("{imp} ({} reads)", pct(r))
+/// The panel of read fraction `r`.
+fn mix_label(r: f64) -> String {
+    format!("{} reads", pct(r))
 }
 
-/// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+/// The read mixes, in the order of the figure's panels (95% first: the
+/// targets and the advice are judged there).
+pub const MIXES: [f64; 4] = [0.95, 0.5, 0.99, 0.999];
+
+/// The thread counts: `--threads`, or ½, 1, 2 and 4 per core.
+fn threads_of(p: &Params) -> Vec<u32> {
     let cores = p.cores.max(1);
-    let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| {
+    p.threads.clone().unwrap_or_else(|| {
         let mut v = vec![(cores / 2).max(1), cores, 2 * cores, 4 * cores];
         v.dedup();
         v
-    });
-    let mixes = [0.95, 0.5, 0.99, 0.999];
+    })
+}
+
+/// The mixes that run and the thread counts of each: `--quick` runs the
+/// read-mostly mixes at the largest thread count only, and 99.9% of them
+/// only, to stay within its 20 s.
+fn mixes_of(p: &Params, threads: &[u32]) -> Vec<(f64, Vec<u32>)> {
+    MIXES
+        .iter()
+        .map(|&r| {
+            let ts = match (p.quick, r) {
+                (_, 0.95 | 0.5) | (false, _) => threads.to_vec(),
+                (true, 0.999) => threads.last().copied().into_iter().collect(),
+                (true, _) => Vec::new(),
+            };
+            (r, ts)
+        })
+        .filter(|(_, ts)| !ts.is_empty())
+        .collect()
+}
+
+/// The design: a panel per read mix, normalized to parking_lot there.
+fn design(mixes: &[(f64, Vec<u32>)], table: &[RwImpl], trials: u32) -> Design {
+    let imps = table
+        .iter()
+        .map(|i| match i.peer {
+            true => Imp::peer(i.name, "rwlock"),
+            false => Imp::ours(i.name, "rwlock"),
+        })
+        .collect();
+    let mut d = Design::single(
+        "threads",
+        "read+write sections per second",
+        Better::Higher,
+        Vec::new(),
+        imps,
+        trials,
+    )
+    .baseline(BASELINE);
+    d.panels = mixes
+        .iter()
+        .map(|(r, ts)| Panel::new(mix_label(*r), ts.iter().map(|&n| f64::from(n)).collect()))
+        .collect();
+    d
+}
+
+/// Writer shares: (panel, implementation, threads, share) per trial.
+type Shares = Vec<(usize, String, f64, f64)>;
+
+/// The trimmed mean of `name`'s writer shares at (`panel`, `x`).
+fn share_of(shares: &[(usize, String, f64, f64)], panel: usize, name: &str, x: f64) -> Option<f64> {
+    let v: Vec<f64> = shares
+        .iter()
+        .filter(|s| s.0 == panel && s.1 == name && s.2 == x)
+        .map(|s| s.3)
+        .collect();
+    trimmed_mean(&v)
+}
+
+/// Runs the experiment.
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let threads = threads_of(p);
+    let mixes = mixes_of(p, &threads);
     // --quick: 0.4 × its scale (36 ms trials), to stay within its 20 s.
     let quick = if p.quick { 0.4 } else { 1.0 };
     let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale * quick).max(20.0) / 1e3);
     let busy = BusyWork::global();
     let table = rw_table();
-    // --quick runs the read-mostly mixes at the largest thread count only, and
-    // 99.9% of them only, to stay within its 20 s.
-    let threads_at = |r: f64| -> Vec<u32> {
-        match (p.quick, r) {
-            (_, 0.95 | 0.5) | (false, _) => threads.clone(),
-            (true, 0.999) => threads.last().copied().into_iter().collect(),
-            (true, _) => Vec::new(),
-        }
-    };
-    let rows_at = |r: f64| table.iter().filter(|i| runs_at(&table, i, r)).count();
-    let pb = crate::progress(
-        mixes
-            .iter()
-            .map(|&r| threads_at(r).len() * p.trials as usize * rows_at(r))
-            .sum::<usize>() as u64,
-        exp.id,
-    );
+    let d = design(&mixes, &table, p.trials);
     let started = Instant::now();
-    let mut trials = Vec::new();
-    // (series, x) -> writer share per trial
-    let mut shares: Vec<(String, f64, f64)> = Vec::new();
-    for &r in &mixes {
-        for n in threads_at(r) {
-            for t in 0..p.trials {
-                // Interleaved: each trial visits the implementations in a rotated order.
-                for k in 0..table.len() {
-                    let imp = &table[(k + t as usize) % table.len()];
-                    if !runs_at(&table, imp, r) {
-                        continue;
-                    }
-                    let spec = RwSpec {
-                        threads: n,
-                        duration,
-                        read_fraction: r,
-                        cs_iters: busy.iters_for_ns(100),
-                        ncs_iters: busy.iters_for_ns(200),
-                        seed: p.seed ^ u64::from(t),
-                    };
-                    let c = (imp.run)(&spec)
-                        .map_err(|e| anyhow::anyhow!("{} with {n} threads: {e}", imp.name))?;
-                    let total: u64 = c.per_thread.iter().sum();
-                    let name = series_name(imp.name, r);
-                    if total > 0 {
-                        let share = (c.writes as f64 / total as f64) / (1.0 - r);
-                        shares.push((name.clone(), f64::from(n), share));
-                    }
-                    trials.push(Trial {
-                        implementation: name,
-                        x: f64::from(n),
-                        trial: t,
-                        value: total as f64 / duration.as_secs_f64(),
-                        procs: Some(n),
-                        ..Trial::default()
-                    });
-                    pb.inc(1);
-                }
-            }
+    let mut shares: Shares = Vec::new();
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let r = mixes[c.panel].0;
+        let Some(imp) = table.iter().find(|i| i.name == c.imp.name) else {
+            return Ok(None);
+        };
+        if !runs_at(&table, imp, r) {
+            return Ok(None);
         }
-    }
-    pb.finish_and_clear();
-    let mean_of = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
+        let n = c.x as u32;
+        let spec = RwSpec {
+            threads: n,
+            duration,
+            read_fraction: r,
+            cs_iters: busy.iters_for_ns(100),
+            ncs_iters: busy.iters_for_ns(200),
+            seed: p.seed ^ u64::from(c.trial),
+        };
+        let counts =
+            (imp.run)(&spec).map_err(|e| anyhow::anyhow!("{} with {n} threads: {e}", imp.name))?;
+        let total: u64 = counts.per_thread.iter().sum();
+        if total > 0 {
+            let share = (counts.writes as f64 / total as f64) / (1.0 - r);
+            shares.push((c.panel, imp.name.to_string(), c.x, share));
+        }
+        Ok(Some(Trial {
+            value: total as f64 / duration.as_secs_f64(),
+            procs: Some(n),
+            ..Trial::default()
+        }))
+    })?;
+    let points = model::summarize(&d, &trials);
+    let r = Results {
+        design: &d,
+        points: &points,
+        trials: &trials,
     };
-    let share_of = |name: &str, x: f64| {
-        let v: Vec<f64> = shares
-            .iter()
-            .filter(|s| s.0 == name && s.1 == x)
-            .map(|s| s.2)
-            .collect();
-        trimmed_mean(&v)
-    };
-    let mut points = Vec::new();
-    let mut details = vec![format!(
+    let mut v = verdicts(p.cores, shares.clone());
+    v.notes.push(method_note(p.cores, &threads, duration));
+    v.notes.extend(bravo_notes(&r, &table));
+    v.notes.extend(share_notes(&r, &table, &shares));
+    let params = serde_json::json!({
+        "threads": threads,
+        "read_fractions": mixes.iter().map(|m| m.0).collect::<Vec<_>>(),
+        "trial_ms": duration.as_secs_f64() * 1e3,
+        "section_ns": 100, "outside_ns": 200,
+        "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
+    });
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = serde_json::json!({
+        "writer_share": shares.iter().map(|s| serde_json::json!({
+            "panel": d.panels[s.0].label, "implementation": s.1, "threads": s.2, "share": s.3,
+        })).collect::<Vec<_>>(),
+    });
+    Ok((rec, svg))
+}
+
+fn method_note(cores: u32, threads: &[u32], duration: Duration) -> String {
+    format!(
         "{cores} cores; threads {} unpinned (above {cores}: real Linux preemption); sections ~100 ns, ~200 ns outside; {} ms trials",
         threads
             .iter()
@@ -382,175 +433,137 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             .collect::<Vec<_>>()
             .join(", "),
         duration.as_millis()
-    )];
-    for &r in &mixes {
-        for &n in &threads {
-            let x = f64::from(n);
-            let base = mean_of(&series_name(BASELINE, r), x)
-                .filter(|b| *b > 0.0)
-                .unwrap_or(1.0);
-            for imp in &table {
-                let name = series_name(imp.name, r);
-                if let Some(v) = mean_of(&name, x) {
-                    points.push(Point {
-                        panel: None,
-                        implementation: name,
-                        x,
-                        value: v,
-                        normalized: v / base,
-                    });
-                }
-            }
-        }
-    }
-    let value = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|q| q.implementation == name && q.x == x)
-            .map(|q| q.value)
-    };
-    // The targets, at 95% reads.
-    let r = 0.95;
-    for (per_core, floor) in [(1u32, 0.9), (2, 1.0), (4, 1.0)] {
-        let x = f64::from(per_core * cores);
-        let best = table
-            .iter()
-            .filter(|i| !i.peer)
-            .filter_map(|i| value(&series_name(i.name, r), x).map(|v| (i.name, v)))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        let (Some((bname, bv)), Some(pl), Some(sv)) = (
-            best,
-            value(&series_name(BASELINE, r), x),
-            value(&series_name("std::sync::RwLock", r), x),
-        ) else {
-            continue;
-        };
-        let (rp, rs) = (bv / pl, bv / sv);
-        let ok_p = rp >= floor;
-        let ok_s = per_core == 1 || rs >= 1.0;
-        let share = share_of(&series_name(bname, r), x);
-        let ok_share = per_core == 1 || share.is_some_and(|s| (0.5..=2.0).contains(&s));
-        details.push(format!(
-            "95% reads, {per_core}x the cores ({x} threads): best mpsync RW lock {bname}: / parking_lot = {rp:.2} (target >= {floor}: {}), / std = {rs:.2}{}, writer share {} of fair{}",
-            if ok_p { "met" } else { "missed" },
-            if per_core == 1 { String::new() } else { format!(" (target >= 1.0: {})", if ok_s { "met" } else { "missed" }) },
-            share.map_or("-".into(), |s| format!("{s:.2}")),
-            if per_core == 1 { String::new() } else { format!(" (target within 2x: {})", if ok_share { "met" } else { "missed" }) },
-        ));
-    }
-    // Each BRAVO form against its base lock and the std peer, per read mix.
-    for imp in table.iter() {
+    )
+}
+
+/// Each BRAVO form against its base lock and the std peer, per read mix.
+fn bravo_notes(r: &Results<'_>, table: &[RwImpl]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for imp in table {
         let Some(base) = imp.biased_from else {
             continue;
         };
-        for mix in BRAVO_MIXES {
-            let ratios: Vec<String> = threads
+        for (pi, pn) in r.design.panels.iter().enumerate() {
+            if !BRAVO_MIXES.iter().any(|&m| mix_label(m) == pn.label) {
+                continue;
+            }
+            let ratios: Vec<String> = pn
+                .xs
                 .iter()
-                .filter_map(|&n| {
-                    let x = f64::from(n);
+                .filter_map(|&x| {
                     let (b, v, s) = (
-                        value(&series_name(base, mix), x)?,
-                        value(&series_name(imp.name, mix), x)?,
-                        value(&series_name("std::sync::RwLock", mix), x)?,
+                        r.value(base, pi, x)?,
+                        r.value(imp.name, pi, x)?,
+                        r.value("std::sync::RwLock", pi, x)?,
                     );
-                    Some(format!("{n} threads {:.2} ({:.2} of std)", v / b, v / s))
+                    Some(format!(
+                        "{} threads {:.2} ({:.2} of std)",
+                        fmt_x(x),
+                        v / b,
+                        v / s
+                    ))
                 })
                 .collect();
-            details.push(format!(
-                "{} reads, {} / {base}: {}",
-                pct(mix),
+            notes.push(format!(
+                "{}, {} / {base}: {}",
+                pn.label,
                 imp.name,
                 ratios.join(", ")
             ));
         }
     }
-    for &rr in &mixes {
-        if let Some(&last) = threads.last() {
-            let x = f64::from(last);
+    notes
+}
+
+/// The writer share of every lock at the most threads, per read mix.
+fn share_notes(
+    r: &Results<'_>,
+    table: &[RwImpl],
+    shares: &[(usize, String, f64, f64)],
+) -> Vec<String> {
+    (0..r.design.panels.len())
+        .map(|pi| {
+            let x = r.last_x(pi);
             let s: Vec<String> = table
                 .iter()
                 .filter_map(|i| {
-                    share_of(&series_name(i.name, rr), x).map(|v| format!("{} {v:.2}", i.name))
+                    share_of(shares, pi, i.name, x).map(|v| format!("{} {v:.2}", i.name))
                 })
                 .collect();
-            details.push(format!(
-                "writer share of acquisitions / fair share at {last} threads, {} reads: {}",
-                pct(rr),
+            format!(
+                "writer share of acquisitions / fair share at {} threads, {}: {}",
+                fmt_x(x),
+                r.design.panels[pi].label,
                 s.join(", ")
-            ));
-        }
-    }
-    let series: Vec<Series> = table
-        .iter()
-        .flat_map(|i| mixes.iter().map(move |&r| series_name(i.name, r)))
-        .map(|n| Series {
-            points: points
-                .iter()
-                .filter(|q| q.implementation == n)
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-            label: n,
+            )
         })
-        .filter(|s| !s.points.is_empty())
-        .collect();
-    let svg = line_chart(
-        "rwlock-oversub: throughput, unpinned threads on this machine's cores",
-        "threads",
-        "sections/s normalized to parking_lot::RwLock at the same mix (higher is better)",
-        &series,
-    );
-    let advice = crate::model::advice_from_points(
-        "rwlock",
-        crate::model::Better::Higher,
-        "threads",
-        "95% reads",
-        table
-            .iter()
-            .map(|i| {
-                let name = series_name(i.name, 0.95);
-                if i.peer {
-                    crate::model::Imp::peer(name, "rwlock")
-                } else {
-                    crate::model::Imp::ours(name, "rwlock")
-                }
-            })
-            .collect(),
-        &points,
-    );
-    let rec = RunRecord {
-        advice: advice.into_iter().collect(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "threads": threads,
-            "read_fractions": mixes,
-            "trial_ms": duration.as_secs_f64() * 1e3,
-            "section_ns": 100, "outside_ns": 200,
-            "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
-        }),
-        busy_iters_per_us: busy.iters_per_us(),
-        unit: "read+write sections per second (higher is better)".into(),
-        x_label: "threads".into(),
-        baseline: "parking_lot::RwLock at the same thread count and mix".into(),
-        trials,
-        points,
-        extra: serde_json::json!({
-            "writer_share": shares.iter().map(|s| serde_json::json!({"implementation": s.0, "threads": s.1, "share": s.2})).collect::<Vec<_>>(),
-        }),
-        verdict: Verdict {
-            clauses: Vec::new(),
-            conclusion: "no paper conclusion: a measurement against mpsync's targets (at 95% reads the best mpsync RW lock >= parking_lot and std at 2x and 4x the cores with writers within 2x of their fair share, >= 0.9x parking_lot at 1x)".into(),
-            status: Status::Measurement,
-            details,
+        .collect()
+}
+
+/// mpsync's targets at 95% reads (panel 0), as clauses.
+fn verdicts(cores: u32, shares: Shares) -> Verdicts {
+    let c = f64::from(cores.max(1));
+    let mut clauses = Vec::new();
+    for (mult, peer, min) in [
+        (1.0, BASELINE, 0.9),
+        (2.0, BASELINE, 1.0),
+        (2.0, "std::sync::RwLock", 1.0),
+        (4.0, BASELINE, 1.0),
+        (4.0, "std::sync::RwLock", 1.0),
+    ] {
+        clauses.push(Clause::best_ours_at_least(
+            format!(
+                "target: the best mpsync RW lock ≥ {min}× {peer}'s throughput at {mult}× the cores"
+            ),
+            None,
+            "rwlock",
+            peer,
+            0,
+            c * mult,
+            min,
+        ));
+    }
+    let shares = std::sync::Arc::new(shares);
+    for mult in [2.0, 4.0] {
+        clauses.push(share_clause(c * mult, mult, shares.clone()));
+    }
+    Verdicts {
+        conclusion: "no paper conclusion: a measurement against mpsync's targets (at 95% reads the best mpsync RW lock >= parking_lot and std at 2x and 4x the cores with writers within 2x of their fair share, >= 0.9x parking_lot at 1x)".into(),
+        clauses,
+        notes: Vec::new(),
+        advice: vec![AdviceRule {
+            kind: "rwlock",
+            panel: 0,
+        }],
+        targets: true,
+    }
+}
+
+/// "the best mpsync RW lock's writers get within 2× of their fair share"
+/// at `x` threads, 95% reads.
+fn share_clause(x: f64, mult: f64, shares: std::sync::Arc<Shares>) -> Clause {
+    Clause::new(
+        format!(
+            "target: the best mpsync RW lock's writers get 0.5–2× their fair share at {mult}× the cores"
+        ),
+        None,
+        move |r| {
+            let at = r.at(0, x);
+            let best = r.ranked(Role::Ours, Some("rwlock"), 0, x).first().copied();
+            match best.and_then(|(i, _)| Some((i, share_of(&shares, 0, &i.name, x)?))) {
+                Some((i, s)) => Judged {
+                    at,
+                    ours: format!("{}: writer share {} of fair", i.name, sig3(s)),
+                    holds: Some((0.5..=2.0).contains(&s)),
+                },
+                None => Judged {
+                    at,
+                    ours: "not measured".into(),
+                    holds: None,
+                },
+            }
         },
-    };
-    Ok((rec, svg))
+    )
 }
 
 #[cfg(test)]
@@ -592,7 +605,104 @@ mod tests {
             );
         }
         assert!(at(0.7).is_empty());
-        assert_eq!(series_name("x", 0.999), "x (99.9% reads)");
-        assert_eq!(series_name("x", 0.95), "x (95% reads)");
+        assert_eq!(mix_label(0.999), "99.9% reads");
+        assert_eq!(mix_label(0.95), "95% reads");
+    }
+
+    fn params() -> Params {
+        Params {
+            preempt: None,
+            mp: None,
+            procs: None,
+            threads: None,
+            quantum_ms: None,
+            trials: 1,
+            scale: 1.0,
+            seed: 1,
+            out: std::path::PathBuf::new(),
+            quick: true,
+            cores: 2,
+            alloc: super::super::AllocMode::Magazines,
+        }
+    }
+
+    /// The verdict (`--quick`, 2 cores) on synthetic 95% points (name, x,
+    /// sections/s) and writer shares (name, x, share).
+    fn verdict(pts: &[(&str, f64, f64)], shares: &[(&str, f64, f64)]) -> crate::output::Verdict {
+        let p = params();
+        let mixes = mixes_of(&p, &threads_of(&p));
+        let d = design(&mixes, &rw_table(), 1);
+        let points: Vec<crate::output::Point> = pts
+            .iter()
+            .map(|(n, x, v)| crate::output::Point {
+                panel: Some(d.panels[0].label.clone()),
+                implementation: n.to_string(),
+                x: *x,
+                value: *v,
+                normalized: *v,
+            })
+            .collect();
+        let r = Results {
+            design: &d,
+            points: &points,
+            trials: &[],
+        };
+        let shares = shares
+            .iter()
+            .map(|(n, x, s)| (0, n.to_string(), *x, *s))
+            .collect();
+        let v = verdicts(2, shares);
+        crate::output::Verdict::from_clauses(
+            "c",
+            v.clauses.iter().map(|c| c.judge(&r)).collect(),
+            vec![],
+        )
+    }
+
+    #[test]
+    fn quick_panels_and_the_design() {
+        let p = params();
+        let mixes = mixes_of(&p, &threads_of(&p));
+        let labels: Vec<String> = design(&mixes, &rw_table(), 1)
+            .panels
+            .iter()
+            .map(|p| p.label.clone())
+            .collect();
+        assert_eq!(labels, ["95% reads", "50% reads", "99.9% reads"]);
+        assert_eq!(mixes[0].1, [1, 2, 4, 8]);
+        assert_eq!(mixes[2].1, [8]);
+    }
+
+    #[test]
+    fn targets_are_clauses_that_can_miss() {
+        let mut pts = Vec::new();
+        for x in [2.0, 4.0, 8.0] {
+            pts.extend([
+                ("RW-Smart-Q", x, 120.0),
+                ("RW-TAS-B", x, 50.0),
+                (BASELINE, x, 100.0),
+                ("std::sync::RwLock", x, 90.0),
+            ]);
+        }
+        let shares = [("RW-Smart-Q", 4.0, 1.0), ("RW-Smart-Q", 8.0, 1.5)];
+        let v = verdict(&pts, &shares);
+        assert_eq!(v.summary(), "7 of 7 clauses hold", "{v:?}");
+        assert!(
+            v.clauses[0].ours.starts_with("RW-Smart-Q is 1.20×"),
+            "{}",
+            v.clauses[0].ours
+        );
+        // Writers starved at 4x the cores.
+        let v = verdict(&pts, &[("RW-Smart-Q", 4.0, 1.0), ("RW-Smart-Q", 8.0, 0.2)]);
+        assert_eq!(v.clauses[6].holds, Some(false), "{v:?}");
+        // 0.85x parking_lot at 1x misses 0.9; at 2x slower than both peers.
+        pts[0].2 = 85.0;
+        pts[4].2 = 85.0;
+        let v = verdict(&pts, &shares);
+        let held: Vec<_> = v.clauses[..3].iter().map(|c| c.holds).collect();
+        assert_eq!(held, [Some(false); 3], "{v:?}");
+        // Without shares, the share clauses are not judged.
+        let v = verdict(&pts, &[]);
+        assert_eq!(v.clauses[5].holds, None);
     }
 }
