@@ -256,29 +256,6 @@ pub struct Point {
     pub normalized: f64,
 }
 
-impl Trial {
-    /// The distinct x values of `trials`, in order of first appearance.
-    pub fn xs(trials: &[Trial]) -> Vec<f64> {
-        let mut xs: Vec<f64> = Vec::new();
-        for t in trials {
-            if !xs.contains(&t.x) {
-                xs.push(t.x);
-            }
-        }
-        xs
-    }
-
-    /// The trimmed mean of `name`'s trials at `x` (None where it has none).
-    pub fn mean_at(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        crate::stats::trimmed_mean(&v)
-    }
-}
-
 impl Point {
     /// One chart line per name in `names`, in that order: the points whose
     /// implementation is that name, as `(x, y(point))` — `y` picks the plotted
