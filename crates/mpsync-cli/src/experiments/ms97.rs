@@ -94,6 +94,20 @@ fn design(kind: Kind, table: &[DsImpl], mps: Vec<f64>, trials: u32) -> Design {
     .baseline(BASELINE)
 }
 
+/// The MP levels: 1 alone without multiprogramming.
+fn mp_levels(p: &Params, preempt: Preempt) -> Vec<f64> {
+    if preempt == Preempt::None {
+        return vec![1.0];
+    }
+    p.mp.clone().unwrap_or_else(|| {
+        if p.quick {
+            QUICK_MP_LEVELS.to_vec()
+        } else {
+            vec![1.0, 2.0, 3.0]
+        }
+    })
+}
+
 /// Runs one of the four microbenchmarks (by `exp.id`).
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let (kind, conclusion) = program(exp.id)?;
@@ -102,17 +116,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         .as_ref()
         .and_then(|v| v.first().copied())
         .unwrap_or(p.cores);
-    let mps: Vec<f64> = if preempt == Preempt::None {
-        vec![1.0]
-    } else {
-        p.mp.clone().unwrap_or_else(|| {
-            if p.quick {
-                QUICK_MP_LEVELS.to_vec()
-            } else {
-                vec![1.0, 2.0, 3.0]
-            }
-        })
-    };
+    let mps = mp_levels(p, preempt);
     let quantum = p.quantum(QUANTUM_MS);
     let pairs = BASE_PAIRS * p.scale * if p.quick { QUICK_FACTOR } else { 1.0 };
     let spec = Ms97Spec {

@@ -163,6 +163,98 @@ pub struct GaussRun {
     pub x: Option<Vec<f64>>,
 }
 
+/// What the threads of one parallel solve share.
+struct Solve<'a> {
+    sys: &'a System,
+    b: &'a dyn BenchBarrier,
+    threads: usize,
+    cap: Duration,
+    /// The pivot rows, NaN until published.
+    pivots: Vec<AtomicU64>,
+    /// Episode after which everyone stops (0: not cut off). Set once, by the
+    /// leader of episode `e` that finds the cap passed, to `e + 2`: it stores
+    /// it before it arrives at episode `e + 1`, so every thread sees it after
+    /// episode `e + 1` and all leave after the same episode `e + 2`.
+    stop_after: AtomicU64,
+    go: std::sync::Barrier,
+    t0: OnceLock<Instant>,
+    x_out: OnceLock<Vec<f64>>,
+}
+
+impl Solve<'_> {
+    fn w(&self) -> usize {
+        self.sys.n + 1
+    }
+
+    // Relaxed stores and loads of the pivot table: each row is written once, by
+    // its owner, before that owner arrives at the barrier ending the step that
+    // finalized it, and read only after that barrier by the others — the
+    // barrier's own release/acquire (or the start barrier `go`) orders them.
+    fn publish(&self, i: usize, row: &[f64]) {
+        let w = self.w();
+        for (slot, v) in self.pivots[i * w..(i + 1) * w].iter().zip(row) {
+            slot.store(v.to_bits(), Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self, i: usize, buf: &mut [f64]) {
+        let w = self.w();
+        for (v, slot) in buf.iter_mut().zip(&self.pivots[i * w..(i + 1) * w]) {
+            *v = f64::from_bits(slot.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Thread `id`'s part: episodes done and when it finished.
+    fn thread<G>(&self, id: usize, setup: &(dyn Fn(usize) -> G + Sync)) -> (u64, Instant) {
+        let (n, w) = (self.sys.n, self.w());
+        let planned = n.saturating_sub(1) as u64;
+        let mut mine: Vec<(usize, Vec<f64>)> = (id..n)
+            .step_by(self.threads)
+            .map(|i| (i, self.sys.row(i).to_vec()))
+            .collect();
+        if id == 0 && n > 0 {
+            self.publish(0, &mine[0].1);
+        }
+        let _kept = setup(id);
+        self.go.wait();
+        let deadline = *self.t0.get_or_init(Instant::now) + self.cap;
+        let mut pivot = vec![0.0; w];
+        let mut done = 0u64;
+        for k in 0..n.saturating_sub(1) {
+            self.read(k, &mut pivot);
+            // Rows are in increasing order: skip those at or above k.
+            for (i, row) in mine.iter_mut().filter(|(i, _)| *i > k) {
+                eliminate(row, &pivot, k);
+                if *i == k + 1 {
+                    self.publish(*i, row);
+                }
+            }
+            let leader = self.b.wait(id);
+            done = k as u64 + 1;
+            if leader && self.stop_after.load(Ordering::SeqCst) == 0 && Instant::now() > deadline {
+                self.stop_after.store(done + 2, Ordering::SeqCst);
+            }
+            let s = self.stop_after.load(Ordering::SeqCst);
+            if s != 0 && done >= s && done < planned {
+                return (done, Instant::now());
+            }
+            if leader && done == planned {
+                let mut buf = vec![0.0; w];
+                let x = back_substitute(n, |i| {
+                    self.read(i, &mut buf);
+                    buf.clone()
+                });
+                let _ = self.x_out.set(x);
+            }
+        }
+        if n == 1 && id == 0 {
+            let r = self.sys.row(0);
+            let _ = self.x_out.set(vec![r[1] / r[0]]);
+        }
+        (done, Instant::now())
+    }
+}
+
 /// Solves `sys` with `threads` threads synchronized by `b` (one episode per
 /// pivot column), at most `cap` long; each thread first calls `setup(id)` and
 /// keeps what it returns (a pinning, an attachment to the pseudo-scheduler).
@@ -183,89 +275,29 @@ pub fn run_gauss_with<G>(
         anyhow::bail!("wks95-gauss: 0 threads: a solve needs at least 1 thread");
     }
     let n = sys.n;
-    let w = n + 1;
     let planned = n.saturating_sub(1) as u64;
-    let pivots: Vec<AtomicU64> = (0..n * w)
-        .map(|_| AtomicU64::new(f64::NAN.to_bits()))
-        .collect();
-    // Relaxed stores and loads of the pivot table: each row is written once, by
-    // its owner, before that owner arrives at the barrier ending the step that
-    // finalized it, and read only after that barrier by the others — the
-    // barrier's own release/acquire (or the start barrier `go`) orders them.
-    let publish = |i: usize, row: &[f64]| {
-        for (slot, v) in pivots[i * w..(i + 1) * w].iter().zip(row) {
-            slot.store(v.to_bits(), Ordering::Relaxed);
-        }
+    let solve = Solve {
+        sys,
+        b,
+        threads,
+        cap,
+        pivots: (0..n * (n + 1))
+            .map(|_| AtomicU64::new(f64::NAN.to_bits()))
+            .collect(),
+        stop_after: AtomicU64::new(0),
+        go: std::sync::Barrier::new(threads),
+        t0: OnceLock::new(),
+        x_out: OnceLock::new(),
     };
-    let read = |i: usize, buf: &mut [f64]| {
-        for (v, slot) in buf.iter_mut().zip(&pivots[i * w..(i + 1) * w]) {
-            *v = f64::from_bits(slot.load(Ordering::Relaxed));
-        }
-    };
-    // Episode after which everyone stops (0: not cut off). Set once, by the
-    // leader of episode `e` that finds the cap passed, to `e + 2`: it stores
-    // it before it arrives at episode `e + 1`, so every thread sees it after
-    // episode `e + 1` and all leave after the same episode `e + 2`.
-    let stop_after = AtomicU64::new(0);
-    let go = std::sync::Barrier::new(threads);
-    let t0 = OnceLock::new();
-    let x_out = OnceLock::new();
     let mut finished = Vec::with_capacity(threads);
     let mut completed = planned;
     std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(threads);
-        for id in 0..threads {
-            let (publish, read, stop_after, go, t0, x_out) =
-                (&publish, &read, &stop_after, &go, &t0, &x_out);
-            handles.push(s.spawn(move || {
-                let mut mine: Vec<(usize, Vec<f64>)> = (id..n)
-                    .step_by(threads)
-                    .map(|i| (i, sys.row(i).to_vec()))
-                    .collect();
-                if id == 0 && n > 0 {
-                    publish(0, &mine[0].1);
-                }
-                let _kept = setup(id);
-                go.wait();
-                let start = *t0.get_or_init(Instant::now);
-                let deadline = start + cap;
-                let mut pivot = vec![0.0; w];
-                let mut done = 0u64;
-                for k in 0..n.saturating_sub(1) {
-                    read(k, &mut pivot);
-                    // Rows are in increasing order: skip those at or above k.
-                    for (i, row) in mine.iter_mut().filter(|(i, _)| *i > k) {
-                        eliminate(row, &pivot, k);
-                        if *i == k + 1 {
-                            publish(*i, row);
-                        }
-                    }
-                    let leader = b.wait(id);
-                    done = k as u64 + 1;
-                    if leader && stop_after.load(Ordering::SeqCst) == 0 && Instant::now() > deadline
-                    {
-                        stop_after.store(done + 2, Ordering::SeqCst);
-                    }
-                    let s = stop_after.load(Ordering::SeqCst);
-                    if s != 0 && done >= s && done < planned {
-                        return (done, Instant::now());
-                    }
-                    if leader && done == planned {
-                        let mut buf = vec![0.0; w];
-                        let x = back_substitute(n, |i| {
-                            read(i, &mut buf);
-                            buf.clone()
-                        });
-                        let _ = x_out.set(x);
-                    }
-                }
-                if n == 1 && id == 0 {
-                    let r = sys.row(0);
-                    let _ = x_out.set(vec![r[1] / r[0]]);
-                }
-                (done, Instant::now())
-            }));
-        }
+        let handles: Vec<_> = (0..threads)
+            .map(|id| {
+                let solve = &solve;
+                s.spawn(move || solve.thread(id, setup))
+            })
+            .collect();
         for h in handles {
             match h.join() {
                 Ok((done, at)) => {
@@ -276,12 +308,13 @@ pub fn run_gauss_with<G>(
             }
         }
     });
-    let start = t0
+    let start = solve
+        .t0
         .get()
         .copied()
         .ok_or_else(|| anyhow::anyhow!("wks95-gauss: no thread started"))?;
     let end = finished.iter().copied().max().unwrap_or(start);
-    let x = x_out.into_inner();
+    let x = solve.x_out.into_inner();
     if completed == planned && x.is_none() {
         anyhow::bail!(
             "wks95-gauss: all {planned} episodes completed but no thread led the last one (the barrier elected no leader)"
