@@ -252,7 +252,7 @@ pub fn clauses(mps: &[f64]) -> Vec<Clause> {
     let none = || "no multiprogrammed point measured: use MP levels above 1".to_string();
     let top_multi = !multi.is_empty() && mps.last().is_some_and(|&m| m > 1.0);
     let order = Clause::new(
-        "RW-Queued / RW-Smart-Q ≥ 10 at the most multiprogrammed level",
+        "RW-Queued / RW-Smart-Q ≥ 10",
         Some("more than an order of magnitude (Figs. 5–6, 63-processor KSR 1)"),
         move |r| {
             let x = r.last_x(0);
@@ -279,10 +279,10 @@ pub fn clauses(mps: &[f64]) -> Vec<Clause> {
         },
     );
     let better = Clause::new(
-        "RW-Smart-Q is faster than RW-TAS-B-np at most multiprogrammed levels",
+        "RW-Smart-Q is faster than RW-TAS-B-np at most levels",
         Some("significantly better than the scheduler-conscious centralized lock (Fig. 5)"),
         move |r| {
-            let at = "every multiprogrammed level".to_string();
+            let at = "the multiprogrammed levels".to_string();
             if multi.is_empty() {
                 return Judged {
                     at,
