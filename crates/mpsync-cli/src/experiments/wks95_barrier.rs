@@ -10,6 +10,7 @@
 //! time-slicing them (no repartitioning); `none`: one thread per processor.
 //! A run stops at 25× its ideal time (at least 2 s; `--quick`: 5×, at least
 //! 0.5 s, and a tenth of the episodes) and is reported censored.
+//! Times are normalized to Central-block at the same processor count.
 
 use std::time::{Duration, Instant};
 

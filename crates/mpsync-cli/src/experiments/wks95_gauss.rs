@@ -21,6 +21,7 @@
 //! varies them. A run stops at 25× its ideal time (at least 2 s; `--quick`:
 //! 5×, at least 0.5 s) and is reported censored, its time extrapolated from
 //! the fraction of episodes done.
+//! Times are normalized to Central-block at the same processor count.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
