@@ -225,11 +225,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     }
     let v = Verdicts {
         conclusion: CONCLUSION.into(),
-        clauses: if preempt == Preempt::None {
-            Vec::new()
-        } else {
-            clauses(&mps)
-        },
+        clauses: verdict_clauses(&mps, preempt),
         notes,
         ..Verdicts::default()
     };
@@ -242,6 +238,16 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
     rec.extra = serde_json::json!({ "scheduler": envs.sched });
     Ok((rec, svg))
+}
+
+/// The clauses of a run: none without multiprogramming (the verdict is
+/// then a measurement).
+pub fn verdict_clauses(mps: &[f64], preempt: Preempt) -> Vec<Clause> {
+    if preempt == Preempt::None {
+        Vec::new()
+    } else {
+        clauses(mps)
+    }
 }
 
 /// 001's clauses: RW-Queued / RW-Smart-Q ≥ 10 at the most multiprogrammed
@@ -379,6 +385,8 @@ mod tests {
             Status::PartlyEvaluable
         );
         assert_eq!(verdict(&good, &[1.0]).status, Status::DoesNotHold);
+        assert!(verdict_clauses(&[2.0], Preempt::None).is_empty());
+        assert_eq!(verdict_clauses(&[2.0], Preempt::Os).len(), 2);
         assert!(runner("RW-Smart-Q").is_some() && runner("nope").is_none());
     }
 }
