@@ -67,10 +67,10 @@ pub fn margins(a: &Advice) -> String {
     if let Some(r) = &a.over_runner_up {
         m.push(format!("{r} (runner-up)"));
     }
-    if let Some(o) = &a.over_other_side {
-        if a.over_runner_up.as_ref() != Some(o) {
-            m.push(format!("{o} (best of the other side)"));
-        }
+    if let Some(o) = &a.over_other_side
+        && a.over_runner_up.as_ref() != Some(o)
+    {
+        m.push(format!("{o} (best of the other side)"));
     }
     if m.is_empty() {
         "the only one measured".into()

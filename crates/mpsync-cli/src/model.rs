@@ -791,6 +791,7 @@ pub struct Verdicts {
 }
 
 /// Everything a model-based run produces: its record and its figure.
+#[allow(clippy::too_many_arguments)]
 pub fn finish(
     exp: &Experiment,
     p: &Params,
