@@ -396,6 +396,33 @@ impl<'a> Results<'a> {
     pub fn last_x(&self, panel: usize) -> f64 {
         self.design.panels[panel].xs.last().copied().unwrap_or(0.0)
     }
+
+    /// `name`'s value at (`panel`, `x`) normalized to the baseline there
+    /// (as measured where there is none).
+    pub fn normalized(&self, name: &str, panel: usize, x: f64) -> Option<f64> {
+        let key = self.design.panel_key(panel);
+        self.points
+            .iter()
+            .find(|p| p.implementation == name && p.x == x && p.panel == key)
+            .map(|p| p.normalized)
+    }
+
+    /// The best of `names` (every implementation when empty) at (`panel`,
+    /// `x`), whatever its role.
+    pub fn best_of(&self, names: &[&str], panel: usize, x: f64) -> Option<(&'a Imp, f64)> {
+        self.design
+            .imps
+            .iter()
+            .filter(|i| names.is_empty() || names.contains(&i.name.as_str()))
+            .filter_map(|i| self.value(&i.name, panel, x).map(|v| (i, v)))
+            .reduce(|a, b| {
+                if self.design.goodness(b.1, a.1) > 1.0 {
+                    b
+                } else {
+                    a
+                }
+            })
+    }
 }
 
 /// An x value as printed: whole numbers without decimals.

@@ -256,51 +256,6 @@ pub struct Point {
     pub normalized: f64,
 }
 
-impl Trial {
-    /// The distinct x values of `trials`, in order of first appearance.
-    pub fn xs(trials: &[Trial]) -> Vec<f64> {
-        let mut xs: Vec<f64> = Vec::new();
-        for t in trials {
-            if !xs.contains(&t.x) {
-                xs.push(t.x);
-            }
-        }
-        xs
-    }
-
-    /// The trimmed mean of `name`'s trials at `x` (None where it has none).
-    pub fn mean_at(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        crate::stats::trimmed_mean(&v)
-    }
-}
-
-impl Point {
-    /// One chart line per name in `names`, in that order: the points whose
-    /// implementation is that name, as `(x, y(point))` — `y` picks the plotted
-    /// value (`|p| p.normalized` or `|p| p.value`).
-    pub fn series<S: AsRef<str>>(
-        names: &[S],
-        points: &[Point],
-        y: impl Fn(&Point) -> f64,
-    ) -> Vec<crate::svg::Series> {
-        names
-            .iter()
-            .map(|n| crate::svg::Series {
-                label: n.as_ref().to_string(),
-                points: points
-                    .iter()
-                    .filter(|p| p.implementation == n.as_ref())
-                    .map(|p| (p.x, y(p)))
-                    .collect(),
-            })
-            .collect()
-    }
-}
 
 /// Everything `run.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -19,12 +19,14 @@ use std::time::Instant;
 
 use mpsync::util::busy::BusyWork;
 
+use super::locks::Origin;
 use super::structures::{DsImpl, Kind, Ms97Spec, of_kind};
-use super::wks94::{AMONG_THE_BEST, COLLAPSE, QUICK_MP_LEVELS};
+use super::wks94::{AMONG_THE_BEST, COLLAPSE, PointEnvs, QUICK_MP_LEVELS, unmeasured};
 use super::{Experiment, Params};
-use crate::env::{PointEnv, Preempt, summarize};
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::svg::line_chart;
+use crate::env::Preempt;
+use crate::model::{self, Better, Clause, Design, Imp, Judged, Results, Role, Verdicts, fmt_x};
+use crate::output::{RunRecord, Trial};
+use crate::svg::sig3;
 
 /// Operation pairs at `--scale 1`, over all workers.
 pub const BASE_PAIRS: f64 = 1_000_000.0;
@@ -61,6 +63,51 @@ fn program(id: &str) -> anyhow::Result<(Kind, &'static str)> {
     })
 }
 
+/// The kind a structure of `kind` is recommended as.
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Queue => "queue",
+        Kind::Stack => "stack",
+        Kind::Heap => "priority queue",
+        Kind::Counter => "counter",
+    }
+}
+
+/// The design: the MP levels at one processor count, every row of `kind`
+/// (peers as peers), normalized to [`BASELINE`] at the same level.
+fn design(kind: Kind, table: &[DsImpl], mps: Vec<f64>, trials: u32) -> Design {
+    let imps = table
+        .iter()
+        .map(|i| match i.origin {
+            Origin::Peer => Imp::peer(i.name, kind_name(kind)),
+            _ => Imp::ours(i.name, kind_name(kind)),
+        })
+        .collect();
+    Design::single(
+        "multiprogramming level",
+        "seconds",
+        Better::Lower,
+        mps,
+        imps,
+        trials,
+    )
+    .baseline(BASELINE)
+}
+
+/// The MP levels: 1 alone without multiprogramming.
+fn mp_levels(p: &Params, preempt: Preempt) -> Vec<f64> {
+    if preempt == Preempt::None {
+        return vec![1.0];
+    }
+    p.mp.clone().unwrap_or_else(|| {
+        if p.quick {
+            QUICK_MP_LEVELS.to_vec()
+        } else {
+            vec![1.0, 2.0, 3.0]
+        }
+    })
+}
+
 /// Runs one of the four microbenchmarks (by `exp.id`).
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let (kind, conclusion) = program(exp.id)?;
@@ -69,17 +116,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         .as_ref()
         .and_then(|v| v.first().copied())
         .unwrap_or(p.cores);
-    let mps: Vec<f64> = if preempt == Preempt::None {
-        vec![1.0]
-    } else {
-        p.mp.clone().unwrap_or_else(|| {
-            if p.quick {
-                QUICK_MP_LEVELS.to_vec()
-            } else {
-                vec![1.0, 2.0, 3.0]
-            }
-        })
-    };
+    let mps = mp_levels(p, preempt);
     let quantum = p.quantum(QUANTUM_MS);
     let pairs = BASE_PAIRS * p.scale * if p.quick { QUICK_FACTOR } else { 1.0 };
     let spec = Ms97Spec {
@@ -89,186 +126,91 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         alloc: p.alloc,
     };
     let table: Vec<DsImpl> = of_kind(kind);
-    let names: Vec<&str> = table.iter().map(|i| i.name).collect();
-    let pb = crate::progress((mps.len() * p.trials as usize * table.len()) as u64, exp.id);
+    let d = design(kind, &table, mps.clone(), p.trials);
+    let mut envs = PointEnvs::new(preempt, quantum, p.seed);
     let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut sched = Vec::new();
-    for (pi, &mp) in mps.iter().enumerate() {
-        let env = PointEnv::start(preempt, procs, mp, quantum, p.seed.wrapping_add(pi as u64))?;
-        for t in 0..p.trials {
-            // Rotate the order each trial so no implementation always runs first.
-            for k in 0..table.len() {
-                let imp = &table[(k + t as usize) % table.len()];
-                let body = (imp.ms97)(
-                    &Ms97Spec {
-                        seed: spec.seed ^ u64::from(t),
-                        ..spec
-                    },
-                    kind,
-                );
-                let o = env.run(&*body)?;
-                trials.push(Trial {
-                    implementation: imp.name.into(),
-                    x: mp,
-                    trial: t,
-                    value: o.wall.as_secs_f64(),
-                    preemptions: o.preemptions,
-                    warnings: o.warnings,
-                    mp: Some(mp),
-                    procs: Some(procs),
-                    finish_spread: Some(o.finish_spread),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-        }
-        if let Some(s) = env.finish() {
-            sched.push(serde_json::json!({"x": mp, "scheduler": summarize(&s)}));
-        }
-    }
-    pb.finish_and_clear();
-    let (pts, base_name) = normalize_per_point(&trials, &names, BASELINE);
-    let mut verdict = verdict(kind, conclusion, &pts, &mps, preempt);
-    if base_name != BASELINE {
-        verdict.details.push(format!(
-            "{BASELINE} was not measured: times are normalized to {base_name} instead, so the clauses that need it are not evaluated"
-        ));
-        if verdict.status == Status::Holds {
-            verdict.status = Status::PartlyEvaluable;
-        }
-    }
-    for &x in &mps {
-        let best = |origin_peer: bool| {
-            pts.iter()
-                .filter(|q| q.x == x)
-                .filter(|q| {
-                    table.iter().any(|i| {
-                        i.name == q.implementation
-                            && (i.origin == super::locks::Origin::Peer) == origin_peer
-                    })
-                })
-                .min_by(|a, b| a.value.total_cmp(&b.value))
-        };
-        if let (Some(m), Some(peer)) = (best(false), best(true)) {
-            verdict.details.push(format!(
-                "observation: MP {x}: best mpsync ({}) / best peer ({}) = {:.2} (time; < 1 is mpsync faster)",
-                m.implementation,
-                peer.implementation,
-                m.value / peer.value
-            ));
-        }
-    }
-    let series = Point::series(&names, &pts, |q| q.normalized);
-    let title = format!(
-        "{} (--preempt {}, {} processors, {})",
-        exp.id,
-        preempt.name(),
-        procs,
-        verdict.status.label()
-    );
-    let svg = line_chart(
-        &title,
-        "multiprogramming level",
-        &format!("time normalized to {base_name} at the same level"),
-        &series,
-    );
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: preempt.name().into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "processors": procs,
-            "mp_levels": mps,
-            "quantum_ms": quantum.as_secs_f64() * 1e3,
-            "pairs_total": spec.ops * u64::from(procs),
-            "pairs_per_worker": spec.ops,
-            "work_us_after_each_op": WORK_US,
-            "work_busy_iters": spec.work_iters,
-            "jitter": 0.1,
-            "implementations": names,
-        }),
-        busy_iters_per_us: BusyWork::global().iters_per_us(),
-        unit: "seconds".into(),
-        x_label: "multiprogramming level".into(),
-        baseline: format!("{base_name} at the same multiprogramming level"),
-        trials,
-        points: pts,
-        extra: serde_json::json!({ "scheduler": sched }),
-        verdict,
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let imp = table
+            .iter()
+            .find(|i| i.name == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no structure named {}", c.imp.name))?;
+        let index = mps.iter().position(|&m| m == c.x).unwrap_or(0);
+        let body = (imp.ms97)(
+            &Ms97Spec {
+                seed: spec.seed ^ u64::from(c.trial),
+                ..spec
+            },
+            kind,
+        );
+        let o = envs.at(c, index, procs, c.x)?.run(&*body)?;
+        Ok(Some(Trial {
+            value: o.wall.as_secs_f64(),
+            preemptions: o.preemptions,
+            warnings: o.warnings,
+            mp: Some(c.x),
+            procs: Some(procs),
+            finish_spread: Some(o.finish_spread),
+            ..Trial::default()
+        }))
+    })?;
+    envs.close();
+    let params = serde_json::json!({
+        "processors": procs,
+        "mp_levels": mps,
+        "quantum_ms": quantum.as_secs_f64() * 1e3,
+        "pairs_total": spec.ops * u64::from(procs),
+        "pairs_per_worker": spec.ops,
+        "work_us_after_each_op": WORK_US,
+        "work_busy_iters": spec.work_iters,
+        "jitter": 0.1,
+        "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
+    });
+    let points = model::summarize(&d, &trials);
+    let r = Results {
+        design: &d,
+        points: &points,
+        trials: &trials,
     };
+    let multiprogrammed = preempt != Preempt::None && mps.iter().any(|&m| m > 1.0);
+    let mut notes = vec![format!(
+        "rule: \"degrades\" = time normalized to {BASELINE} at the top MP level at least {COLLAPSE}x that at the first; \"the fastest\" = within {AMONG_THE_BEST:.2}x of the fastest of the paper's rows"
+    )];
+    notes.extend(observations(&r));
+    let v = Verdicts {
+        conclusion: conclusion.into(),
+        clauses: clauses(kind, multiprogrammed),
+        notes,
+        ..Verdicts::default()
+    };
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = serde_json::json!({ "scheduler": envs.sched });
     Ok((rec, svg))
 }
 
-/// Mean of the middle trials per (implementation, x), normalized to `baseline`
-/// at the same x (the paper's normalization); where `baseline` was not measured
-/// at some x, to the first of `names` that was. Returns the points and the
-/// baseline used.
-pub fn normalize_per_point(
-    trials: &[Trial],
-    names: &[&str],
-    baseline: &str,
-) -> (Vec<Point>, String) {
-    let xs = Trial::xs(trials);
-    let mean = |name: &str, x: f64| Trial::mean_at(trials, name, x);
-    let measured_everywhere = |n: &str| xs.iter().all(|&x| mean(n, x).is_some_and(|b| b > 0.0));
-    let base_name = std::iter::once(baseline)
-        .chain(names.iter().copied())
-        .find(|n| measured_everywhere(n))
-        .unwrap_or(baseline);
-    let mut out = Vec::new();
-    for &x in &xs {
-        let base = mean(base_name, x).filter(|b| *b > 0.0).unwrap_or(1.0);
-        for n in names {
-            if let Some(v) = mean(n, x) {
-                out.push(Point {
-                    panel: None,
-                    implementation: (*n).into(),
-                    x,
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
+/// Per MP level: the best of mpsync's rows against the best peer.
+fn observations(r: &Results<'_>) -> Vec<String> {
+    let mut notes = Vec::new();
+    for &x in &r.design.panels[0].xs {
+        let (Some((m, mv)), Some((peer, pv))) = (
+            r.ranked(Role::Ours, None, 0, x).first().copied(),
+            r.ranked(Role::Peer, None, 0, x).first().copied(),
+        ) else {
+            continue;
+        };
+        notes.push(format!(
+            "observation: MP {}: best mpsync ({}) / best peer ({}) = {:.2} (time; < 1 is mpsync faster)",
+            fmt_x(x),
+            m.name,
+            peer.name,
+            mv / pv
+        ));
     }
-    (out, base_name.to_string())
+    notes
 }
 
-/// Evaluates the paper's conclusion for `kind` on normalized points.
-pub fn verdict(
-    kind: Kind,
-    conclusion: &str,
-    pts: &[Point],
-    mps: &[f64],
-    preempt: Preempt,
-) -> Verdict {
-    let mut details = Vec::new();
-    let at = |name: &str, x: f64| {
-        pts.iter()
-            .find(|q| q.implementation == name && q.x == x)
-            .map(|q| q.normalized)
-            .filter(|v| v.is_finite())
-    };
-    let mut holds = true;
-    let mut missing: Vec<&str> = Vec::new();
-    let need = |name: &'static str, x: f64, missing: &mut Vec<&str>| {
-        let v = at(name, x);
-        if v.is_none() && !missing.contains(&name) {
-            missing.push(name);
-        }
-        v
-    };
-    let first = mps.first().copied().unwrap_or(1.0);
-    let top = mps.iter().copied().fold(first, f64::max);
-    let multiprogrammed = top > 1.0 && preempt != Preempt::None;
-    // The fastest of the paper's implementations at x (peers excluded).
-    let paper_rows: &[&str] = match kind {
+/// The paper's rows of `kind` (peers excluded): "the fastest" is among them.
+fn paper_rows(kind: Kind) -> &'static [&'static str] {
+    match kind {
         Kind::Queue => &[
             "single lock",
             "single lock (PS)",
@@ -280,148 +222,223 @@ pub fn verdict(
         Kind::Stack => &["single lock", "single lock (PS)", "Treiber", "Herlihy"],
         Kind::Heap => &["single lock", "single lock (PS)", "Herlihy non-blocking"],
         Kind::Counter => &["single lock", "single lock (PS)", "CAS loop"],
-    };
-    let fastest = |x: f64| {
-        paper_rows
-            .iter()
-            .filter_map(|n| at(n, x).map(|v| (*n, v)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-    };
+    }
+}
+
+/// The paper's clauses for `kind`; those about multiprogramming are not
+/// judged without a multiprogrammed point.
+pub fn clauses(kind: Kind, multiprogrammed: bool) -> Vec<Clause> {
     match kind {
         Kind::Queue => {
-            if !multiprogrammed {
-                missing.push("a multiprogrammed point (--preempt emulated|os, MP above 1) for the degradation clauses");
-            } else {
-                for n in ["single lock", "two-lock"] {
-                    if let (Some(a), Some(b)) =
-                        (need(n, first, &mut missing), need(n, top, &mut missing))
-                    {
-                        let r = b / a;
-                        let ok = r >= COLLAPSE;
-                        holds &= ok;
-                        details.push(format!(
-                            "{n} (ordinary): normalized time at MP {top} / MP {first} = {r:.2} ({})",
-                            if ok { "degrades" } else { "does not degrade" }
-                        ));
-                    }
-                }
-                for n in ["two-lock (PS)", "MS non-blocking", "PLJ non-blocking"] {
-                    if let (Some(a), Some(b)) =
-                        (need(n, first, &mut missing), need(n, top, &mut missing))
-                    {
-                        let r = b / a;
-                        let ok = r < COLLAPSE;
-                        holds &= ok;
-                        details.push(format!(
-                            "{n}: normalized time at MP {top} / MP {first} = {r:.2} ({})",
-                            if ok { "stays flat" } else { "degrades" }
-                        ));
-                    }
-                }
-                details.push(format!("rule: \"degrades\" = normalized time at the top MP level at least {COLLAPSE}x that at the first"));
-            }
-            for &x in mps {
-                if let (Some(ms), Some((best, b))) =
-                    (need("MS non-blocking", x, &mut missing), fastest(x))
-                {
-                    let r = ms / b;
-                    let ok = r <= AMONG_THE_BEST;
-                    holds &= ok;
-                    details.push(format!(
-                        "MP {x}: MS non-blocking / fastest ({best}) = {r:.2} ({})",
-                        if ok { "fastest" } else { "not the fastest" }
-                    ));
-                }
-            }
+            let mut c: Vec<Clause> = ["single lock", "two-lock"]
+                .into_iter()
+                .map(|n| degrades(n, true, multiprogrammed))
+                .collect();
+            c.extend(
+                ["two-lock (PS)", "MS non-blocking", "PLJ non-blocking"]
+                    .into_iter()
+                    .map(|n| degrades(n, false, multiprogrammed)),
+            );
+            c.push(fastest(
+                kind,
+                "MS non-blocking",
+                "the best performance; > 40% faster than the single PS lock on 11 processors at various MP levels (Fig. 1)",
+            ));
+            c
         }
-        Kind::Stack => {
-            for &x in mps {
-                if let (Some(tr), Some((best, b))) = (need("Treiber", x, &mut missing), fastest(x))
-                {
-                    let r = tr / b;
-                    let ok = r <= AMONG_THE_BEST;
-                    holds &= ok;
-                    details.push(format!(
-                        "MP {x}: Treiber / fastest ({best}) = {r:.2} ({})",
-                        if ok { "fastest" } else { "not the fastest" }
-                    ));
-                }
-            }
-        }
-        Kind::Heap => {
-            for &x in mps {
-                if let (Some(ps), Some(h)) = (
-                    need("single lock (PS)", x, &mut missing),
-                    need("Herlihy non-blocking", x, &mut missing),
-                ) {
-                    let ok = ps < h;
-                    holds &= ok;
-                    details.push(format!(
-                        "MP {x}: Herlihy non-blocking / single lock (PS) = {:.2} ({})",
-                        h / ps,
-                        if ok {
-                            "the PS lock wins"
-                        } else {
-                            "the non-blocking heap wins"
-                        }
-                    ));
-                }
-            }
-        }
-        Kind::Counter => {
-            if !multiprogrammed {
-                missing.push("a multiprogrammed point (--preempt emulated|os, MP above 1)");
-            }
-            for &x in mps.iter().filter(|&&x| x > 1.0) {
-                if let (Some(ps), Some(cas)) = (
-                    need("single lock (PS)", x, &mut missing),
-                    need("CAS loop", x, &mut missing),
-                ) {
-                    let r = ps / cas;
-                    let ok = r > 1.5;
-                    holds &= ok;
-                    details.push(format!("MP {x}: single lock (PS) / CAS loop = {r:.2} ({} the 1.5 of \"more than 50%\")", if ok { "beyond" } else { "short of" }));
-                }
-            }
-        }
+        Kind::Stack => vec![fastest(
+            kind,
+            "Treiber",
+            "outperforms all the others even on dedicated systems; > 45% faster than the PS lock on 11 processors (Fig. 2)",
+        )],
+        Kind::Heap => vec![heap_clause()],
+        Kind::Counter => vec![counter_clause(multiprogrammed)],
     }
-    if !missing.is_empty() {
-        details.push(format!(
-            "not evaluated (not measured): {}",
-            missing.join(", ")
-        ));
-    }
-    let status = if !holds {
-        Status::DoesNotHold
-    } else if !missing.is_empty() {
-        Status::PartlyEvaluable
+}
+
+/// "`name` degrades" (or stays flat): its time normalized to [`BASELINE`]
+/// at the top MP level is at least [`COLLAPSE`] × that at the first.
+fn degrades(name: &'static str, ordinary: bool, multiprogrammed: bool) -> Clause {
+    let statement = if ordinary {
+        format!(
+            "{name} (ordinary lock) degrades as the MP level rises (≥ {COLLAPSE}× normalized time)"
+        )
     } else {
-        Status::Holds
+        format!("{name} stays flat as the MP level rises (< {COLLAPSE}× normalized time)")
     };
-    Verdict {
-        clauses: Vec::new(),
-        conclusion: conclusion.into(),
-        status,
-        details,
-    }
+    let paper = if ordinary {
+        "degrades significantly (Fig. 1)"
+    } else {
+        "remains relatively unchanged (Fig. 1)"
+    };
+    Clause::new(statement, Some(paper), move |r| {
+        let xs = &r.design.panels[0].xs;
+        let (first, top) = (xs.first().copied().unwrap_or(1.0), r.last_x(0));
+        let at = format!("MP {} against MP {}", fmt_x(top), fmt_x(first));
+        if !multiprogrammed {
+            return unmeasured(
+                at,
+                "needs a multiprogrammed point: --preempt emulated|os, MP above 1",
+            );
+        }
+        match (r.normalized(name, 0, first), r.normalized(name, 0, top)) {
+            (Some(a), Some(b)) => {
+                let q = b / a;
+                let word = if q >= COLLAPSE {
+                    "degrades"
+                } else {
+                    "stays flat"
+                };
+                Judged {
+                    at,
+                    ours: format!("{} ({word})", sig3(q)),
+                    holds: Some((q >= COLLAPSE) == ordinary),
+                }
+            }
+            _ => unmeasured(at, &format!("{name} or {BASELINE} has no value")),
+        }
+    })
+}
+
+/// "`name` is the fastest of the paper's rows at every MP level" (within
+/// [`AMONG_THE_BEST`]).
+fn fastest(kind: Kind, name: &'static str, paper: &str) -> Clause {
+    Clause::new(
+        format!(
+            "{name} is the fastest of the paper's {}s (within {AMONG_THE_BEST}×)",
+            kind_name(kind)
+        ),
+        Some(paper),
+        move |r| {
+            let at = "every MP level".to_string();
+            let mut each = Vec::new();
+            let mut holds = true;
+            for &x in &r.design.panels[0].xs {
+                let (Some(v), Some((b, bv))) =
+                    (r.value(name, 0, x), r.best_of(paper_rows(kind), 0, x))
+                else {
+                    continue;
+                };
+                holds &= v / bv <= AMONG_THE_BEST;
+                each.push(format!("{} {} ({})", fmt_x(x), sig3(v / bv), b.name));
+            }
+            if each.is_empty() {
+                return unmeasured(at, &format!("{name} has no value"));
+            }
+            Judged {
+                at,
+                ours: format!("{name} / fastest: {}", each.join(", ")),
+                holds: Some(holds),
+            }
+        },
+    )
+}
+
+/// `a / b` at every x of `xs` with both values: (x, ratio) each.
+fn ratios(r: &Results<'_>, a: &str, b: &str, xs: &[f64]) -> Vec<(f64, f64)> {
+    xs.iter()
+        .filter_map(|&x| Some((x, r.value(a, 0, x)? / r.value(b, 0, x)?)))
+        .collect()
+}
+
+/// "The single PS lock beats the Herlihy non-blocking heap at every MP level".
+fn heap_clause() -> Clause {
+    Clause::new(
+        "single lock (PS) is faster than the Herlihy non-blocking heap",
+        Some(
+            "the non-blocking heap cannot match the PS lock, dedicated or multiprogrammed (Fig. 3)",
+        ),
+        |r| {
+            let at = "every MP level".to_string();
+            let got = ratios(r, "Herlihy non-blocking", BASELINE, &r.design.panels[0].xs);
+            if got.is_empty() {
+                return unmeasured(at, "Herlihy non-blocking or single lock (PS) has no value");
+            }
+            let each: Vec<String> = got
+                .iter()
+                .map(|(x, q)| format!("{} {}", fmt_x(*x), sig3(*q)))
+                .collect();
+            Judged {
+                at,
+                ours: format!(
+                    "Herlihy non-blocking / single lock (PS): {}",
+                    each.join(", ")
+                ),
+                holds: Some(got.iter().all(|(_, q)| *q > 1.0)),
+            }
+        },
+    )
+}
+
+/// "The CAS loop beats the single PS lock by more than 50% at every
+/// multiprogrammed level" (PS / CAS > 1.5).
+fn counter_clause(multiprogrammed: bool) -> Clause {
+    Clause::new(
+        "single lock (PS) / CAS loop > 1.5 (the CAS loop more than 50% faster)",
+        Some(
+            "the non-blocking counter > 55% faster than the PS lock on 11 processors, multiprogrammed (Fig. 4)",
+        ),
+        move |r| {
+            let at = "every multiprogrammed level".to_string();
+            if !multiprogrammed {
+                return unmeasured(
+                    at,
+                    "needs a multiprogrammed point: --preempt emulated|os, MP above 1",
+                );
+            }
+            let xs: Vec<f64> = r.design.panels[0]
+                .xs
+                .iter()
+                .copied()
+                .filter(|&x| x > 1.0)
+                .collect();
+            let got = ratios(r, BASELINE, "CAS loop", &xs);
+            if got.is_empty() {
+                return unmeasured(at, "single lock (PS) or CAS loop has no value");
+            }
+            let each: Vec<String> = got
+                .iter()
+                .map(|(x, q)| format!("{} {}", fmt_x(*x), sig3(*q)))
+                .collect();
+            Judged {
+                at,
+                ours: format!("single lock (PS) / CAS loop: {}", each.join(", ")),
+                holds: Some(got.iter().all(|(_, q)| *q > 1.5)),
+            }
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{Point, Status, Verdict};
 
-    fn pt(name: &str, x: f64, n: f64) -> Point {
+    /// A point normalized to `n` (values as given).
+    fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
             panel: None,
             implementation: name.into(),
             x,
-            value: n,
-            normalized: n,
+            value: v,
+            normalized: v,
         }
+    }
+
+    fn verdict(kind: Kind, pts: &[Point], mps: &[f64], multiprogrammed: bool) -> Verdict {
+        let d = design(kind, &of_kind(kind), mps.to_vec(), 1);
+        let r = Results {
+            design: &d,
+            points: pts,
+            trials: &[],
+        };
+        let c = clauses(kind, multiprogrammed);
+        Verdict::from_clauses("c", c.iter().map(|c| c.judge(&r)).collect(), vec![])
     }
 
     #[test]
     fn normalization_is_per_point() {
+        let d = design(Kind::Counter, &of_kind(Kind::Counter), vec![1.0, 3.0], 1);
         let t = |i: &str, x: f64, v: f64| Trial {
             implementation: i.into(),
             x,
@@ -430,14 +447,20 @@ mod tests {
         };
         let trials = vec![
             t(BASELINE, 1.0, 2.0),
-            t("X", 1.0, 1.0),
+            t("CAS loop", 1.0, 1.0),
             t(BASELINE, 3.0, 6.0),
-            t("X", 3.0, 12.0),
+            t("CAS loop", 3.0, 12.0),
         ];
-        let (pts, base) = normalize_per_point(&trials, &[BASELINE, "X"], BASELINE);
-        assert_eq!(base, BASELINE);
-        let n: Vec<f64> = pts.iter().map(|p| p.normalized).collect();
-        assert_eq!(n, [1.0, 0.5, 1.0, 2.0]);
+        let n: Vec<(String, f64)> = model::summarize(&d, &trials)
+            .into_iter()
+            .map(|p| (p.implementation, p.normalized))
+            .collect();
+        let want = |n: &str, v: f64| (n.to_string(), v);
+        assert!(
+            n.contains(&want("CAS loop", 0.5)) && n.contains(&want("CAS loop", 2.0)),
+            "{n:?}"
+        );
+        assert!(n.contains(&want(BASELINE, 1.0)), "{n:?}");
     }
 
     #[test]
@@ -449,24 +472,50 @@ mod tests {
             pt("single lock (PS)", 2.0, 1.0),
             pt("CAS loop", 2.0, 0.5),
         ];
-        let v = verdict(Kind::Counter, "c", &pts, &mps, Preempt::Emulated);
+        let v = verdict(Kind::Counter, &pts, &mps, true);
         assert_eq!(v.status, Status::Holds, "{v:?}");
         let pts = vec![pt("single lock (PS)", 2.0, 1.0), pt("CAS loop", 2.0, 0.8)];
-        let v = verdict(Kind::Counter, "c", &pts, &mps, Preempt::Emulated);
+        let v = verdict(Kind::Counter, &pts, &mps, true);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        let v = verdict(Kind::Counter, &pts, &[1.0], false);
+        assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
     }
 
     #[test]
     fn missing_rows_are_partly_evaluable() {
         let v = verdict(
             Kind::Stack,
-            "s",
             &[pt("single lock (PS)", 1.0, 1.0)],
             &[1.0],
-            Preempt::None,
+            false,
         );
         assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
-        assert!(v.details.iter().any(|d| d.contains("Treiber")));
+        assert!(v.clauses[0].ours.contains("Treiber"), "{v:?}");
+    }
+
+    #[test]
+    fn stack_and_heap_clauses_can_fail() {
+        let pts = vec![
+            pt("single lock (PS)", 1.0, 1.0),
+            pt("Treiber", 1.0, 1.3),
+            pt("Herlihy non-blocking", 1.0, 0.9),
+        ];
+        let v = verdict(Kind::Stack, &pts, &[1.0], false);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert_eq!(
+            v.clauses[0].ours,
+            "Treiber / fastest: 1 1.30 (single lock (PS))"
+        );
+        let v = verdict(Kind::Heap, &pts, &[1.0], false);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        let pts = vec![
+            pt("single lock (PS)", 1.0, 1.0),
+            pt("Herlihy non-blocking", 1.0, 2.0),
+        ];
+        assert_eq!(
+            verdict(Kind::Heap, &pts, &[1.0], false).status,
+            Status::Holds
+        );
     }
 
     #[test]
@@ -484,14 +533,57 @@ mod tests {
             pts.push(pt(n, 1.0, a));
             pts.push(pt(n, 3.0, b));
         }
-        let v = verdict(Kind::Queue, "q", &pts, &mps, Preempt::Emulated);
+        let v = verdict(Kind::Queue, &pts, &mps, true);
         assert_eq!(v.status, Status::Holds, "{v:?}");
-        // MS no longer the fastest at MP 3.
-        pts.push(pt("X", 3.0, 0.1));
+        assert_eq!(v.summary(), "6 of 6 clauses hold");
+        // MS no longer the fastest at MP 3; PLJ now degrades.
         pts.iter_mut()
             .filter(|p| p.implementation == "PLJ non-blocking" && p.x == 3.0)
-            .for_each(|p| p.normalized = 0.5);
-        let v = verdict(Kind::Queue, "q", &pts, &mps, Preempt::Emulated);
+            .for_each(|p| {
+                p.value = 0.5;
+                p.normalized = 0.5;
+            });
+        pts.iter_mut()
+            .filter(|p| p.implementation == "two-lock (PS)" && p.x == 3.0)
+            .for_each(|p| p.normalized = 2.0);
+        let v = verdict(Kind::Queue, &pts, &mps, true);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert_eq!(v.clauses[5].holds, Some(false), "{v:?}");
+        assert_eq!(v.clauses[2].holds, Some(false), "{v:?}");
+        // Ordinary locks that do not degrade.
+        pts.iter_mut()
+            .filter(|p| p.implementation == "single lock")
+            .for_each(|p| p.normalized = 1.0);
+        let v = verdict(Kind::Queue, &pts, &mps, true);
+        assert_eq!(v.clauses[0].holds, Some(false), "{v:?}");
+    }
+
+    #[test]
+    fn every_queue_clause_can_fail() {
+        let mps = [1.0, 3.0];
+        let mut pts = Vec::new();
+        for n in paper_rows(Kind::Queue) {
+            pts.push(pt(n, 1.0, 1.0));
+            // Ordinary locks flat, everything else degrading 3×.
+            let ordinary = *n == "single lock" || *n == "two-lock";
+            pts.push(pt(n, 3.0, if ordinary { 1.0 } else { 3.0 }));
+        }
+        pts.push(pt("single lock", 1.0, 0.5));
+        pts.retain(|p| !(p.implementation == "single lock" && p.x == 1.0 && p.value == 1.0));
+        let v = verdict(Kind::Queue, &pts, &mps, true);
+        // single lock: 1.0 / 0.5 = 2 (degrades, holds); the others fail.
+        let holds: Vec<Option<bool>> = v.clauses.iter().map(|c| c.holds).collect();
+        assert_eq!(
+            holds,
+            [
+                Some(true),
+                Some(false),
+                Some(false),
+                Some(false),
+                Some(false),
+                Some(false)
+            ],
+            "{v:?}"
+        );
     }
 }

@@ -2,19 +2,20 @@
 //! Kontothanassis & Scott (IPPS 1994, papers/003 §4.1-4.3): each of P workers
 //! loops {lock; ~15 µs critical section; unlock; ~210 µs non-critical section}
 //! with small random variation; the number of iterations is proportional to the
-//! number of workers; quantum 20 ms. Time is normalized to TAS-B at the first point.
+//! number of workers; quantum 20 ms. Time is normalized to TAS-B at the same point.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpsync::util::busy::BusyWork;
 
-use super::locks::{Censor, SyntheticSpec, select};
+use super::locks::{Censor, LockImpl, Origin, SyntheticSpec, select};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt, summarize};
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::model::{self, Better, Cell, Clause, Design, Imp, Judged, Results, Verdicts, fmt_x};
+use crate::output::{RunRecord, Trial};
 use crate::stats::trimmed_mean;
-use crate::svg::line_chart;
+use crate::svg::sig3;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "plain and -np queued locks collapse as the multiprogramming level rises; \
@@ -51,11 +52,46 @@ pub const QUICK_FACTOR: f64 = 0.35;
 /// MP 2 already shows, at half the run's time.
 pub const QUICK_MP_LEVELS: [f64; 2] = [1.0, 2.0];
 
-/// Judges a conclusion on (points, (processors, MP) per x, x is processors, preemption).
-pub type VerdictFn = fn(&[Point], &[(u32, f64)], bool, Preempt) -> Verdict;
+/// The points of a synthetic lock program: (processors, MP level) per x, in
+/// order, and what preempts.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// (processors, MP level) of each x.
+    pub points: Vec<(u32, f64)>,
+    /// Whether x is the processors (else the MP level).
+    pub by_procs: bool,
+    /// Where preemption comes from.
+    pub preempt: Preempt,
+}
+
+impl Sweep {
+    /// The x of a point.
+    pub fn x(&self, (n, m): (u32, f64)) -> f64 {
+        if self.by_procs { f64::from(n) } else { m }
+    }
+
+    /// The xs, in order.
+    pub fn xs(&self) -> Vec<f64> {
+        self.points.iter().map(|&q| self.x(q)).collect()
+    }
+
+    /// The MP level at `x`.
+    pub fn mp_at(&self, x: f64) -> Option<f64> {
+        self.points.iter().find(|&&q| self.x(q) == x).map(|q| q.1)
+    }
+
+    /// The x label.
+    pub fn x_label(&self) -> &'static str {
+        if self.by_procs {
+            "processors"
+        } else {
+            "multiprogramming level"
+        }
+    }
+}
 
 /// A synthetic lock program: the papers' {lock; CS; unlock; non-CS} loop, its
-/// sizes, the locks it compares and how its conclusion is judged.
+/// sizes, the locks it compares and its verdict clauses.
 #[derive(Debug, Clone, Copy)]
 pub struct Program {
     /// Critical section, µs.
@@ -68,13 +104,15 @@ pub struct Program {
     pub base_iters: f64,
     /// The paper's implementations (peers are always added).
     pub names: &'static [&'static str],
-    /// Normalization baseline (at the first point).
+    /// Normalization baseline (at the same point).
     pub baseline: &'static str,
     /// Whether x is processors (else the MP level) — given the experiment and params.
     pub by_procs: fn(&Experiment, &Params) -> bool,
-    /// Judges the conclusion on the points.
-    pub verdict: VerdictFn,
-    /// Locks whose ratio to `baseline` is printed as an observation.
+    /// The paper's conclusion, as a statement.
+    pub conclusion: &'static str,
+    /// The verdict clauses, given the sweep (none without multiprogramming).
+    pub clauses: fn(&Sweep) -> Vec<Clause>,
+    /// Locks whose time at the last MP level over the first is noted.
     pub observe: &'static [&'static str],
     /// The mpsync locks a `--quick` run measures (every peer is measured too, as
     /// the verdicts compare against the fastest): those the verdict and the
@@ -104,7 +142,8 @@ pub const WKS94: Program = Program {
     ],
     baseline: "TAS-B",
     by_procs: |exp, _| exp.id == "wks94-procs",
-    verdict,
+    conclusion: CONCLUSION,
+    clauses,
     observe: &[
         "TAS-B",
         "TAS-B-np",
@@ -131,16 +170,11 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     run_program(exp, p, preempt, &WKS94)
 }
 
-/// Runs a synthetic lock program over its points (MP levels or processor counts).
-pub fn run_program(
-    exp: &Experiment,
-    p: &Params,
-    preempt: Preempt,
-    prog: &Program,
-) -> anyhow::Result<(RunRecord, String)> {
+/// The points of `prog` in `exp`: the MP levels at all processors, or the
+/// processor counts at one MP level.
+fn sweep(exp: &Experiment, p: &Params, preempt: Preempt, prog: &Program) -> Sweep {
     let by_procs = (prog.by_procs)(exp, p);
-    let quantum = p.quantum(prog.quantum_ms);
-    let points: Vec<(u32, f64)> = if by_procs {
+    let points = if by_procs {
         let mp =
             p.mp.as_ref()
                 .and_then(|v| v.first().copied())
@@ -162,134 +196,327 @@ pub fn run_program(
         });
         mps.into_iter().map(|m| (procs, m)).collect()
     };
-    let busy = BusyWork::global();
-    let quick_factor = if p.quick { QUICK_FACTOR } else { 1.0 };
-    let iters = ((prog.base_iters * p.scale * quick_factor).round() as u64).max(1);
-    let cap_min_s = if p.quick { QUICK_CAP_MIN_S } else { CAP_MIN_S };
-    let spec_at = |procs: u32| SyntheticSpec {
-        iters,
-        cs_iters: busy.iters_for_ns((prog.cs_us * 1e3) as u64),
-        ncs_iters: busy.iters_for_ns(((prog.ncs_us)(procs) * 1e3) as u64),
-        seed: p.seed,
-        cap: None,
-    };
-    // A run's time cap: CAP_FACTOR times what one worker's loop takes alone.
-    let cap_at = |procs: u32| {
-        let ideal_s = iters as f64 * (prog.cs_us + (prog.ncs_us)(procs)) * 1e-6;
-        Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(cap_min_s))
-    };
-    let mut censored: Vec<String> = Vec::new();
-    let spec = spec_at(points.first().map_or(1, |p| p.0));
-    let table = if p.quick {
-        select(prog.quick_names)
-    } else {
-        select(prog.names)
-    };
-    let pb = crate::progress(
-        (points.len() * p.trials as usize * table.len()) as u64,
-        exp.id,
-    );
-    let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut sched = Vec::new();
-    for (pi, &(procs, mp)) in points.iter().enumerate() {
-        let x = if by_procs { f64::from(procs) } else { mp };
-        let env = PointEnv::start(preempt, procs, mp, quantum, p.seed.wrapping_add(pi as u64))?;
-        let spec = spec_at(procs);
-        for t in 0..p.trials {
-            // Rotate the order each trial so no implementation always runs first.
-            for k in 0..table.len() {
-                let imp = &table[(k + t as usize) % table.len()];
-                let cap = Arc::new(Censor::new(cap_at(procs), spec.iters * u64::from(procs)));
-                let body = (imp.synthetic)(&SyntheticSpec {
-                    seed: spec.seed ^ u64::from(t),
-                    cap: Some(cap.clone()),
-                    ..spec.clone()
-                });
-                let o = env.run(&*body)?;
-                let done = cap.completed();
-                let censored_at = (done < 1.0).then_some(done);
-                if censored_at.is_some() {
-                    censored.push(format!(
-                        "{} at {x} (trial {t}: {:.0}% done in {:.1} s)",
-                        imp.name,
-                        100.0 * done,
-                        o.wall.as_secs_f64()
-                    ));
-                }
-                trials.push(Trial {
-                    implementation: imp.name.into(),
-                    x,
-                    trial: t,
-                    // Censored: extrapolated to the whole run (an estimate).
-                    value: o.wall.as_secs_f64() / done.max(1e-9),
-                    censored_at,
-                    preemptions: o.preemptions,
-                    warnings: o.warnings,
-                    mp: Some(mp),
-                    procs: Some(procs),
-                    finish_spread: Some(o.finish_spread),
-                    fairness_spread: None,
-                    fairness_min_max: None,
-                    panel: None,
-                });
-                pb.inc(1);
-            }
+    Sweep {
+        points,
+        by_procs,
+        preempt,
+    }
+}
+
+/// The environment of the point a cell is at, held across cells: started
+/// when the cell's (configuration, x) changes — the runner's rounds visit
+/// every point once a round, so once a round and point, or once for an
+/// experiment of one point — and its scheduler's statistics kept per start.
+#[derive(Debug)]
+pub struct PointEnvs {
+    preempt: Preempt,
+    quantum: Duration,
+    seed: u64,
+    at: Option<(usize, f64, u32)>,
+    env: Option<PointEnv>,
+    /// Per start: x, round, the scheduler's summary and (first round only)
+    /// its planned schedule.
+    pub sched: Vec<serde_json::Value>,
+}
+
+impl PointEnvs {
+    /// None started yet.
+    pub fn new(preempt: Preempt, quantum: Duration, seed: u64) -> Self {
+        Self {
+            preempt,
+            quantum,
+            seed,
+            at: None,
+            env: None,
+            sched: Vec::new(),
         }
-        // The planned schedule (a function of the seed): two runs with the same
-        // --seed log the same rounds. Kept to the first rounds of each vproc.
+    }
+
+    /// The environment of `c` (point number `index`), for `procs` workers
+    /// at MP `mp`. Seeded by the seed, the point and the round, so that two
+    /// runs with the same `--seed` plan the same schedules.
+    pub fn at(
+        &mut self,
+        c: &Cell<'_>,
+        index: usize,
+        procs: u32,
+        mp: f64,
+    ) -> anyhow::Result<&PointEnv> {
+        if self.at.is_none_or(|(pn, x, _)| (pn, x) != (c.panel, c.x)) || self.env.is_none() {
+            self.close();
+            let seed = self
+                .seed
+                .wrapping_add(index as u64)
+                .wrapping_add(u64::from(c.trial) << 16);
+            self.env = Some(PointEnv::start(
+                self.preempt,
+                procs,
+                mp,
+                self.quantum,
+                seed,
+            )?);
+            self.at = Some((c.panel, c.x, c.trial));
+        }
+        self.env
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("no environment at {}", c.x))
+    }
+
+    /// Stops the environment started last and keeps its statistics.
+    pub fn close(&mut self) {
+        let (Some(env), Some((_, x, round))) = (self.env.take(), self.at) else {
+            return;
+        };
+        // The planned schedule (a function of the seed), first rounds of each
+        // vproc, of the first round only.
         let mut schedule: Vec<[u64; 4]> = env
             .schedule_log()
             .iter()
-            .filter(|e| e.seq < 32)
+            .filter(|e| e.seq < 32 && round == 0)
             .map(|e| [u64::from(e.vproc), e.seq, e.run_ns, e.off_ns])
             .collect();
         schedule.sort_unstable();
         if let Some(s) = env.finish() {
-            sched.push(serde_json::json!({
+            self.sched.push(serde_json::json!({
                 "x": x,
+                "round": round,
                 "scheduler": summarize(&s),
                 "schedule_first_rounds_vproc_seq_run_ns_off_ns": schedule,
             }));
         }
     }
-    pb.finish_and_clear();
-    let names: Vec<&str> = table.iter().map(|i| i.name).collect();
-    let pts = summarize_points(&trials, &names, prog.baseline);
-    let xs: Vec<f64> = points
+}
+
+/// What one trial of a synthetic lock program needs.
+struct Runner<'a> {
+    prog: &'a Program,
+    sweep: &'a Sweep,
+    table: &'a [LockImpl],
+    iters: u64,
+    seed: u64,
+    cap_min_s: f64,
+    envs: PointEnvs,
+    censored: Vec<String>,
+}
+
+impl Runner<'_> {
+    fn spec(&self, procs: u32) -> SyntheticSpec {
+        let busy = BusyWork::global();
+        SyntheticSpec {
+            iters: self.iters,
+            cs_iters: busy.iters_for_ns((self.prog.cs_us * 1e3) as u64),
+            ncs_iters: busy.iters_for_ns(((self.prog.ncs_us)(procs) * 1e3) as u64),
+            seed: self.seed,
+            cap: None,
+        }
+    }
+
+    /// A run's time cap: CAP_FACTOR times what one worker's loop takes alone.
+    fn cap(&self, procs: u32) -> Duration {
+        let ideal_s = self.iters as f64 * (self.prog.cs_us + (self.prog.ncs_us)(procs)) * 1e-6;
+        Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(self.cap_min_s))
+    }
+
+    /// One trial: the run's time, extrapolated from the fraction done when
+    /// it hit its cap (then censored).
+    fn trial(&mut self, c: &Cell<'_>) -> anyhow::Result<Option<Trial>> {
+        let (index, &(procs, mp)) = self
+            .sweep
+            .points
+            .iter()
+            .enumerate()
+            .find(|(_, q)| self.sweep.x(**q) == c.x)
+            .ok_or_else(|| anyhow::anyhow!("no point at {}", c.x))?;
+        let imp = self
+            .table
+            .iter()
+            .find(|i| i.name == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no lock named {}", c.imp.name))?;
+        let spec = self.spec(procs);
+        let cap = Arc::new(Censor::new(self.cap(procs), spec.iters * u64::from(procs)));
+        let body = (imp.synthetic)(&SyntheticSpec {
+            seed: spec.seed ^ u64::from(c.trial),
+            cap: Some(cap.clone()),
+            ..spec
+        });
+        let o = self.envs.at(c, index, procs, mp)?.run(&*body)?;
+        let done = cap.completed();
+        let censored_at = (done < 1.0).then_some(done);
+        if censored_at.is_some() {
+            self.censored.push(format!(
+                "{} at {} (trial {}: {:.0}% done in {:.1} s)",
+                imp.name,
+                fmt_x(c.x),
+                c.trial,
+                100.0 * done,
+                o.wall.as_secs_f64()
+            ));
+        }
+        Ok(Some(Trial {
+            value: o.wall.as_secs_f64() / done.max(1e-9),
+            censored_at,
+            preemptions: o.preemptions,
+            warnings: o.warnings,
+            mp: Some(mp),
+            procs: Some(procs),
+            finish_spread: Some(o.finish_spread),
+            ..Trial::default()
+        }))
+    }
+}
+
+/// mpsync's locks as ours, the peers as peers, all of kind "mutex".
+pub fn mutex_imps(table: &[LockImpl]) -> Vec<Imp> {
+    table
         .iter()
-        .map(|&(n, m)| if by_procs { f64::from(n) } else { m })
-        .collect();
-    let mut verdict = (prog.verdict)(&pts, &points, by_procs, preempt);
+        .map(|i| match i.origin {
+            Origin::Peer => Imp::peer(i.name, "mutex"),
+            _ => Imp::ours(i.name, "mutex"),
+        })
+        .collect()
+}
+
+/// Runs a synthetic lock program over its points (MP levels or processor counts).
+pub fn run_program(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+    prog: &Program,
+) -> anyhow::Result<(RunRecord, String)> {
+    let sw = sweep(exp, p, preempt, prog);
+    if sw.points.is_empty() {
+        anyhow::bail!("no points to run");
+    }
+    let quantum = p.quantum(prog.quantum_ms);
+    let quick_factor = if p.quick { QUICK_FACTOR } else { 1.0 };
+    let table = select(if p.quick {
+        prog.quick_names
+    } else {
+        prog.names
+    });
+    let d = Design::single(
+        sw.x_label(),
+        "seconds",
+        Better::Lower,
+        sw.xs(),
+        mutex_imps(&table),
+        p.trials,
+    )
+    .baseline(prog.baseline);
+    let mut runner = Runner {
+        prog,
+        sweep: &sw,
+        table: &table,
+        iters: ((prog.base_iters * p.scale * quick_factor).round() as u64).max(1),
+        seed: p.seed,
+        cap_min_s: if p.quick { QUICK_CAP_MIN_S } else { CAP_MIN_S },
+        envs: PointEnvs::new(preempt, quantum, p.seed),
+        censored: Vec::new(),
+    };
+    let started = Instant::now();
+    let trials = model::collect(exp.id, &d, &mut |c| runner.trial(c))?;
+    runner.envs.close();
+    let spec = runner.spec(sw.points[0].0);
+    let params = serde_json::json!({
+        "points": sw.points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
+        "quantum_ms": quantum.as_secs_f64() * 1e3,
+        "iterations_per_worker": spec.iters,
+        "time_cap_s_per_point": sw.points.iter().map(|&(n, _)| runner.cap(n).as_secs_f64()).collect::<Vec<_>>(),
+        "critical_section_us": prog.cs_us,
+        "non_critical_us_per_point": sw.points.iter().map(|&(n, _)| (prog.ncs_us)(n)).collect::<Vec<_>>(),
+        "jitter": 0.1,
+        "cs_busy_iters": spec.cs_iters, "ncs_busy_iters_first_point": spec.ncs_iters,
+        "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
+    });
+    let points = model::summarize(&d, &trials);
+    let r = Results {
+        design: &d,
+        points: &points,
+        trials: &trials,
+    };
+    let mut notes = method_notes(&runner.censored, runner.cap_min_s, preempt);
+    notes.extend(observations(prog, &sw, &r));
+    let v = Verdicts {
+        conclusion: prog.conclusion.into(),
+        clauses: program_clauses(prog, &sw),
+        notes,
+        ..Verdicts::default()
+    };
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = serde_json::json!({ "scheduler_per_point": runner.envs.sched });
+    Ok((rec, svg))
+}
+
+/// The clauses of `prog` on `sw`: none without multiprogramming (the
+/// verdict is then a measurement).
+pub fn program_clauses(prog: &Program, sw: &Sweep) -> Vec<Clause> {
+    if sw.preempt == Preempt::None {
+        Vec::new()
+    } else {
+        (prog.clauses)(sw)
+    }
+}
+
+/// The method lines: the rules, censoring, and `--preempt none`.
+fn method_notes(censored: &[String], cap_min_s: f64, preempt: Preempt) -> Vec<String> {
+    let mut notes = Vec::new();
+    if preempt == Preempt::None {
+        notes
+            .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
+    }
+    notes.push(format!(
+        "rule: \"among the best\" = within {AMONG_THE_BEST:.2}x of the fastest implementation; \"collapse\" = at least {COLLAPSE:.1}x TAS-B-np's time at the most multiprogrammed point"
+    ));
     if !censored.is_empty() {
-        verdict.details.push(format!(
+        notes.push(format!(
             "censored: {} run(s) hit the time cap ({CAP_FACTOR}× one worker's solo time, at least {cap_min_s} s); their times are extrapolated from the fraction done: {}",
             censored.len(),
             censored.join("; ")
         ));
     }
-    if !by_procs {
-        let (Some(&first), Some(&last)) = (points.first(), points.last()) else {
-            anyhow::bail!("no points to run");
-        };
-        let at = |name: &str, x: f64| {
-            pts.iter()
-                .find(|q| q.implementation == name && q.x == x)
-                .map(|q| q.value)
-        };
+    notes
+}
+
+/// Observations: time at the last MP level over the first, mpsync's 5×
+/// target over plain Queued, TAS-B-np's noise, and fairness at the last point.
+fn observations(prog: &Program, sw: &Sweep, r: &Results<'_>) -> Vec<String> {
+    let mut notes = Vec::new();
+    let xs = sw.xs();
+    let (first, last) = (xs[0], r.last_x(0));
+    let label = if sw.by_procs { "processors" } else { "MP" };
+    if !sw.by_procs {
         for name in prog.observe {
-            if let (Some(a), Some(b)) = (at(name, first.1), at(name, last.1)) {
-                verdict.details.push(format!(
+            if let (Some(a), Some(b)) = (r.value(name, 0, first), r.value(name, 0, last)) {
+                notes.push(format!(
                     "observation: {name} time at MP {} / MP {} = {:.2}",
-                    last.1,
-                    first.1,
+                    fmt_x(last),
+                    fmt_x(first),
                     b / a
                 ));
             }
         }
     }
+    // Not part of the paper's conclusion: mpsync's speed target for the
+    // scheduler-conscious locks (each at least 5x faster than plain Queued).
+    for q in [
+        "Smart-Q",
+        "Queued-Handshaking",
+        "Ticket-np",
+        "MCS-TP",
+        "CLH-TP",
+    ] {
+        if let (Some(v), Some(plain)) = (r.value(q, 0, last), r.value("Queued", 0, last)) {
+            let k = plain / v;
+            notes.push(format!(
+                "observation: {label} {}: Queued / {q} = {k:.2} (mpsync target >= 5: {})",
+                fmt_x(last),
+                if k >= 5.0 { "met" } else { "missed" }
+            ));
+        }
+    }
     for &x in &xs {
-        let v: Vec<f64> = trials
+        let v: Vec<f64> = r
+            .trials
             .iter()
             .filter(|t| t.implementation == "TAS-B-np" && t.x == x)
             .map(|t| t.value)
@@ -298,8 +525,9 @@ pub fn run_program(
             .iter()
             .fold((f64::MAX, f64::MIN), |(a, b), &y| (a.min(y), b.max(y)));
         if let Some(m) = trimmed_mean(&v).filter(|m| *m > 0.0 && v.len() > 1) {
-            verdict.details.push(format!(
-                "noise: TAS-B-np trials at {x} spread {:.0}% of their mean (min {lo:.3} s, max {hi:.3} s, {} trials)",
+            notes.push(format!(
+                "noise: TAS-B-np trials at {} spread {:.0}% of their mean (min {lo:.3} s, max {hi:.3} s, {} trials)",
+                fmt_x(x),
                 100.0 * (hi - lo) / m,
                 v.len()
             ));
@@ -307,270 +535,160 @@ pub fn run_program(
     }
     // Fairness at the last point: every worker does the same work, so an unfair
     // lock lets some finish well before the others.
-    if let Some(&x) = xs
-        .last()
-        .filter(|_| points.last().is_some_and(|p| p.0 >= 2))
-    {
-        let spreads: Vec<String> = names
+    if sw.points.last().is_some_and(|q| q.0 >= 2) {
+        let spreads: Vec<String> = r
+            .design
+            .imps
             .iter()
-            .filter_map(|n| {
-                let v: Vec<f64> = trials
-                    .iter()
-                    .filter(|t| t.implementation == *n && t.x == x)
-                    .filter_map(|t| t.finish_spread)
-                    .collect();
-                crate::stats::median(&v).map(|m| format!("{n} {m:.2}"))
+            .filter_map(|i| {
+                let m = r.median_of(&i.name, 0, last, |t| t.finish_spread)?;
+                Some(format!("{} {m:.2}", i.name))
             })
             .collect();
-        verdict.details.push(format!(
-            "fairness at {x}: median (last - first worker finish) / run time: {}",
+        notes.push(format!(
+            "fairness at {}: median (last - first worker finish) / run time: {}",
+            fmt_x(last),
             spreads.join(", ")
         ));
     }
-    let x_label = if by_procs {
-        "processors"
+    notes
+}
+
+/// " (censored: extrapolated)" when a trial of `names` at (0, `x`) hit its cap.
+pub fn censored_mark(r: &Results<'_>, names: &[&str], x: f64) -> &'static str {
+    if names.iter().any(|n| r.censored(n, 0, x)) {
+        " (censored: extrapolated)"
     } else {
-        "multiprogramming level"
-    };
-    let series = Point::series(&names, &pts, |q| q.normalized);
-    let title = format!(
-        "{} (--preempt {}, {})",
-        exp.id,
-        preempt.name(),
-        verdict.status.label()
-    );
-    let svg = line_chart(
-        &title,
-        x_label,
-        &format!("time normalized to {} at the first point", prog.baseline),
-        &series,
-    );
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: preempt.name().into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "points": points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
-            "quantum_ms": quantum.as_secs_f64() * 1e3,
-            "iterations_per_worker": spec.iters,
-            "time_cap_s_per_point": points.iter().map(|&(n, _)| cap_at(n).as_secs_f64()).collect::<Vec<_>>(),
-            "critical_section_us": prog.cs_us,
-            "non_critical_us_per_point": points.iter().map(|&(n, _)| (prog.ncs_us)(n)).collect::<Vec<_>>(),
-            "jitter": 0.1,
-            "cs_busy_iters": spec.cs_iters, "ncs_busy_iters_first_point": spec.ncs_iters,
-            "implementations": names,
-        }),
-        busy_iters_per_us: busy.iters_per_us(),
-        unit: "seconds".into(),
-        x_label: x_label.into(),
-        baseline: format!("{} at the first point", prog.baseline),
-        trials,
-        points: pts,
-        extra: serde_json::json!({ "scheduler_per_point": sched }),
-        verdict,
-    };
-    Ok((rec, svg))
+        ""
+    }
 }
 
-/// Trimmed means per (implementation, x), normalized to `baseline` at the first x.
-pub fn summarize_points(trials: &[Trial], names: &[&str], baseline: &str) -> Vec<Point> {
-    let xs = Trial::xs(trials);
-    let mean = |name: &str, x: f64| Trial::mean_at(trials, name, x);
-    let base = xs
-        .first()
-        .and_then(|&x| mean(baseline, x))
-        .filter(|b| *b > 0.0)
-        .unwrap_or(1.0);
-    let mut out = Vec::new();
-    for n in names {
-        for &x in &xs {
-            if let Some(v) = mean(n, x) {
-                out.push(Point {
-                    panel: None,
-                    implementation: (*n).into(),
-                    x,
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
+/// Judged when a clause lacks its values.
+pub fn unmeasured(at: String, what: &str) -> Judged {
+    Judged {
+        at,
+        ours: format!("not measured ({what})"),
+        holds: None,
     }
-    out
 }
 
-/// Evaluates 003's conclusion on the points (`setup`: (processors, MP level) of
-/// each x, in order). Evaluable now: "TAS-B-np is among the best" and "Queued and
-/// Queued-np collapse"; the Handshaking/Smart-Q clause waits for those locks.
-pub fn verdict(
-    points: &[Point],
-    setup: &[(u32, f64)],
-    by_procs: bool,
-    preempt: Preempt,
-) -> Verdict {
-    let mut details = Vec::new();
-    if preempt == Preempt::None {
-        details
-            .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
-        return Verdict {
-            clauses: Vec::new(),
-            conclusion: CONCLUSION.into(),
-            status: Status::Measurement,
-            details,
-        };
-    }
-    let xof = |&(n, m): &(u32, f64)| if by_procs { f64::from(n) } else { m };
-    let xs: Vec<f64> = setup.iter().map(xof).collect();
-    let at = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|p| p.implementation == name && p.x == x)
-            .map(|p| p.value)
+/// 003's clauses: TAS-B-np among the best; Queued and Queued-np collapse;
+/// Queued-Handshaking and Smart-Q do not.
+pub fn clauses(sw: &Sweep) -> Vec<Clause> {
+    let (best, bad, good) = if sw.by_procs {
+        (
+            "the best software lock with Native-np, unaffected by contention up to ~8 processors (Fig. 4, MP 2)",
+            "perform very badly (Fig. 4, MP 2)",
+            "Smart-Q degrades more slowly than the Queued locks (Fig. 4, MP 2)",
+        )
+    } else {
+        (
+            "the best results, with Native (Fig. 2, 11-processor SGI)",
+            "much greater degradation than the other locks (Fig. 2)",
+            "far better than the other Queued locks, and better than Native and TAS-B at MP ≥ 2 (Fig. 2)",
+        )
     };
-    let label = if by_procs { "processors" } else { "MP" };
-    let mut holds = true;
+    vec![
+        among_the_best("TAS-B-np", best, sw),
+        collapse("Queued", true, bad, sw),
+        collapse("Queued-np", true, bad, sw),
+        collapse("Queued-Handshaking", false, good, sw),
+        collapse("Smart-Q", false, good, sw),
+    ]
+}
 
-    // Clause 1: TAS-B-np among the best at every multiprogrammed point.
-    let mut checked = 0;
-    for &x in &xs {
-        if !by_procs && x <= 1.0 {
-            continue; // the clause is about multiprogramming
-        }
-        let Some(np) = at("TAS-B-np", x) else {
-            continue;
-        };
-        let Some(best) = points
-            .iter()
-            .filter(|p| p.x == x)
-            .min_by(|a, b| a.value.total_cmp(&b.value))
-        else {
-            continue;
-        };
-        let ratio = np / best.value;
-        let ok = ratio <= AMONG_THE_BEST;
-        holds &= ok;
-        checked += 1;
-        details.push(format!(
-            "{label} {x}: TAS-B-np / best ({}) = {ratio:.2} ({})",
-            best.implementation,
-            if ok {
-                "among the best"
-            } else {
-                "not among the best"
-            }
-        ));
-    }
-    if checked == 0 {
-        holds = false;
-        details.push("no multiprogrammed point measured: use MP levels above 1".into());
-    }
-    details.push(format!("rule: \"among the best\" = within {AMONG_THE_BEST:.2}x of the fastest implementation at every point"));
-
-    // Clause 2: the plain and -np queued locks collapse: at the most multiprogrammed
-    // point with at least two workers (a queue needs a waiter), each is at least
-    // COLLAPSE times slower than TAS-B-np.
-    let target = setup
-        .iter()
-        .filter(|(n, m)| *n >= 2 && *m > 1.0)
-        .max_by(|a, b| {
-            if by_procs {
-                a.0.cmp(&b.0)
-            } else {
-                a.1.total_cmp(&b.1)
-            }
-        });
-    match target {
-        Some(t) => {
-            let x = xof(t);
-            for q in ["Queued", "Queued-np"] {
-                if let (Some(v), Some(np)) = (at(q, x), at("TAS-B-np", x)) {
-                    let ratio = v / np;
-                    let ok = ratio >= COLLAPSE;
-                    holds &= ok;
-                    details.push(format!(
-                        "{label} {x}: {q} / TAS-B-np = {ratio:.2} ({})",
-                        if ok { "collapsed" } else { "did not collapse" }
-                    ));
-                }
-            }
-            details.push(format!("rule: \"collapse\" = at least {COLLAPSE:.1}x slower than TAS-B-np at the most multiprogrammed point"));
-        }
-        None => {
-            holds = false;
-            details.push(
-                "the queued-lock clause needs a point with at least 2 processors and MP above 1"
-                    .into(),
-            );
-        }
-    }
-    // Clause 3: Queued-Handshaking and Smart-Q do not collapse (same point, same rule).
-    let mut missing = Vec::new();
-    if let Some(t) = target {
-        let x = xof(t);
-        for q in ["Queued-Handshaking", "Smart-Q"] {
-            match (at(q, x), at("TAS-B-np", x)) {
-                (Some(v), Some(np)) => {
-                    let ratio = v / np;
-                    let ok = ratio < COLLAPSE;
-                    holds &= ok;
-                    details.push(format!(
-                        "{label} {x}: {q} / TAS-B-np = {ratio:.2} ({})",
-                        if ok { "did not collapse" } else { "collapsed" }
-                    ));
-                }
-                _ => missing.push(q),
-            }
-        }
-    }
-    // Not part of the paper's conclusion: mpsync's speed target for the
-    // scheduler-conscious locks (each at least 5x faster than plain Queued).
-    if let Some(t) = target {
-        let x = xof(t);
-        for q in [
-            "Smart-Q",
-            "Queued-Handshaking",
-            "Ticket-np",
-            "MCS-TP",
-            "CLH-TP",
-        ] {
-            if let (Some(v), Some(plain)) = (at(q, x), at("Queued", x)) {
-                let r = plain / v;
-                details.push(format!(
-                    "observation: {label} {x}: Queued / {q} = {r:.2} (mpsync target >= 5: {})",
-                    if r >= 5.0 { "met" } else { "missed" }
+/// "`name` is among the best at every multiprogrammed point" (within
+/// [`AMONG_THE_BEST`] of the fastest implementation there); with no
+/// multiprogrammed point, it does not hold.
+fn among_the_best(name: &'static str, paper: &str, sw: &Sweep) -> Clause {
+    let sw = sw.clone();
+    Clause::new(
+        format!("{name} is among the best (within {AMONG_THE_BEST}× of the fastest)"),
+        Some(paper),
+        move |r| {
+            let at = "every multiprogrammed point".to_string();
+            let mut each = Vec::new();
+            let mut holds = true;
+            for x in sw.xs().into_iter().filter(|&x| sw.by_procs || x > 1.0) {
+                let (Some(v), Some((b, bv))) = (r.value(name, 0, x), r.best_of(&[], 0, x)) else {
+                    continue;
+                };
+                holds &= v / bv <= AMONG_THE_BEST;
+                each.push(format!(
+                    "{} {} ({}){}",
+                    fmt_x(x),
+                    sig3(v / bv),
+                    b.name,
+                    censored_mark(r, &[name, &b.name], x)
                 ));
             }
-        }
-    }
-    let status = if !holds {
-        Status::DoesNotHold
-    } else if !missing.is_empty() {
-        details.push(format!(
-            "not evaluated: {} not measured",
-            missing.join(", ")
-        ));
-        Status::PartlyEvaluable
+            if each.is_empty() {
+                return Judged {
+                    at,
+                    ours: "no multiprogrammed point measured: use MP levels above 1".into(),
+                    holds: Some(false),
+                };
+            }
+            Judged {
+                at,
+                ours: format!("{name} / fastest: {}", each.join(", ")),
+                holds: Some(holds),
+            }
+        },
+    )
+}
+
+/// "`name` collapses" (or does not): at the most multiprogrammed point, at
+/// least [`COLLAPSE`] × TAS-B-np's time. Needs a queue there: at least 2
+/// processors at MP above 1 (else it does not hold).
+fn collapse(name: &'static str, collapses: bool, paper: &str, sw: &Sweep) -> Clause {
+    let eligible = sw.points.last().is_some_and(|&(n, m)| n >= 2 && m > 1.0);
+    let word = if collapses {
+        format!("collapses (≥ {COLLAPSE}× TAS-B-np's time)")
     } else {
-        Status::Holds
+        format!("does not collapse (< {COLLAPSE}× TAS-B-np's time)")
     };
-    Verdict {
-        clauses: Vec::new(),
-        conclusion: CONCLUSION.into(),
-        status,
-        details,
-    }
+    Clause::new(format!("{name} {word}"), Some(paper), move |r| {
+        let x = r.last_x(0);
+        let at = r.at(0, x);
+        if !eligible {
+            return Judged {
+                at,
+                ours:
+                    "the queued-lock clauses need a point with at least 2 processors and MP above 1"
+                        .into(),
+                holds: Some(false),
+            };
+        }
+        match (r.value(name, 0, x), r.value("TAS-B-np", 0, x)) {
+            (Some(v), Some(np)) => {
+                let q = v / np;
+                let did = if q >= COLLAPSE {
+                    "collapsed"
+                } else {
+                    "did not collapse"
+                };
+                Judged {
+                    at,
+                    ours: format!(
+                        "{name} / TAS-B-np = {}{} ({did})",
+                        sig3(q),
+                        censored_mark(r, &[name, "TAS-B-np"], x)
+                    ),
+                    holds: Some((q >= COLLAPSE) == collapses),
+                }
+            }
+            _ => unmeasured(at, &format!("{name} or TAS-B-np has no value")),
+        }
+    })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::output::{Point, Status, Verdict};
 
-    fn pt(name: &str, x: f64, v: f64) -> Point {
+    pub(crate) fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
             panel: None,
             implementation: name.into(),
@@ -578,6 +696,32 @@ mod tests {
             value: v,
             normalized: v,
         }
+    }
+
+    /// The verdict of `clauses` on `pts` over `sw` (every name in `pts` an
+    /// implementation).
+    pub(crate) fn judge(clauses: &[Clause], sw: &Sweep, pts: &[Point]) -> Verdict {
+        let mut names: Vec<&str> = pts.iter().map(|p| p.implementation.as_str()).collect();
+        names.dedup();
+        names.sort_unstable();
+        names.dedup();
+        let imps = names.iter().map(|n| Imp::ours(*n, "mutex")).collect();
+        let d = Design::single(sw.x_label(), "s", Better::Lower, sw.xs(), imps, 1);
+        let r = Results {
+            design: &d,
+            points: pts,
+            trials: &[],
+        };
+        Verdict::from_clauses("c", clauses.iter().map(|c| c.judge(&r)).collect(), vec![])
+    }
+
+    fn verdict(pts: &[Point], setup: &[(u32, f64)]) -> Verdict {
+        let sw = Sweep {
+            points: setup.to_vec(),
+            by_procs: false,
+            preempt: Preempt::Emulated,
+        };
+        judge(&clauses(&sw), &sw, pts)
     }
 
     fn mp_points(np2: f64, queued2: f64) -> Vec<Point> {
@@ -597,15 +741,11 @@ mod tests {
 
     #[test]
     fn evaluable_clauses_holding_is_partly_evaluable() {
-        let v = verdict(&mp_points(2.05, 5.0), &SETUP, false, Preempt::Emulated);
+        let v = verdict(&mp_points(2.05, 5.0), &SETUP);
         assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
-        assert!(
-            v.details
-                .iter()
-                .any(|d| d.contains("Queued / TAS-B-np = 2.44 (collapsed)")),
-            "{v:?}"
-        );
-        assert!(v.details.iter().any(|d| d.contains("not evaluated")));
+        assert_eq!(v.clauses[1].ours, "Queued / TAS-B-np = 2.44 (collapsed)");
+        assert_eq!(v.clauses[1].at, "multiprogramming level 2");
+        assert_eq!(v.clauses[3].holds, None);
     }
 
     #[test]
@@ -613,68 +753,90 @@ mod tests {
         let mut pts = mp_points(2.05, 5.0);
         pts.push(pt("Queued-Handshaking", 2.0, 2.3));
         pts.push(pt("Smart-Q", 2.0, 2.1));
-        let v = verdict(&pts, &SETUP, false, Preempt::Emulated);
+        let v = verdict(&pts, &SETUP);
         assert_eq!(v.status, Status::Holds, "{v:?}");
-        pts.push(pt("Smart-Q", 2.0, 2.1));
+        assert_eq!(v.summary(), "5 of 5 clauses hold");
         let mut bad = mp_points(2.05, 5.0);
         bad.push(pt("Queued-Handshaking", 2.0, 2.3));
         bad.push(pt("Smart-Q", 2.0, 4.0));
-        let v = verdict(&bad, &SETUP, false, Preempt::Emulated);
+        let v = verdict(&bad, &SETUP);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
-        assert!(
-            v.details
-                .iter()
-                .any(|d| d.contains("Smart-Q / TAS-B-np = 1.95 (collapsed)")),
-            "{v:?}"
-        );
+        assert_eq!(v.clauses[4].ours, "Smart-Q / TAS-B-np = 1.95 (collapsed)");
+        assert_eq!(v.clauses[4].holds, Some(false));
+        bad.retain(|p| p.implementation != "Queued-Handshaking");
+        bad.push(pt("Queued-Handshaking", 2.0, 3.1));
+        let v = verdict(&bad, &SETUP);
+        assert_eq!(v.clauses[3].holds, Some(false), "{v:?}");
     }
 
     #[test]
     fn tas_b_np_far_behind_does_not_hold() {
-        let v = verdict(&mp_points(3.0, 9.0), &SETUP, false, Preempt::Os);
+        let v = verdict(&mp_points(3.0, 9.0), &SETUP);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert_eq!(v.clauses[0].holds, Some(false));
+        assert!(
+            v.clauses[0].ours.contains("2 1.50 (Native)"),
+            "{:?}",
+            v.clauses[0]
+        );
     }
 
     #[test]
     fn queued_locks_that_do_not_collapse_do_not_hold() {
-        let v = verdict(&mp_points(2.0, 2.2), &SETUP, false, Preempt::Emulated);
+        let v = verdict(&mp_points(2.0, 2.2), &SETUP);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
-        assert!(
-            v.details.iter().any(|d| d.contains("did not collapse")),
-            "{v:?}"
-        );
+        assert_eq!(v.clauses[1].holds, Some(false));
+        assert!(v.clauses[2].ours.contains("did not collapse"), "{v:?}");
     }
 
     #[test]
     fn one_processor_cannot_show_a_queue_collapse() {
         let pts = vec![pt("TAS-B-np", 2.0, 1.0), pt("Queued", 2.0, 1.0)];
-        let v = verdict(&pts, &[(1, 2.0)], false, Preempt::Emulated);
+        let v = verdict(&pts, &[(1, 2.0)]);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert!(v.clauses[1].ours.contains("at least 2 processors"), "{v:?}");
+    }
+
+    #[test]
+    fn no_multiprogrammed_point_does_not_hold() {
+        let pts = vec![pt("TAS-B-np", 1.0, 1.0), pt("Queued", 1.0, 1.0)];
+        let v = verdict(&pts, &[(2, 1.0)]);
         assert!(
-            v.details
-                .iter()
-                .any(|d| d.contains("at least 2 processors")),
+            v.clauses[0].ours.contains("no multiprogrammed point"),
             "{v:?}"
         );
+        assert_eq!(v.status, Status::DoesNotHold);
     }
 
     #[test]
     fn no_multiprogramming_is_not_a_verdict() {
-        let v = verdict(
+        let sw = Sweep {
+            points: vec![(2, 1.0)],
+            by_procs: false,
+            preempt: Preempt::None,
+        };
+        let v = judge(
+            &program_clauses(&WKS94, &sw),
+            &sw,
             &[pt("TAS-B-np", 1.0, 1.0)],
-            &[(2, 1.0)],
-            false,
-            Preempt::None,
         );
         assert_eq!(v.status, Status::Measurement);
     }
 
     #[test]
-    fn points_are_normalized_to_the_baseline_at_the_first_x() {
+    fn points_are_normalized_to_the_baseline_at_the_same_x() {
+        let d = Design::single(
+            "MP",
+            "s",
+            Better::Lower,
+            vec![1.0, 2.0],
+            vec![Imp::ours("TAS-B", "mutex"), Imp::ours("X", "mutex")],
+            1,
+        )
+        .baseline("TAS-B");
         let t = |i: &str, x: f64, v: f64| Trial {
             implementation: i.into(),
             x,
-            trial: 0,
             value: v,
             ..Trial::default()
         };
@@ -684,8 +846,10 @@ mod tests {
             t("X", 1.0, 1.0),
             t("X", 2.0, 3.0),
         ];
-        let pts = summarize_points(&trials, &["TAS-B", "X"], "TAS-B");
-        let n: Vec<f64> = pts.iter().map(|p| p.normalized).collect();
-        assert_eq!(n, [1.0, 2.0, 0.5, 1.5]);
+        let n: Vec<f64> = model::summarize(&d, &trials)
+            .iter()
+            .map(|p| p.normalized)
+            .collect();
+        assert_eq!(n, [1.0, 0.5, 1.0, 0.75]);
     }
 }

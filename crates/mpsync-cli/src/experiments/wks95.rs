@@ -8,10 +8,12 @@
 //! all processors, or — when `--procs` lists several counts — the processors at
 //! the first `--mp` level (default 2).
 
-use super::wks94::{AMONG_THE_BEST, Program, run_program};
+use super::wks94::{AMONG_THE_BEST, Program, Sweep, censored_mark, run_program, unmeasured};
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Point, RunRecord, Status, Verdict};
+use crate::model::{Clause, Judged, fmt_x};
+use crate::output::RunRecord;
+use crate::svg::sig3;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "the scheduler-conscious ticket lock (Ticket-np) is more than 10x \
@@ -38,7 +40,8 @@ pub const WKS95: Program = Program {
     ],
     baseline: "TAS-B",
     by_procs: |_, p| p.procs.as_ref().is_some_and(|v| v.len() > 1),
-    verdict,
+    conclusion: CONCLUSION,
+    clauses,
     observe: &["Ticket-np", "Ticket", "Smart-Q", "TAS-B-np", "TAS-B"],
     quick_names: &[
         "Ticket-np",
@@ -55,135 +58,108 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     run_program(exp, p, preempt, &WKS95)
 }
 
-/// Evaluates 001's conclusion: Ticket / Ticket-np ≥ 10 at the most
-/// multiprogrammed point, and Ticket-np within [`AMONG_THE_BEST`] of the fastest
-/// implementation (peers included) at a majority of the multiprogrammed points.
-pub fn verdict(
-    points: &[Point],
-    setup: &[(u32, f64)],
-    by_procs: bool,
-    preempt: Preempt,
-) -> Verdict {
-    let mut details = Vec::new();
-    if preempt == Preempt::None {
-        details
-            .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
-        return Verdict {
-            clauses: Vec::new(),
-            conclusion: CONCLUSION.into(),
-            status: Status::Measurement,
-            details,
-        };
-    }
-    let xof = |&(n, m): &(u32, f64)| if by_procs { f64::from(n) } else { m };
-    let at = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|p| p.implementation == name && p.x == x)
-            .map(|p| p.value)
-    };
-    let label = if by_procs { "processors" } else { "MP" };
-    let multiprogrammed: Vec<&(u32, f64)> = setup.iter().filter(|(_, m)| *m > 1.0).collect();
-    if multiprogrammed.is_empty() {
-        details.push("no multiprogrammed point measured: use MP levels above 1".into());
-        return Verdict {
-            clauses: Vec::new(),
-            conclusion: CONCLUSION.into(),
-            status: Status::DoesNotHold,
-            details,
-        };
-    }
-    let mut holds = true;
-    let mut missing = false;
-    // Clause 1 at the most multiprogrammed point (the last when varying MP; the
-    // most processors when varying processors).
-    let target = multiprogrammed
-        .iter()
-        .max_by(|a, b| {
-            if by_procs {
-                a.0.cmp(&b.0)
-            } else {
-                a.1.total_cmp(&b.1)
+/// 001's clauses: Ticket / Ticket-np ≥ 10 at the most multiprogrammed point,
+/// and Ticket-np within [`AMONG_THE_BEST`] of the fastest implementation
+/// (peers included) at most multiprogrammed points.
+pub fn clauses(sw: &Sweep) -> Vec<Clause> {
+    let top_mp = sw.points.last().map_or(1.0, |q| q.1);
+    let order = Clause::new(
+        format!("Ticket / Ticket-np ≥ {ORDER_OF_MAGNITUDE}"),
+        Some("more than an order of magnitude (Figs. 1–2, 63-processor KSR 1)"),
+        move |r| {
+            let x = r.last_x(0);
+            let at = r.at(0, x);
+            if top_mp <= 1.0 {
+                return Judged {
+                    at,
+                    ours: "no multiprogrammed point measured: use MP levels above 1".into(),
+                    holds: Some(false),
+                };
             }
-        })
-        .copied();
-    if let Some(t) = target {
-        let x = xof(t);
-        match (at("Ticket", x), at("Ticket-np", x)) {
-            (Some(plain), Some(np)) => {
-                let r = plain / np;
-                let ok = r >= ORDER_OF_MAGNITUDE;
-                holds &= ok;
-                details.push(format!(
-                    "{label} {x}: Ticket / Ticket-np = {r:.2} ({} the {ORDER_OF_MAGNITUDE:.0}x of the paper)",
-                    if ok { "reaches" } else { "falls short of" }
-                ));
+            match (r.value("Ticket", 0, x), r.value("Ticket-np", 0, x)) {
+                (Some(plain), Some(np)) => Judged {
+                    at,
+                    ours: format!(
+                        "Ticket / Ticket-np = {}{}",
+                        sig3(plain / np),
+                        censored_mark(r, &["Ticket", "Ticket-np"], x)
+                    ),
+                    holds: Some(plain / np >= ORDER_OF_MAGNITUDE),
+                },
+                _ => unmeasured(at, "Ticket and Ticket-np were not both measured"),
             }
-            _ => {
-                missing = true;
-                details.push("not evaluated: Ticket and Ticket-np were not both measured".into());
-            }
-        }
-    }
-    // Clause 2: best software lock at most multiprogrammed points.
-    let mut best_at = 0;
-    let mut counted = 0;
-    for t in &multiprogrammed {
-        let x = xof(t);
-        let (Some(np), Some(best)) = (
-            at("Ticket-np", x),
-            points
-                .iter()
-                .filter(|p| p.x == x)
-                .min_by(|a, b| a.value.total_cmp(&b.value)),
-        ) else {
-            continue;
-        };
-        counted += 1;
-        let r = np / best.value;
-        if r <= AMONG_THE_BEST {
-            best_at += 1;
-        }
-        details.push(format!(
-            "{label} {x}: Ticket-np / best ({}) = {r:.2}",
-            best.implementation
-        ));
-    }
-    if counted > 0 {
-        let ok = best_at * 2 > counted;
-        holds &= ok;
-        details.push(format!(
-            "Ticket-np within {AMONG_THE_BEST:.2}x of the best at {best_at} of {counted} multiprogrammed points ({})",
-            if ok { "most" } else { "not most" }
-        ));
-    }
-    Verdict {
-        clauses: Vec::new(),
-        conclusion: CONCLUSION.into(),
-        status: if !holds {
-            Status::DoesNotHold
-        } else if missing {
-            Status::PartlyEvaluable
-        } else {
-            Status::Holds
         },
-        details,
-    }
+    );
+    vec![order, best_at_most_points(sw)]
+}
+
+/// "Ticket-np is within [`AMONG_THE_BEST`] of the fastest at most
+/// multiprogrammed points".
+fn best_at_most_points(sw: &Sweep) -> Clause {
+    let sw = sw.clone();
+    Clause::new(
+        format!("Ticket-np is within {AMONG_THE_BEST}× of the fastest lock at most points"),
+        Some("the best software lock at almost all multiprogramming levels (Fig. 1)"),
+        move |r| {
+            let at = "the multiprogrammed points".to_string();
+            let multi: Vec<f64> = sw
+                .xs()
+                .into_iter()
+                .filter(|&x| sw.mp_at(x).is_some_and(|m| m > 1.0))
+                .collect();
+            if multi.is_empty() {
+                return Judged {
+                    at,
+                    ours: "no multiprogrammed point measured: use MP levels above 1".into(),
+                    holds: Some(false),
+                };
+            }
+            let mut each = Vec::new();
+            let mut best_at = 0;
+            for &x in &multi {
+                let (Some(np), Some((b, bv))) = (r.value("Ticket-np", 0, x), r.best_of(&[], 0, x))
+                else {
+                    continue;
+                };
+                best_at += usize::from(np / bv <= AMONG_THE_BEST);
+                each.push(format!("{} {} ({})", fmt_x(x), sig3(np / bv), b.name));
+            }
+            if each.is_empty() {
+                return unmeasured(at, "Ticket-np has no value");
+            }
+            Judged {
+                at,
+                ours: format!(
+                    "Ticket-np / fastest: {}; the best at {best_at} of {}",
+                    each.join(", "),
+                    each.len()
+                ),
+                holds: Some(best_at * 2 > each.len()),
+            }
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::wks94::program_clauses;
+    use crate::experiments::wks94::tests::{judge, pt};
+    use crate::output::{Point, Status, Verdict};
 
-    fn pt(name: &str, x: f64, v: f64) -> Point {
-        Point {
-            panel: None,
-            implementation: name.into(),
-            x,
-            value: v,
-            normalized: v,
+    fn sweep(setup: &[(u32, f64)], preempt: Preempt) -> Sweep {
+        Sweep {
+            points: setup.to_vec(),
+            by_procs: false,
+            preempt,
         }
     }
+
+    fn verdict(pts: &[Point], setup: &[(u32, f64)], preempt: Preempt) -> Verdict {
+        let sw = sweep(setup, preempt);
+        judge(&program_clauses(&WKS95, &sw), &sw, pts)
+    }
+
     const SETUP: [(u32, f64); 3] = [(2, 1.0), (2, 2.0), (2, 3.0)];
 
     fn pts(ticket3: f64, np2: f64, np3: f64) -> Vec<Point> {
@@ -201,31 +177,33 @@ mod tests {
 
     #[test]
     fn order_of_magnitude_and_best_holds() {
-        let v = verdict(&pts(40.0, 2.0, 3.0), &SETUP, false, Preempt::Emulated);
+        let v = verdict(&pts(40.0, 2.0, 3.0), &SETUP, Preempt::Emulated);
         assert_eq!(v.status, Status::Holds, "{v:?}");
-        assert!(v.details.iter().any(|d| d.contains("= 13.33 (reaches")));
+        assert_eq!(v.clauses[0].ours, "Ticket / Ticket-np = 13.3");
     }
 
     #[test]
     fn short_of_ten_times_does_not_hold() {
-        let v = verdict(&pts(20.0, 2.0, 3.0), &SETUP, false, Preempt::Os);
+        let v = verdict(&pts(20.0, 2.0, 3.0), &SETUP, Preempt::Os);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
-        assert!(v.details.iter().any(|d| d.contains("falls short")));
+        assert_eq!(v.clauses[0].holds, Some(false));
     }
 
     #[test]
     fn ticket_np_behind_at_most_points_does_not_hold() {
-        let v = verdict(&pts(60.0, 3.0, 5.0), &SETUP, false, Preempt::Emulated);
+        let v = verdict(&pts(60.0, 3.0, 5.0), &SETUP, Preempt::Emulated);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
-        assert!(v.details.iter().any(|d| d.contains("at 0 of 2")));
+        assert!(v.clauses[1].ours.ends_with("the best at 0 of 2"), "{v:?}");
     }
 
     #[test]
     fn missing_locks_are_partly_evaluable_and_none_is_a_measurement() {
         let only = vec![pt("Ticket-np", 2.0, 1.0), pt("TAS-B", 2.0, 2.0)];
-        let v = verdict(&only, &[(2, 2.0)], false, Preempt::Emulated);
+        let v = verdict(&only, &[(2, 2.0)], Preempt::Emulated);
         assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
-        let v = verdict(&only, &[(2, 2.0)], false, Preempt::None);
+        let v = verdict(&only, &[(2, 2.0)], Preempt::None);
         assert_eq!(v.status, Status::Measurement);
+        let v = verdict(&only, &[(2, 1.0)], Preempt::Emulated);
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
     }
 }

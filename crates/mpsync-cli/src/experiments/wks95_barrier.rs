@@ -10,19 +10,19 @@
 //! time-slicing them (no repartitioning); `none`: one thread per processor.
 //! A run stops at 25× its ideal time (at least 2 s; `--quick`: 5×, at least
 //! 0.5 s, and a tenth of the episodes) and is reported censored.
+//! Times are normalized to Central-block at the same processor count.
 
 use std::time::{Duration, Instant};
 
 use mpsync::sched::emulated::{Emulated, EmulatedConfig};
-use mpsync::util::busy::BusyWork;
 
 use super::barrier_oversub::{BarrierImpl, BenchBarrier, barrier_table, run_episodes_with};
 use super::wks94::{AMONG_THE_BEST, CAP_FACTOR, CAP_MIN_S};
 use super::{Experiment, Params};
 use crate::env::{Preempt, summarize};
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::trimmed_mean;
-use crate::svg::{Series, line_chart};
+use crate::model::{self, Better, Cell, Clause, Design, Imp, Judged, Results, Verdicts, fmt_x};
+use crate::output::{RunRecord, Trial};
+use crate::svg::sig3;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "with multiprogramming, the scheduler-conscious two-level barrier \
@@ -52,31 +52,17 @@ pub const NAMES: &[&str] = &[
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let procs: Vec<u32> = p.procs.clone().unwrap_or_else(|| (1..=p.cores).collect());
-    let cpus = mpsync::sched::native::available_cpus()?;
-    if let Some(bad) = procs.iter().find(|&&n| n == 0 || n as usize > cpus.len()) {
-        anyhow::bail!(
-            "--procs {bad}: must be between 1 and the {} available processors (e.g. --procs 1,2)",
-            cpus.len()
-        );
-    }
+    check_procs(&procs)?;
     let quantum = p.quantum(50.0);
     // --quick runs a tenth of its scale (a smoke run of well under a minute).
     let quick = if p.quick { 0.1 } else { 1.0 };
     let episodes = (BASE_EPISODES * p.scale * quick).max(20.0) as u64;
     let per_proc = if preempt == Preempt::None { 1 } else { MP };
-    let table: Vec<BarrierImpl> = barrier_table()
-        .into_iter()
-        .filter(|i| NAMES.contains(&i.name))
-        .collect();
+    let table = paper_table();
     let started = Instant::now();
     // Ideal: each processor runs its threads' work one after the other.
     let ideal_s = episodes as f64 * f64::from(per_proc) * (WORK_NS.0 + WORK_NS.1) as f64 / 2e9;
-    let TableRun {
-        trials,
-        sched,
-        censored,
-        points,
-    } = run_barrier_table(
+    let tr = run_barrier_table(
         exp,
         p,
         preempt,
@@ -88,58 +74,39 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             Ok((r.episodes as f64 / episodes as f64, r.elapsed))
         },
     )?;
-    let verdict = verdict(&points, &procs, preempt, &censored);
-    let series: Vec<Series> = table
-        .iter()
-        .map(|i| Series {
-            label: i.name.into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == i.name)
-                .map(|q| (q.x, q.normalized))
-                .collect(),
-        })
-        .collect();
-    let svg = line_chart(
-        &format!(
-            "{} (--preempt {}, {})",
-            exp.id,
-            preempt.name(),
-            verdict.status.label()
-        ),
-        "processors",
-        "time normalized to Central-block at the first point (lower is better)",
-        &series,
-    );
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: preempt.name().into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "processors": procs,
-            "threads_per_processor": per_proc,
-            "episodes": episodes,
-            "work_ns": [WORK_NS.0, WORK_NS.1],
-            "quantum_ms": quantum.as_secs_f64() * 1e3,
-            "repartition_every_s": if preempt == Preempt::Emulated { Some(1.0) } else { None },
-            "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
-        }),
-        busy_iters_per_us: BusyWork::global().iters_per_us(),
-        unit: "seconds for all episodes (lower is better)".into(),
-        x_label: "processors".into(),
-        baseline: "Central-block at the first processor count".into(),
-        trials,
-        points,
-        extra: serde_json::json!({ "scheduler": sched }),
-        verdict,
-    };
+    let params = serde_json::json!({
+        "processors": procs,
+        "threads_per_processor": per_proc,
+        "episodes": episodes,
+        "work_ns": [WORK_NS.0, WORK_NS.1],
+        "quantum_ms": quantum.as_secs_f64() * 1e3,
+        "repartition_every_s": if preempt == Preempt::Emulated { Some(1.0) } else { None },
+        "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
+    });
+    let v = verdicts(CONCLUSION, "Fig. 7", preempt, &tr.censored);
+    let (mut rec, svg) = model::finish(exp, p, preempt, &tr.design, tr.trials, v, params, started);
+    rec.extra = serde_json::json!({ "scheduler": tr.sched });
     Ok((rec, svg))
+}
+
+/// Rejects processor counts this machine cannot give.
+pub fn check_procs(procs: &[u32]) -> anyhow::Result<()> {
+    let cpus = mpsync::sched::native::available_cpus()?;
+    if let Some(bad) = procs.iter().find(|&&n| n == 0 || n as usize > cpus.len()) {
+        anyhow::bail!(
+            "--procs {bad}: must be between 1 and the {} available processors (e.g. --procs 1,2)",
+            cpus.len()
+        );
+    }
+    Ok(())
+}
+
+/// The paper's four barriers and the peers.
+pub fn paper_table() -> Vec<BarrierImpl> {
+    barrier_table()
+        .into_iter()
+        .filter(|i| NAMES.contains(&i.name))
+        .collect()
 }
 
 /// A virtual processor's attachment to the pseudo-scheduler, if emulated.
@@ -159,24 +126,93 @@ pub type TrialFn<'f> = dyn for<'s> FnMut(
     + 'f;
 
 /// What [`run_barrier_table`] measured.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TableRun {
+    /// The design it measured (x: processors; Central-block the baseline).
+    pub design: Design,
     /// Every trial (censored ones extrapolated from the fraction done).
     pub trials: Vec<Trial>,
-    /// The pseudo-scheduler's statistics per processor count (emulated).
+    /// The pseudo-scheduler's statistics per processor count and round (emulated).
     pub sched: Vec<serde_json::Value>,
     /// One line per run that hit its cap.
     pub censored: Vec<String>,
-    /// Trimmed means, normalized to Central-block at the first processor count.
-    pub points: Vec<Point>,
 }
 
-/// The barrier applications' common loop (`wks95-barrier`, `wks95-gauss`):
-/// for every processor count `np` (MP 2 from the application's own threads
-/// unless `--preempt none`; emulated: a pseudo-scheduler with the quantum
-/// and a repartition every second; threads pinned `id % np`), every trial and
-/// every barrier of `table` (rotated per trial), runs `one` with a time cap
-/// derived from `ideal_s(np)` (25×, at least 2 s; `--quick` 5×, at least 0.5 s).
+/// The barrier applications' design: x the processors, the paper's barriers
+/// ours and the peers peers (kind "barrier"), normalized to Central-block
+/// at the same count.
+pub fn design(procs: &[u32], table: &[BarrierImpl], trials: u32) -> Design {
+    let imps = table
+        .iter()
+        .map(|i| {
+            if i.peer {
+                Imp::peer(i.name, "barrier")
+            } else {
+                Imp::ours(i.name, "barrier")
+            }
+        })
+        .collect();
+    Design::single(
+        "processors",
+        "seconds (lower is better)",
+        Better::Lower,
+        procs.iter().map(|&n| f64::from(n)).collect(),
+        imps,
+        trials,
+    )
+    .baseline("Central-block")
+}
+
+/// The pseudo-scheduler of the processor count a cell is at (emulated),
+/// started when the cell's x changes and its statistics kept per start.
+struct Scheduler {
+    preempt: Preempt,
+    quantum: Duration,
+    seed: u64,
+    at: Option<(f64, u32)>,
+    emu: Option<Emulated>,
+    sched: Vec<serde_json::Value>,
+}
+
+impl Scheduler {
+    fn enter(&mut self, c: &Cell<'_>, index: usize, np: u32) -> anyhow::Result<()> {
+        if self.at.is_some_and(|(x, _)| x == c.x) {
+            return Ok(());
+        }
+        self.close();
+        self.at = Some((c.x, c.trial));
+        if self.preempt == Preempt::Emulated {
+            let seed = self
+                .seed
+                .wrapping_add(index as u64)
+                .wrapping_add(u64::from(c.trial) << 16);
+            self.emu = Some(Emulated::start(
+                EmulatedConfig::new(np, 1.0)?
+                    .quantum(self.quantum)
+                    .repartition_every(Some(Duration::from_secs(1)))
+                    .seed(seed),
+            )?);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if let (Some(e), Some((x, round))) = (self.emu.take(), self.at) {
+            let s = e.stop();
+            self.sched.push(
+                serde_json::json!({"processors": x, "round": round, "scheduler": summarize(&s)}),
+            );
+        }
+    }
+}
+
+/// The barrier applications' common loop (`wks95-barrier`, `wks95-gauss`),
+/// in the runner's interleaved rounds: at every processor count `np` (MP 2
+/// from the application's own threads unless `--preempt none`; emulated: a
+/// pseudo-scheduler with the quantum and a repartition every second, started
+/// when the cell's count changes; threads pinned `id % np`), runs `one` with
+/// a time cap derived from `ideal_s(np)` (25×, at least 2 s; `--quick` 5×,
+/// at least 0.5 s).
 pub fn run_barrier_table(
     exp: &Experiment,
     p: &Params,
@@ -187,14 +223,24 @@ pub fn run_barrier_table(
     one: &mut TrialFn<'_>,
 ) -> anyhow::Result<TableRun> {
     let cpus = mpsync::sched::native::available_cpus()?;
-    let quantum = p.quantum(50.0);
     let per_proc = if preempt == Preempt::None { 1 } else { MP };
-    let pb = crate::progress(
-        (procs.len() * p.trials as usize * table.len()) as u64,
-        exp.id,
-    );
-    let mut out = TableRun::default();
-    for (pi, &np) in procs.iter().enumerate() {
+    let d = design(procs, table, p.trials);
+    let mut sched = Scheduler {
+        preempt,
+        quantum: p.quantum(50.0),
+        seed: p.seed,
+        at: None,
+        emu: None,
+        sched: Vec::new(),
+    };
+    let mut censored = Vec::new();
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let np = c.x as u32;
+        let index = procs.iter().position(|&n| n == np).unwrap_or(0);
+        let imp = table
+            .iter()
+            .find(|i| i.name == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no barrier named {}", c.imp.name))?;
         let n = (np * per_proc) as usize;
         let ideal = ideal_s(np);
         let cap = if p.quick {
@@ -202,197 +248,172 @@ pub fn run_barrier_table(
         } else {
             Duration::from_secs_f64((CAP_FACTOR * ideal).max(CAP_MIN_S))
         };
-        let emu = match preempt {
-            Preempt::Emulated => Some(Emulated::start(
-                EmulatedConfig::new(np, 1.0)?
-                    .quantum(quantum)
-                    .repartition_every(Some(Duration::from_secs(1)))
-                    .seed(p.seed.wrapping_add(pi as u64)),
-            )?),
-            _ => None,
+        sched.enter(c, index, np)?;
+        let emu = sched.emu.as_ref();
+        let b = (imp.make)(n);
+        let before = emu.map(Emulated::stats).unwrap_or_default();
+        let setup = |id: usize| {
+            let v = id % np as usize;
+            let _ = mpsync::sched::native::pin_current_thread(cpus[v]);
+            emu.map(|e| e.attach(v as u32).expect("attach"))
         };
-        for t in 0..p.trials {
-            for k in 0..table.len() {
-                let imp = &table[(k + t as usize) % table.len()];
-                let b = (imp.make)(n);
-                let before = emu.as_ref().map(Emulated::stats).unwrap_or_default();
-                let setup = |id: usize| {
-                    let v = id % np as usize;
-                    let _ = mpsync::sched::native::pin_current_thread(cpus[v]);
-                    emu.as_ref().map(|e| e.attach(v as u32).expect("attach"))
-                };
-                let (done, elapsed) = one(b.as_ref(), n, np, t, &setup, cap)
-                    .map_err(|e| anyhow::anyhow!("{} on {np} processors: {e}", imp.name))?;
-                let after = emu.as_ref().map(Emulated::stats).unwrap_or_default();
-                if done < 1.0 {
-                    out.censored.push(format!(
-                        "{} at {np} processors (trial {t}: {:.0}% done in {:.1} s)",
-                        imp.name,
-                        100.0 * done,
-                        elapsed.as_secs_f64()
-                    ));
-                }
-                out.trials.push(Trial {
-                    implementation: imp.name.into(),
-                    x: f64::from(np),
-                    trial: t,
-                    value: elapsed.as_secs_f64() / done.max(1e-9),
-                    preemptions: after.preemptions - before.preemptions,
-                    warnings: after.warnings - before.warnings,
-                    mp: Some(f64::from(per_proc)),
-                    procs: Some(np),
-                    censored_at: (done < 1.0).then_some(done),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
+        let (done, elapsed) = one(b.as_ref(), n, np, c.trial, &setup, cap)
+            .map_err(|e| anyhow::anyhow!("{} on {np} processors: {e}", imp.name))?;
+        let after = emu.map(Emulated::stats).unwrap_or_default();
+        if done < 1.0 {
+            censored.push(format!(
+                "{} at {np} processors (trial {}: {:.0}% done in {:.1} s)",
+                imp.name,
+                c.trial,
+                100.0 * done,
+                elapsed.as_secs_f64()
+            ));
         }
-        if let Some(s) = emu.map(Emulated::stop) {
-            out.sched
-                .push(serde_json::json!({"processors": np, "scheduler": summarize(&s)}));
-        }
-    }
-    pb.finish_and_clear();
-    let mean_of = |name: &str, x: f64| {
-        let v: Vec<f64> = out
-            .trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
-    let first = procs.first().copied().unwrap_or(1);
-    let base = mean_of("Central-block", f64::from(first))
-        .filter(|b| *b > 0.0)
-        .unwrap_or(1.0);
-    for &np in procs {
-        for imp in table {
-            if let Some(v) = mean_of(imp.name, f64::from(np)) {
-                out.points.push(Point {
-                    panel: None,
-                    implementation: imp.name.into(),
-                    x: f64::from(np),
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
-    }
-    Ok(out)
+        Ok(Some(Trial {
+            value: elapsed.as_secs_f64() / done.max(1e-9),
+            preemptions: after.preemptions - before.preemptions,
+            warnings: after.warnings - before.warnings,
+            mp: Some(f64::from(per_proc)),
+            procs: Some(np),
+            censored_at: (done < 1.0).then_some(done),
+            ..Trial::default()
+        }))
+    })?;
+    sched.close();
+    Ok(TableRun {
+        design: d,
+        trials,
+        sched: sched.sched,
+        censored,
+    })
 }
 
-/// Judges 001's conclusion (the ordering of Figure 7) with
-/// [`verdict_clauses`].
-pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[String]) -> Verdict {
-    verdict_clauses(CONCLUSION, points, procs, preempt, censored)
-}
-
-/// Judges a barrier application's conclusion (`wks95-barrier`, `wks95-gauss`)
-/// clause by clause at every processor count measured:
-/// (1) Scalable-SC within [`AMONG_THE_BEST`] of the fastest of the paper's four
-/// barriers, (2) Central-block faster than Heuristic-tree, (3) Arrival-tree the
-/// slowest of the four — each at most processor counts.
-pub fn verdict_clauses(
+/// The verdict of a barrier application: its clauses (none with `--preempt
+/// none`: one thread per processor is no multiprogramming) and the method
+/// lines.
+pub fn verdicts(
     conclusion: &str,
-    points: &[Point],
-    procs: &[u32],
+    fig: &'static str,
     preempt: Preempt,
     censored: &[String],
-) -> Verdict {
-    let mut details = Vec::new();
+) -> Verdicts {
+    let mut notes = Vec::new();
     if preempt == Preempt::None {
-        details.push("--preempt none: one thread per processor, no multiprogramming: the conclusion is not evaluated".into());
-        return Verdict {
-            clauses: Vec::new(),
-            conclusion: conclusion.into(),
-            status: Status::Measurement,
-            details,
-        };
-    }
-    let paper = &NAMES[..4];
-    let at = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|p| p.implementation == name && p.x == x)
-            .map(|p| p.value)
-    };
-    let (mut c1, mut c2, mut c3, mut counted) = (0, 0, 0, 0);
-    for &np in procs {
-        let x = f64::from(np);
-        let vals: Vec<(&str, f64)> = paper
-            .iter()
-            .filter_map(|n| at(n, x).map(|v| (*n, v)))
-            .collect();
-        if vals.len() < paper.len() {
-            continue;
-        }
-        counted += 1;
-        let min = vals.iter().map(|v| v.1).fold(f64::MAX, f64::min);
-        let (slow, _) = vals
-            .iter()
-            .copied()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or(("", 0.0));
-        let get = |name: &str| at(name, x).unwrap_or(f64::MAX);
-        if get("Scalable-SC") <= min * AMONG_THE_BEST {
-            c1 += 1;
-        }
-        if get("Central-block") < get("Heuristic-tree") {
-            c2 += 1;
-        }
-        if slow == "Arrival-tree" {
-            c3 += 1;
-        }
-        let mut v = vals.clone();
-        v.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let order: Vec<String> = v.iter().map(|(n, t)| format!("{n} {t:.3} s")).collect();
-        details.push(format!("{np} processors: {}", order.join(" < ")));
-    }
-    let mut status = Status::PartlyEvaluable;
-    if counted > 0 {
-        let most = |c: usize| c * 2 > counted;
-        let word = |c: usize| if most(c) { "holds" } else { "does not hold" };
-        details.push(format!(
-            "(1) Scalable-SC within {AMONG_THE_BEST:.2}x of the best of the four at {c1} of {counted} processor counts: {}",
-            word(c1)
-        ));
-        details.push(format!(
-            "(2) Central-block faster than Heuristic-tree at {c2} of {counted}: {}",
-            word(c2)
-        ));
-        details.push(format!(
-            "(3) Arrival-tree the slowest of the four at {c3} of {counted}: {}",
-            word(c3)
-        ));
-        status = if most(c1) && most(c2) && most(c3) {
-            Status::Holds
-        } else {
-            Status::DoesNotHold
-        };
-    } else {
-        details.push("not evaluated: the four barriers were not all measured at any point".into());
+        notes.push("--preempt none: one thread per processor, no multiprogramming: the conclusion is not evaluated".into());
     }
     if !censored.is_empty() {
-        details.push(format!(
+        notes.push(format!(
             "censored: {} run(s) hit the time cap; their times are extrapolated from the fraction done: {}",
             censored.len(),
             censored.join("; ")
         ));
     }
-    Verdict {
-        clauses: Vec::new(),
+    Verdicts {
         conclusion: conclusion.into(),
-        status,
-        details,
+        clauses: if preempt == Preempt::None {
+            Vec::new()
+        } else {
+            clauses(fig)
+        },
+        notes,
+        ..Verdicts::default()
+    }
+}
+
+/// A barrier application's clauses (the ordering of 001's Figure 7 or 8),
+/// each judged at most processor counts where all four of the paper's
+/// barriers were measured: (1) Scalable-SC within [`AMONG_THE_BEST`] of the
+/// fastest of the four, (2) Central-block faster than Heuristic-tree, (3)
+/// Arrival-tree the slowest of the four.
+pub fn clauses(fig: &'static str) -> Vec<Clause> {
+    let one = |statement: String, paper: String, rule: Rule| {
+        Clause::new(statement, Some(&paper), move |r| at_most_counts(r, rule))
+    };
+    vec![
+        one(
+            format!(
+                "Scalable-SC is the best of the four (within {AMONG_THE_BEST}×) at most processor counts"
+            ),
+            format!("the best performance ({fig}, KSR 1, MP 2)"),
+            |v| {
+                let (best, bv) = v[0];
+                let s = time(v, "Scalable-SC");
+                (
+                    s <= bv * AMONG_THE_BEST,
+                    format!("Scalable-SC / fastest ({best}) {}", sig3(s / bv)),
+                )
+            },
+        ),
+        one(
+            "Central-block is faster than Heuristic-tree at most processor counts".into(),
+            format!("even better than Heuristic-tree: fewer context switches ({fig})"),
+            |v| {
+                let q = time(v, "Central-block") / time(v, "Heuristic-tree");
+                (
+                    q < 1.0,
+                    format!("Central-block / Heuristic-tree {}", sig3(q)),
+                )
+            },
+        ),
+        one(
+            "Arrival-tree is the slowest of the four at most processor counts".into(),
+            format!("performs terribly with multiprogramming ({fig})"),
+            |v| {
+                let order: Vec<String> = v.iter().map(|(n, t)| format!("{n} {t:.3} s")).collect();
+                (v[v.len() - 1].0 == "Arrival-tree", order.join(" < "))
+            },
+        ),
+    ]
+}
+
+/// A clause's rule on the four barriers' times at one count, fastest first:
+/// whether it holds there, and what it found.
+type Rule = fn(&[(&str, f64)]) -> (bool, String);
+
+/// `name`'s time among `v`.
+fn time(v: &[(&str, f64)], name: &str) -> f64 {
+    v.iter().find(|q| q.0 == name).map_or(f64::MAX, |q| q.1)
+}
+
+/// Whether `rule` holds at most processor counts where all four of the
+/// paper's barriers were measured.
+fn at_most_counts(r: &Results<'_>, rule: Rule) -> Judged {
+    let paper = &NAMES[..4];
+    let at = "the processor counts".to_string();
+    let (mut held, mut each) = (0, Vec::new());
+    for &x in &r.design.panels[0].xs {
+        let mut v: Vec<(&str, f64)> = paper
+            .iter()
+            .filter_map(|n| Some((*n, r.value(n, 0, x)?)))
+            .collect();
+        if v.len() < paper.len() {
+            continue;
+        }
+        v.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let (ok, found) = rule(&v);
+        held += usize::from(ok);
+        each.push(format!("{}: {found}", fmt_x(x)));
+    }
+    if each.is_empty() {
+        return Judged {
+            at,
+            ours: "not measured (the four barriers were not all measured at any count)".into(),
+            holds: None,
+        };
+    }
+    Judged {
+        at,
+        ours: format!("at {held} of {}: {}", each.len(), each.join("; ")),
+        holds: Some(held * 2 > each.len()),
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::output::{Point, Status, Verdict};
 
-    fn pt(name: &str, x: f64, v: f64) -> Point {
+    pub(crate) fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
             panel: None,
             implementation: name.into(),
@@ -400,6 +421,18 @@ mod tests {
             value: v,
             normalized: v,
         }
+    }
+
+    /// The verdict of a barrier application on `pts` at `procs`.
+    pub(crate) fn verdict(pts: &[Point], procs: &[u32], preempt: Preempt) -> Verdict {
+        let d = design(procs, &paper_table(), 1);
+        let r = Results {
+            design: &d,
+            points: pts,
+            trials: &[],
+        };
+        let v = verdicts("c", "Fig. 7", preempt, &[]);
+        Verdict::from_clauses("c", v.clauses.iter().map(|c| c.judge(&r)).collect(), vec![])
     }
 
     #[test]
@@ -410,7 +443,7 @@ mod tests {
             pt("Heuristic-tree", 1.0, 2.0),
             pt("Arrival-tree", 1.0, 9.0),
         ];
-        let v = verdict(&p, &[1], Preempt::Emulated, &[]);
+        let v = verdict(&p, &[1], Preempt::Emulated);
         assert_eq!(v.status, Status::Holds, "{v:?}");
         let p2 = vec![
             pt("Scalable-SC", 1.0, 3.0),
@@ -418,17 +451,25 @@ mod tests {
             pt("Heuristic-tree", 1.0, 2.0),
             pt("Arrival-tree", 1.0, 9.0),
         ];
+        let v = verdict(&p2, &[1], Preempt::Os);
+        assert_eq!(v.status, Status::DoesNotHold);
+        assert_eq!(v.clauses[0].holds, Some(false));
         assert_eq!(
-            verdict(&p2, &[1], Preempt::Os, &[]).status,
-            Status::DoesNotHold
-        );
-        assert_eq!(
-            verdict(&p2, &[1], Preempt::None, &[]).status,
+            verdict(&p2, &[1], Preempt::None).status,
             Status::Measurement
         );
         assert_eq!(
-            verdict(&p2[..2], &[1], Preempt::Os, &[]).status,
+            verdict(&p2[..2], &[1], Preempt::Os).status,
             Status::PartlyEvaluable
+        );
+        // Arrival-tree not the slowest.
+        let mut p3 = p.clone();
+        p3[3].value = 1.5;
+        let v = verdict(&p3, &[1], Preempt::Emulated);
+        assert_eq!(v.clauses[2].holds, Some(false), "{v:?}");
+        assert!(
+            v.clauses[2].ours.starts_with("at 0 of 1: 1: Scalable-SC"),
+            "{v:?}"
         );
     }
 }

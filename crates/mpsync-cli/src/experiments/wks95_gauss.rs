@@ -21,20 +21,20 @@
 //! varies them. A run stops at 25× its ideal time (at least 2 s; `--quick`:
 //! 5×, at least 0.5 s) and is reported censored, its time extrapolated from
 //! the fraction of episodes done.
+//! Times are normalized to Central-block at the same processor count.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mpsync::util::busy::BusyWork;
 use mpsync::util::rng::SplitMix64;
 
-use super::barrier_oversub::{BarrierImpl, BenchBarrier, barrier_table};
-use super::wks95_barrier::{MP, NAMES, TableRun, run_barrier_table, verdict_clauses};
+use super::barrier_oversub::BenchBarrier;
+use super::wks95_barrier::{MP, check_procs, paper_table, run_barrier_table, verdicts};
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Verdict};
-use crate::svg::{Series, bar_chart, line_chart};
+use crate::model;
+use crate::output::RunRecord;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "Gaussian elimination at multiprogramming level 2 confirms the \
@@ -164,6 +164,98 @@ pub struct GaussRun {
     pub x: Option<Vec<f64>>,
 }
 
+/// What the threads of one parallel solve share.
+struct Solve<'a> {
+    sys: &'a System,
+    b: &'a dyn BenchBarrier,
+    threads: usize,
+    cap: Duration,
+    /// The pivot rows, NaN until published.
+    pivots: Vec<AtomicU64>,
+    /// Episode after which everyone stops (0: not cut off). Set once, by the
+    /// leader of episode `e` that finds the cap passed, to `e + 2`: it stores
+    /// it before it arrives at episode `e + 1`, so every thread sees it after
+    /// episode `e + 1` and all leave after the same episode `e + 2`.
+    stop_after: AtomicU64,
+    go: std::sync::Barrier,
+    t0: OnceLock<Instant>,
+    x_out: OnceLock<Vec<f64>>,
+}
+
+impl Solve<'_> {
+    fn w(&self) -> usize {
+        self.sys.n + 1
+    }
+
+    // Relaxed stores and loads of the pivot table: each row is written once, by
+    // its owner, before that owner arrives at the barrier ending the step that
+    // finalized it, and read only after that barrier by the others — the
+    // barrier's own release/acquire (or the start barrier `go`) orders them.
+    fn publish(&self, i: usize, row: &[f64]) {
+        let w = self.w();
+        for (slot, v) in self.pivots[i * w..(i + 1) * w].iter().zip(row) {
+            slot.store(v.to_bits(), Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self, i: usize, buf: &mut [f64]) {
+        let w = self.w();
+        for (v, slot) in buf.iter_mut().zip(&self.pivots[i * w..(i + 1) * w]) {
+            *v = f64::from_bits(slot.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Thread `id`'s part: episodes done and when it finished.
+    fn thread<G>(&self, id: usize, setup: &(dyn Fn(usize) -> G + Sync)) -> (u64, Instant) {
+        let (n, w) = (self.sys.n, self.w());
+        let planned = n.saturating_sub(1) as u64;
+        let mut mine: Vec<(usize, Vec<f64>)> = (id..n)
+            .step_by(self.threads)
+            .map(|i| (i, self.sys.row(i).to_vec()))
+            .collect();
+        if id == 0 && n > 0 {
+            self.publish(0, &mine[0].1);
+        }
+        let _kept = setup(id);
+        self.go.wait();
+        let deadline = *self.t0.get_or_init(Instant::now) + self.cap;
+        let mut pivot = vec![0.0; w];
+        let mut done = 0u64;
+        for k in 0..n.saturating_sub(1) {
+            self.read(k, &mut pivot);
+            // Rows are in increasing order: skip those at or above k.
+            for (i, row) in mine.iter_mut().filter(|(i, _)| *i > k) {
+                eliminate(row, &pivot, k);
+                if *i == k + 1 {
+                    self.publish(*i, row);
+                }
+            }
+            let leader = self.b.wait(id);
+            done = k as u64 + 1;
+            if leader && self.stop_after.load(Ordering::SeqCst) == 0 && Instant::now() > deadline {
+                self.stop_after.store(done + 2, Ordering::SeqCst);
+            }
+            let s = self.stop_after.load(Ordering::SeqCst);
+            if s != 0 && done >= s && done < planned {
+                return (done, Instant::now());
+            }
+            if leader && done == planned {
+                let mut buf = vec![0.0; w];
+                let x = back_substitute(n, |i| {
+                    self.read(i, &mut buf);
+                    buf.clone()
+                });
+                let _ = self.x_out.set(x);
+            }
+        }
+        if n == 1 && id == 0 {
+            let r = self.sys.row(0);
+            let _ = self.x_out.set(vec![r[1] / r[0]]);
+        }
+        (done, Instant::now())
+    }
+}
+
 /// Solves `sys` with `threads` threads synchronized by `b` (one episode per
 /// pivot column), at most `cap` long; each thread first calls `setup(id)` and
 /// keeps what it returns (a pinning, an attachment to the pseudo-scheduler).
@@ -184,89 +276,29 @@ pub fn run_gauss_with<G>(
         anyhow::bail!("wks95-gauss: 0 threads: a solve needs at least 1 thread");
     }
     let n = sys.n;
-    let w = n + 1;
     let planned = n.saturating_sub(1) as u64;
-    let pivots: Vec<AtomicU64> = (0..n * w)
-        .map(|_| AtomicU64::new(f64::NAN.to_bits()))
-        .collect();
-    // Relaxed stores and loads of the pivot table: each row is written once, by
-    // its owner, before that owner arrives at the barrier ending the step that
-    // finalized it, and read only after that barrier by the others — the
-    // barrier's own release/acquire (or the start barrier `go`) orders them.
-    let publish = |i: usize, row: &[f64]| {
-        for (slot, v) in pivots[i * w..(i + 1) * w].iter().zip(row) {
-            slot.store(v.to_bits(), Ordering::Relaxed);
-        }
+    let solve = Solve {
+        sys,
+        b,
+        threads,
+        cap,
+        pivots: (0..n * (n + 1))
+            .map(|_| AtomicU64::new(f64::NAN.to_bits()))
+            .collect(),
+        stop_after: AtomicU64::new(0),
+        go: std::sync::Barrier::new(threads),
+        t0: OnceLock::new(),
+        x_out: OnceLock::new(),
     };
-    let read = |i: usize, buf: &mut [f64]| {
-        for (v, slot) in buf.iter_mut().zip(&pivots[i * w..(i + 1) * w]) {
-            *v = f64::from_bits(slot.load(Ordering::Relaxed));
-        }
-    };
-    // Episode after which everyone stops (0: not cut off). Set once, by the
-    // leader of episode `e` that finds the cap passed, to `e + 2`: it stores
-    // it before it arrives at episode `e + 1`, so every thread sees it after
-    // episode `e + 1` and all leave after the same episode `e + 2`.
-    let stop_after = AtomicU64::new(0);
-    let go = std::sync::Barrier::new(threads);
-    let t0 = OnceLock::new();
-    let x_out = OnceLock::new();
     let mut finished = Vec::with_capacity(threads);
     let mut completed = planned;
     std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(threads);
-        for id in 0..threads {
-            let (publish, read, stop_after, go, t0, x_out) =
-                (&publish, &read, &stop_after, &go, &t0, &x_out);
-            handles.push(s.spawn(move || {
-                let mut mine: Vec<(usize, Vec<f64>)> = (id..n)
-                    .step_by(threads)
-                    .map(|i| (i, sys.row(i).to_vec()))
-                    .collect();
-                if id == 0 && n > 0 {
-                    publish(0, &mine[0].1);
-                }
-                let _kept = setup(id);
-                go.wait();
-                let start = *t0.get_or_init(Instant::now);
-                let deadline = start + cap;
-                let mut pivot = vec![0.0; w];
-                let mut done = 0u64;
-                for k in 0..n.saturating_sub(1) {
-                    read(k, &mut pivot);
-                    // Rows are in increasing order: skip those at or above k.
-                    for (i, row) in mine.iter_mut().filter(|(i, _)| *i > k) {
-                        eliminate(row, &pivot, k);
-                        if *i == k + 1 {
-                            publish(*i, row);
-                        }
-                    }
-                    let leader = b.wait(id);
-                    done = k as u64 + 1;
-                    if leader && stop_after.load(Ordering::SeqCst) == 0 && Instant::now() > deadline
-                    {
-                        stop_after.store(done + 2, Ordering::SeqCst);
-                    }
-                    let s = stop_after.load(Ordering::SeqCst);
-                    if s != 0 && done >= s && done < planned {
-                        return (done, Instant::now());
-                    }
-                    if leader && done == planned {
-                        let mut buf = vec![0.0; w];
-                        let x = back_substitute(n, |i| {
-                            read(i, &mut buf);
-                            buf.clone()
-                        });
-                        let _ = x_out.set(x);
-                    }
-                }
-                if n == 1 && id == 0 {
-                    let r = sys.row(0);
-                    let _ = x_out.set(vec![r[1] / r[0]]);
-                }
-                (done, Instant::now())
-            }));
-        }
+        let handles: Vec<_> = (0..threads)
+            .map(|id| {
+                let solve = &solve;
+                s.spawn(move || solve.thread(id, setup))
+            })
+            .collect();
         for h in handles {
             match h.join() {
                 Ok((done, at)) => {
@@ -277,12 +309,13 @@ pub fn run_gauss_with<G>(
             }
         }
     });
-    let start = t0
+    let start = solve
+        .t0
         .get()
         .copied()
         .ok_or_else(|| anyhow::anyhow!("wks95-gauss: no thread started"))?;
     let end = finished.iter().copied().max().unwrap_or(start);
-    let x = x_out.into_inner();
+    let x = solve.x_out.into_inner();
     if completed == planned && x.is_none() {
         anyhow::bail!(
             "wks95-gauss: all {planned} episodes completed but no thread led the last one (the barrier elected no leader)"
@@ -326,41 +359,33 @@ pub fn order_for(scale: f64, quick: bool) -> usize {
     ((BASE_N * work.max(0.0).cbrt()).round() as usize).max(MIN_N)
 }
 
-/// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let cpus = mpsync::sched::native::available_cpus()?;
-    let procs: Vec<u32> = p.procs.clone().unwrap_or_else(|| vec![p.cores]);
-    if let Some(bad) = procs.iter().find(|&&n| n == 0 || n as usize > cpus.len()) {
+/// The sequential reference: its answer and time, or why it is unusable.
+fn reference(sys: &System, order: usize) -> anyhow::Result<(Vec<f64>, f64)> {
+    let t = Instant::now();
+    let x = solve_sequential(sys);
+    let seq_s = t.elapsed().as_secs_f64();
+    let res = sys.residual(&x);
+    if res.is_nan() || res > RESIDUAL_BOUND {
         anyhow::bail!(
-            "--procs {bad}: must be between 1 and the {} available processors (e.g. --procs 1,2)",
-            cpus.len()
+            "wks95-gauss: the sequential solve of order {order} has residual {res:e} (bound {RESIDUAL_BOUND:e}); the reference is unusable"
         );
     }
+    Ok((x, seq_s))
+}
+
+/// Runs the experiment.
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let procs: Vec<u32> = p.procs.clone().unwrap_or_else(|| vec![p.cores]);
+    check_procs(&procs)?;
     let quantum = p.quantum(50.0);
     let order = order_for(p.scale, p.quick);
     let per_proc = if preempt == Preempt::None { 1 } else { MP };
-    let table: Vec<BarrierImpl> = barrier_table()
-        .into_iter()
-        .filter(|i| NAMES.contains(&i.name))
-        .collect();
+    let table = paper_table();
     let sys = System::random(order, p.seed);
-    let t = Instant::now();
-    let reference = solve_sequential(&sys);
-    let seq_s = t.elapsed().as_secs_f64();
-    let seq_residual = sys.residual(&reference);
-    if seq_residual.is_nan() || seq_residual > RESIDUAL_BOUND {
-        anyhow::bail!(
-            "wks95-gauss: the sequential solve of order {order} has residual {seq_residual:e} (bound {RESIDUAL_BOUND:e}); the reference is unusable"
-        );
-    }
+    let (reference, seq_s) = reference(&sys, order)?;
     let started = Instant::now();
     let mut worst = (0.0_f64, 0.0_f64);
-    let TableRun {
-        trials,
-        sched,
-        censored,
-        points,
-    } = run_barrier_table(
+    let tr = run_barrier_table(
         exp,
         p,
         preempt,
@@ -381,94 +406,35 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             Ok((r.episodes as f64 / r.planned.max(1) as f64, r.elapsed))
         },
     )?;
-    let checked = trials.iter().filter(|t| t.censored_at.is_none()).count();
-    let mut verdict = verdict(&points, &procs, preempt, &censored);
-    verdict.details.push(format!(
+    let checked = tr.trials.iter().filter(|t| t.censored_at.is_none()).count();
+    let mut v = verdicts(CONCLUSION, "Fig. 8", preempt, &tr.censored);
+    v.notes.push(format!(
         "answers: all {checked} completed runs matched the sequential solve of the {order}x{order} system (worst max |x - x_seq| / max(1, |x_seq|) = {:.1e}, worst relative residual {:.1e}; bounds {AGREEMENT_BOUND:.0e} and {RESIDUAL_BOUND:.0e}; sequential solve {:.1} ms)",
         worst.0,
         worst.1,
         seq_s * 1e3
     ));
-    let title = format!(
-        "{} {order}x{order} (--preempt {}, {})",
-        exp.id,
-        preempt.name(),
-        verdict.status.label()
-    );
-    let ylabel = "time normalized to Central-block at the first point (lower is better)";
-    let svg = if procs.len() == 1 {
-        // The paper's Figure 8: one bar per barrier.
-        let bars: Vec<(String, f64)> = points
-            .iter()
-            .map(|q| (q.implementation.clone(), q.normalized))
-            .collect();
-        bar_chart(&title, ylabel, &bars)
-    } else {
-        let series: Vec<Series> = table
-            .iter()
-            .map(|i| Series {
-                label: i.name.into(),
-                points: points
-                    .iter()
-                    .filter(|q| q.implementation == i.name)
-                    .map(|q| (q.x, q.normalized))
-                    .collect(),
-            })
-            .collect();
-        line_chart(&title, "processors", ylabel, &series)
-    };
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: preempt.name().into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "processors": procs,
-            "threads_per_processor": per_proc,
-            "order": order,
-            "episodes": order.saturating_sub(1),
-            "quantum_ms": quantum.as_secs_f64() * 1e3,
-            "repartition_every_s": if preempt == Preempt::Emulated { Some(1.0) } else { None },
-            "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
-            "sequential_solve_s": seq_s,
-        }),
-        busy_iters_per_us: BusyWork::global().iters_per_us(),
-        unit: "seconds per solve (lower is better)".into(),
-        x_label: "processors".into(),
-        baseline: "Central-block at the first processor count".into(),
-        trials,
-        points,
-        extra: serde_json::json!({ "scheduler": sched }),
-        verdict,
-    };
+    let params = serde_json::json!({
+        "processors": procs,
+        "threads_per_processor": per_proc,
+        "order": order,
+        "episodes": order.saturating_sub(1),
+        "quantum_ms": quantum.as_secs_f64() * 1e3,
+        "repartition_every_s": if preempt == Preempt::Emulated { Some(1.0) } else { None },
+        "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
+        "sequential_solve_s": seq_s,
+    });
+    // One processor count (the paper's Figure 8) is drawn as bars.
+    let (mut rec, svg) = model::finish(exp, p, preempt, &tr.design, tr.trials, v, params, started);
+    rec.unit = "seconds per solve (lower is better)".into();
+    rec.extra = serde_json::json!({ "scheduler": tr.sched });
     Ok((rec, svg))
-}
-
-/// Judges 001's Figure 8 with the barrier program's clauses
-/// ([`verdict_clauses`]).
-pub fn verdict(points: &[Point], procs: &[u32], preempt: Preempt, censored: &[String]) -> Verdict {
-    verdict_clauses(CONCLUSION, points, procs, preempt, censored)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::output::Status;
-
-    fn pt(name: &str, x: f64, v: f64) -> Point {
-        Point {
-            panel: None,
-            implementation: name.into(),
-            x,
-            value: v,
-            normalized: v,
-        }
-    }
 
     #[test]
     fn sequential_solve_has_a_small_residual() {
@@ -488,7 +454,7 @@ mod tests {
     }
 
     fn central(n: usize) -> Box<dyn BenchBarrier> {
-        let t = barrier_table();
+        let t = crate::experiments::barrier_oversub::barrier_table();
         let c = t.iter().find(|i| i.name == "Central-block").expect("row");
         (c.make)(n)
     }
@@ -561,30 +527,33 @@ mod tests {
 
     #[test]
     fn verdict_is_clause_by_clause() {
+        use crate::experiments::wks95_barrier::tests::{pt, verdict};
         let good = vec![
             pt("Scalable-SC", 2.0, 1.0),
             pt("Central-block", 2.0, 1.2),
             pt("Heuristic-tree", 2.0, 2.0),
             pt("Arrival-tree", 2.0, 9.0),
         ];
-        let v = verdict(&good, &[2], Preempt::Emulated, &[]);
+        let v = verdict(&good, &[2], Preempt::Emulated);
         assert_eq!(v.status, Status::Holds, "{v:?}");
         let mut bad = good.clone();
         bad[2].value = 1.1; // Heuristic-tree beats Central-block: clause (2) fails
-        let v = verdict(&bad, &[2], Preempt::Os, &[]);
+        let v = verdict(&bad, &[2], Preempt::Os);
         assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
-        assert!(
-            v.details
-                .iter()
-                .any(|d| d.starts_with("(2)") && d.ends_with("does not hold"))
-        );
+        assert_eq!(v.clauses[1].holds, Some(false));
         assert_eq!(
-            verdict(&good, &[2], Preempt::None, &[]).status,
+            verdict(&good, &[2], Preempt::None).status,
             Status::Measurement
         );
         assert_eq!(
-            verdict(&good[..3], &[2], Preempt::Os, &[]).status,
+            verdict(&good[..3], &[2], Preempt::Os).status,
             Status::PartlyEvaluable
+        );
+        assert!(
+            verdicts(CONCLUSION, "Fig. 8", Preempt::Os, &[]).clauses[0]
+                .paper
+                .as_deref()
+                .is_some_and(|p| p.contains("Fig. 8"))
         );
     }
 }

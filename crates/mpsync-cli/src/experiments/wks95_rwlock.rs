@@ -7,7 +7,7 @@
 //! 80% reads, 5000 iterations per worker (× `--scale`; `--quick` a tenth of its
 //! scale), quantum 50 ms, one worker per processor and the multiprogramming
 //! level made of other applications (emulated) or competitor processes (os).
-//! Varies the MP level. A run stops at 25× its ideal time (at least 2 s;
+//! Varies the MP level; times normalized to RW-TAS-B at the same level. A run stops at 25× its ideal time (at least 2 s;
 //! `--quick`: 5×, at least 0.5 s) and is reported censored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,12 +18,12 @@ use mpsync::util::clock::now_ns;
 use mpsync::util::rng::SplitMix64;
 
 use super::rwlock_oversub::{BenchRw, rw_table};
-use super::wks94::{CAP_FACTOR, CAP_MIN_S};
+use super::wks94::{CAP_FACTOR, CAP_MIN_S, PointEnvs, censored_mark, unmeasured};
 use super::{Experiment, Params};
-use crate::env::{PointEnv, Preempt, summarize};
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
-use crate::stats::trimmed_mean;
-use crate::svg::line_chart;
+use crate::env::{PointEnv, Preempt};
+use crate::model::{self, Better, Clause, Design, Imp, Judged, Verdicts, fmt_x};
+use crate::output::{RunRecord, Trial};
+use crate::svg::sig3;
 
 /// The paper's conclusion, as a statement.
 pub const CONCLUSION: &str = "the scheduler-conscious queued reader-writer lock (RW-Smart-Q) is more \
@@ -104,13 +104,66 @@ fn runner(name: &str) -> Option<Runner> {
     })
 }
 
-/// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+/// The sizes of one run.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    procs: u32,
+    iters: u64,
+    cs: u64,
+    ncs: u64,
+    cap: Duration,
+}
+
+fn sizes(p: &Params) -> Sizes {
     let procs = p
         .procs
         .as_ref()
         .and_then(|v| v.first().copied())
         .unwrap_or(p.cores);
+    let quick = if p.quick { 0.1 } else { 1.0 };
+    let iters = ((BASE_ITERS * p.scale * quick).round() as u64).max(10);
+    let busy = BusyWork::global();
+    let ideal_s = iters as f64 * (CS_US + NCS_PER_PROC_US * f64::from(procs)) * 1e-6;
+    Sizes {
+        procs,
+        iters,
+        cs: busy.iters_for_ns((CS_US * 1e3) as u64),
+        ncs: busy.iters_for_ns((NCS_PER_PROC_US * f64::from(procs) * 1e3) as u64),
+        cap: if p.quick {
+            Duration::from_secs_f64((5.0 * ideal_s).max(0.5))
+        } else {
+            Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(CAP_MIN_S))
+        },
+    }
+}
+
+/// The paper's locks (ours) and the peers, of kind "rwlock"; the BRAVO forms
+/// are rwlock-oversub's.
+fn design(mps: Vec<f64>, trials: u32) -> Design {
+    let imps = rw_table()
+        .iter()
+        .filter(|i| i.biased_from.is_none())
+        .map(|i| {
+            if i.peer {
+                Imp::peer(i.name, "rwlock")
+            } else {
+                Imp::ours(i.name, "rwlock")
+            }
+        })
+        .collect();
+    Design::single(
+        "multiprogramming level",
+        "seconds",
+        Better::Lower,
+        mps,
+        imps,
+        trials,
+    )
+    .baseline("RW-TAS-B")
+}
+
+/// Runs the experiment.
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let mps = p.mp.clone().unwrap_or_else(|| {
         if p.quick {
             vec![1.0, 2.0, 3.0]
@@ -119,223 +172,166 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         }
     });
     let quantum = p.quantum(50.0);
-    let quick = if p.quick { 0.1 } else { 1.0 };
-    let iters = ((BASE_ITERS * p.scale * quick).round() as u64).max(10);
-    let busy = BusyWork::global();
-    let (cs, ncs) = (
-        busy.iters_for_ns((CS_US * 1e3) as u64),
-        busy.iters_for_ns((NCS_PER_PROC_US * f64::from(procs) * 1e3) as u64),
-    );
-    let ideal_s = iters as f64 * (CS_US + NCS_PER_PROC_US * f64::from(procs)) * 1e-6;
-    let cap = if p.quick {
-        Duration::from_secs_f64((5.0 * ideal_s).max(0.5))
-    } else {
-        Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(CAP_MIN_S))
-    };
-    // The paper's locks and the peers; the BRAVO forms are rwlock-oversub's.
-    let names: Vec<&'static str> = rw_table()
-        .iter()
-        .filter(|i| i.biased_from.is_none())
-        .map(|i| i.name)
-        .collect();
-    let pb = crate::progress((mps.len() * p.trials as usize * names.len()) as u64, exp.id);
-    let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut sched = Vec::new();
+    let sz = sizes(p);
+    let d = design(mps.clone(), p.trials);
+    let mut envs = PointEnvs::new(preempt, quantum, p.seed);
     let mut censored = Vec::new();
-    for (pi, &mp) in mps.iter().enumerate() {
-        let env = PointEnv::start(preempt, procs, mp, quantum, p.seed.wrapping_add(pi as u64))?;
-        for t in 0..p.trials {
-            for k in 0..names.len() {
-                let name = names[(k + t as usize) % names.len()];
-                let run = runner(name).ok_or_else(|| anyhow::anyhow!("no runner for {name}"))?;
-                let (o, frac) = run(&env, iters, cs, ncs, p.seed ^ u64::from(t), cap)?;
-                if frac < 1.0 {
-                    censored.push(format!(
-                        "{name} at MP {mp} (trial {t}: {:.0}% done)",
-                        100.0 * frac
-                    ));
-                }
-                trials.push(Trial {
-                    implementation: name.into(),
-                    x: mp,
-                    trial: t,
-                    value: o.wall.as_secs_f64() / frac.max(1e-9),
-                    preemptions: o.preemptions,
-                    warnings: o.warnings,
-                    mp: Some(mp),
-                    procs: Some(procs),
-                    finish_spread: Some(o.finish_spread),
-                    censored_at: (frac < 1.0).then_some(frac),
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
+    let started = Instant::now();
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let name = c.imp.name.as_str();
+        let run = runner(name).ok_or_else(|| anyhow::anyhow!("no runner for {name}"))?;
+        let index = mps.iter().position(|&m| m == c.x).unwrap_or(0);
+        let env = envs.at(c, index, sz.procs, c.x)?;
+        let (o, frac) = run(
+            env,
+            sz.iters,
+            sz.cs,
+            sz.ncs,
+            p.seed ^ u64::from(c.trial),
+            sz.cap,
+        )?;
+        if frac < 1.0 {
+            censored.push(format!(
+                "{name} at MP {} (trial {}: {:.0}% done)",
+                fmt_x(c.x),
+                c.trial,
+                100.0 * frac
+            ));
         }
-        if let Some(s) = env.finish() {
-            sched.push(serde_json::json!({"mp": mp, "scheduler": summarize(&s)}));
-        }
+        Ok(Some(Trial {
+            value: o.wall.as_secs_f64() / frac.max(1e-9),
+            preemptions: o.preemptions,
+            warnings: o.warnings,
+            mp: Some(c.x),
+            procs: Some(sz.procs),
+            finish_spread: Some(o.finish_spread),
+            censored_at: (frac < 1.0).then_some(frac),
+            ..Trial::default()
+        }))
+    })?;
+    envs.close();
+    let mut notes = Vec::new();
+    if preempt == Preempt::None {
+        notes
+            .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
     }
-    pb.finish_and_clear();
-    let mean_of = |name: &str, x: f64| {
-        let v: Vec<f64> = trials
-            .iter()
-            .filter(|t| t.implementation == name && t.x == x)
-            .map(|t| t.value)
-            .collect();
-        trimmed_mean(&v)
-    };
-    let base = mps
-        .first()
-        .and_then(|&m| mean_of("RW-TAS-B", m))
-        .filter(|b| *b > 0.0)
-        .unwrap_or(1.0);
-    let mut points = Vec::new();
-    for &mp in &mps {
-        for n in &names {
-            if let Some(v) = mean_of(n, mp) {
-                points.push(Point {
-                    panel: None,
-                    implementation: (*n).into(),
-                    x: mp,
-                    value: v,
-                    normalized: v / base,
-                });
-            }
-        }
-    }
-    let mut verdict = verdict(&points, &mps, preempt);
     if !censored.is_empty() {
-        verdict.details.push(format!(
+        notes.push(format!(
             "censored: {} run(s) hit the time cap ({:.1} s); their times are extrapolated from the fraction done: {}",
             censored.len(),
-            cap.as_secs_f64(),
+            sz.cap.as_secs_f64(),
             censored.join("; ")
         ));
     }
-    let series = Point::series(&names, &points, |q| q.normalized);
-    let svg = line_chart(
-        &format!(
-            "{} (--preempt {}, {})",
-            exp.id,
-            preempt.name(),
-            verdict.status.label()
-        ),
-        "multiprogramming level",
-        "time normalized to RW-TAS-B at the first point (lower is better)",
-        &series,
-    );
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: preempt.name().into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p, "processors": procs, "mp": mps, "iterations_per_worker": iters,
-            "critical_section_us": CS_US, "non_critical_us": NCS_PER_PROC_US * f64::from(procs),
-            "read_fraction": READS, "quantum_ms": quantum.as_secs_f64() * 1e3, "cap_s": cap.as_secs_f64(),
-            "implementations": names,
-        }),
-        busy_iters_per_us: busy.iters_per_us(),
-        unit: "seconds (lower is better)".into(),
-        x_label: "multiprogramming level".into(),
-        baseline: "RW-TAS-B at the first MP level".into(),
-        trials,
-        points,
-        extra: serde_json::json!({ "scheduler": sched }),
-        verdict,
+    let v = Verdicts {
+        conclusion: CONCLUSION.into(),
+        clauses: verdict_clauses(&mps, preempt),
+        notes,
+        ..Verdicts::default()
     };
+    let params = serde_json::json!({
+        "processors": sz.procs, "mp": mps, "iterations_per_worker": sz.iters,
+        "critical_section_us": CS_US, "non_critical_us": NCS_PER_PROC_US * f64::from(sz.procs),
+        "read_fraction": READS, "quantum_ms": quantum.as_secs_f64() * 1e3, "cap_s": sz.cap.as_secs_f64(),
+        "implementations": d.imps.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
+    });
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = serde_json::json!({ "scheduler": envs.sched });
     Ok((rec, svg))
 }
 
-/// 001's conclusion: RW-Queued / RW-Smart-Q ≥ 10 at the most multiprogrammed
-/// level, and RW-Smart-Q faster than RW-TAS-B-np at most multiprogrammed levels.
-pub fn verdict(points: &[Point], mps: &[f64], preempt: Preempt) -> Verdict {
-    let mut details = Vec::new();
+/// The clauses of a run: none without multiprogramming (the verdict is
+/// then a measurement).
+pub fn verdict_clauses(mps: &[f64], preempt: Preempt) -> Vec<Clause> {
     if preempt == Preempt::None {
-        details
-            .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
-        return Verdict {
-            clauses: Vec::new(),
-            conclusion: CONCLUSION.into(),
-            status: Status::Measurement,
-            details,
-        };
-    }
-    let at = |name: &str, x: f64| {
-        points
-            .iter()
-            .find(|p| p.implementation == name && p.x == x)
-            .map(|p| p.value)
-    };
-    let multi: Vec<f64> = mps.iter().copied().filter(|m| *m > 1.0).collect();
-    let Some(&top) = multi.iter().max_by(|a, b| a.total_cmp(b)) else {
-        details.push("no multiprogrammed point measured: use MP levels above 1".into());
-        return Verdict {
-            clauses: Vec::new(),
-            conclusion: CONCLUSION.into(),
-            status: Status::DoesNotHold,
-            details,
-        };
-    };
-    let mut holds = true;
-    let mut missing = false;
-    match (at("RW-Queued", top), at("RW-Smart-Q", top)) {
-        (Some(q), Some(s)) => {
-            let r = q / s;
-            holds &= r >= 10.0;
-            details.push(format!(
-                "MP {top}: RW-Queued / RW-Smart-Q = {r:.2} ({} the 10x of the paper)",
-                if r >= 10.0 {
-                    "reaches"
-                } else {
-                    "falls short of"
-                }
-            ));
-        }
-        _ => {
-            missing = true;
-            details.push("not evaluated: RW-Queued and RW-Smart-Q were not both measured".into());
-        }
-    }
-    let (mut better, mut counted) = (0, 0);
-    for &m in &multi {
-        if let (Some(s), Some(t)) = (at("RW-Smart-Q", m), at("RW-TAS-B-np", m)) {
-            counted += 1;
-            if s < t {
-                better += 1;
-            }
-            details.push(format!("MP {m}: RW-Smart-Q / RW-TAS-B-np = {:.2}", s / t));
-        }
-    }
-    if counted > 0 {
-        let ok = better * 2 > counted;
-        holds &= ok;
-        details.push(format!("RW-Smart-Q faster than RW-TAS-B-np at {better} of {counted} multiprogrammed levels ({})", if ok { "most" } else { "not most" }));
+        Vec::new()
     } else {
-        missing = true;
+        clauses(mps)
     }
-    Verdict {
-        clauses: Vec::new(),
-        conclusion: CONCLUSION.into(),
-        status: if !holds {
-            Status::DoesNotHold
-        } else if missing {
-            Status::PartlyEvaluable
-        } else {
-            Status::Holds
+}
+
+/// 001's clauses: RW-Queued / RW-Smart-Q ≥ 10 at the most multiprogrammed
+/// level, and RW-Smart-Q faster than RW-TAS-B-np at most multiprogrammed
+/// levels. Without a level above 1 neither holds.
+pub fn clauses(mps: &[f64]) -> Vec<Clause> {
+    let multi: Vec<f64> = mps.iter().copied().filter(|m| *m > 1.0).collect();
+    let none = || "no multiprogrammed point measured: use MP levels above 1".to_string();
+    let top_multi = !multi.is_empty() && mps.last().is_some_and(|&m| m > 1.0);
+    let order = Clause::new(
+        "RW-Queued / RW-Smart-Q ≥ 10",
+        Some("more than an order of magnitude (Figs. 5–6, 63-processor KSR 1)"),
+        move |r| {
+            let x = r.last_x(0);
+            let at = r.at(0, x);
+            if !top_multi {
+                return Judged {
+                    at,
+                    ours: none(),
+                    holds: Some(false),
+                };
+            }
+            match (r.value("RW-Queued", 0, x), r.value("RW-Smart-Q", 0, x)) {
+                (Some(q), Some(s)) => Judged {
+                    at,
+                    ours: format!(
+                        "RW-Queued / RW-Smart-Q = {}{}",
+                        sig3(q / s),
+                        censored_mark(r, &["RW-Queued", "RW-Smart-Q"], x)
+                    ),
+                    holds: Some(q / s >= 10.0),
+                },
+                _ => unmeasured(at, "RW-Queued and RW-Smart-Q were not both measured"),
+            }
         },
-        details,
-    }
+    );
+    let better = Clause::new(
+        "RW-Smart-Q is faster than RW-TAS-B-np at most levels",
+        Some("significantly better than the scheduler-conscious centralized lock (Fig. 5)"),
+        move |r| {
+            let at = "the multiprogrammed levels".to_string();
+            if multi.is_empty() {
+                return Judged {
+                    at,
+                    ours: none(),
+                    holds: Some(false),
+                };
+            }
+            let got: Vec<(f64, f64)> = multi
+                .iter()
+                .filter_map(|&m| {
+                    Some((
+                        m,
+                        r.value("RW-Smart-Q", 0, m)? / r.value("RW-TAS-B-np", 0, m)?,
+                    ))
+                })
+                .collect();
+            if got.is_empty() {
+                return unmeasured(at, "RW-Smart-Q and RW-TAS-B-np were not both measured");
+            }
+            let faster = got.iter().filter(|(_, q)| *q < 1.0).count();
+            let each: Vec<String> = got
+                .iter()
+                .map(|(m, q)| format!("{} {}", fmt_x(*m), sig3(*q)))
+                .collect();
+            Judged {
+                at,
+                ours: format!(
+                    "RW-Smart-Q / RW-TAS-B-np: {}; faster at {faster} of {}",
+                    each.join(", "),
+                    got.len()
+                ),
+                holds: Some(faster * 2 > got.len()),
+            }
+        },
+    );
+    vec![order, better]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Results;
+    use crate::output::{Point, Status, Verdict};
 
     fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {
@@ -347,38 +343,50 @@ mod tests {
         }
     }
 
+    fn verdict(pts: &[Point], mps: &[f64]) -> Verdict {
+        let d = design(mps.to_vec(), 1);
+        let r = Results {
+            design: &d,
+            points: pts,
+            trials: &[],
+        };
+        let c = clauses(mps);
+        Verdict::from_clauses("c", c.iter().map(|c| c.judge(&r)).collect(), vec![])
+    }
+
     #[test]
-    fn clauses() {
+    fn clauses_hold_fail_or_cannot_be_judged() {
         let good = vec![
             pt("RW-Queued", 2.0, 50.0),
             pt("RW-Smart-Q", 2.0, 2.0),
             pt("RW-TAS-B-np", 2.0, 3.0),
         ];
-        assert_eq!(
-            verdict(&good, &[1.0, 2.0], Preempt::Emulated).status,
-            Status::Holds
-        );
+        assert_eq!(verdict(&good, &[1.0, 2.0]).status, Status::Holds);
         let short = vec![
             pt("RW-Queued", 2.0, 5.0),
             pt("RW-Smart-Q", 2.0, 2.0),
             pt("RW-TAS-B-np", 2.0, 3.0),
         ];
+        let v = verdict(&short, &[1.0, 2.0]);
+        assert_eq!(v.status, Status::DoesNotHold);
+        assert_eq!(v.clauses[0].ours, "RW-Queued / RW-Smart-Q = 2.50");
+        let slower = vec![
+            pt("RW-Queued", 2.0, 50.0),
+            pt("RW-Smart-Q", 2.0, 4.0),
+            pt("RW-TAS-B-np", 2.0, 3.0),
+        ];
+        let v = verdict(&slower, &[1.0, 2.0]);
         assert_eq!(
-            verdict(&short, &[1.0, 2.0], Preempt::Os).status,
-            Status::DoesNotHold
+            (v.clauses[0].holds, v.clauses[1].holds),
+            (Some(true), Some(false))
         );
         assert_eq!(
-            verdict(&good[1..], &[1.0, 2.0], Preempt::Os).status,
+            verdict(&good[1..], &[1.0, 2.0]).status,
             Status::PartlyEvaluable
         );
-        assert_eq!(
-            verdict(&good, &[1.0], Preempt::Os).status,
-            Status::DoesNotHold
-        );
-        assert_eq!(
-            verdict(&good, &[2.0], Preempt::None).status,
-            Status::Measurement
-        );
+        assert_eq!(verdict(&good, &[1.0]).status, Status::DoesNotHold);
+        assert!(verdict_clauses(&[2.0], Preempt::None).is_empty());
+        assert_eq!(verdict_clauses(&[2.0], Preempt::Os).len(), 2);
         assert!(runner("RW-Smart-Q").is_some() && runner("nope").is_none());
     }
 }
