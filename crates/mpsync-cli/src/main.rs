@@ -59,7 +59,8 @@ enum Cmd {
     },
     /// Print what this machine's `sched` can use: where "is that thread
     /// preempted?" is answered from (the kernel through eBPF, or heartbeats and
-    /// why), the rseq time-slice extension, the cgroup CPU quota, cores and
+    /// why), whether the kernel has the rseq time-slice extension (detected
+    /// only: mpsync does not request it yet), the cgroup CPU quota, cores and
     /// affinity. The same is recorded in every run.json (`machine.sched`).
     /// Set MPSYNC_EBPF=off to see (and run with) the heartbeat fallback.
     Env {
@@ -101,14 +102,17 @@ struct Common {
     /// Processor counts, comma-separated, each between 1 and the available processors.
     #[arg(long, allow_hyphen_values = true)]
     procs: Option<String>,
-    /// Thread counts for lock-oversub and ds-oversub, comma-separated, each
-    /// 1..=1024; may exceed the processors (that is the point). Defaults:
-    /// lock-oversub 1..8 (--quick: 1,2,4,8); ds-oversub 1,2,4 and 3 and 4 per
-    /// core (--quick: 1,2 and 3 per core). lc98-stress: writer processes
-    /// (1,3,7); lc98-apps: processes per run, 2..=16 (2 per core).
+    /// Thread counts, comma-separated, each 1..=1024; may exceed the
+    /// processors (that is the point): the *-oversub experiments and the hart
+    /// experiments that vary threads (hart-queues-threads,
+    /// hart-readonly-threads, hart-hash-threads, hart-severity). Defaults:
+    /// lock-oversub 1,2,4,8; ds-oversub 1,2,4 and 3 and 4 per core (--quick:
+    /// 1,2 and 3 per core). lc98-stress: writer processes (1,3,7); lc98-apps:
+    /// processes per run, 2..=16 (2 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,
-    /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub):
+    /// Node allocator of the lock-free structures (hart-*, ms97-queue,
+    /// ms97-stack, map-oversub, ds-oversub):
     /// magazines (Hart's per-thread freelists of 100 nodes over a locked global
     /// pool, the default) or system (the Rust global allocator).
     #[arg(long, value_enum)]
@@ -128,7 +132,9 @@ struct Common {
     /// Results directory.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Smoke preset: 3 trials, --scale 0.3, MP levels 1,2,3 (explicit flags win).
+    /// Smoke preset: 3 trials, --scale 0.3, and the MP-level experiments
+    /// (wks94-mplevel, wks95-mutex, wks95-rwlock, ms97-*) at MP levels 1,2
+    /// only; each experiment also shortens its own runs (explicit flags win).
     #[arg(long)]
     quick: bool,
 }

@@ -95,6 +95,48 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
     }
 }
 
+/// `--quick` runs the MP-level experiments at MP 1 and 2, as its help says
+/// (wks95-rwlock ran 1, 2, 3).
+#[test]
+fn quick_runs_the_mp_level_experiments_at_mp_1_and_2() {
+    let (out, o) = tiny_run(
+        "wks95-rwlock",
+        "rwlock-quick",
+        &["--quick", "--preempt", "none", "--scale", "0.01"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "wks95-rwlock@none");
+    assert_eq!(j["params"]["mp"], serde_json::json!([1.0, 2.0]));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// hart-memory's verdict says the growth rule and the numbers it was judged on.
+#[test]
+fn tiny_hart_memory_states_its_rule() {
+    // hart-memory takes no --trials (one run per scheme), so not `tiny_run`.
+    let out = tmpdir("hart-memory");
+    let o = mpsync(&[
+        "run",
+        "hart-memory",
+        "--scale",
+        "0.05",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "hart-memory@none");
+    let details = j["verdict"]["details"].to_string();
+    for w in [
+        "QSBR: ",
+        "EBR: ",
+        "least-squares line rises by",
+        "rule: still growing = ",
+    ] {
+        assert!(details.contains(w), "{w:?} missing from {details}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 fn check_run(out: &Path, dir: &str) -> serde_json::Value {
     let d = out.join(dir);
     for f in ["data.csv", "run.json", "figure.svg"] {
@@ -122,7 +164,20 @@ fn check_run(out: &Path, dir: &str) -> serde_json::Value {
     for k in ["cpu_model", "kernel", "rustc", "git_rev", "cores"] {
         assert!(json["machine"].get(k).is_some(), "machine lacks {k}");
     }
-    assert!(out.join("report.html").is_file());
+    // The rseq time-slice extension in words, not Rust debug text.
+    let se = json["machine"]["slice_extension"].as_str().unwrap();
+    assert!(
+        se.starts_with("not available: ") || se.starts_with("available ("),
+        "{se}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(&format!(
+            "rseq slice extension: {}",
+            se.split(':').next().unwrap()
+        )),
+        "{se}"
+    );
     json
 }
 
