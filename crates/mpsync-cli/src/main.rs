@@ -26,7 +26,11 @@ use experiments::{Experiment, PAPERS, Params, catalog};
 /// Every run writes `OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}`
 /// and regenerates `OUT/report.html`.
 #[derive(Debug, Parser)]
-#[command(name = "mpsync", version, about, long_about = None, after_help = "Start with: mpsync repro all --quick\n\nlc98-logp and lc98-stress add iceoryx2 publish-subscribe as a peer in a binary built with\n`--features iceoryx2` (see `mpsync run --help`).")]
+#[command(
+    name = "mpsync",
+    version,
+    after_help = "Start with: mpsync repro all --quick\n\nlc98-logp and lc98-stress add iceoryx2 publish-subscribe as a peer in a binary built with\n`--features iceoryx2` (see `mpsync run --help`)."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -285,8 +289,15 @@ fn find(id: &str) -> anyhow::Result<Experiment> {
 fn main_inner(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::List => {
-            for e in catalog() {
-                println!("{:<16} {:<7} {}", e.id, e.paper, e.title);
+            let cat = catalog();
+            let id_w = cat.iter().map(|e| e.id.chars().count()).max().unwrap_or(0);
+            let paper_w = cat
+                .iter()
+                .map(|e| e.paper.chars().count())
+                .max()
+                .unwrap_or(0);
+            for e in &cat {
+                println!("{:<id_w$}  {:<paper_w$}  {}", e.id, e.paper, e.title);
             }
             Ok(())
         }
@@ -341,6 +352,23 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Report { out } => {
+            if !out.is_dir() {
+                bail!(
+                    "report --out {}: no such folder (give the --out of an earlier run; the default is results)",
+                    out.display()
+                );
+            }
+            let has_runs = std::fs::read_dir(&out)
+                .with_context(|| format!("cannot read {}", out.display()))?
+                .flatten()
+                .any(|e| e.path().join("run.json").is_file());
+            if !has_runs {
+                bail!(
+                    "report --out {}: no results in it (no <experiment>@<preempt>/run.json; run e.g. 'mpsync repro all --quick --out {}' first)",
+                    out.display(),
+                    out.display()
+                );
+            }
             println!("report: {}", report::write_report(&out)?.display());
             Ok(())
         }
@@ -350,29 +378,11 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            // One clear line, not a page of usage.
-            let msg = e.to_string();
-            let first = msg
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            eprintln!("{} (see 'mpsync --help')", first.trim_end());
-            return ExitCode::from(2);
-        }
-    };
+    // clap's own handling: a parse error in full (what was wrong, the possible
+    // values or a "did you mean", the usage line) on stderr with exit code 2,
+    // the help for a missing subcommand likewise, `--help` and `--version` on
+    // stdout with 0.
+    let cli = Cli::parse();
     match main_inner(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,5 +1,6 @@
-//! The `mpsync` binary end to end: listing, one-line errors, and real (tiny) runs
-//! that write CSV, JSON, SVG, a verdict and the report.
+//! The `mpsync` binary end to end: listing, parse errors as clap words them,
+//! one-line errors of our own, and real (tiny) runs that write CSV, JSON, SVG,
+//! a verdict and the report.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -77,10 +78,6 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
             "--quantum-ms 0",
         ),
         (vec!["repro", "nope"], "unknown paper 'nope'"),
-        (
-            vec!["run", "wks94-mplevel", "--bogus"],
-            "unexpected argument '--bogus'",
-        ),
     ];
     for (args, want) in cases {
         let o = mpsync(&args);
@@ -93,6 +90,111 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
         );
         assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
     }
+}
+
+/// A parse error is clap's whole message — what was wrong, the possible values
+/// or a "similar argument" tip, the usage line — with clap's exit code 2.
+#[test]
+fn parse_errors_are_shown_whole() {
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["run"],
+            vec![
+                "the following required arguments were not provided",
+                "<ID>",
+                "Usage: mpsync run",
+            ],
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--preempt", "bogus"],
+            vec![
+                "invalid value 'bogus' for '--preempt <PREEMPT>'",
+                "[possible values: none, emulated, os]",
+            ],
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--thread", "2"],
+            vec![
+                "unexpected argument '--thread' found",
+                "tip: a similar argument exists: '--threads'",
+                "Usage: mpsync run",
+            ],
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--bogus"],
+            vec!["unexpected argument '--bogus'", "Usage: mpsync run"],
+        ),
+    ];
+    for (args, want) in cases {
+        let o = mpsync(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        for w in want {
+            assert!(e.contains(w), "{args:?}: {w:?} missing from:\n{e}");
+        }
+    }
+}
+
+/// `mpsync` alone prints the help (to stderr, as a usage error) and fails.
+#[test]
+fn no_arguments_prints_the_help_and_fails() {
+    let o = mpsync(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    for w in ["Usage: mpsync <COMMAND>", "Commands:", "repro", "report"] {
+        assert!(e.contains(w), "{w:?} missing from:\n{e}");
+    }
+}
+
+/// The columns of `list` line up, however long an id is.
+#[test]
+fn list_columns_are_aligned() {
+    let o = mpsync(&["list"]);
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    // Where the second column (the paper) starts, in characters.
+    let starts: Vec<(usize, &str)> = s
+        .lines()
+        .map(|l| {
+            let id = l.split_whitespace().next().unwrap();
+            let rest = &l[id.len()..];
+            let pad = rest.len() - rest.trim_start().len();
+            (id.chars().count() + pad, l)
+        })
+        .collect();
+    assert!(starts.len() > 30, "{s}");
+    for (at, l) in &starts {
+        assert_eq!(*at, starts[0].0, "misaligned: {l}");
+    }
+    let third = |l: &str| {
+        let mut it = l.split_whitespace();
+        let (id, paper) = (it.next().unwrap(), it.next().unwrap());
+        let after = &l[l.find(id).unwrap() + id.len()..];
+        let after = &after[after.find(paper).unwrap() + paper.len()..];
+        l.chars().count() - after.trim_start().chars().count()
+    };
+    for (_, l) in &starts {
+        assert_eq!(third(l), third(starts[0].1), "title misaligned: {l}");
+    }
+}
+
+/// `report` of a folder that does not exist, or holds no results, is one
+/// clear line and a failing exit, and writes nothing.
+#[test]
+fn report_needs_a_folder_of_results() {
+    let out = tmpdir("report-missing");
+    let o = mpsync(&["report", "--out", out.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("no such folder"), "{e}");
+    assert!(!out.exists(), "report created {}", out.display());
+    std::fs::create_dir_all(&out).unwrap();
+    let o = mpsync(&["report", "--out", out.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("no results in it"), "{e}");
+    assert!(!out.join("report.html").exists());
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// `--quick` runs the MP-level experiments at MP 1 and 2, as its help says
