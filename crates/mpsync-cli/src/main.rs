@@ -1,6 +1,7 @@
 //! `mpsync` — runs the experiments of the papers behind mpsync on this machine,
 //! beside the crates people use today, and reports whether each conclusion holds.
 
+mod cli_checks;
 mod env;
 mod envinfo;
 mod experiments;
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 
+use cli_checks::Flag;
 use env::Preempt;
 use experiments::{Experiment, PAPERS, Params, catalog};
 
@@ -42,6 +44,10 @@ enum Cmd {
     List,
     /// Run one experiment by id (see `mpsync list`).
     ///
+    /// A flag the experiment does not read is refused (e.g. `--mp` for
+    /// lock-latency, which has no MP levels); where it reads only the first
+    /// value of a list (`--procs` of wks95-rwlock) a warning says so.
+    ///
     /// lc98-logp and lc98-stress measure iceoryx2 publish-subscribe as a
     /// peer only in a binary built with the cargo feature `iceoryx2` (not in
     /// the default build: ~13 min to compile on 2 cores):
@@ -55,6 +61,10 @@ enum Cmd {
     },
     /// Run every implemented experiment of a paper: wks94 (003), wks95 (001),
     /// ms97 (000), hart (002), lc98 (004), or `all` (also mpsync's own).
+    ///
+    /// A flag is refused only if none of these experiments reads it; when
+    /// some do, one line names them and the others run without it (e.g.
+    /// `repro all --mp 1,2`: the experiments without MP levels ignore `--mp`).
     Repro {
         /// Paper key or number, or `all`.
         paper: String,
@@ -79,7 +89,8 @@ enum Cmd {
     },
     /// Regenerate OUT/report.html from every result under OUT.
     Report {
-        /// Results directory.
+        /// Results directory: the `--out` of earlier runs (it must exist and
+        /// hold results).
         #[arg(long, default_value = "results")]
         out: PathBuf,
     },
@@ -130,9 +141,10 @@ struct Common {
     /// Multiplies every operation count (0.01 is a smoke run that still exercises everything).
     #[arg(long, allow_negative_numbers = true)]
     scale: Option<f64>,
-    /// Seed of schedules and workload jitter: the same seed replays the same schedule.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed of schedules and workload jitter: the same seed replays the same
+    /// schedule [default: 1].
+    #[arg(long)]
+    seed: Option<u64>,
     /// Results directory.
     #[arg(long, default_value = "results")]
     out: PathBuf,
@@ -154,6 +166,22 @@ fn parse_list<T: std::str::FromStr>(flag: &str, s: &str, example: &str) -> anyho
 }
 
 impl Common {
+    /// The flags given on the command line (not filled in by a default or `--quick`).
+    fn given(&self) -> Vec<Flag> {
+        let given = [
+            (Flag::Preempt, self.preempt.is_some()),
+            (Flag::Mp, self.mp.is_some()),
+            (Flag::Procs, self.procs.is_some()),
+            (Flag::Threads, self.threads.is_some()),
+            (Flag::Alloc, self.alloc.is_some()),
+            (Flag::QuantumMs, self.quantum_ms.is_some()),
+            (Flag::Trials, self.trials.is_some()),
+            (Flag::Scale, self.scale.is_some()),
+            (Flag::Seed, self.seed.is_some()),
+        ];
+        given.iter().filter(|g| g.1).map(|g| g.0).collect()
+    }
+
     fn resolve(&self) -> anyhow::Result<Params> {
         let cores = mpsync::sched::native::available_cpus().map_or(1, |c| c.len()) as u32;
         let mp = match &self.mp {
@@ -221,7 +249,7 @@ impl Common {
             quantum_ms: self.quantum_ms,
             trials,
             scale,
-            seed: self.seed,
+            seed: self.seed.unwrap_or(1),
             out: self.out.clone(),
             quick: self.quick,
             cores,
@@ -304,6 +332,11 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
         Cmd::Run { id, common } => {
             let exp = find(&id)?;
             let params = common.resolve()?;
+            for w in
+                cli_checks::check_run(&exp, &common.given(), &params).map_err(|e| anyhow!(e))?
+            {
+                eprintln!("{w}");
+            }
             let preempt = if exp.uses_preempt {
                 params.preempt.unwrap_or(exp.default_preempt)
             } else {
@@ -336,6 +369,11 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
                     "no experiment of paper '{paper}' is implemented yet (implemented: {})",
                     implemented.join(", ")
                 );
+            }
+            for n in cli_checks::check_repro(&paper, &exps, &common.given(), &params)
+                .map_err(|e| anyhow!(e))?
+            {
+                eprintln!("{n}");
             }
             for exp in &exps {
                 // Lock experiments run under both kinds of preemption unless one is given.

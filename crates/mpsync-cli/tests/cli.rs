@@ -1,6 +1,6 @@
 //! The `mpsync` binary end to end: listing, parse errors as clap words them,
-//! one-line errors of our own, and real (tiny) runs that write CSV, JSON, SVG,
-//! a verdict and the report.
+//! one-line errors of our own, flags an experiment ignores refused, and real
+//! (tiny) runs that write CSV, JSON, SVG, a verdict and the report.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -194,6 +194,103 @@ fn report_needs_a_folder_of_results() {
     let e = stderr(&o);
     assert!(!o.status.success() && e.contains("no results in it"), "{e}");
     assert!(!out.join("report.html").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A flag the experiment does not read is refused in one line that says what
+/// does apply; nothing runs.
+#[test]
+fn flags_an_experiment_ignores_are_refused() {
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "lock-latency", "--mp", "2"],
+            "error: lock-latency has no MP levels: --mp does not apply (it uses --trials, --scale and --seed)",
+        ),
+        (
+            vec!["run", "lock-oversub", "--preempt", "os", "--seed", "3"],
+            "error: lock-oversub chooses its own preemption and has no seeded randomness: --preempt and --seed do not apply (it uses --threads, --trials and --scale)",
+        ),
+        (
+            vec!["run", "ms97-counter", "--alloc", "system"],
+            "error: ms97-counter has no node allocator to choose: --alloc does not apply",
+        ),
+        (
+            vec!["run", "hart-memory", "--trials", "3"],
+            "error: hart-memory has no trials to repeat: --trials does not apply (it uses --alloc, --scale and --seed)",
+        ),
+        (
+            vec!["repro", "lc98", "--mp", "2"],
+            "error: repro lc98: every experiment it runs has no MP levels: --mp does not apply",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = tmpdir("refused");
+        let mut all = args.clone();
+        all.extend(["--out", out.to_str().unwrap()]);
+        let o = mpsync(&all);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert_eq!(
+            e.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line:\n{e}"
+        );
+        assert!(
+            e.starts_with(want),
+            "{args:?}: {e:?} does not start with {want:?}"
+        );
+        assert!(!out.exists(), "{args:?} ran");
+    }
+}
+
+/// `repro` runs a flag that only some of its experiments read, and says once
+/// which; a list flag of which an experiment reads the first value is a warning.
+#[test]
+fn repro_says_once_which_experiments_a_flag_applies_to() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = tmpdir("repro-wks95");
+    let procs = if cores >= 2 { "1,2" } else { "1" };
+    let o = mpsync(&[
+        "repro",
+        "wks95",
+        "--quick",
+        "--preempt",
+        "none",
+        "--mp",
+        "1,2",
+        "--procs",
+        procs,
+        "--scale",
+        "0.002",
+        "--trials",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    let notes: Vec<&str> = e.lines().filter(|l| l.starts_with("note: --mp")).collect();
+    assert_eq!(
+        notes,
+        ["note: --mp applies to wks95-mutex and wks95-rwlock; the other 2 experiments ignore it"],
+        "{e}"
+    );
+    if cores >= 2 {
+        assert!(
+            e.contains(
+                "warning: wks95-rwlock runs at one processor count: --procs 1 (the first), not 2"
+            ),
+            "{e}"
+        );
+    }
+    for d in [
+        "wks95-mutex@none",
+        "wks95-rwlock@none",
+        "wks95-barrier@none",
+        "wks95-gauss@none",
+    ] {
+        check_run(&out, d);
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 
