@@ -8,6 +8,7 @@ mod experiments;
 mod osmp;
 mod output;
 mod peers;
+mod previous;
 mod report;
 mod stats;
 mod svg;
@@ -21,12 +22,14 @@ use clap::{Args, Parser, Subcommand};
 use cli_checks::Flag;
 use env::Preempt;
 use experiments::{Experiment, PAPERS, Params, catalog};
+use previous::Previous;
 
 /// Synchronization for multiprogrammed machines: reproduce the papers'
 /// experiments on this machine and see which 1990s conclusions still hold.
 ///
 /// Every run writes `OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}`
-/// and regenerates `OUT/report.html`.
+/// and regenerates `OUT/report.html`. A re-run keeps the earlier results: it
+/// moves them to `OUT/previous/<UTC time>/` first.
 #[derive(Debug, Parser)]
 #[command(
     name = "mpsync",
@@ -145,7 +148,9 @@ struct Common {
     /// schedule [default: 1].
     #[arg(long)]
     seed: Option<u64>,
-    /// Results directory.
+    /// Results directory. A run writes OUT/<experiment>@<preempt>/; results
+    /// already there (an earlier run of the same experiment) are moved to
+    /// OUT/previous/<UTC time>/ first, not overwritten.
     #[arg(long, default_value = "results")]
     out: PathBuf,
     /// Smoke preset: 3 trials, --scale 0.3, and the MP-level experiments
@@ -277,7 +282,12 @@ pub(crate) fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Result<()> {
+fn run_one(
+    exp: &Experiment,
+    params: &Params,
+    preempt: Preempt,
+    previous: &mut Previous,
+) -> anyhow::Result<()> {
     static ANSWERS: std::sync::Once = std::sync::Once::new();
     ANSWERS.call_once(|| {
         eprintln!(
@@ -292,6 +302,7 @@ fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Resul
     let (rec, svg) =
         (exp.run)(exp, params, preempt).with_context(|| format!("{} failed", exp.id))?;
     let dir = output::run_dir(&params.out, exp.id, preempt.name());
+    previous.make_room(&dir)?;
     output::write_run(&dir, &rec, &svg)?;
     println!(
         "{} [{}] verdict: {} — {}",
@@ -342,7 +353,12 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
             } else {
                 exp.default_preempt
             };
-            run_one(&exp, &params, preempt)?;
+            run_one(
+                &exp,
+                &params,
+                preempt,
+                &mut Previous::new(&params.out, unix_now()),
+            )?;
             println!("report: {}", report::write_report(&params.out)?.display());
             Ok(())
         }
@@ -375,6 +391,7 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
             {
                 eprintln!("{n}");
             }
+            let mut previous = Previous::new(&params.out, unix_now());
             for exp in &exps {
                 // Lock experiments run under both kinds of preemption unless one is given.
                 let modes = match (exp.uses_preempt, params.preempt) {
@@ -383,7 +400,7 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
                     (false, _) => vec![exp.default_preempt],
                 };
                 for m in modes {
-                    run_one(exp, &params, m)?;
+                    run_one(exp, &params, m, &mut previous)?;
                 }
             }
             println!("report: {}", report::write_report(&params.out)?.display());

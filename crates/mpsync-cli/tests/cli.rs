@@ -1,6 +1,7 @@
 //! The `mpsync` binary end to end: listing, parse errors as clap words them,
 //! one-line errors of our own, flags an experiment ignores refused, and real
-//! (tiny) runs that write CSV, JSON, SVG, a verdict and the report.
+//! (tiny) runs that write CSV, JSON, SVG, a verdict and the report, and keep
+//! the results of an earlier run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -306,6 +307,48 @@ fn quick_runs_the_mp_level_experiments_at_mp_1_and_2() {
     assert!(o.status.success(), "{}", stderr(&o));
     let j = check_run(&out, "wks95-rwlock@none");
     assert_eq!(j["params"]["mp"], serde_json::json!([1.0, 2.0]));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Running an experiment again keeps the earlier results (moved to
+/// OUT/previous/<time>/, said in one line) and the report shows the new run once.
+#[test]
+fn a_rerun_keeps_the_earlier_results() {
+    let out = tmpdir("rerun");
+    let run = || {
+        mpsync(&[
+            "run",
+            "lock-latency",
+            "--trials",
+            "1",
+            "--scale",
+            "0.01",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(!stderr(&first).contains("previous"), "{}", stderr(&first));
+    let first_json = std::fs::read_to_string(out.join("lock-latency@none/run.json")).unwrap();
+    let second = run();
+    let e = stderr(&second);
+    assert!(second.status.success(), "{e}");
+    let notes: Vec<&str> = e.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 1, "{e}");
+    assert!(
+        notes[0].contains("already held results") && notes[0].contains("previous"),
+        "{e}"
+    );
+    let kept: Vec<PathBuf> = std::fs::read_dir(out.join("previous"))
+        .expect("no OUT/previous")
+        .map(|d| d.unwrap().path().join("lock-latency@none/run.json"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read_to_string(&kept[0]).unwrap(), first_json);
+    check_run(&out, "lock-latency@none");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(html.matches("id=\"lock-latency-none\"").count(), 1);
     let _ = std::fs::remove_dir_all(&out);
 }
 
