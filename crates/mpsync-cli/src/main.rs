@@ -13,6 +13,7 @@ mod report;
 mod stats;
 mod svg;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -335,8 +336,19 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
                 .map(|e| e.paper.chars().count())
                 .max()
                 .unwrap_or(0);
+            let mut stdout = std::io::stdout().lock();
             for e in &cat {
-                println!("{:<id_w$}  {:<paper_w$}  {}", e.id, e.paper, e.title);
+                let line = writeln!(
+                    stdout,
+                    "{:<id_w$}  {:<paper_w$}  {}",
+                    e.id, e.paper, e.title
+                );
+                match line {
+                    Ok(()) => {}
+                    // `mpsync list | head`: the reader has all it wanted.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                    Err(e) => return Err(e).context("cannot write the list"),
+                }
             }
             Ok(())
         }

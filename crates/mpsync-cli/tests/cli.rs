@@ -147,6 +147,21 @@ fn no_arguments_prints_the_help_and_fails() {
     }
 }
 
+/// `mpsync list | head`: a reader that has gone is no error (it panicked with
+/// "failed printing to stdout: Broken pipe").
+#[test]
+fn list_into_a_closed_pipe_is_quiet() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_mpsync"))
+        .arg("list")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
 /// The columns of `list` line up, however long an id is.
 #[test]
 fn list_columns_are_aligned() {
