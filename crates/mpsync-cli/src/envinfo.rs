@@ -1,6 +1,7 @@
 //! `mpsync env`: what this machine's `sched` can use — where "is that thread
-//! preempted?" is answered from (the eBPF program, or heartbeats and why), the
-//! rseq time-slice extension, the cgroup CPU quota, cores and affinity — and,
+//! preempted?" is answered from (the eBPF program, or heartbeats and why),
+//! whether the kernel has the rseq time-slice extension (detected only: mpsync
+//! does not request it yet), the cgroup CPU quota, cores and affinity — and,
 //! with `--measure`, what the answer costs and how fast a preemption is seen.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +10,17 @@ use std::time::{Duration, Instant};
 use mpsync::sched::{self, ContextBlock, ThreadState, native};
 use mpsync::util::clock::now_ns;
 use serde::{Deserialize, Serialize};
+
+/// The rseq time-slice extension's availability as a person reads it (the
+/// machine line of `mpsync env`, run.json and the report).
+pub fn slice_extension_text(s: &native::SliceExtension) -> String {
+    match s {
+        native::SliceExtension::Available => {
+            "available (detected only: mpsync does not request it yet)".into()
+        }
+        native::SliceExtension::Unavailable(why) => format!("not available: {why}"),
+    }
+}
 
 /// What `sched` can use on this machine (also recorded in every run.json).
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -53,10 +65,7 @@ impl SchedEnv {
                 native::EbpfOrigin::None => "none",
             }
             .into(),
-            slice_extension: match native::slice_extension() {
-                native::SliceExtension::Available => "available".into(),
-                native::SliceExtension::Unavailable(w) => format!("unavailable: {w}"),
-            },
+            slice_extension: slice_extension_text(native::slice_extension()),
             cpu_quota: native::cgroup_cpu_quota(),
             affinity: native::available_cpus().unwrap_or_default(),
             kernel: native::kernel_release(),

@@ -2,6 +2,7 @@
 //! beside the crates people use today, and reports whether each conclusion holds.
 
 mod advise;
+mod cli_checks;
 mod env;
 mod envinfo;
 mod experiments;
@@ -9,26 +10,35 @@ mod model;
 mod osmp;
 mod output;
 mod peers;
+mod previous;
 mod report;
 mod stats;
 mod svg;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 
+use cli_checks::Flag;
 use env::Preempt;
 use experiments::{Experiment, PAPERS, Params, catalog};
+use previous::Previous;
 
 /// Synchronization for multiprogrammed machines: reproduce the papers'
 /// experiments on this machine and see which 1990s conclusions still hold.
 ///
 /// Every run writes `OUT/<experiment>@<preempt>/{data.csv, run.json, figure.svg}`
-/// and regenerates `OUT/report.html`.
+/// and regenerates `OUT/report.html`. A re-run keeps the earlier results: it
+/// moves them to `OUT/previous/<UTC time>/` first.
 #[derive(Debug, Parser)]
-#[command(name = "mpsync", version, about, long_about = None, after_help = "Start with: mpsync repro all --quick\n\nlc98-logp and lc98-stress add iceoryx2 publish-subscribe as a peer in a binary built with\n`--features iceoryx2` (see `mpsync run --help`).")]
+#[command(
+    name = "mpsync",
+    version,
+    after_help = "Start with: mpsync repro all --quick\n\nlc98-logp and lc98-stress add iceoryx2 publish-subscribe as a peer in a binary built with\n`--features iceoryx2` (see `mpsync run --help`)."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,6 +49,10 @@ enum Cmd {
     /// List the implemented experiments (id, paper, what it measures).
     List,
     /// Run one experiment by id (see `mpsync list`).
+    ///
+    /// A flag the experiment does not read is refused (e.g. `--mp` for
+    /// lock-latency, which has no MP levels); where it reads only the first
+    /// value of a list (`--procs` of wks95-rwlock) a warning says so.
     ///
     /// lc98-logp and lc98-stress measure iceoryx2 publish-subscribe as a
     /// peer only in a binary built with the cargo feature `iceoryx2` (not in
@@ -53,6 +67,10 @@ enum Cmd {
     },
     /// Run every implemented experiment of a paper: wks94 (003), wks95 (001),
     /// ms97 (000), hart (002), lc98 (004), or `all` (also mpsync's own).
+    ///
+    /// A flag is refused only if none of these experiments reads it; when
+    /// some do, one line names them and the others run without it (e.g.
+    /// `repro all --mp 1,2`: the experiments without MP levels ignore `--mp`).
     Repro {
         /// Paper key or number, or `all`.
         paper: String,
@@ -61,7 +79,8 @@ enum Cmd {
     },
     /// Print what this machine's `sched` can use: where "is that thread
     /// preempted?" is answered from (the kernel through eBPF, or heartbeats and
-    /// why), the rseq time-slice extension, the cgroup CPU quota, cores and
+    /// why), whether the kernel has the rseq time-slice extension (detected
+    /// only: mpsync does not request it yet), the cgroup CPU quota, cores and
     /// affinity. The same is recorded in every run.json (`machine.sched`).
     /// Set MPSYNC_EBPF=off to see (and run with) the heartbeat fallback.
     Env {
@@ -88,7 +107,8 @@ enum Cmd {
     },
     /// Regenerate OUT/report.html from every result under OUT.
     Report {
-        /// Results directory.
+        /// Results directory: the `--out` of earlier runs (it must exist and
+        /// hold results).
         #[arg(long, default_value = "results")]
         out: PathBuf,
     },
@@ -115,14 +135,17 @@ struct Common {
     /// Processor counts, comma-separated, each between 1 and the available processors.
     #[arg(long, allow_hyphen_values = true)]
     procs: Option<String>,
-    /// Thread counts for lock-oversub and ds-oversub, comma-separated, each
-    /// 1..=1024; may exceed the processors (that is the point). Defaults:
-    /// lock-oversub 1..8 (--quick: 1,2,4,8); ds-oversub 1,2,4 and 3 and 4 per
-    /// core (--quick: 1,2 and 3 per core). lc98-stress: writer processes
-    /// (1,3,7); lc98-apps: processes per run, 2..=16 (2 per core).
+    /// Thread counts, comma-separated, each 1..=1024; may exceed the
+    /// processors (that is the point): the *-oversub experiments and the hart
+    /// experiments that vary threads (hart-queues-threads,
+    /// hart-readonly-threads, hart-hash-threads, hart-severity). Defaults:
+    /// lock-oversub 1,2,4,8; ds-oversub 1,2,4 and 3 and 4 per core (--quick:
+    /// 1,2 and 3 per core). lc98-stress: writer processes (1,3,7); lc98-apps:
+    /// processes per run, 2..=16 (2 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,
-    /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub):
+    /// Node allocator of the lock-free structures (hart-*, ms97-queue,
+    /// ms97-stack, map-oversub, ds-oversub):
     /// magazines (Hart's per-thread freelists of 100 nodes over a locked global
     /// pool, the default) or system (the Rust global allocator).
     #[arg(long, value_enum)]
@@ -136,13 +159,18 @@ struct Common {
     /// Multiplies every operation count (0.01 is a smoke run that still exercises everything).
     #[arg(long, allow_negative_numbers = true)]
     scale: Option<f64>,
-    /// Seed of schedules and workload jitter: the same seed replays the same schedule.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Results directory.
+    /// Seed of schedules and workload jitter: the same seed replays the same
+    /// schedule [default: 1].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Results directory. A run writes OUT/<experiment>@<preempt>/; results
+    /// already there (an earlier run of the same experiment) are moved to
+    /// OUT/previous/<UTC time>/ first, not overwritten.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Smoke preset: 3 trials, --scale 0.3, MP levels 1,2,3 (explicit flags win).
+    /// Smoke preset: 3 trials, --scale 0.3, and the MP-level experiments
+    /// (wks94-mplevel, wks95-mutex, wks95-rwlock, ms97-*) at MP levels 1,2
+    /// only; each experiment also shortens its own runs (explicit flags win).
     #[arg(long)]
     quick: bool,
 }
@@ -158,6 +186,22 @@ fn parse_list<T: std::str::FromStr>(flag: &str, s: &str, example: &str) -> anyho
 }
 
 impl Common {
+    /// The flags given on the command line (not filled in by a default or `--quick`).
+    fn given(&self) -> Vec<Flag> {
+        let given = [
+            (Flag::Preempt, self.preempt.is_some()),
+            (Flag::Mp, self.mp.is_some()),
+            (Flag::Procs, self.procs.is_some()),
+            (Flag::Threads, self.threads.is_some()),
+            (Flag::Alloc, self.alloc.is_some()),
+            (Flag::QuantumMs, self.quantum_ms.is_some()),
+            (Flag::Trials, self.trials.is_some()),
+            (Flag::Scale, self.scale.is_some()),
+            (Flag::Seed, self.seed.is_some()),
+        ];
+        given.iter().filter(|g| g.1).map(|g| g.0).collect()
+    }
+
     fn resolve(&self) -> anyhow::Result<Params> {
         let cores = mpsync::sched::native::available_cpus().map_or(1, |c| c.len()) as u32;
         let mp = match &self.mp {
@@ -225,7 +269,7 @@ impl Common {
             quantum_ms: self.quantum_ms,
             trials,
             scale,
-            seed: self.seed,
+            seed: self.seed.unwrap_or(1),
             out: self.out.clone(),
             quick: self.quick,
             cores,
@@ -253,7 +297,12 @@ pub(crate) fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Result<()> {
+fn run_one(
+    exp: &Experiment,
+    params: &Params,
+    preempt: Preempt,
+    previous: &mut Previous,
+) -> anyhow::Result<()> {
     static ANSWERS: std::sync::Once = std::sync::Once::new();
     ANSWERS.call_once(|| {
         eprintln!(
@@ -268,6 +317,7 @@ fn run_one(exp: &Experiment, params: &Params, preempt: Preempt) -> anyhow::Resul
     let (rec, svg) =
         (exp.run)(exp, params, preempt).with_context(|| format!("{} failed", exp.id))?;
     let dir = output::run_dir(&params.out, exp.id, preempt.name());
+    previous.make_room(&dir)?;
     output::write_run(&dir, &rec, &svg)?;
     let summary = rec.verdict.summary();
     println!(
@@ -299,20 +349,48 @@ fn find(id: &str) -> anyhow::Result<Experiment> {
 fn main_inner(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::List => {
-            for e in catalog() {
-                println!("{:<16} {:<7} {}", e.id, e.paper, e.title);
+            let cat = catalog();
+            let id_w = cat.iter().map(|e| e.id.chars().count()).max().unwrap_or(0);
+            let paper_w = cat
+                .iter()
+                .map(|e| e.paper.chars().count())
+                .max()
+                .unwrap_or(0);
+            let mut stdout = std::io::stdout().lock();
+            for e in &cat {
+                let line = writeln!(
+                    stdout,
+                    "{:<id_w$}  {:<paper_w$}  {}",
+                    e.id, e.paper, e.title
+                );
+                match line {
+                    Ok(()) => {}
+                    // `mpsync list | head`: the reader has all it wanted.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                    Err(e) => return Err(e).context("cannot write the list"),
+                }
             }
             Ok(())
         }
         Cmd::Run { id, common } => {
             let exp = find(&id)?;
             let params = common.resolve()?;
+            for w in
+                cli_checks::check_run(&exp, &common.given(), &params).map_err(|e| anyhow!(e))?
+            {
+                eprintln!("{w}");
+            }
             let preempt = if exp.uses_preempt {
                 params.preempt.unwrap_or(exp.default_preempt)
             } else {
                 exp.default_preempt
             };
-            run_one(&exp, &params, preempt)?;
+            run_one(
+                &exp,
+                &params,
+                preempt,
+                &mut Previous::new(&params.out, unix_now()),
+            )?;
             println!("report: {}", report::write_report(&params.out)?.display());
             Ok(())
         }
@@ -340,6 +418,12 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
                     implemented.join(", ")
                 );
             }
+            for n in cli_checks::check_repro(&paper, &exps, &common.given(), &params)
+                .map_err(|e| anyhow!(e))?
+            {
+                eprintln!("{n}");
+            }
+            let mut previous = Previous::new(&params.out, unix_now());
             for exp in &exps {
                 // Lock experiments run under both kinds of preemption unless one is given.
                 let modes = match (exp.uses_preempt, params.preempt) {
@@ -348,7 +432,7 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
                     (false, _) => vec![exp.default_preempt],
                 };
                 for m in modes {
-                    run_one(exp, &params, m)?;
+                    run_one(exp, &params, m, &mut previous)?;
                 }
             }
             let runs = output::read_runs(&params.out)?;
@@ -358,6 +442,23 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Advise { out } => advise::main(&out),
         Cmd::Report { out } => {
+            if !out.is_dir() {
+                bail!(
+                    "report --out {}: no such folder (give the --out of an earlier run; the default is results)",
+                    out.display()
+                );
+            }
+            let has_runs = std::fs::read_dir(&out)
+                .with_context(|| format!("cannot read {}", out.display()))?
+                .flatten()
+                .any(|e| e.path().join("run.json").is_file());
+            if !has_runs {
+                bail!(
+                    "report --out {}: no results in it (no <experiment>@<preempt>/run.json; run e.g. 'mpsync repro all --quick --out {}' first)",
+                    out.display(),
+                    out.display()
+                );
+            }
             println!("report: {}", report::write_report(&out)?.display());
             Ok(())
         }
@@ -367,29 +468,11 @@ fn main_inner(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            // One clear line, not a page of usage.
-            let msg = e.to_string();
-            let first = msg
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments");
-            eprintln!("{} (see 'mpsync --help')", first.trim_end());
-            return ExitCode::from(2);
-        }
-    };
+    // clap's own handling: a parse error in full (what was wrong, the possible
+    // values or a "did you mean", the usage line) on stderr with exit code 2,
+    // the help for a missing subcommand likewise, `--help` and `--version` on
+    // stdout with 0.
+    let cli = Cli::parse();
     match main_inner(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -27,7 +27,7 @@ pub struct Machine {
     pub mpsync_version: String,
     /// cgroup CPU quota in processors, if any.
     pub cpu_quota: Option<f64>,
-    /// rseq time-slice extension availability.
+    /// rseq time-slice extension availability, as a person reads it.
     pub slice_extension: String,
     /// What `sched` used: preemption answers (eBPF or heartbeats and why),
     /// affinity, ... (`mpsync env`). Absent in runs recorded before it existed.
@@ -57,7 +57,9 @@ impl Machine {
             git_rev: env!("MPSYNC_GIT_REV").into(),
             mpsync_version: env!("CARGO_PKG_VERSION").into(),
             cpu_quota: mpsync::sched::native::cgroup_cpu_quota(),
-            slice_extension: format!("{:?}", mpsync::sched::native::slice_extension()),
+            slice_extension: crate::envinfo::slice_extension_text(
+                mpsync::sched::native::slice_extension(),
+            ),
             sched: crate::envinfo::SchedEnv::detect(),
         }
     }
@@ -255,7 +257,6 @@ pub struct Point {
     /// `value` divided by the baseline's.
     pub normalized: f64,
 }
-
 
 /// Everything `run.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]

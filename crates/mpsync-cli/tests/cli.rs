@@ -1,5 +1,7 @@
-//! The `mpsync` binary end to end: listing, one-line errors, and real (tiny) runs
-//! that write CSV, JSON, SVG, a verdict and the report.
+//! The `mpsync` binary end to end: listing, parse errors as clap words them,
+//! one-line errors of our own, flags an experiment ignores refused, and real
+//! (tiny) runs that write CSV, JSON, SVG, a verdict and the report, and keep
+//! the results of an earlier run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -77,10 +79,6 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
             "--quantum-ms 0",
         ),
         (vec!["repro", "nope"], "unknown paper 'nope'"),
-        (
-            vec!["run", "wks94-mplevel", "--bogus"],
-            "unexpected argument '--bogus'",
-        ),
     ];
     for (args, want) in cases {
         let o = mpsync(&args);
@@ -93,6 +91,307 @@ fn bad_input_gets_one_clear_line_and_a_failing_exit() {
         );
         assert!(e.contains(want), "{args:?}: {e:?} lacks {want:?}");
     }
+}
+
+/// A parse error is clap's whole message — what was wrong, the possible values
+/// or a "similar argument" tip, the usage line — with clap's exit code 2.
+#[test]
+fn parse_errors_are_shown_whole() {
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["run"],
+            vec![
+                "the following required arguments were not provided",
+                "<ID>",
+                "Usage: mpsync run",
+            ],
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--preempt", "bogus"],
+            vec![
+                "invalid value 'bogus' for '--preempt <PREEMPT>'",
+                "[possible values: none, emulated, os]",
+            ],
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--thread", "2"],
+            vec![
+                "unexpected argument '--thread' found",
+                "tip: a similar argument exists: '--threads'",
+                "Usage: mpsync run",
+            ],
+        ),
+        (
+            vec!["run", "wks94-mplevel", "--bogus"],
+            vec!["unexpected argument '--bogus'", "Usage: mpsync run"],
+        ),
+    ];
+    for (args, want) in cases {
+        let o = mpsync(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        for w in want {
+            assert!(e.contains(w), "{args:?}: {w:?} missing from:\n{e}");
+        }
+    }
+}
+
+/// `mpsync` alone prints the help (to stderr, as a usage error) and fails.
+#[test]
+fn no_arguments_prints_the_help_and_fails() {
+    let o = mpsync(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    for w in ["Usage: mpsync <COMMAND>", "Commands:", "repro", "report"] {
+        assert!(e.contains(w), "{w:?} missing from:\n{e}");
+    }
+}
+
+/// `mpsync list | head`: a reader that has gone is no error (it panicked with
+/// "failed printing to stdout: Broken pipe").
+#[test]
+fn list_into_a_closed_pipe_is_quiet() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_mpsync"))
+        .arg("list")
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
+/// The columns of `list` line up, however long an id is.
+#[test]
+fn list_columns_are_aligned() {
+    let o = mpsync(&["list"]);
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    // Where the second column (the paper) starts, in characters.
+    let starts: Vec<(usize, &str)> = s
+        .lines()
+        .map(|l| {
+            let id = l.split_whitespace().next().unwrap();
+            let rest = &l[id.len()..];
+            let pad = rest.len() - rest.trim_start().len();
+            (id.chars().count() + pad, l)
+        })
+        .collect();
+    assert!(starts.len() > 30, "{s}");
+    for (at, l) in &starts {
+        assert_eq!(*at, starts[0].0, "misaligned: {l}");
+    }
+    let third = |l: &str| {
+        let mut it = l.split_whitespace();
+        let (id, paper) = (it.next().unwrap(), it.next().unwrap());
+        let after = &l[l.find(id).unwrap() + id.len()..];
+        let after = &after[after.find(paper).unwrap() + paper.len()..];
+        l.chars().count() - after.trim_start().chars().count()
+    };
+    for (_, l) in &starts {
+        assert_eq!(third(l), third(starts[0].1), "title misaligned: {l}");
+    }
+}
+
+/// `report` of a folder that does not exist, or holds no results, is one
+/// clear line and a failing exit, and writes nothing.
+#[test]
+fn report_needs_a_folder_of_results() {
+    let out = tmpdir("report-missing");
+    let o = mpsync(&["report", "--out", out.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("no such folder"), "{e}");
+    assert!(!out.exists(), "report created {}", out.display());
+    std::fs::create_dir_all(&out).unwrap();
+    let o = mpsync(&["report", "--out", out.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("no results in it"), "{e}");
+    assert!(!out.join("report.html").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A flag the experiment does not read is refused in one line that says what
+/// does apply; nothing runs.
+#[test]
+fn flags_an_experiment_ignores_are_refused() {
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "lock-latency", "--mp", "2"],
+            "error: lock-latency has no MP levels: --mp does not apply (it uses --trials, --scale and --seed)",
+        ),
+        (
+            vec!["run", "lock-oversub", "--preempt", "os", "--seed", "3"],
+            "error: lock-oversub chooses its own preemption and has no seeded randomness: --preempt and --seed do not apply (it uses --threads, --trials and --scale)",
+        ),
+        (
+            vec!["run", "ms97-counter", "--alloc", "system"],
+            "error: ms97-counter has no node allocator to choose: --alloc does not apply",
+        ),
+        (
+            vec!["run", "hart-memory", "--trials", "3"],
+            "error: hart-memory has no trials to repeat: --trials does not apply (it uses --alloc, --scale and --seed)",
+        ),
+        (
+            vec!["repro", "lc98", "--mp", "2"],
+            "error: repro lc98: every experiment it runs has no MP levels: --mp does not apply",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = tmpdir("refused");
+        let mut all = args.clone();
+        all.extend(["--out", out.to_str().unwrap()]);
+        let o = mpsync(&all);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert_eq!(
+            e.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line:\n{e}"
+        );
+        assert!(
+            e.starts_with(want),
+            "{args:?}: {e:?} does not start with {want:?}"
+        );
+        assert!(!out.exists(), "{args:?} ran");
+    }
+}
+
+/// `repro` runs a flag that only some of its experiments read, and says once
+/// which; a list flag of which an experiment reads the first value is a warning.
+#[test]
+fn repro_says_once_which_experiments_a_flag_applies_to() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = tmpdir("repro-wks95");
+    let procs = if cores >= 2 { "1,2" } else { "1" };
+    let o = mpsync(&[
+        "repro",
+        "wks95",
+        "--quick",
+        "--preempt",
+        "none",
+        "--mp",
+        "1,2",
+        "--procs",
+        procs,
+        "--scale",
+        "0.002",
+        "--trials",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    let notes: Vec<&str> = e.lines().filter(|l| l.starts_with("note: --mp")).collect();
+    assert_eq!(
+        notes,
+        ["note: --mp applies to wks95-mutex and wks95-rwlock; the other 2 experiments ignore it"],
+        "{e}"
+    );
+    if cores >= 2 {
+        assert!(
+            e.contains(
+                "warning: wks95-rwlock runs at one processor count: --procs 1 (the first), not 2"
+            ),
+            "{e}"
+        );
+    }
+    for d in [
+        "wks95-mutex@none",
+        "wks95-rwlock@none",
+        "wks95-barrier@none",
+        "wks95-gauss@none",
+    ] {
+        check_run(&out, d);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--quick` runs the MP-level experiments at MP 1 and 2, as its help says
+/// (wks95-rwlock ran 1, 2, 3).
+#[test]
+fn quick_runs_the_mp_level_experiments_at_mp_1_and_2() {
+    let (out, o) = tiny_run(
+        "wks95-rwlock",
+        "rwlock-quick",
+        &["--quick", "--preempt", "none", "--scale", "0.01"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "wks95-rwlock@none");
+    assert_eq!(j["params"]["mp"], serde_json::json!([1.0, 2.0]));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Running an experiment again keeps the earlier results (moved to
+/// OUT/previous/<time>/, said in one line) and the report shows the new run once.
+#[test]
+fn a_rerun_keeps_the_earlier_results() {
+    let out = tmpdir("rerun");
+    let run = || {
+        mpsync(&[
+            "run",
+            "lock-latency",
+            "--trials",
+            "1",
+            "--scale",
+            "0.01",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(!stderr(&first).contains("previous"), "{}", stderr(&first));
+    let first_json = std::fs::read_to_string(out.join("lock-latency@none/run.json")).unwrap();
+    let second = run();
+    let e = stderr(&second);
+    assert!(second.status.success(), "{e}");
+    let notes: Vec<&str> = e.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 1, "{e}");
+    assert!(
+        notes[0].contains("already held results") && notes[0].contains("previous"),
+        "{e}"
+    );
+    let kept: Vec<PathBuf> = std::fs::read_dir(out.join("previous"))
+        .expect("no OUT/previous")
+        .map(|d| d.unwrap().path().join("lock-latency@none/run.json"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read_to_string(&kept[0]).unwrap(), first_json);
+    check_run(&out, "lock-latency@none");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert_eq!(html.matches("id=\"lock-latency-none\"").count(), 1);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// hart-memory's verdict says the growth rule and the numbers it was judged on.
+#[test]
+fn tiny_hart_memory_states_its_rule() {
+    // hart-memory takes no --trials (one run per scheme), so not `tiny_run`.
+    let out = tmpdir("hart-memory");
+    let o = mpsync(&[
+        "run",
+        "hart-memory",
+        "--scale",
+        "0.05",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "hart-memory@none");
+    let details = j["verdict"]["details"].to_string();
+    for w in [
+        "QSBR: ",
+        "EBR: ",
+        "least-squares line rises by",
+        "rule: still growing = ",
+    ] {
+        assert!(details.contains(w), "{w:?} missing from {details}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 fn check_run(out: &Path, dir: &str) -> serde_json::Value {
@@ -122,7 +421,20 @@ fn check_run(out: &Path, dir: &str) -> serde_json::Value {
     for k in ["cpu_model", "kernel", "rustc", "git_rev", "cores"] {
         assert!(json["machine"].get(k).is_some(), "machine lacks {k}");
     }
-    assert!(out.join("report.html").is_file());
+    // The rseq time-slice extension in words, not Rust debug text.
+    let se = json["machine"]["slice_extension"].as_str().unwrap();
+    assert!(
+        se.starts_with("not available: ") || se.starts_with("available ("),
+        "{se}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(&format!(
+            "rseq slice extension: {}",
+            se.split(':').next().unwrap()
+        )),
+        "{se}"
+    );
     json
 }
 

@@ -631,7 +631,37 @@ fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String
     Ok((rec, svg))
 }
 
-/// HP stays under its bound for the whole run; QSBR and EBR keep growing.
+/// "Still growing" (`hart-memory`, `hart-memory-hash`): the least-squares line
+/// through the second half of a scheme's pending-node samples rises across that
+/// half by at least this fraction of their mean there...
+///
+/// With one thread stalled inside an operation, QSBR and EBR free nothing
+/// retired after the stall, so their pending count rises by the retire rate for
+/// the whole run: retiring steadily from the first sample on, the second half
+/// rises by 2/3 of its mean; even a count that started the run at a level twice
+/// what the run adds rises by more than a fifth. A bounded scheme's count
+/// (hazard pointers' saw-tooth under N·R, a reclaimer that keeps up) has no
+/// trend once it has settled; a rise of a tenth is well clear of both.
+pub const GROWTH_MIN: f64 = 0.10;
+
+/// ... and by at least this many standard errors of that rise, so noise is not
+/// read as growth: pure noise (hazard pointers' count jumps anywhere between 0
+/// and N·R from one sample to the next) fits a rise of 4 standard errors by
+/// chance less than once in 2,000 runs (Student's t with 18 degrees of freedom:
+/// 20 samples in the half), while a stalled QSBR or EBR reader's steady rise
+/// is tens of standard errors.
+pub const GROWTH_SE: f64 = 4.0;
+
+/// Whether a series of `(seconds, pending)` samples is still growing by the
+/// rule of [`GROWTH_MIN`] and [`GROWTH_SE`]; the trend it was judged on.
+pub fn still_growing(series: &[(f64, f64)]) -> Option<(bool, crate::stats::Trend)> {
+    let tr = crate::stats::second_half_trend(series)?;
+    let g = tr.growth();
+    Some((g >= GROWTH_MIN && g >= GROWTH_SE * tr.growth_se(), tr))
+}
+
+/// HP stays under its bound for the whole run; QSBR and EBR keep growing
+/// ([`still_growing`]) and end past HP's bound.
 pub fn memory_verdict(points: &[Point], hp_bound: Option<u64>) -> Verdict {
     let mut details = Vec::new();
     let mut holds = true;
@@ -659,27 +689,38 @@ pub fn memory_verdict(points: &[Point], hp_bound: Option<u64>) -> Verdict {
         }
     }
     for n in ["QSBR", "EBR"] {
-        let s = series(n);
-        let (Some(mid), Some(last)) = (s.get(s.len() / 2), s.last()) else {
+        let Some((growing, tr)) = still_growing(&series(n)) else {
             holds = false;
-            details.push(format!("{n} was not measured"));
+            details.push(format!("{n}: not measured, or fewer than 7 samples"));
             continue;
         };
-        let grows = last.1 > 1.5 * mid.1 && bound.is_none_or(|b| last.1 > b);
-        holds &= grows;
+        let past = bound.is_none_or(|b| tr.last.1 > b);
+        holds &= growing && past;
         details.push(format!(
-            "{n}: {:.0} pending at {:.2} s, {:.0} at {:.2} s ({})",
-            mid.1,
-            mid.0,
-            last.1,
-            last.0,
-            if grows {
-                "still growing, past HP's bound"
+            "{n}: {:.0} pending at {:.2} s, {:.0} at {:.2} s; over that second half of the run the least-squares line rises by {:.1}% of the mean ({:.0}), standard error {:.1}% ({}{})",
+            tr.first.1,
+            tr.first.0,
+            tr.last.1,
+            tr.last.0,
+            100.0 * tr.growth(),
+            tr.mean,
+            100.0 * tr.growth_se(),
+            if growing {
+                "still growing"
             } else {
-                "not growing without bound"
+                "not growing"
+            },
+            match (bound, past) {
+                (None, _) => "",
+                (Some(_), true) => ", past HP's bound",
+                (Some(_), false) => ", not past HP's bound",
             }
         ));
     }
+    details.push(format!(
+        "rule: still growing = the least-squares line through the second half of the samples rises across it by >= {:.0}% of their mean and by >= {GROWTH_SE} standard errors",
+        100.0 * GROWTH_MIN
+    ));
     Verdict {
         clauses: Vec::new(),
         conclusion: "with one thread stalled inside an operation, hazard pointers keep unreclaimed nodes under Michael's bound while QSBR and EBR grow without bound".into(),
@@ -798,5 +839,70 @@ mod tests {
         }
         assert_eq!(memory_verdict(&pts, Some(464)).status, Status::Holds);
         assert_eq!(memory_verdict(&pts, Some(50)).status, Status::DoesNotHold);
+        let v = memory_verdict(&pts, Some(464));
+        assert!(
+            v.details.iter().any(|d| d.starts_with(
+                "QSBR: 6000 pending at 6.00 s, 10000 at 10.00 s; over that second half of the run the least-squares line rises by 50.0% of the mean (8000), standard error 0.0% (still growing, past HP's bound)"
+            )),
+            "{v:?}"
+        );
+        assert!(v.details.iter().any(|d| d.starts_with("rule: ")), "{v:?}");
+    }
+
+    /// 40 samples over 2 s, as `hart-memory` takes them.
+    fn sampled(f: impl Fn(f64, u64) -> f64) -> Vec<(f64, f64)> {
+        let mut rng = mpsync::util::rng::SplitMix64::stream(7, 0);
+        (1..=40)
+            .map(|i| {
+                let t = 2.0 * f64::from(i) / 40.0;
+                (t, f(t, rng.next_u64()))
+            })
+            .collect()
+    }
+
+    /// Uniform in [-1, 1) from random bits.
+    fn unit(r: u64) -> f64 {
+        (r >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+
+    #[test]
+    fn growth_rule_on_synthetic_series() {
+        let growing = |s: &[(f64, f64)]| still_growing(s).unwrap().0;
+        // A flat level with ±10% noise: bounded.
+        assert!(!growing(&sampled(|_, r| 1e6 * (1.0 + 0.1 * unit(r)))));
+        // Hazard pointers' saw-tooth: anywhere between 0 and N·R at each
+        // sample. The noise makes the fitted slope swing, the standard error
+        // keeps it from counting as growth.
+        for seed in 0..50 {
+            let mut rng = mpsync::util::rng::SplitMix64::stream(seed, 1);
+            let s: Vec<(f64, f64)> = (1..=40)
+                .map(|i| {
+                    (
+                        f64::from(i) / 20.0,
+                        464.0 * (0.5 + 0.5 * unit(rng.next_u64())),
+                    )
+                })
+                .collect();
+            assert!(!growing(&s), "seed {seed}: {:?}", still_growing(&s));
+        }
+        // Settling onto a plateau early in the run: bounded.
+        assert!(!growing(&sampled(|t, _| 1e6 * (1.0 - (-t / 0.2).exp()))));
+        // Linear growth from the start, with noise: growing.
+        assert!(growing(&sampled(|t, r| 1.1e6 * t * (1.0 + 0.05 * unit(r)))));
+        // The shape a QSBR run showed (1.55 M pending at mid-run, 2.2 M at the
+        // end), which the old rule (end > 1.5 x mid-run) called bounded: still
+        // rising, if ever more slowly. 2.2 M x sqrt(t / 2 s) has exactly those
+        // two values and no bound; its second half rises by 34% of its mean,
+        // so it is growing, which is what a stalled QSBR reader implies (it
+        // frees nothing retired after the stall).
+        let s = sampled(|t, _| 2.2e6 * (t / 2.0).sqrt());
+        assert!((s[19].1 - 1.556e6).abs() < 1e3 && (s[39].1 - 2.2e6).abs() < 1.0);
+        let (g, tr) = still_growing(&s).unwrap();
+        assert!(g && (0.30..0.40).contains(&tr.growth()), "{tr:?}");
+        let pts: Vec<Point> = s
+            .iter()
+            .flat_map(|&(t, y)| [pt("QSBR", t, y), pt("EBR", t, y), pt("HP", t, 300.0)])
+            .collect();
+        assert_eq!(memory_verdict(&pts, Some(464)).status, Status::Holds);
     }
 }

@@ -14,11 +14,14 @@
 //!   load factor 1, read-only (x = 0) and write-only (x = 1), LF and CR × QSBR/EBR/HP.
 //! - `hart-readonly-threads` (§5.2, Fig. 5.3): read-only, threads 1..N, the
 //!   per-bucket spinlock table against LF × the three schemes.
-//! - `hart-loadfactor` (§5.2.1, Fig. 5.4–5.6): one thread, load factor 1..20,
-//!   read-only and write-only.
+//! - `hart-loadfactor` (§5.2.1, the lock-free table's lines of Fig. 5.4–5.5):
+//!   one thread, load factor 1..20, read-only and write-only, LF × the three
+//!   schemes (not the figures' lock-based table, nor Fig. 5.6's CR table).
 //! - `hart-hash-threads` (§5.2.2, Fig. 5.8): write-only, threads 1..N.
-//! - `hart-update-fraction` (§5.2.4–5.2.5, Fig. 5.14, 5.15, 5.17): two threads, load factor 5,
-//!   update fraction 0..1, LF (plain and fast-read, QSBR) vs CR vs the per-bucket lock.
+//! - `hart-update-fraction` (§5.2.4–5.2.5, the QSBR lines of Fig. 5.14–5.15 and
+//!   Fig. 5.17): two threads, load factor 5, update fraction 0..1, LF (plain and
+//!   fast-read) vs CR, all over QSBR, vs the per-bucket lock (not the EBR and HP
+//!   lines of Fig. 5.14–5.15).
 //! - `hart-fastread` (§5.2.5, Fig. 5.16, 5.18–5.19): two threads, read-only, load factor
 //!   1..20, read-only and write-only (Fig. 5.18–5.19), LF vs LF fast-read vs CR.
 //! - `map-oversub` (mpsync's own): every mpsync table and the peers (papaya,

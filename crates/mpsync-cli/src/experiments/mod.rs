@@ -78,6 +78,33 @@ impl Params {
     }
 }
 
+/// A common knob (a flag of `run` and `repro`) as an experiment reads it.
+/// `--preempt` is [`Experiment::uses_preempt`]; `--quick` and `--out` apply to
+/// every experiment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Knob {
+    /// `--mp`, every level.
+    Mp,
+    /// `--mp`, only its first level.
+    MpFirst,
+    /// `--procs`, every count.
+    Procs,
+    /// `--procs`, only its first count.
+    ProcsFirst,
+    /// `--threads`.
+    Threads,
+    /// `--quantum-ms`.
+    QuantumMs,
+    /// `--alloc`.
+    Alloc,
+    /// `--trials`.
+    Trials,
+    /// `--scale`.
+    Scale,
+    /// `--seed`.
+    Seed,
+}
+
 /// A runnable experiment.
 #[derive(Debug, Clone, Copy)]
 pub struct Experiment {
@@ -93,12 +120,16 @@ pub struct Experiment {
     pub default_preempt: Preempt,
     /// Whether `--preempt` changes anything.
     pub uses_preempt: bool,
+    /// The common knobs besides `--preempt` that its run reads (a flag it does
+    /// not read is refused: `cli_checks`).
+    pub knobs: &'static [Knob],
     /// Runs it; returns the record and the figure.
     pub run: fn(&Experiment, &Params, Preempt) -> anyhow::Result<(RunRecord, String)>,
 }
 
 /// Every implemented experiment.
 pub fn catalog() -> Vec<Experiment> {
+    use Knob as K;
     vec![
         Experiment {
             id: "wks94-mplevel",
@@ -107,6 +138,14 @@ pub fn catalog() -> Vec<Experiment> {
             title: "synthetic lock program (CS ~15 µs, non-CS ~210 µs), fixed processors, varying multiprogramming level",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: wks94::run,
         },
         Experiment {
@@ -116,6 +155,14 @@ pub fn catalog() -> Vec<Experiment> {
             title: "synthetic lock program at multiprogramming level 2, varying processors",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::MpFirst,
+                K::Procs,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: wks94::run,
         },
         Experiment {
@@ -125,15 +172,24 @@ pub fn catalog() -> Vec<Experiment> {
             title: "lock program (5000 iterations, CS:non-CS inversely proportional to processors, quantum 50 ms): varying MP level, or processors when --procs lists several",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[K::Mp, K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
             run: wks95::run,
         },
         Experiment {
             id: "wks95-rwlock",
             paper: "wks95",
-            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5-6 (papers/001)",
-            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5 (papers/001)",
+            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level at one processor count (the first --procs; Fig. 6's processor sweep is not run)",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: wks95_rwlock::run,
         },
         Experiment {
@@ -143,6 +199,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "barrier program (work 240-290 µs between episodes, 4000 episodes, MP 2 from the application's own threads, emulated repartitioning once a second): Arrival-tree, Heuristic-tree, Central-block, Scalable-SC and peers, varying processors",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
             run: wks95_barrier::run,
         },
         Experiment {
@@ -152,6 +209,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "Gaussian elimination (640x640 x cbrt(--scale), one barrier episode per pivot column, answer checked against a sequential solve) at MP 2 from the application's own threads, emulated repartitioning once a second: Arrival-tree, Heuristic-tree, Central-block, Scalable-SC and peers, at all processors (or --procs)",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
             run: wks95_gauss::run,
         },
         Experiment {
@@ -161,6 +219,15 @@ pub fn catalog() -> Vec<Experiment> {
             title: "enqueue/dequeue pairs on an initially empty queue: single lock (ordinary, PS), two locks (ordinary, PS), MS and PLJ non-blocking, and peers; 6 µs work after each op, MP levels",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Alloc,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: ms97::run,
         },
         Experiment {
@@ -170,6 +237,15 @@ pub fn catalog() -> Vec<Experiment> {
             title: "push/pop pairs on an initially empty stack: single lock (ordinary, PS), Treiber, Herlihy-optimized, and peers; 6 µs work after each op, MP levels",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Alloc,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: ms97::run,
         },
         Experiment {
@@ -179,6 +255,14 @@ pub fn catalog() -> Vec<Experiment> {
             title: "insert/delete_min pairs on an initially empty skew heap: single lock (ordinary, PS), Herlihy non-blocking, and Mutex<BinaryHeap>; 6 µs work after each op, MP levels",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: ms97::run,
         },
         Experiment {
@@ -188,6 +272,14 @@ pub fn catalog() -> Vec<Experiment> {
             title: "increments of a shared counter: single lock (ordinary, PS), CAS loop, fetch_add; 6 µs work after each, MP levels",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
             run: ms97::run,
         },
         Experiment {
@@ -197,6 +289,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "one thread, one non-empty MS queue, enqueue/dequeue: the per-operation cost of QSBR, EBR and HP beside the leaking baseline",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart::run,
         },
         Experiment {
@@ -206,6 +299,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "100 MS queues, threads 1..16 on the machine's cores (CPU contention; every operation allocates or frees a node), per scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart::run,
         },
         Experiment {
@@ -215,6 +309,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "2 threads over a varying number of MS queues, per scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart::run,
         },
         Experiment {
@@ -224,15 +319,17 @@ pub fn catalog() -> Vec<Experiment> {
             title: "one thread stalled inside an MS-queue operation while the others run: pending (retired, unfreed) nodes over time per scheme, with HP's bound",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Scale, K::Seed],
             run: hart::run,
         },
         Experiment {
             id: "hart-base-hash",
             paper: "hart",
             reference: "Hart 2005 §5.2 Fig. 5.2, hash part of hart-base (papers/002)",
-            title: "one thread, hash table of 32 buckets at load factor 1, read-only and write-only, the lock-free table over QSBR, EBR and HP",
+            title: "one thread, hash table of 32 buckets at load factor 1, read-only and write-only, the lock-free and the CR table over QSBR, EBR and HP",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -242,15 +339,17 @@ pub fn catalog() -> Vec<Experiment> {
             title: "read-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads): per-bucket spinlock table vs the lock-free table over each scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
             id: "hart-loadfactor",
             paper: "hart",
-            reference: "Hart 2005 §5.2.1 Fig. 5.4-5.6 (papers/002)",
+            reference: "Hart 2005 §5.2.1, the lock-free table's lines of Fig. 5.4-5.5 (not their lock-based table, nor Fig. 5.6's concurrently-readable one) (papers/002)",
             title: "one thread, load factor 1..20, read-only and write-only, the lock-free table over each scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -260,15 +359,17 @@ pub fn catalog() -> Vec<Experiment> {
             title: "write-only hash table (32 buckets, load factor 1), threads 1..N unpinned (--threads), the lock-free table over each scheme",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
             id: "hart-update-fraction",
             paper: "hart",
-            reference: "Hart 2005 §5.2.4-5.2.5 Fig. 5.14, 5.15, 5.17 (papers/002)",
-            title: "two threads, load factor 5, update fraction 0..1: lock-free table (plain and fast-read, QSBR) vs the per-bucket spinlock table",
+            reference: "Hart 2005 §5.2.4-5.2.5, the QSBR lines of Fig. 5.14-5.15 (not their EBR and HP lines) and Fig. 5.17 (papers/002)",
+            title: "two threads, load factor 5, update fraction 0..1: the lock-free table (plain and fast-read) and the CR table, all over QSBR, vs the per-bucket spinlock table",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -278,6 +379,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "two threads, read-only and write-only, load factor 1..20: the lock-free table's plain and fast-read searches over QSBR and EBR, and the CR table",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -287,6 +389,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "write-only hash table: many threads with the load factor varying, and load factor 10 and 20 with the threads varying (--threads): crossovers between HP and QSBR/EBR",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -296,6 +399,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "one thread stalled inside a lock-free hash-table operation while the others run a write-only load: pending nodes over time per scheme, with HP's bound",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Alloc, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -305,6 +409,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "read-heavy map mix (98% gets) at 1x, 2x and 4x the cores, unpinned: every mpsync table and papaya, dashmap, scc, RwLock/Mutex<HashMap>; throughput and p99.9 get latency (--threads sets the counts)",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart_hash::run,
         },
         Experiment {
@@ -314,6 +419,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "throughput of every lock and peer with 1..8 unpinned threads on the machine's cores (real Linux preemption beyond the core count; --threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Trials, K::Scale],
             run: oversub::run,
         },
         Experiment {
@@ -323,6 +429,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "throughput of every reader-writer lock and peer at 95% and 50% reads (the BRAVO forms, their base locks and the peers also at 99% and 99.9%) with unpinned threads at 1/2, 1, 2 and 4 per core, and the writers' share of acquisitions against their fair share (--threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Trials, K::Scale, K::Seed],
             run: rwlock_oversub::run,
         },
         Experiment {
@@ -332,6 +439,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "episode time of every barrier and peer (std::sync::Barrier, hurdles) with one unpinned thread per participant at 1, 2 and 4 per core (--threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Trials, K::Scale, K::Seed],
             run: barrier_oversub::run,
         },
         Experiment {
@@ -341,6 +449,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block",
             default_preempt: Preempt::Emulated,
             uses_preempt: false,
+            knobs: &[K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
             run: barrier_repartition::run,
         },
         Experiment {
@@ -350,6 +459,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "throughput of every queue, stack, heap and counter and their peers with unpinned threads, no work between operations (--threads sets the counts; --preempt does not apply)",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale],
             run: ds_oversub::run,
         },
         Experiment {
@@ -359,6 +469,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "uncontended lock+unlock time of every lock and peer, beside a bare swap/store floor",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Trials, K::Scale, K::Seed],
             run: latency::run,
         },
         Experiment {
@@ -368,6 +479,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "the pseudo-scheduler's own CPU use, requested vs actual quanta and off-times, preemption latency",
             default_preempt: Preempt::Emulated,
             uses_preempt: false,
+            knobs: &[K::MpFirst, K::ProcsFirst, K::QuantumMs, K::Seed],
             run: sched_overhead::run,
         },
         Experiment {
@@ -377,6 +489,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "one client and one server process: L, o_s, o_r, g and the 64-byte round trip per claim algorithm, beside a Unix-domain socket and a pipe (and iceoryx2 publish-subscribe in a build with `--features iceoryx2`), same-core and cross-core",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Trials, K::Scale],
             run: lc98::run,
         },
         Experiment {
@@ -386,6 +499,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "8 KB bulk transfers between two processes, MB/s per claim algorithm, beside an in-process memcpy rate",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Trials, K::Scale],
             run: lc98::run,
         },
         Experiment {
@@ -395,6 +509,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "1, 3 and 7 writer processes send 1,000,000 one-word messages in all (x --scale; --quick a tenth) to one receiver, per claim algorithm (--threads sets the writer counts; iceoryx2 publishers to one subscriber too in a build with `--features iceoryx2`)",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Trials, K::Scale],
             run: lc98::run,
         },
         Experiment {
@@ -404,6 +519,7 @@ pub fn catalog() -> Vec<Experiment> {
             title: "sample sort, connected components (comm- and comp-bound) and 3-D FFT in bulk-synchronous style, one process per rank (--threads sets the process counts; default 2 per core), per claim algorithm, outputs checked",
             default_preempt: Preempt::None,
             uses_preempt: false,
+            knobs: &[K::Threads, K::Trials, K::Scale, K::Seed],
             run: lc98_apps::run,
         },
     ]

@@ -1,5 +1,6 @@
 //! `wks95-rwlock`: the reader-writer lock program of Wisniewski, Kontothanassis &
-//! Scott, PPoPP 1995 §4 (papers/001, Figures 5-6): the lock program of
+//! Scott, PPoPP 1995 §4 (papers/001, Figure 5; Figure 6's processor sweep is
+//! not run: one processor count, the first of `--procs`): the lock program of
 //! `wks95-mutex` with the longer critical sections the paper describes ("we
 //! modified the synthetic program ... to increase the amount of time spent in
 //! the critical section"). The paper gives neither the section lengths nor the
@@ -7,7 +8,8 @@
 //! 80% reads, 5000 iterations per worker (× `--scale`; `--quick` a tenth of its
 //! scale), quantum 50 ms, one worker per processor and the multiprogramming
 //! level made of other applications (emulated) or competitor processes (os).
-//! Varies the MP level; times normalized to RW-TAS-B at the same level. A run stops at 25× its ideal time (at least 2 s;
+//! Varies the MP level (`--quick`: 1 and 2, as the other MP-level
+//! experiments); times normalized to RW-TAS-B at the same level. A run stops at 25× its ideal time (at least 2 s;
 //! `--quick`: 5×, at least 0.5 s) and is reported censored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +20,7 @@ use mpsync::util::clock::now_ns;
 use mpsync::util::rng::SplitMix64;
 
 use super::rwlock_oversub::{BenchRw, rw_table};
-use super::wks94::{CAP_FACTOR, CAP_MIN_S, PointEnvs, censored_mark, unmeasured};
+use super::wks94::{CAP_FACTOR, CAP_MIN_S, PointEnvs, QUICK_MP_LEVELS, censored_mark, unmeasured};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt};
 use crate::model::{self, Better, Clause, Design, Imp, Judged, Verdicts, fmt_x};
@@ -166,7 +168,7 @@ fn design(mps: Vec<f64>, trials: u32) -> Design {
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let mps = p.mp.clone().unwrap_or_else(|| {
         if p.quick {
-            vec![1.0, 2.0, 3.0]
+            QUICK_MP_LEVELS.to_vec()
         } else {
             vec![1.0, 1.5, 2.0, 2.5, 3.0]
         }

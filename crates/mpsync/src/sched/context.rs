@@ -277,8 +277,8 @@ impl ContextBlock {
     /// The request is the owner's own word (issue 13 §3): one plain store of
     /// the depth and a compiler fence, no atomic read-modify-write and no load
     /// of the shared state word, on every backend. Natively nothing else reads
-    /// it (the rseq time-slice extension, where present, is asked by
-    /// [`super::request_no_preempt`]). The emulated scheduler reads it from its
+    /// it (the kernel's rseq time-slice extension is detected, not asked: see
+    /// [`super::native::slice_extension`]). The emulated scheduler reads it from its
     /// own thread as a hint before it preempts; its preemption signal runs on
     /// this thread, where the handler re-reads the word in program order (the
     /// fence keeps the compiler from moving the section's first access above

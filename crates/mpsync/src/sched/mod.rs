@@ -86,10 +86,11 @@ pub fn reclaim_exited_threads() -> usize {
 
 /// Asks not to be preempted until the matching [`release_no_preempt`]. Nests.
 ///
-/// On the native backend this also requests the kernel's time-slice extension
-/// where the kernel has one (see [`native::slice_extension`]); without one the
-/// request is the context block's depth count alone (see
-/// [`ContextBlock::request_no_preempt`]).
+/// The request is the context block's depth count (see
+/// [`ContextBlock::request_no_preempt`]), which the emulated scheduler honours.
+/// On the native backend the kernel is not asked: mpsync detects the rseq
+/// time-slice extension ([`native::slice_extension`]) but does not drive it
+/// yet (see the `native` module doc), so Linux may preempt a requester.
 #[inline]
 pub fn request_no_preempt() {
     request_no_preempt_on(current());
