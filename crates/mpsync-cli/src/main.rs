@@ -348,123 +348,134 @@ fn find(id: &str) -> anyhow::Result<Experiment> {
 
 fn main_inner(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
-        Cmd::List => {
-            let cat = catalog();
-            let id_w = cat.iter().map(|e| e.id.chars().count()).max().unwrap_or(0);
-            let paper_w = cat
-                .iter()
-                .map(|e| e.paper.chars().count())
-                .max()
-                .unwrap_or(0);
-            let mut stdout = std::io::stdout().lock();
-            for e in &cat {
-                let line = writeln!(
-                    stdout,
-                    "{:<id_w$}  {:<paper_w$}  {}",
-                    e.id, e.paper, e.title
-                );
-                match line {
-                    Ok(()) => {}
-                    // `mpsync list | head`: the reader has all it wanted.
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-                    Err(e) => return Err(e).context("cannot write the list"),
-                }
-            }
-            Ok(())
-        }
-        Cmd::Run { id, common } => {
-            let exp = find(&id)?;
-            let params = common.resolve()?;
-            for w in
-                cli_checks::check_run(&exp, &common.given(), &params).map_err(|e| anyhow!(e))?
-            {
-                eprintln!("{w}");
-            }
-            let preempt = if exp.uses_preempt {
-                params.preempt.unwrap_or(exp.default_preempt)
-            } else {
-                exp.default_preempt
-            };
-            run_one(
-                &exp,
-                &params,
-                preempt,
-                &mut Previous::new(&params.out, unix_now()),
-            )?;
-            println!("report: {}", report::write_report(&params.out)?.display());
-            Ok(())
-        }
-        Cmd::Repro { paper, common } => {
-            let params = common.resolve()?;
-            let key = PAPERS
-                .iter()
-                .find(|(k, nums, _)| *k == paper || nums.contains(&paper.as_str()))
-                .map(|(k, _, _)| *k);
-            let all = paper == "all";
-            if !all && key.is_none() {
-                bail!(
-                    "unknown paper '{paper}': use one of {} or all",
-                    PAPERS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
-                );
-            }
-            let exps: Vec<Experiment> = catalog()
-                .into_iter()
-                .filter(|e| all || Some(e.paper) == key)
-                .collect();
-            if exps.is_empty() {
-                let implemented: Vec<&str> = catalog().iter().map(|e| e.id).collect();
-                bail!(
-                    "no experiment of paper '{paper}' is implemented yet (implemented: {})",
-                    implemented.join(", ")
-                );
-            }
-            for n in cli_checks::check_repro(&paper, &exps, &common.given(), &params)
-                .map_err(|e| anyhow!(e))?
-            {
-                eprintln!("{n}");
-            }
-            let mut previous = Previous::new(&params.out, unix_now());
-            for exp in &exps {
-                // Lock experiments run under both kinds of preemption unless one is given.
-                let modes = match (exp.uses_preempt, params.preempt) {
-                    (true, Some(p)) => vec![p],
-                    (true, None) => vec![exp.default_preempt, Preempt::Os],
-                    (false, _) => vec![exp.default_preempt],
-                };
-                for m in modes {
-                    run_one(exp, &params, m, &mut previous)?;
-                }
-            }
-            let runs = output::read_runs(&params.out)?;
-            println!("{}", advise::text(&advise::rows(&runs)));
-            println!("report: {}", report::write_report(&params.out)?.display());
-            Ok(())
-        }
+        Cmd::List => cmd_list(),
+        Cmd::Run { id, common } => cmd_run(&id, &common),
+        Cmd::Repro { paper, common } => cmd_repro(&paper, &common),
         Cmd::Advise { out } => advise::main(&out),
-        Cmd::Report { out } => {
-            if !out.is_dir() {
-                bail!(
-                    "report --out {}: no such folder (give the --out of an earlier run; the default is results)",
-                    out.display()
-                );
-            }
-            let has_runs = std::fs::read_dir(&out)
-                .with_context(|| format!("cannot read {}", out.display()))?
-                .flatten()
-                .any(|e| e.path().join("run.json").is_file());
-            if !has_runs {
-                bail!(
-                    "report --out {}: no results in it (no <experiment>@<preempt>/run.json; run e.g. 'mpsync repro all --quick --out {}' first)",
-                    out.display(),
-                    out.display()
-                );
-            }
-            println!("report: {}", report::write_report(&out)?.display());
-            Ok(())
-        }
+        Cmd::Report { out } => cmd_report(&out),
         Cmd::Env { json, measure } => envinfo::main(json, measure),
         Cmd::Compete { cpu } => osmp::competitor_main(cpu),
     }
+}
+
+/// `mpsync list`: the catalog, in aligned columns.
+fn cmd_list() -> anyhow::Result<()> {
+    let cat = catalog();
+    let id_w = cat.iter().map(|e| e.id.chars().count()).max().unwrap_or(0);
+    let paper_w = cat
+        .iter()
+        .map(|e| e.paper.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut stdout = std::io::stdout().lock();
+    for e in &cat {
+        let line = writeln!(
+            stdout,
+            "{:<id_w$}  {:<paper_w$}  {}",
+            e.id, e.paper, e.title
+        );
+        match line {
+            Ok(()) => {}
+            // `mpsync list | head`: the reader has all it wanted.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(e).context("cannot write the list"),
+        }
+    }
+    Ok(())
+}
+
+/// `mpsync run <id>`.
+fn cmd_run(id: &str, common: &Common) -> anyhow::Result<()> {
+    let exp = find(id)?;
+    let params = common.resolve()?;
+    for w in cli_checks::check_run(&exp, &common.given(), &params).map_err(|e| anyhow!(e))? {
+        eprintln!("{w}");
+    }
+    let preempt = if exp.uses_preempt {
+        params.preempt.unwrap_or(exp.default_preempt)
+    } else {
+        exp.default_preempt
+    };
+    run_one(
+        &exp,
+        &params,
+        preempt,
+        &mut Previous::new(&params.out, unix_now()),
+    )?;
+    println!("report: {}", report::write_report(&params.out)?.display());
+    Ok(())
+}
+
+/// `mpsync repro <paper>`: every experiment of a paper (or all), then what
+/// to use and the report.
+fn cmd_repro(paper: &str, common: &Common) -> anyhow::Result<()> {
+    let params = common.resolve()?;
+    let key = PAPERS
+        .iter()
+        .find(|(k, nums, _)| *k == paper || nums.contains(&paper))
+        .map(|(k, _, _)| *k);
+    let all = paper == "all";
+    if !all && key.is_none() {
+        bail!(
+            "unknown paper '{paper}': use one of {} or all",
+            PAPERS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let exps: Vec<Experiment> = catalog()
+        .into_iter()
+        .filter(|e| all || Some(e.paper) == key)
+        .collect();
+    if exps.is_empty() {
+        let implemented: Vec<&str> = catalog().iter().map(|e| e.id).collect();
+        bail!(
+            "no experiment of paper '{paper}' is implemented yet (implemented: {})",
+            implemented.join(", ")
+        );
+    }
+    for n in
+        cli_checks::check_repro(paper, &exps, &common.given(), &params).map_err(|e| anyhow!(e))?
+    {
+        eprintln!("{n}");
+    }
+    let mut previous = Previous::new(&params.out, unix_now());
+    for exp in &exps {
+        // Lock experiments run under both kinds of preemption unless one is given.
+        let modes = match (exp.uses_preempt, params.preempt) {
+            (true, Some(p)) => vec![p],
+            (true, None) => vec![exp.default_preempt, Preempt::Os],
+            (false, _) => vec![exp.default_preempt],
+        };
+        for m in modes {
+            run_one(exp, &params, m, &mut previous)?;
+        }
+    }
+    let runs = output::read_runs(&params.out)?;
+    println!("{}", advise::text(&advise::rows(&runs)));
+    println!("report: {}", report::write_report(&params.out)?.display());
+    Ok(())
+}
+
+/// `mpsync report`: regenerates the report of an existing results folder.
+fn cmd_report(out: &std::path::Path) -> anyhow::Result<()> {
+    if !out.is_dir() {
+        bail!(
+            "report --out {}: no such folder (give the --out of an earlier run; the default is results)",
+            out.display()
+        );
+    }
+    let has_runs = std::fs::read_dir(out)
+        .with_context(|| format!("cannot read {}", out.display()))?
+        .flatten()
+        .any(|e| e.path().join("run.json").is_file());
+    if !has_runs {
+        bail!(
+            "report --out {}: no results in it (no <experiment>@<preempt>/run.json; run e.g. 'mpsync repro all --quick --out {}' first)",
+            out.display(),
+            out.display()
+        );
+    }
+    println!("report: {}", report::write_report(out)?.display());
+    Ok(())
 }
 
 fn main() -> ExitCode {

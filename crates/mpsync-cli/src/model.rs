@@ -273,6 +273,27 @@ pub fn collect(
     Ok(trials)
 }
 
+/// The trial of a fixed-duration run from its per-thread operation counts:
+/// operations per second, and its fairness both ways ((max − min) / mean, and
+/// min / max).
+pub fn counts_trial(counts: &[u64], duration: std::time::Duration, threads: u32) -> Trial {
+    let total: u64 = counts.iter().sum();
+    let mean = total as f64 / counts.len().max(1) as f64;
+    let lo = counts.iter().copied().min().unwrap_or(0);
+    let hi = counts.iter().copied().max().unwrap_or(0);
+    Trial {
+        value: total as f64 / duration.as_secs_f64(),
+        procs: Some(threads),
+        fairness_spread: Some(if mean > 0.0 {
+            (hi - lo) as f64 / mean
+        } else {
+            0.0
+        }),
+        fairness_min_max: Some(if hi > 0 { lo as f64 / hi as f64 } else { 0.0 }),
+        ..Trial::default()
+    }
+}
+
 /// The summary points of `trials`: per configuration, x and implementation,
 /// the mean of the median trials, normalized to the baseline there.
 pub fn summarize(d: &Design, trials: &[Trial]) -> Vec<Point> {
@@ -714,6 +735,33 @@ pub fn advice_from_points(
     )
 }
 
+/// The bars of a figure whose configurations each have one x: every
+/// implementation, best first.
+fn bars(d: &Design, points: &[Point], y_of: &dyn Fn(&Point) -> f64) -> Vec<(String, f64)> {
+    let mut bars = Vec::new();
+    for (pi, pn) in d.panels.iter().enumerate() {
+        let mut v: Vec<(String, f64)> = points
+            .iter()
+            .filter(|p| p.panel == d.panel_key(pi))
+            .map(|p| match pn.label.as_str() {
+                "" => (p.implementation.clone(), y_of(p)),
+                l => (format!("{} · {l}", p.implementation), y_of(p)),
+            })
+            .collect();
+        let by_value = |a: &(String, f64), b: &(String, f64)| {
+            let o = a.1.total_cmp(&b.1);
+            if d.better == Better::Lower {
+                o
+            } else {
+                o.reverse()
+            }
+        };
+        v.sort_by(by_value);
+        bars.extend(v);
+    }
+    bars
+}
+
 /// The figure. With one x value, bars of every implementation (best
 /// first). Otherwise one panel per configuration, normalized values when
 /// there is a baseline: the baseline and up to two reference lines, then the
@@ -735,28 +783,7 @@ pub fn figure(title: &str, d: &Design, points: &[Point]) -> String {
     };
     let y_of = |p: &Point| if normalized { p.normalized } else { p.value };
     if d.panels.iter().all(|p| p.xs.len() <= 1) {
-        let mut bars = Vec::new();
-        for (pi, pn) in d.panels.iter().enumerate() {
-            let mut v: Vec<(String, f64)> = points
-                .iter()
-                .filter(|p| p.panel == d.panel_key(pi))
-                .map(|p| match pn.label.as_str() {
-                    "" => (p.implementation.clone(), y_of(p)),
-                    l => (format!("{} · {l}", p.implementation), y_of(p)),
-                })
-                .collect();
-            let by_value = |a: &(String, f64), b: &(String, f64)| {
-                let o = a.1.total_cmp(&b.1);
-                if d.better == Better::Lower {
-                    o
-                } else {
-                    o.reverse()
-                }
-            };
-            v.sort_by(by_value);
-            bars.extend(v);
-        }
-        return crate::svg::bar_chart(title, &y_label, &bars);
+        return crate::svg::bar_chart(title, &y_label, &bars(d, points, &y_of));
     }
     let line = |name: &str, panel: usize| Series {
         label: name.to_string(),

@@ -401,6 +401,21 @@ fn panel(
         r#"<text x="16" y="{cy:.1}" text-anchor="middle" transform="rotate(-90 16 {cy:.1})">{}</text>"#,
         esc(&ylabel)
     );
+    draw_lines(o, g, lines, first);
+}
+
+/// The lines of one panel and their legend on its right.
+fn draw_lines(o: &mut String, g: PanelGeom, lines: &[Series], first: usize) {
+    let PanelGeom {
+        top,
+        pw,
+        ph,
+        x0,
+        x1,
+        y,
+    } = g;
+    let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
+    let sy = |v: f64| y.frac(v).map(|f| top + TOP + ph - f.clamp(0.0, 1.0) * ph);
     for (i, s) in lines.iter().enumerate() {
         let (c, dash, m) = style(first + i);
         let pts: Vec<(f64, f64)> = s

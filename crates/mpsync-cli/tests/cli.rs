@@ -430,7 +430,7 @@ fn check_run(out: &Path, dir: &str) -> serde_json::Value {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
         html.contains(&format!(
-            "rseq slice extension: {}",
+            "rseq time-slice extension: {}",
             se.split(':').next().unwrap()
         )),
         "{se}"

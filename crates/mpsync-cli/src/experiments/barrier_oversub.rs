@@ -259,6 +259,42 @@ fn clauses(cores: u32) -> Vec<Clause> {
     c
 }
 
+/// The method and the capped barriers, as notes.
+fn notes(
+    cores: u32,
+    threads: &[u32],
+    episodes: u64,
+    cap: Duration,
+    table: &[BarrierImpl],
+    trials: &[Trial],
+) -> Vec<String> {
+    let mut notes = vec![format!(
+        "{cores} cores; {} threads unpinned, one per participant; {episodes} episodes per trial (capped at {:.1} s), 2-4 µs of work between episodes",
+        threads
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        cap.as_secs_f64()
+    )];
+    let censored: Vec<&str> = table
+        .iter()
+        .filter(|i| {
+            trials
+                .iter()
+                .any(|t| t.implementation == i.name && t.censored_at.is_some())
+        })
+        .map(|i| i.name)
+        .collect();
+    if !censored.is_empty() {
+        notes.push(format!(
+            "hit the time cap (time per episode from the episodes done): {}",
+            censored.join(", ")
+        ));
+    }
+    notes
+}
+
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let cores = p.cores.max(1);
@@ -313,30 +349,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             ..Trial::default()
         }))
     })?;
-    let mut notes = vec![format!(
-        "{cores} cores; {} threads unpinned, one per participant; {episodes} episodes per trial (capped at {:.1} s), 2-4 µs of work between episodes",
-        threads
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
-        cap.as_secs_f64()
-    )];
-    let censored: Vec<&str> = table
-        .iter()
-        .filter(|i| {
-            trials
-                .iter()
-                .any(|t| t.implementation == i.name && t.censored_at.is_some())
-        })
-        .map(|i| i.name)
-        .collect();
-    if !censored.is_empty() {
-        notes.push(format!(
-            "hit the time cap (time per episode from the episodes done): {}",
-            censored.join(", ")
-        ));
-    }
+    let notes = notes(cores, &threads, episodes, cap, &table, &trials);
     let v = Verdicts {
         conclusion: "no paper conclusion: a measurement against mpsync's targets (best mpsync barrier <= 0.5x std::sync::Barrier and <= 0.1x hurdles at 2x and 4x the cores, <= 1.2x hurdles at 1x)".into(),
         clauses: clauses(cores),

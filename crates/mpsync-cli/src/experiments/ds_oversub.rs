@@ -19,7 +19,7 @@ use super::structures::{DsThroughputSpec, Kind, ds_table};
 use super::{Experiment, Params};
 use crate::env::Preempt;
 use crate::model::{self, AdviceRule, Better, Clause, Design, Imp, Panel, Results, Role, Verdicts};
-use crate::output::{RunRecord, Trial};
+use crate::output::RunRecord;
 use crate::svg::sig3;
 
 /// Trial length at `--scale 1`.
@@ -186,21 +186,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             alloc: p.alloc,
         };
         let counts = (imp.throughput)(&spec, imp.kind);
-        let total: u64 = counts.iter().sum();
-        let mean = total as f64 / counts.len().max(1) as f64;
-        let lo = counts.iter().copied().min().unwrap_or(0);
-        let hi = counts.iter().copied().max().unwrap_or(0);
-        Ok(Some(Trial {
-            value: total as f64 / duration.as_secs_f64(),
-            procs: Some(c.x as u32),
-            fairness_spread: Some(if mean > 0.0 {
-                (hi - lo) as f64 / mean
-            } else {
-                0.0
-            }),
-            fairness_min_max: Some(if hi > 0 { lo as f64 / hi as f64 } else { 0.0 }),
-            ..Trial::default()
-        }))
+        Ok(Some(model::counts_trial(&counts, duration, c.x as u32)))
     })?;
     let mut v = verdicts(&threads, cores);
     // What the handle-free API's thread-local cache costs: each `Auto` row over

@@ -127,10 +127,11 @@ pub struct Experiment {
     pub run: fn(&Experiment, &Params, Preempt) -> anyhow::Result<(RunRecord, String)>,
 }
 
-/// Every implemented experiment.
-pub fn catalog() -> Vec<Experiment> {
+/// Every implemented experiment, as data: its id, paper, the knobs it reads
+/// and its run function.
+pub const CATALOG: &[Experiment] = {
     use Knob as K;
-    vec![
+    &[
         Experiment {
             id: "wks94-mplevel",
             paper: "wks94",
@@ -523,6 +524,11 @@ pub fn catalog() -> Vec<Experiment> {
             run: lc98_apps::run,
         },
     ]
+};
+
+/// Every implemented experiment ([`CATALOG`]).
+pub fn catalog() -> Vec<Experiment> {
+    CATALOG.to_vec()
 }
 
 /// Papers `repro` knows, and which of their experiments exist.

@@ -57,7 +57,7 @@ use crate::env::Preempt;
 use crate::model::{
     self, AdviceRule, Better, Clause, Design, Imp, Judged, Panel, Results, Verdicts,
 };
-use crate::output::{RunRecord, Trial};
+use crate::output::RunRecord;
 use crate::svg::sig3;
 
 /// Round length at `--scale 1` (never under 20 ms).
@@ -563,6 +563,27 @@ fn method_notes(
     notes
 }
 
+/// What run.json records of the sweep besides the common parameters.
+fn params_json(
+    threads: &[u32],
+    rounds: u32,
+    duration: Duration,
+    configs: &[Config],
+    burst_policy_got: Option<String>,
+    cpu: Option<&usize>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "threads": threads,
+        "rounds": rounds,
+        "round_ms": duration.as_secs_f64() * 1e3,
+        "configurations": configs.iter().map(|c| serde_json::json!({
+            "label": c.label, "critical_section_ns": c.cs_ns, "non_critical_ns": c.ncs_ns,
+            "pinned": c.pinned, "burst_adversary": c.burst, "threads": c.threads,
+        })).collect::<Vec<_>>(),
+        "burst": {"burn_ms": BURST_MS, "period_ms": BURST_PERIOD_MS, "policy": burst_policy_got, "cpu": cpu},
+    })
+}
+
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
@@ -616,21 +637,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         let counts = entry.run(&spec).map_err(|e| {
             anyhow::anyhow!("{} with {n} threads ({}): {e}", entry.name(), cfg.label)
         })?;
-        let total: u64 = counts.iter().sum();
-        let mean = total as f64 / counts.len().max(1) as f64;
-        let lo = counts.iter().copied().min().unwrap_or(0);
-        let hi = counts.iter().copied().max().unwrap_or(0);
-        Ok(Some(Trial {
-            value: total as f64 / duration.as_secs_f64(),
-            procs: Some(n),
-            fairness_spread: Some(if mean > 0.0 {
-                (hi - lo) as f64 / mean
-            } else {
-                0.0
-            }),
-            fairness_min_max: Some(if hi > 0 { lo as f64 / hi as f64 } else { 0.0 }),
-            ..Trial::default()
-        }))
+        Ok(Some(model::counts_trial(&counts, duration, n)))
     })?;
     let burst_policy_got = adversary.burst.as_ref().map(|b| b.policy.clone());
     drop(adversary);
@@ -648,17 +655,14 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             panel: unpinned,
         }],
     };
-    let params = serde_json::json!({
-        "threads": threads,
-        "rounds": rounds,
-        "round_ms": duration.as_secs_f64() * 1e3,
-        "configurations": configs.iter().map(|c| serde_json::json!({
-            "label": c.label, "critical_section_ns": c.cs_ns, "non_critical_ns": c.ncs_ns,
-            "pinned": c.pinned, "burst_adversary": c.burst, "threads": c.threads,
-        })).collect::<Vec<_>>(),
-        "burst": {"burn_ms": BURST_MS, "period_ms": BURST_PERIOD_MS, "policy": burst_policy_got, "cpu": cpus.first()},
-        "implementations": d.imps.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
-    });
+    let params = params_json(
+        &threads,
+        rounds,
+        duration,
+        &configs,
+        burst_policy_got,
+        cpus.first(),
+    );
     Ok(model::finish(
         exp, p, preempt, &d, trials, v, params, started,
     ))
