@@ -485,6 +485,57 @@ pub struct Judged {
     pub holds: Option<bool>,
 }
 
+/// The best of mpsync's `kind` against `peer` at (`panel`, `x`): what the
+/// `best_ours_*` clauses judge.
+struct Against {
+    kind: &'static str,
+    peer: String,
+    panel: usize,
+    x: f64,
+}
+
+impl Against {
+    /// `rule(design, best's value, peer's value, best's name, peer)` gives our
+    /// value as printed and whether it holds; a censored trial is marked.
+    fn judge(
+        &self,
+        r: &Results<'_>,
+        rule: impl Fn(&Design, f64, f64, &str, &str) -> (String, bool),
+    ) -> Judged {
+        let (panel, x, peer) = (self.panel, self.x, self.peer.as_str());
+        let at = r.at(panel, x);
+        let best = r
+            .ranked(Role::Ours, Some(self.kind), panel, x)
+            .first()
+            .copied();
+        match (best, r.value(peer, panel, x)) {
+            (Some((i, v)), Some(pv)) => {
+                let (ours, holds) = rule(r.design, v, pv, &i.name, peer);
+                Judged {
+                    at,
+                    ours: format!("{ours}{}", censored_mark(r, &[&i.name, peer], panel, x)),
+                    holds: Some(holds),
+                }
+            }
+            _ => Judged {
+                at,
+                ours: format!("not measured (no mpsync {} or no {peer} there)", self.kind),
+                holds: None,
+            },
+        }
+    }
+}
+
+/// " (censored: extrapolated)" when a trial of `names` at (`panel`, `x`) hit
+/// its time cap; empty otherwise.
+pub fn censored_mark(r: &Results<'_>, names: &[&str], panel: usize, x: f64) -> &'static str {
+    if names.iter().any(|n| r.censored(n, panel, x)) {
+        " (censored: extrapolated)"
+    } else {
+        ""
+    }
+}
+
 impl Clause {
     /// A clause with its own rule.
     pub fn new(
@@ -516,11 +567,7 @@ impl Clause {
             match (r.value(&a, panel, x), r.value(&b, panel, x)) {
                 (Some(va), Some(vb)) => {
                     let q = va / vb;
-                    let cens = if r.censored(&a, panel, x) || r.censored(&b, panel, x) {
-                        " (censored: extrapolated)"
-                    } else {
-                        ""
-                    };
+                    let cens = censored_mark(r, &[&a, &b], panel, x);
                     Judged {
                         at,
                         ours: format!("{a} / {b} = {}{cens}", sig3(q)),
@@ -589,29 +636,19 @@ impl Clause {
         x: f64,
         limit: f64,
     ) -> Self {
-        let peer = peer.to_string();
+        let against = Against {
+            kind,
+            peer: peer.into(),
+            panel,
+            x,
+        };
         Self::new(statement, paper, move |r| {
-            let at = r.at(panel, x);
-            let best = r.ranked(Role::Ours, Some(kind), panel, x).first().copied();
-            match (best, r.value(&peer, panel, x)) {
-                (Some((i, v)), Some(pv)) => {
-                    let cens = if r.censored(&i.name, panel, x) || r.censored(&peer, panel, x) {
-                        " (censored: extrapolated)"
-                    } else {
-                        ""
-                    };
-                    Judged {
-                        at,
-                        ours: format!("{} / {peer} = {}{cens}", i.name, sig3(v / pv)),
-                        holds: Some(v / pv <= limit),
-                    }
-                }
-                _ => Judged {
-                    at,
-                    ours: format!("not measured (no mpsync {kind} or no {peer} there)"),
-                    holds: None,
-                },
-            }
+            against.judge(r, |_, v, pv, best, peer| {
+                (
+                    format!("{best} / {peer} = {}", sig3(v / pv)),
+                    v / pv <= limit,
+                )
+            })
         })
     }
 
@@ -627,30 +664,17 @@ impl Clause {
         x: f64,
         limit: f64,
     ) -> Self {
-        let peer = peer.to_string();
+        let against = Against {
+            kind,
+            peer: peer.into(),
+            panel,
+            x,
+        };
         Self::new(statement, paper, move |r| {
-            let at = r.at(panel, x);
-            let best = r.ranked(Role::Ours, Some(kind), panel, x).first().copied();
-            match (best, r.value(&peer, panel, x)) {
-                (Some((i, v)), Some(pv)) => {
-                    let g = r.design.goodness(v, pv);
-                    let cens = if r.censored(&i.name, panel, x) || r.censored(&peer, panel, x) {
-                        " (censored: extrapolated)"
-                    } else {
-                        ""
-                    };
-                    Judged {
-                        at,
-                        ours: format!("{} is {}× {peer}{cens}", i.name, sig3(g)),
-                        holds: Some(g >= limit),
-                    }
-                }
-                _ => Judged {
-                    at,
-                    ours: format!("not measured (no mpsync {kind} or no {peer} there)"),
-                    holds: None,
-                },
-            }
+            against.judge(r, |d, v, pv, best, peer| {
+                let g = d.goodness(v, pv);
+                (format!("{best} is {}× {peer}", sig3(g)), g >= limit)
+            })
         })
     }
 

@@ -556,11 +556,7 @@ fn observations(prog: &Program, sw: &Sweep, r: &Results<'_>) -> Vec<String> {
 
 /// " (censored: extrapolated)" when a trial of `names` at (0, `x`) hit its cap.
 pub fn censored_mark(r: &Results<'_>, names: &[&str], x: f64) -> &'static str {
-    if names.iter().any(|n| r.censored(n, 0, x)) {
-        " (censored: extrapolated)"
-    } else {
-        ""
-    }
+    crate::model::censored_mark(r, names, 0, x)
 }
 
 /// Judged when a clause lacks its values.
