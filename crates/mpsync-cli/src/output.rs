@@ -256,7 +256,6 @@ pub struct Point {
     pub normalized: f64,
 }
 
-
 /// Everything `run.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunRecord {
