@@ -927,11 +927,10 @@ fn logp(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRe
         trials: &trials,
     };
     let mut notes = Vec::new();
-    for pi in 0..places.len() {
+    for (pi, &(label, _, _)) in places.iter().enumerate() {
         notes.extend(logp_notes(&r, pi, &table));
         if pi != last {
             // The other placement's clauses, as measured: the verdict is the last's.
-            let label = places[pi].0;
             for c in logp_clauses(pi, &table) {
                 notes.push(format!(
                     "{label} (not in the verdict): {}",
