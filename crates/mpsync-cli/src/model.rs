@@ -726,39 +726,6 @@ pub fn advise(rule: &AdviceRule, r: &Results<'_>) -> Option<Advice> {
     })
 }
 
-/// Advice from the points of an experiment not on the model yet: the best
-/// of `imps` (named as its points are) at the last x they were measured at.
-pub fn advice_from_points(
-    rule_kind: &'static str,
-    better: Better,
-    x_label: &str,
-    panel_label: &str,
-    imps: Vec<Imp>,
-    points: &[Point],
-) -> Option<Advice> {
-    let mut xs: Vec<f64> = points
-        .iter()
-        .filter(|p| imps.iter().any(|i| i.name == p.implementation))
-        .map(|p| p.x)
-        .collect();
-    xs.sort_by(f64::total_cmp);
-    xs.dedup();
-    let mut d = Design::single(x_label, "", better, xs, imps, 1);
-    d.panels[0].label = panel_label.into();
-    let r = Results {
-        design: &d,
-        points,
-        trials: &[],
-    };
-    advise(
-        &AdviceRule {
-            kind: rule_kind,
-            panel: 0,
-        },
-        &r,
-    )
-}
-
 /// The bars of a figure whose configurations each have one x: every
 /// implementation, best first.
 fn bars(d: &Design, points: &[Point], y_of: &dyn Fn(&Point) -> f64) -> Vec<(String, f64)> {

@@ -20,17 +20,19 @@ use mpsync::msgq::{Claim, Endpoint, Error as MqError, Options, Peer};
 
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::model::{
+    self, AdviceRule, Better, Clause, Design, Imp, Judged, Panel, Results, Role, Verdicts, fmt_x,
+};
+use crate::output::{Machine, Point, RunRecord, Trial, Verdict};
 use crate::stats::trimmed_mean;
-use crate::svg::{Series, bar_chart, line_chart};
 
 /// Runs one of the three.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     mpsync::util::busy::BusyWork::global();
     match exp.id {
-        "lc98-logp" => logp(exp, p),
-        "lc98-bandwidth" => bandwidth(exp, p),
-        "lc98-stress" => stress(exp, p),
+        "lc98-logp" => logp(exp, p, preempt),
+        "lc98-bandwidth" => bandwidth(exp, p, preempt),
+        "lc98-stress" => stress(exp, p, preempt),
         other => bail!("lc98: unknown experiment {other}"),
     }
 }
@@ -466,238 +468,6 @@ pub(super) fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
     trimmed_mean(&v)
 }
 
-fn logp(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
-    let started = Instant::now();
-    let rounds = ((20_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(200);
-    let places = placements()?;
-    let per_place = 9 + u64::from(ICEORYX2.is_some());
-    let pb = crate::progress(
-        u64::from(p.trials) * places.len() as u64 * per_place,
-        exp.id,
-    );
-    let mut trials = Vec::new();
-    let mut table = serde_json::Map::new();
-    let mut logps: Vec<(String, f64, LogP)> = Vec::new();
-    // Interleaved: every trial runs every implementation once, in order. The
-    // client runs on a dedicated thread, pinned per placement (the caller's
-    // affinity is left alone); each server child pins itself.
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| logp_trials(p, rounds, &places, &pb, &mut trials, &mut logps))
-            .join()
-            .map_err(|_| anyhow!("the measuring thread panicked"))?
-    })?;
-    pb.finish_and_clear();
-    let mut names: Vec<String> = Claim::ALL.iter().map(|c| c.name().to_string()).collect();
-    names.push(DOORBELL.into());
-    names.push("unix-socket".into());
-    names.push("pipe".into());
-    names.extend(ICEORYX2.map(String::from));
-    let mut points = Vec::new();
-    let mut details = Vec::new();
-    let mut holds = true;
-    for (xi, &(label, _, _)) in places.iter().enumerate() {
-        let x = xi as f64;
-        let uds = mean_of(&trials, "unix-socket", x).unwrap_or(f64::NAN);
-        for n in &names {
-            if let Some(v) = mean_of(&trials, n, x) {
-                points.push(Point {
-                    panel: None,
-                    implementation: n.clone(),
-                    x,
-                    value: v,
-                    normalized: v / uds,
-                });
-            }
-        }
-        // Per claim: the LogP parameters, trimmed means over trials.
-        let mut rows = serde_json::Map::new();
-        let param = |c: &str, f: fn(&LogP) -> f64| {
-            let v: Vec<f64> = logps
-                .iter()
-                .filter(|(n, px, _)| n == c && *px == x)
-                .map(|(_, _, l)| f(l))
-                .collect();
-            trimmed_mean(&v).unwrap_or(f64::NAN)
-        };
-        for n in Claim::ALL.map(|c| c.name()).into_iter().chain([DOORBELL]) {
-            let row = LogP {
-                rtt: param(n, |l| l.rtt),
-                o_s: param(n, |l| l.o_s),
-                o_r: param(n, |l| l.o_r),
-                g: param(n, |l| l.g),
-                l: param(n, |l| l.l),
-            };
-            details.push(format!(
-                "{label} {n}: L {:.2} µs, o_s {:.2}, o_r {:.2}, g {:.2}, RTT {:.2} µs",
-                row.l, row.o_s, row.o_r, row.g, row.rtt
-            ));
-            rows.insert(n.into(), serde_json::to_value(row)?);
-        }
-        table.insert(label.into(), serde_json::Value::Object(rows));
-        let rtt = |n: &str| param(n, |l| l.rtt);
-        let locks_and_lf = ["tas", "tatas", "ticket", "anderson", "lock-free"];
-        let vals: Vec<f64> = locks_and_lf.iter().map(|n| rtt(n)).collect();
-        let (mn, mx) = vals
-            .iter()
-            .fold((f64::MAX, 0.0f64), |(a, b), &v| (a.min(v), b.max(v)));
-        let eq = mx / mn <= 1.25;
-        let posix = rtt("posix-mutex");
-        let posix_worst = posix > mx;
-        let os = |n: &str| param(n, |l| l.o_s);
-        let mut lock_os: Vec<f64> = ["tas", "tatas", "ticket", "anderson"]
-            .iter()
-            .map(|n| os(n))
-            .collect();
-        lock_os.sort_by(f64::total_cmp);
-        let lf_os_higher = os("lock-free") >= lock_os[1];
-        if label == "cross-core" || places.len() == 1 {
-            holds &= eq && posix_worst && lf_os_higher;
-        }
-        details.push(format!(
-            "{label}: TAS/TATAS/Ticket/Anderson/lock-free RTTs within 25% of each other: {} (max/min = {:.2})",
-            yes(eq),
-            mx / mn
-        ));
-        details.push(format!(
-            "{label}: POSIX mutex RTT ({posix:.2} µs) above all the others ({mx:.2} µs): {}",
-            yes(posix_worst)
-        ));
-        details.push(format!(
-            "{label}: lock-free o_s ({:.2} µs) at least the locks' median ({:.2} µs): {}",
-            os("lock-free"),
-            (lock_os[1] + lock_os[2]) / 2.0,
-            yes(lf_os_higher)
-        ));
-        details.push(format!(
-            "{label}: target lock-free RTT <= 0.1 x unix-socket RTT: {:.2} / {:.2} µs = {:.3}",
-            rtt("lock-free"),
-            uds,
-            rtt("lock-free") / uds
-        ));
-        let iox = ICEORYX2.map(|n| mean_of(&trials, n, x).unwrap_or(f64::NAN));
-        if let Some(i) = iox {
-            details.push(format!(
-                "{label}: iceoryx2 pub-sub (two services, ping and pong, 64-byte loaned samples, busy polling): RTT {i:.2} µs = {:.3} x unix-socket",
-                i / uds
-            ));
-        }
-        details.push(iceoryx2_target(label, rtt("lock-free"), iox));
-        details.push(format!(
-            "{label}: lock-free with the doorbell (receivers spin up to {} µs, adaptively, then sleep until rung): RTT {:.2} µs = {:.3} x unix-socket, {:.3} x busy-polling lock-free",
-            DOORBELL_SPIN.as_micros(),
-            rtt(DOORBELL),
-            rtt(DOORBELL) / uds,
-            rtt(DOORBELL) / rtt("lock-free")
-        ));
-    }
-    if ICEORYX2.is_none() {
-        details.push(format!(
-            "iceoryx2 publish-subscribe peer: not run: {}; not in the default build because \
-             its release build alone took ~13 min on 2 shared cores",
-            iceoryx2_not_built(exp.id)
-        ));
-    }
-    let bars: Vec<(String, f64)> = points
-        .iter()
-        .filter(|pt| pt.x == (places.len() - 1) as f64)
-        .map(|pt| (pt.implementation.clone(), pt.value))
-        .collect();
-    let svg = bar_chart(
-        &format!(
-            "lc98-logp: 64-byte round trip, {}",
-            places[places.len() - 1].0
-        ),
-        "µs per round trip (trimmed mean of trials)",
-        &bars,
-    );
-    let verdict = Verdict {
-        clauses: Vec::new(),
-        conclusion: "all but the POSIX mutex nearly equal; the lock-free claim slightly higher o_s (cross-core clauses decide)".into(),
-        status: if holds { Status::Holds } else { Status::DoesNotHold },
-        details,
-    };
-    let rec = record(
-        exp,
-        p,
-        started,
-        "µs per 64-byte round trip",
-        "placement (0 same-core, 1 cross-core)",
-        "unix-socket round trip at the same placement",
-        trials,
-        points,
-        serde_json::json!({ "logp_us": table, "iceoryx2_built": ICEORYX2.is_some() }),
-        verdict,
-        serde_json::json!({ "round_trips": rounds, "placements": places.iter().map(|p| p.0).collect::<Vec<_>>() }),
-    );
-    Ok((rec, svg))
-}
-
-#[allow(clippy::type_complexity)]
-fn logp_trials(
-    p: &Params,
-    rounds: u64,
-    places: &[(&'static str, usize, usize)],
-    pb: &indicatif::ProgressBar,
-    trials: &mut Vec<Trial>,
-    logps: &mut Vec<(String, f64, LogP)>,
-) -> anyhow::Result<()> {
-    for t in 0..p.trials {
-        for (xi, &(_, c, s)) in places.iter().enumerate() {
-            let x = xi as f64;
-            mpsync::sched::native::pin_current_thread(c)?;
-            let runs = Claim::ALL.map(|c| (c, None, c.name())).into_iter().chain([(
-                Claim::LockFree,
-                Some(DOORBELL_SPIN),
-                DOORBELL,
-            )]);
-            for (claim, spin, name) in runs {
-                let v = logp_once(claim, spin, s, rounds)
-                    .with_context(|| format!("lc98-logp {name} trial {t}"))?;
-                trials.push(Trial {
-                    implementation: name.into(),
-                    x,
-                    trial: t,
-                    value: v.rtt,
-                    ..Trial::default()
-                });
-                logps.push((name.into(), x, v));
-                pb.inc(1);
-            }
-            for (name, make) in [
-                ("unix-socket", uds_pair as fn() -> _),
-                ("pipe", pipe_pair as fn() -> _),
-            ] {
-                let us =
-                    stream_rtt(s, rounds, make).with_context(|| format!("{name} round trip"))?;
-                trials.push(Trial {
-                    implementation: name.into(),
-                    x,
-                    trial: t,
-                    value: us,
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-            #[cfg(feature = "iceoryx2")]
-            {
-                let us = super::lc98_iceoryx2::round_trip(c, s, rounds).with_context(|| {
-                    format!("lc98-logp {} trial {t}", super::lc98_iceoryx2::NAME)
-                })?;
-                trials.push(Trial {
-                    implementation: super::lc98_iceoryx2::NAME.into(),
-                    x,
-                    trial: t,
-                    value: us,
-                    ..Trial::default()
-                });
-                pb.inc(1);
-            }
-        }
-    }
-    Ok(())
-}
-
 pub(super) fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "NO" }
 }
@@ -717,179 +487,6 @@ fn memcpy_rate(blocks: u64) -> f64 {
         std::hint::black_box(&mut dst);
     }
     blocks as f64 * 8192.0 / t.elapsed().as_secs_f64() / 1e6
-}
-
-fn bandwidth(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
-    let started = Instant::now();
-    let blocks = ((20_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(200);
-    let places = placements()?;
-    let &(label, c, s) = places.last().expect("one placement at least");
-    let pb = crate::progress(u64::from(p.trials) * 7, exp.id);
-    let mut trials = Vec::new();
-    let mut recv_cost: Vec<(&str, f64)> = Vec::new();
-    // The client runs on a dedicated thread pinned to its CPU (the caller's
-    // affinity is left alone); the server child pins itself to the other.
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| -> anyhow::Result<()> {
-                mpsync::sched::native::pin_current_thread(c)?;
-                let data = vec![0xa5u8; 8192];
-                for t in 0..p.trials {
-                    for claim in Claim::ALL {
-                        let srv = fresh("b");
-                        let s2 = srv.clone();
-                        let pid = fork_child(Some(s), move || serve(&s2, claim, None))?;
-                        let r = (|| -> anyhow::Result<(f64, f64)> {
-                            let _ = c;
-                            let mut ep = Endpoint::create(
-                                &fresh("bc"),
-                                Options::default()
-                                    .claim(claim)
-                                    // Every process of the run is the harness's own: the POSIX mutex may be used.
-                                    .trust_peers(true)
-                                    .spin(None),
-                            )?;
-                            let peer = connect_retry(&ep, &srv)?;
-                            for _ in 0..100 {
-                                ep.send_bulk(&peer, SINK, &[], &data)?;
-                            }
-                            ep.request(&peer, ECHO, &[], None)?;
-                            ep.request(&peer, RESET, &[], None)?;
-                            let t0 = Instant::now();
-                            for _ in 0..blocks {
-                                ep.send_bulk(&peer, SINK, &[], &data)?;
-                            }
-                            ep.request(&peer, ECHO, &[], None)?;
-                            let mbs = blocks as f64 * 8192.0 / t0.elapsed().as_secs_f64() / 1e6;
-                            // The server's time inside polls that delivered,
-                            // per message: its receive cost per 8 KB block.
-                            let rep = ep.request(&peer, REPORT, &[], None)?;
-                            let o_r = rep.args()[0] as f64 / 1e3 / rep.args()[1].max(1) as f64;
-                            ep.send(&peer, STOP, &[])?;
-                            Ok((mbs, o_r))
-                        })();
-                        match r {
-                            Ok((v, o_r)) => {
-                                wait_child(pid)?;
-                                trials.push(Trial {
-                                    implementation: claim.name().into(),
-                                    x: 1.0,
-                                    trial: t,
-                                    value: v,
-                                    ..Trial::default()
-                                });
-                                recv_cost.push((claim.name(), o_r));
-                            }
-                            Err(e) => {
-                                kill_child(pid);
-                                return Err(e.context(format!("lc98-bandwidth {}", claim.name())));
-                            }
-                        }
-                        pb.inc(1);
-                    }
-                    trials.push(Trial {
-                        implementation: "memcpy".into(),
-                        x: 1.0,
-                        trial: t,
-                        value: memcpy_rate(blocks * 4),
-                        ..Trial::default()
-                    });
-                    pb.inc(1);
-                }
-                Ok(())
-            })
-            .join()
-            .map_err(|_| anyhow!("the measuring thread panicked"))?
-    })?;
-    pb.finish_and_clear();
-    let memcpy = mean_of(&trials, "memcpy", 1.0).unwrap_or(f64::NAN);
-    let mut points = Vec::new();
-    for n in Claim::ALL.iter().map(|c| c.name()).chain(["memcpy"]) {
-        if let Some(v) = mean_of(&trials, n, 1.0) {
-            points.push(Point {
-                panel: None,
-                implementation: n.into(),
-                x: 1.0,
-                value: v,
-                normalized: v / memcpy,
-            });
-        }
-    }
-    let at = |n: &str| {
-        points
-            .iter()
-            .find(|p| p.implementation == n)
-            .map_or(f64::NAN, |p| p.value)
-    };
-    let best = Claim::ALL
-        .iter()
-        .map(|c| at(c.name()))
-        .fold(0.0f64, f64::max);
-    let lf_best = at("lock-free") >= 0.95 * best;
-    let worst = Claim::ALL
-        .iter()
-        .map(|c| at(c.name()))
-        .fold(f64::MAX, f64::min);
-    let near = worst >= 0.5 * memcpy;
-    let mut details = vec![format!(
-        "{label}, 8 KB bulk messages, {blocks} per trial; memcpy of 8 KB blocks in one process: {memcpy:.0} MB/s"
-    )];
-    let o_r = |n: &str| {
-        let v: Vec<f64> = recv_cost
-            .iter()
-            .filter(|(m, _)| *m == n)
-            .map(|(_, x)| *x)
-            .collect();
-        trimmed_mean(&v).unwrap_or(f64::NAN)
-    };
-    for c in Claim::ALL {
-        details.push(format!(
-            "{}: {:.0} MB/s = {:.2} x memcpy; the receiver's time per 8 KB block inside delivering polls {:.2} µs (= {:.0} MB/s if it were the only cost)",
-            c.name(),
-            at(c.name()),
-            at(c.name()) / memcpy,
-            o_r(c.name()),
-            8192.0 / o_r(c.name())
-        ));
-    }
-    details.push(format!(
-        "lock-free within 5% of the best claim: {}",
-        yes(lf_best)
-    ));
-    details.push(format!(
-        "every claim at least half the memcpy rate (the paper had ~80%): {} (slowest {:.2} x)",
-        yes(near),
-        worst / memcpy
-    ));
-    let bars: Vec<(String, f64)> = points
-        .iter()
-        .map(|p| (p.implementation.clone(), p.value))
-        .collect();
-    let svg = bar_chart("lc98-bandwidth: 8 KB bulk transfers", "MB/s", &bars);
-    let verdict = Verdict {
-        clauses: Vec::new(),
-        conclusion: "lock-free highest; all near the memcpy rate".into(),
-        status: if lf_best && near {
-            Status::Holds
-        } else {
-            Status::DoesNotHold
-        },
-        details,
-    };
-    let rec = record(
-        exp,
-        p,
-        started,
-        "MB/s",
-        "placement (1 cross-core)",
-        "memcpy of 8 KB blocks in one process",
-        trials,
-        points,
-        serde_json::json!({ "receiver_us_per_block": Claim::ALL.map(|c| (c.name(), o_r(c.name()))).into_iter().collect::<std::collections::BTreeMap<_, _>>() }),
-        verdict,
-        serde_json::json!({ "blocks_per_trial": blocks, "placement": label }),
-    );
-    Ok((rec, svg))
 }
 
 /// CPU time of the calling thread, seconds.
@@ -1029,258 +626,810 @@ fn stress_once(
     Ok((secs, false, cpu, st.sender_wakeups, st.revoked))
 }
 
-/// One stress run as the receiver saw it: (claim, writers, CPU share of the
-/// run, CPU µs per message, rings that woke sleeping writers, tickets revoked).
-type RecvRow<'a> = (&'a str, u64, f64, f64, f64, f64);
+/// The kind the claims are measured and recommended as.
+const CLAIM: &str = "message claim";
+/// The kind of the other transports (never recommended as a claim).
+const TRANSPORT: &str = "transport";
+const UDS: &str = "unix-socket";
+const PIPE: &str = "pipe";
+/// The spin locks among the claims.
+const SPIN_LOCKS: [&str; 4] = ["tas", "tatas", "ticket", "anderson"];
+/// The claims the paper finds nearly equal in LogP.
+const NEAR_EQUAL: [&str; 5] = ["tas", "tatas", "ticket", "anderson", "lock-free"];
+/// The LogP message size: the x of its panels.
+const MSG_BYTES: f64 = 64.0;
 
-fn stress(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
-    let started = Instant::now();
-    let total =
-        ((1_000_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(1000);
-    let writer_counts: Vec<u64> = p.threads.as_ref().map_or_else(
-        || vec![1, 3, 7],
-        |t| t.iter().map(|&x| u64::from(x)).collect(),
-    );
-    let cap = Duration::from_secs(if p.quick { 5 } else { 120 });
-    let per_count = 6 + u64::from(ICEORYX2.is_some());
-    let pb = crate::progress(
-        u64::from(p.trials) * writer_counts.len() as u64 * per_count,
-        exp.id,
-    );
-    let mut trials = Vec::new();
-    // (claim, writers, receiver's CPU share of the run, its CPU µs per message,
-    // rings that woke writers asleep on the full ring, tickets revoked)
-    let mut recv: Vec<RecvRow<'_>> = Vec::new();
-    for t in 0..p.trials {
-        for &w in &writer_counts {
-            for claim in Claim::ALL {
-                let (secs, cens, cpu, woke, revoked) = stress_once(claim, w, total, cap)
-                    .with_context(|| format!("lc98-stress {} with {w} writers", claim.name()))?;
-                trials.push(Trial {
-                    implementation: claim.name().into(),
-                    x: w as f64,
-                    trial: t,
-                    value: secs,
-                    procs: Some(p.cores),
-                    censored_at: cens.then_some(cap.as_secs_f64()),
-                    ..Trial::default()
-                });
-                if !cens {
-                    recv.push((
-                        claim.name(),
-                        w,
-                        cpu / secs,
-                        cpu * 1e6 / total as f64,
-                        woke as f64,
-                        revoked as f64,
-                    ));
-                }
-                pb.inc(1);
-            }
-            #[cfg(feature = "iceoryx2")]
-            {
-                let n = super::lc98_iceoryx2::NAME;
-                let (secs, cens, cpu) = super::lc98_iceoryx2::stress_once(w, total, cap)
-                    .with_context(|| format!("lc98-stress {n} with {w} publishers"))?;
-                trials.push(Trial {
-                    implementation: n.into(),
-                    x: w as f64,
-                    trial: t,
-                    value: secs,
-                    procs: Some(p.cores),
-                    censored_at: cens.then_some(cap.as_secs_f64()),
-                    ..Trial::default()
-                });
-                if !cens {
-                    // No space bell and no tickets: NaN, left out of the details.
-                    let per_msg = cpu * 1e6 / total as f64;
-                    recv.push((n, w, cpu / secs, per_msg, f64::NAN, f64::NAN));
-                }
-                pb.inc(1);
-            }
-        }
+/// A clause not judged because `what` has no value at `at`.
+fn unjudged(at: String, what: &str) -> Judged {
+    Judged {
+        at,
+        ours: format!("not measured ({what} has no value)"),
+        holds: None,
     }
-    // The claims, then the peer where it is built in.
-    let impls: Vec<&str> = Claim::ALL
+}
+
+/// " (censored: extrapolated)" when a trial of `names` at (`panel`, `x`) hit its cap.
+fn censored_note(r: &Results<'_>, names: &[&str], panel: usize, x: f64) -> &'static str {
+    if names.iter().any(|n| r.censored(n, panel, x)) {
+        " (censored: extrapolated)"
+    } else {
+        ""
+    }
+}
+
+/// The LogP design: one panel per placement (same core, cross core), each
+/// at one x, the message size; normalized to the unix socket there.
+/// Placements are configurations, not a numeric axis: panels keep them
+/// named in every clause, table row and figure bar.
+fn logp_design(trials: u32, places: &[(&'static str, usize, usize)]) -> Design {
+    let mut imps: Vec<Imp> = Claim::ALL
         .iter()
-        .map(|c| c.name())
-        .chain(ICEORYX2)
+        .map(|c| Imp::ours(c.name(), CLAIM))
         .collect();
-    pb.finish_and_clear();
-    let recv_at = |n: &str, w: u64| {
-        let f = |sel: fn(&RecvRow<'_>) -> f64| {
-            let v: Vec<f64> = recv
-                .iter()
-                .filter(|r| r.0 == n && r.1 == w)
-                .map(sel)
-                .collect();
-            trimmed_mean(&v).unwrap_or(f64::NAN)
-        };
-        (f(|r| r.2), f(|r| r.3), f(|r| r.4), f(|r| r.5))
+    imps.push(Imp::ours(DOORBELL, CLAIM));
+    imps.push(Imp::peer(UDS, TRANSPORT));
+    imps.push(Imp::peer(PIPE, TRANSPORT));
+    imps.extend(ICEORYX2.map(|n| Imp::peer(n, TRANSPORT)));
+    let mut d = Design::single(
+        "message bytes",
+        "µs per 64-byte round trip",
+        Better::Lower,
+        vec![MSG_BYTES],
+        imps,
+        trials,
+    )
+    .baseline(UDS);
+    d.panels = places
+        .iter()
+        .map(|(l, _, _)| Panel::new(*l, vec![MSG_BYTES]))
+        .collect();
+    d
+}
+
+/// One LogP trial of `name` with the client on `client` and the server on
+/// `server`: its round trip in µs and, for the claims, its LogP parameters.
+fn logp_trial(
+    name: &str,
+    (client, server): (usize, usize),
+    rounds: u64,
+    trial: u32,
+) -> anyhow::Result<(f64, Option<LogP>)> {
+    let claim = Claim::ALL.into_iter().find(|c| c.name() == name);
+    let run = match (claim, name) {
+        (Some(c), _) => Some((c, None)),
+        (None, DOORBELL) => Some((Claim::LockFree, Some(DOORBELL_SPIN))),
+        _ => None,
     };
-    let mut points = Vec::new();
-    let w0 = writer_counts[0] as f64;
-    for &c in &impls {
-        for &w in &writer_counts {
-            if let Some(v) = mean_of(&trials, c, w as f64) {
-                let base = mean_of(&trials, c, w0).unwrap_or(v);
-                points.push(Point {
-                    panel: None,
-                    implementation: c.into(),
-                    x: w as f64,
-                    value: v,
-                    normalized: v / base,
-                });
+    if let Some((claim, spin)) = run {
+        let v = logp_once(claim, spin, server, rounds)
+            .with_context(|| format!("lc98-logp {name} trial {trial}"))?;
+        return Ok((v.rtt, Some(v)));
+    }
+    let make = match name {
+        UDS => Some(uds_pair as fn() -> _),
+        PIPE => Some(pipe_pair as fn() -> _),
+        _ => None,
+    };
+    if let Some(make) = make {
+        let us = stream_rtt(server, rounds, make).with_context(|| format!("{name} round trip"))?;
+        return Ok((us, None));
+    }
+    #[cfg(feature = "iceoryx2")]
+    if name == super::lc98_iceoryx2::NAME {
+        let us = super::lc98_iceoryx2::round_trip(client, server, rounds)
+            .with_context(|| format!("lc98-logp {name} trial {trial}"))?;
+        return Ok((us, None));
+    }
+    #[cfg(not(feature = "iceoryx2"))]
+    let _ = client;
+    bail!("lc98-logp: no implementation named {name}")
+}
+
+/// The LogP parameters of the claims (and the doorbell) per placement:
+/// trimmed means over trials.
+type LogPTable = Vec<(String, Vec<(String, LogP)>)>;
+
+fn logp_table(
+    places: &[(&'static str, usize, usize)],
+    logps: &[(usize, String, LogP)],
+) -> LogPTable {
+    let names = Claim::ALL.map(|c| c.name()).into_iter().chain([DOORBELL]);
+    let names: Vec<&str> = names.collect();
+    places
+        .iter()
+        .enumerate()
+        .map(|(pi, (label, _, _))| {
+            let param = |n: &str, f: fn(&LogP) -> f64| {
+                let v: Vec<f64> = logps
+                    .iter()
+                    .filter(|(px, m, _)| *px == pi && m == n)
+                    .map(|(_, _, l)| f(l))
+                    .collect();
+                trimmed_mean(&v).unwrap_or(f64::NAN)
+            };
+            let rows = names
+                .iter()
+                .map(|&n| {
+                    let row = LogP {
+                        rtt: param(n, |l| l.rtt),
+                        o_s: param(n, |l| l.o_s),
+                        o_r: param(n, |l| l.o_r),
+                        g: param(n, |l| l.g),
+                        l: param(n, |l| l.l),
+                    };
+                    (n.to_string(), row)
+                })
+                .collect();
+            (label.to_string(), rows)
+        })
+        .collect()
+}
+
+/// "TAS, TATAS, Ticket, Anderson and lock-free round trips within 25% of
+/// each other" at `panel` (Table 1: 5.4–5.6 µs).
+fn logp_near_equal(panel: usize) -> Clause {
+    Clause::new(
+        "the TAS, TATAS, Ticket, Anderson and lock-free round trips are within 25% of each other (max/min ≤ 1.25)",
+        Some("5.4–5.6 µs: max/min 1.04 (Table 1)"),
+        move |r| {
+            let x = r.last_x(panel);
+            let at = r.at(panel, x);
+            let v: Option<Vec<f64>> = NEAR_EQUAL.iter().map(|n| r.value(n, panel, x)).collect();
+            let Some(v) = v else {
+                return unjudged(at, "a spin lock or lock-free");
+            };
+            let mn = v.iter().copied().fold(f64::MAX, f64::min);
+            let mx = v.iter().copied().fold(0.0, f64::max);
+            Judged {
+                at,
+                ours: format!("{mn:.2}–{mx:.2} µs: max/min {:.2}", mx / mn),
+                holds: Some(mx / mn <= 1.25),
+            }
+        },
+    )
+}
+
+/// "The POSIX mutex's round trip is above all the other claims'" at `panel`
+/// (Table 1: 6.9 µs against 5.4–5.6).
+fn logp_posix_worst(panel: usize) -> Clause {
+    Clause::new(
+        "the POSIX mutex's round trip is above those of the spin locks and lock-free",
+        Some("6.9 µs vs at most 5.6 µs (more than 25% worse; Table 1)"),
+        move |r| {
+            let x = r.last_x(panel);
+            let at = r.at(panel, x);
+            let v: Option<Vec<f64>> = NEAR_EQUAL.iter().map(|n| r.value(n, panel, x)).collect();
+            let (Some(v), Some(posix)) = (v, r.value("posix-mutex", panel, x)) else {
+                return unjudged(at, "a claim");
+            };
+            let mx = v.iter().copied().fold(0.0, f64::max);
+            Judged {
+                at,
+                ours: format!("POSIX mutex {posix:.2} µs vs at most {mx:.2} µs"),
+                holds: Some(posix > mx),
+            }
+        },
+    )
+}
+
+/// "The lock-free claim's send overhead is at least the spin locks' (their
+/// lower median)" at `panel`, on the LogP table's `o_s` of that placement
+/// (Table 1: 1.9 µs against 1.6–1.7).
+fn logp_lf_send_overhead(panel: usize, o_s: Vec<(String, f64)>) -> Clause {
+    Clause::new(
+        "the lock-free claim's send overhead o_s is at least the spin locks' (their lower median)",
+        Some("1.9 µs vs 1.6–1.7 µs (Table 1)"),
+        move |r| {
+            let at = r.at(panel, r.last_x(panel));
+            let os = |n: &str| o_s.iter().find(|(m, _)| m == n).map(|(_, v)| *v);
+            let locks: Option<Vec<f64>> = SPIN_LOCKS.iter().map(|n| os(n)).collect();
+            let (Some(mut locks), Some(lf)) = (locks, os("lock-free")) else {
+                return unjudged(at, "an o_s");
+            };
+            if locks.iter().chain([&lf]).any(|v| v.is_nan()) {
+                return unjudged(at, "an o_s");
+            }
+            locks.sort_by(f64::total_cmp);
+            Judged {
+                at,
+                ours: format!(
+                    "lock-free {lf:.2} µs vs the spin locks' lower median {:.2} µs",
+                    locks[1]
+                ),
+                holds: Some(lf >= locks[1]),
+            }
+        },
+    )
+}
+
+/// The LogP clauses at `panel`.
+fn logp_clauses(panel: usize, table: &LogPTable) -> Vec<Clause> {
+    let o_s = table[panel]
+        .1
+        .iter()
+        .map(|(n, l)| (n.clone(), l.o_s))
+        .collect();
+    vec![
+        logp_near_equal(panel),
+        logp_posix_worst(panel),
+        logp_lf_send_overhead(panel, o_s),
+    ]
+}
+
+/// The LogP notes of placement `pi`: its table, the targets and the peers.
+fn logp_notes(r: &Results<'_>, pi: usize, table: &LogPTable) -> Vec<String> {
+    let (label, rows) = &table[pi];
+    let mut notes: Vec<String> = rows
+        .iter()
+        .map(|(n, row)| {
+            format!(
+                "{label} {n}: L {:.2} µs, o_s {:.2}, o_r {:.2}, g {:.2}, RTT {:.2} µs",
+                row.l, row.o_s, row.o_r, row.g, row.rtt
+            )
+        })
+        .collect();
+    let v = |n: &str| r.value(n, pi, MSG_BYTES).unwrap_or(f64::NAN);
+    let (lf, uds) = (v("lock-free"), v(UDS));
+    notes.push(format!(
+        "{label}: target lock-free RTT <= 0.1 x unix-socket RTT: {lf:.2} / {uds:.2} µs = {:.3}",
+        lf / uds
+    ));
+    let iox = ICEORYX2.map(v);
+    if let Some(i) = iox {
+        notes.push(format!(
+            "{label}: iceoryx2 pub-sub (two services, ping and pong, 64-byte loaned samples, busy polling): RTT {i:.2} µs = {:.3} x unix-socket",
+            i / uds
+        ));
+    }
+    notes.push(iceoryx2_target(label, lf, iox));
+    let bell = v(DOORBELL);
+    notes.push(format!(
+        "{label}: lock-free with the doorbell (receivers spin up to {} µs, adaptively, then sleep until rung): RTT {bell:.2} µs = {:.3} x unix-socket, {:.3} x busy-polling lock-free",
+        DOORBELL_SPIN.as_micros(),
+        bell / uds,
+        bell / lf
+    ));
+    notes
+}
+
+fn logp(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let started = Instant::now();
+    let rounds = ((20_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(200);
+    let places = placements()?;
+    let d = logp_design(p.trials, &places);
+    let mut logps: Vec<(usize, String, LogP)> = Vec::new();
+    // The client runs on a dedicated thread, pinned per placement (the
+    // caller's affinity is left alone); each server child pins itself.
+    let trials = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                model::collect(exp.id, &d, &mut |c| {
+                    let (_, client, server) = places[c.panel];
+                    mpsync::sched::native::pin_current_thread(client)?;
+                    let name = c.imp.name.as_str();
+                    let (us, lp) = logp_trial(name, (client, server), rounds, c.trial)?;
+                    logps.extend(lp.map(|l| (c.panel, name.to_string(), l)));
+                    Ok(Some(Trial {
+                        value: us,
+                        ..Trial::default()
+                    }))
+                })
+            })
+            .join()
+            .map_err(|_| anyhow!("the measuring thread panicked"))?
+    })?;
+    let table = logp_table(&places, &logps);
+    let last = places.len() - 1;
+    let points = model::summarize(&d, &trials);
+    let r = Results {
+        design: &d,
+        points: &points,
+        trials: &trials,
+    };
+    let mut notes = Vec::new();
+    for (pi, &(label, _, _)) in places.iter().enumerate() {
+        notes.extend(logp_notes(&r, pi, &table));
+        if pi != last {
+            // The other placement's clauses, as measured: the verdict is the last's.
+            for c in logp_clauses(pi, &table) {
+                notes.push(format!(
+                    "{label} (not in the verdict): {}",
+                    c.judge(&r).line()
+                ));
             }
         }
     }
-    let at = |n: &str, w: u64| mean_of(&trials, n, w as f64).unwrap_or(f64::NAN);
-    let (lo, hi) = (writer_counts[0], *writer_counts.last().expect("non-empty"));
-    let mut details = vec![format!(
+    if ICEORYX2.is_none() {
+        notes.push(format!(
+            "iceoryx2 publish-subscribe peer: not run: {}; not in the default build because \
+             its release build alone took ~13 min on 2 shared cores",
+            iceoryx2_not_built(exp.id)
+        ));
+    }
+    let v = Verdicts {
+        conclusion: "all but the POSIX mutex nearly equal; the lock-free claim slightly higher o_s (cross-core clauses decide)".into(),
+        clauses: logp_clauses(last, &table),
+        notes,
+        ..Verdicts::default()
+    };
+    let extra = serde_json::json!({
+        "logp_us": table.iter().map(|(l, rows)| (l.clone(), rows.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())).collect::<std::collections::BTreeMap<_, _>>(),
+        "iceoryx2_built": ICEORYX2.is_some(),
+    });
+    let params = serde_json::json!({ "round_trips": rounds, "placements": places.iter().map(|p| p.0).collect::<Vec<_>>() });
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = extra;
+    Ok((rec, svg))
+}
+
+/// One bandwidth trial of `claim`: MB/s of 8 KB bulk messages from this
+/// (pinned) thread to a server child on `server`, and the server's time
+/// per block inside delivering polls, µs.
+fn bandwidth_once(
+    claim: Claim,
+    server: usize,
+    blocks: u64,
+    data: &[u8],
+) -> anyhow::Result<(f64, f64)> {
+    let srv = fresh("b");
+    let s2 = srv.clone();
+    let pid = fork_child(Some(server), move || serve(&s2, claim, None))?;
+    let r = (|| -> anyhow::Result<(f64, f64)> {
+        let mut ep = Endpoint::create(
+            &fresh("bc"),
+            Options::default()
+                .claim(claim)
+                // Every process of the run is the harness's own: the POSIX mutex may be used.
+                .trust_peers(true)
+                .spin(None),
+        )?;
+        let peer = connect_retry(&ep, &srv)?;
+        for _ in 0..100 {
+            ep.send_bulk(&peer, SINK, &[], data)?;
+        }
+        ep.request(&peer, ECHO, &[], None)?;
+        ep.request(&peer, RESET, &[], None)?;
+        let t0 = Instant::now();
+        for _ in 0..blocks {
+            ep.send_bulk(&peer, SINK, &[], data)?;
+        }
+        ep.request(&peer, ECHO, &[], None)?;
+        let mbs = blocks as f64 * 8192.0 / t0.elapsed().as_secs_f64() / 1e6;
+        // The server's time inside polls that delivered, per message: its
+        // receive cost per 8 KB block.
+        let rep = ep.request(&peer, REPORT, &[], None)?;
+        let o_r = rep.args()[0] as f64 / 1e3 / rep.args()[1].max(1) as f64;
+        ep.send(&peer, STOP, &[])?;
+        Ok((mbs, o_r))
+    })();
+    match r {
+        Ok(v) => {
+            wait_child(pid)?;
+            Ok(v)
+        }
+        Err(e) => {
+            kill_child(pid);
+            Err(e.context(format!("lc98-bandwidth {}", claim.name())))
+        }
+    }
+}
+
+/// "The lock-free claim's bandwidth is within 5% of the best claim's"
+/// (§4.1: lock-free highest, 166 MB/s).
+fn bandwidth_lf_best() -> Clause {
+    Clause::new(
+        "the lock-free claim's bandwidth is within 5% of the best claim's",
+        Some("lock-free the highest: 166 MB/s, POSIX mutex 158 MB/s (§4.1)"),
+        |r| {
+            let x = r.last_x(0);
+            let at = r.at(0, x);
+            let best = r.ranked(Role::Ours, Some(CLAIM), 0, x).first().copied();
+            match (best, r.value("lock-free", 0, x)) {
+                (Some((i, b)), Some(lf)) => Judged {
+                    at,
+                    ours: format!(
+                        "lock-free {lf:.0} MB/s = {:.3} × the best ({})",
+                        lf / b,
+                        i.name
+                    ),
+                    holds: Some(lf >= 0.95 * b),
+                },
+                _ => unjudged(at, "lock-free"),
+            }
+        },
+    )
+}
+
+/// "Every claim reaches at least half the memory copy rate" (§4.1: about
+/// 80%).
+fn bandwidth_near_memcpy() -> Clause {
+    Clause::new(
+        "every claim's bandwidth is at least half the memory copy rate",
+        Some("158–166 MB/s, roughly 80% of the memory copy rate (§4.1)"),
+        |r| {
+            let x = r.last_x(0);
+            let at = r.at(0, x);
+            let worst = r.ranked(Role::Ours, Some(CLAIM), 0, x).last().copied();
+            match (worst, r.value("memcpy", 0, x)) {
+                (Some((i, w)), Some(m)) => Judged {
+                    at,
+                    ours: format!(
+                        "the slowest ({}) {w:.0} MB/s = {:.2} × memcpy",
+                        i.name,
+                        w / m
+                    ),
+                    holds: Some(w >= 0.5 * m),
+                },
+                _ => unjudged(at, "memcpy or a claim"),
+            }
+        },
+    )
+}
+
+/// The bandwidth design: the claims and the in-process memcpy rate, 8 KB
+/// blocks, at one placement (cross core where there are two CPUs).
+fn bandwidth_design(trials: u32, label: &str) -> Design {
+    let mut imps: Vec<Imp> = Claim::ALL
+        .iter()
+        .map(|c| Imp::ours(c.name(), CLAIM))
+        .collect();
+    imps.push(Imp::reference("memcpy"));
+    let mut d = Design::single(
+        "KB per message",
+        "MB/s",
+        Better::Higher,
+        vec![8.0],
+        imps,
+        trials,
+    )
+    .baseline("memcpy");
+    d.panels[0].label = label.into();
+    d
+}
+
+fn bandwidth(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+) -> anyhow::Result<(RunRecord, String)> {
+    let started = Instant::now();
+    let blocks = ((20_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(200);
+    let places = placements()?;
+    let &(label, c, s) = places.last().expect("one placement at least");
+    let d = bandwidth_design(p.trials, label);
+    let mut recv_cost: Vec<(String, f64)> = Vec::new();
+    // The client runs on a dedicated thread pinned to its CPU (the caller's
+    // affinity is left alone); the server child pins itself to the other.
+    let trials = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                mpsync::sched::native::pin_current_thread(c)?;
+                let data = vec![0xa5u8; 8192];
+                model::collect(exp.id, &d, &mut |cell| {
+                    let name = cell.imp.name.as_str();
+                    let value = match Claim::ALL.into_iter().find(|k| k.name() == name) {
+                        Some(claim) => {
+                            let (mbs, o_r) = bandwidth_once(claim, s, blocks, &data)?;
+                            recv_cost.push((name.to_string(), o_r));
+                            mbs
+                        }
+                        None => memcpy_rate(blocks * 4),
+                    };
+                    Ok(Some(Trial {
+                        value,
+                        ..Trial::default()
+                    }))
+                })
+            })
+            .join()
+            .map_err(|_| anyhow!("the measuring thread panicked"))?
+    })?;
+    let o_r = |n: &str| {
+        let v: Vec<f64> = recv_cost
+            .iter()
+            .filter(|(m, _)| m == n)
+            .map(|(_, x)| *x)
+            .collect();
+        trimmed_mean(&v).unwrap_or(f64::NAN)
+    };
+    let memcpy = mean_of(&trials, "memcpy", 8.0).unwrap_or(f64::NAN);
+    let mut notes = vec![format!(
+        "{label}, 8 KB bulk messages, {blocks} per trial; memcpy of 8 KB blocks in one process: {memcpy:.0} MB/s"
+    )];
+    for n in Claim::ALL.map(|c| c.name()) {
+        let mbs = mean_of(&trials, n, 8.0).unwrap_or(f64::NAN);
+        notes.push(format!(
+            "{n}: {mbs:.0} MB/s = {:.2} x memcpy; the receiver's time per 8 KB block inside delivering polls {:.2} µs (= {:.0} MB/s if it were the only cost)",
+            mbs / memcpy,
+            o_r(n),
+            8192.0 / o_r(n)
+        ));
+    }
+    let v = Verdicts {
+        conclusion: "lock-free highest; all near the memcpy rate".into(),
+        clauses: vec![bandwidth_lf_best(), bandwidth_near_memcpy()],
+        notes,
+        ..Verdicts::default()
+    };
+    let extra = serde_json::json!({ "receiver_us_per_block": Claim::ALL.map(|c| (c.name(), o_r(c.name()))).into_iter().collect::<std::collections::BTreeMap<_, _>>() });
+    let params = serde_json::json!({ "blocks_per_trial": blocks, "placement": label });
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = extra;
+    Ok((rec, svg))
+}
+
+/// One stress run as the receiver saw it: (implementation, writers, CPU
+/// share of the run, CPU µs per message, rings that woke sleeping writers,
+/// tickets revoked).
+type RecvRow = (String, u64, f64, f64, f64, f64);
+
+/// The stress design: the claims (and iceoryx2 where built in) at each
+/// writer count, many-to-one, values as measured.
+fn stress_design(trials: u32, writers: &[u64]) -> Design {
+    let mut imps: Vec<Imp> = Claim::ALL
+        .iter()
+        .map(|c| Imp::ours(c.name(), CLAIM))
+        .collect();
+    imps.extend(ICEORYX2.map(|n| Imp::peer(n, TRANSPORT)));
+    let xs = writers.iter().map(|&w| w as f64).collect();
+    let mut d = Design::single(
+        "writer processes",
+        "seconds per run",
+        Better::Lower,
+        xs,
+        imps,
+        trials,
+    );
+    d.panels[0].label = "many-to-one".into();
+    d
+}
+
+/// One stress trial of `name` with `w` writers: (seconds, censored, the
+/// receiver's row where it was not censored).
+fn stress_trial(
+    name: &str,
+    w: u64,
+    total: u64,
+    cap: Duration,
+) -> anyhow::Result<(f64, bool, Option<RecvRow>)> {
+    if let Some(claim) = Claim::ALL.into_iter().find(|c| c.name() == name) {
+        let (secs, cens, cpu, woke, revoked) = stress_once(claim, w, total, cap)
+            .with_context(|| format!("lc98-stress {name} with {w} writers"))?;
+        let row = (
+            name.to_string(),
+            w,
+            cpu / secs,
+            cpu * 1e6 / total as f64,
+            woke as f64,
+            revoked as f64,
+        );
+        return Ok((secs, cens, (!cens).then_some(row)));
+    }
+    #[cfg(feature = "iceoryx2")]
+    if name == super::lc98_iceoryx2::NAME {
+        let (secs, cens, cpu) = super::lc98_iceoryx2::stress_once(w, total, cap)
+            .with_context(|| format!("lc98-stress {name} with {w} publishers"))?;
+        // No space bell and no tickets: NaN, left out of the notes.
+        let row = (
+            name.to_string(),
+            w,
+            cpu / secs,
+            cpu * 1e6 / total as f64,
+            f64::NAN,
+            f64::NAN,
+        );
+        return Ok((secs, cens, (!cens).then_some(row)));
+    }
+    bail!("lc98-stress: no implementation named {name}")
+}
+
+/// "`name` gets faster (or, `faster: false`, slower) with more writers":
+/// its time at the last x against the first (Table 2).
+fn stress_trend(name: &'static str, faster: bool, paper: &str) -> Clause {
+    let statement = if faster {
+        format!("{name} gets faster with more writers (time at the most ≤ at the fewest)")
+    } else {
+        format!("{name} slows down with more writers (time at the most > at the fewest)")
+    };
+    Clause::new(statement, Some(paper), move |r| {
+        let xs = &r.design.panels[0].xs;
+        let (lo, hi) = (xs[0], r.last_x(0));
+        let at = format!("{} vs {}", r.at(0, hi), fmt_x(lo));
+        let (Some(a), Some(b)) = (r.value(name, 0, hi), r.value(name, 0, lo)) else {
+            return unjudged(at, name);
+        };
+        let cens = censored_note(r, &[name], 0, hi).max(censored_note(r, &[name], 0, lo));
+        Judged {
+            at,
+            ours: format!("{a:.3} s vs {b:.3} s{cens}"),
+            holds: Some(if faster { a <= b } else { a > b }),
+        }
+    })
+}
+
+/// "The POSIX mutex is the slowest claim with the most writers" (Table 2).
+fn stress_posix_worst() -> Clause {
+    Clause::new(
+        "the POSIX mutex is the slowest claim with the most writers",
+        Some("14.10 s with 7 writers vs 3.03–4.37 s (Table 2)"),
+        |r| {
+            let x = r.last_x(0);
+            let at = r.at(0, x);
+            let ranked = r.ranked(Role::Ours, Some(CLAIM), 0, x);
+            let (Some(posix), Some(&(worst, wv))) = (r.value("posix-mutex", 0, x), ranked.last())
+            else {
+                return unjudged(at, "posix-mutex or a claim");
+            };
+            let others = ranked.iter().filter(|(i, _)| i.name != "posix-mutex");
+            let slowest_other = others.map(|(_, v)| *v).fold(0.0, f64::max);
+            let names: Vec<&str> = ranked.iter().map(|(i, _)| i.name.as_str()).collect();
+            Judged {
+                at,
+                ours: format!(
+                    "POSIX mutex {posix:.3} s; the slowest of the others {slowest_other:.3} s (slowest overall: {} {wv:.3} s){}",
+                    worst.name,
+                    censored_note(r, &names, 0, x)
+                ),
+                holds: Some(posix >= slowest_other),
+            }
+        },
+    )
+}
+
+fn stress_clauses() -> Vec<Clause> {
+    vec![
+        stress_trend("lock-free", true, "3.19 s with 1 writer, 3.03 s with 7"),
+        stress_trend("tas", false, "2.98 s with 1 writer, 4.37 s with 7"),
+        stress_trend("tatas", false, "3.01 s with 1 writer, 3.83 s with 7"),
+        stress_trend("ticket", false, "2.96 s with 1 writer, 3.50 s with 7"),
+        stress_trend("anderson", false, "3.05 s with 1 writer, 3.75 s with 7"),
+        stress_posix_worst(),
+    ]
+}
+
+/// The receiver's rows, per implementation and writer count: trimmed means
+/// of (CPU share, CPU µs per message, rings that woke writers, revoked).
+fn recv_at(recv: &[RecvRow], n: &str, w: u64) -> (f64, f64, f64, f64) {
+    let f = |sel: fn(&RecvRow) -> f64| {
+        let v: Vec<f64> = recv
+            .iter()
+            .filter(|r| r.0 == n && r.1 == w)
+            .map(sel)
+            .collect();
+        trimmed_mean(&v).unwrap_or(f64::NAN)
+    };
+    (f(|r| r.2), f(|r| r.3), f(|r| r.4), f(|r| r.5))
+}
+
+/// Where the time goes: a receiver that is on a CPU only part of the run
+/// bounds every claim alike (2 cores shared by writers + 1 processes).
+fn stress_receiver_notes(d: &Design, writers: &[u64], recv: &[RecvRow]) -> Vec<String> {
+    d.imps
+        .iter()
+        .map(|i| {
+            let row: Vec<String> = writers
+                .iter()
+                .map(|&w| {
+                    let (share, us, woke, revoked) = recv_at(recv, &i.name, w);
+                    let msgq = if woke.is_nan() {
+                        String::new() // the iceoryx2 peer: no space bell, no tickets
+                    } else {
+                        format!(
+                            ", {woke:.0} rings woke writers asleep on the full ring, \
+                             {revoked:.0} tickets revoked (unclaimed for a lease)"
+                        )
+                    };
+                    format!(
+                        "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message{msgq}",
+                        share * 100.0
+                    )
+                })
+                .collect();
+            format!("{} receiver: {}", i.name, row.join("; "))
+        })
+        .collect()
+}
+
+/// The stress notes: method, receivers, the target, the peer, censoring.
+fn stress_notes(
+    r: &Results<'_>,
+    p: &Params,
+    total: u64,
+    writers: &[u64],
+    recv: &[RecvRow],
+    cap: Duration,
+) -> Vec<String> {
+    let mut notes = vec![format!(
         "{total} one-word messages in all per run, writers unpinned on {} cores (oversubscribed beyond {}); time in seconds",
         p.cores,
         p.cores.saturating_sub(1)
     )];
-    for &c in &impls {
-        let row: Vec<String> = writer_counts
-            .iter()
-            .map(|&w| format!("{w}: {:.3} s", at(c, w)))
-            .collect();
-        details.push(format!("{c}: {}", row.join(", ")));
-    }
-    // Where the time goes: a receiver that is on a CPU only part of the run
-    // bounds every claim alike (2 cores shared by writers + 1 processes).
-    for &c in &impls {
-        let row: Vec<String> = writer_counts
-            .iter()
-            .map(|&w| {
-                let (share, us, woke, revoked) = recv_at(c, w);
-                let msgq = if woke.is_nan() {
-                    String::new() // the iceoryx2 peer: no space bell, no tickets
-                } else {
-                    format!(
-                        ", {woke:.0} rings woke writers asleep on the full ring, \
-                         {revoked:.0} tickets revoked (unclaimed for a lease)"
-                    )
-                };
-                format!(
-                    "{w}: on a CPU {:.0}% of the run, {us:.3} µs CPU per message{msgq}",
-                    share * 100.0
-                )
-            })
-            .collect();
-        details.push(format!("{c} receiver: {}", row.join("; ")));
-    }
-    let lf_faster = at("lock-free", hi) <= at("lock-free", lo);
-    details.push(format!(
-        "lock-free gets faster with more writers ({hi} vs {lo}): {} ({:.3} vs {:.3} s)",
-        yes(lf_faster),
-        at("lock-free", hi),
-        at("lock-free", lo)
-    ));
-    let mut locks_slower = true;
-    for n in ["tas", "tatas", "ticket", "anderson"] {
-        let s = at(n, hi) > at(n, lo);
-        locks_slower &= s;
-        details.push(format!(
-            "{n} slows down with more writers: {} ({:.3} vs {:.3} s)",
-            yes(s),
-            at(n, hi),
-            at(n, lo)
-        ));
-    }
-    let posix_worst = Claim::ALL
-        .iter()
-        .filter(|c| **c != Claim::PosixRobust)
-        .all(|c| at("posix-mutex", hi) >= at(c.name(), hi));
-    details.push(format!(
-        "POSIX mutex slowest with {hi} writers: {}",
-        yes(posix_worst)
-    ));
-    details.push(format!(
-        "target: lock-free throughput >= 3 x POSIX mutex with {hi} writers: {:.2} x",
+    notes.extend(stress_receiver_notes(r.design, writers, recv));
+    let (lo, hi) = (writers[0] as f64, r.last_x(0));
+    let at = |n: &str, x: f64| r.value(n, 0, x).unwrap_or(f64::NAN);
+    notes.push(format!(
+        "target: lock-free throughput >= 3 x POSIX mutex with {} writers: {:.2} x",
+        fmt_x(hi),
         at("posix-mutex", hi) / at("lock-free", hi)
     ));
     #[cfg(feature = "iceoryx2")]
     {
         let n = super::lc98_iceoryx2::NAME;
-        details.push(format!(
-            "{n} ({hi} publisher processes to one subscriber process, a service that never \
+        notes.push(format!(
+            "{n} ({} publisher processes to one subscriber process, a service that never \
              overflows: a publisher retries while the subscriber's {}-sample buffer is full; \
              clock from a start signal after every process connected): lock-free takes {:.2} x \
-             its time with {hi} writers, {:.2} x with {lo}",
+             its time with {} writers, {:.2} x with {}",
+            fmt_x(hi),
             super::lc98_iceoryx2::STRESS_BUFFER,
             at("lock-free", hi) / at(n, hi),
-            at("lock-free", lo) / at(n, lo)
+            fmt_x(hi),
+            at("lock-free", lo) / at(n, lo),
+            fmt_x(lo)
         ));
     }
     #[cfg(not(feature = "iceoryx2"))]
-    details.push(format!(
-        "iceoryx2 pub-sub: not run: {}",
-        iceoryx2_not_built(exp.id)
-    ));
-    if trials.iter().any(|t| t.censored_at.is_some()) {
-        details.push(format!(
+    {
+        let _ = lo;
+        notes.push(format!(
+            "iceoryx2 pub-sub: not run: {}",
+            iceoryx2_not_built("lc98-stress")
+        ));
+    }
+    if r.trials.iter().any(|t| t.censored_at.is_some()) {
+        notes.push(format!(
             "some runs hit the {} s cap and were extrapolated from the fraction delivered (censored_at in data.csv)",
             cap.as_secs()
         ));
     }
-    let series: Vec<Series> = impls
-        .iter()
-        .map(|&c| Series {
-            label: c.into(),
-            points: writer_counts
-                .iter()
-                .map(|&w| (w as f64, at(c, w)))
-                .collect(),
-        })
-        .collect();
-    let svg = line_chart(
-        "lc98-stress: many-to-one",
-        "writer processes",
-        "seconds",
-        &series,
+    notes
+}
+
+fn stress(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let started = Instant::now();
+    let total =
+        ((1_000_000.0 * p.scale * if p.quick { 0.1 } else { 1.0 }).round() as u64).max(1000);
+    let writers: Vec<u64> = p.threads.as_ref().map_or_else(
+        || vec![1, 3, 7],
+        |t| t.iter().map(|&x| u64::from(x)).collect(),
     );
-    let verdict = Verdict {
-        clauses: Vec::new(),
+    let cap = Duration::from_secs(if p.quick { 5 } else { 120 });
+    let d = stress_design(p.trials, &writers);
+    let mut recv: Vec<RecvRow> = Vec::new();
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let (secs, cens, row) = stress_trial(&c.imp.name, c.x as u64, total, cap)?;
+        recv.extend(row);
+        Ok(Some(Trial {
+            value: secs,
+            procs: Some(p.cores),
+            censored_at: cens.then_some(cap.as_secs_f64()),
+            ..Trial::default()
+        }))
+    })?;
+    let points = model::summarize(&d, &trials);
+    let r = Results {
+        design: &d,
+        points: &points,
+        trials: &trials,
+    };
+    let v = Verdicts {
         conclusion: "lock-free gets faster with more writers; locks slow down; POSIX mutex worst"
             .into(),
-        status: if lf_faster && locks_slower && posix_worst {
-            Status::Holds
-        } else {
-            Status::DoesNotHold
-        },
-        details,
+        clauses: stress_clauses(),
+        notes: stress_notes(&r, p, total, &writers, &recv, cap),
+        advice: vec![AdviceRule {
+            kind: CLAIM,
+            panel: 0,
+        }],
+        targets: false,
     };
-    let advice = crate::model::advice_from_points(
-        "message claim",
-        crate::model::Better::Lower,
-        "writer processes",
-        "many-to-one",
-        impls
-            .iter()
-            .filter(|c| Claim::ALL.iter().any(|k| k.name() == **c))
-            .map(|c| crate::model::Imp::ours(*c, "message claim"))
-            .collect(),
-        &points,
-    );
-    let mut rec = record(
-        exp,
-        p,
-        started,
-        "seconds per run",
-        "writer processes",
-        "the same claim with the fewest writers",
-        trials,
-        points,
-        serde_json::json!({ "receiver": impls.iter().map(|&c| (c, writer_counts.iter().map(|&w| {
-            let (share, us, woke, revoked) = recv_at(c, w);
-            serde_json::json!({ "writers": w, "cpu_share": share, "cpu_us_per_message": us, "sender_wakeups": woke, "revoked": revoked })
-        }).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>() }),
-        verdict,
-        serde_json::json!({ "messages_per_run": total, "writers": writer_counts, "cap_s": cap.as_secs() }),
-    );
-    rec.advice = advice.into_iter().collect();
+    let extra = serde_json::json!({ "receiver": d.imps.iter().map(|i| (i.name.clone(), writers.iter().map(|&w| {
+        let (share, us, woke, revoked) = recv_at(&recv, &i.name, w);
+        serde_json::json!({ "writers": w, "cpu_share": share, "cpu_us_per_message": us, "sender_wakeups": woke, "revoked": revoked })
+    }).collect::<Vec<_>>())).collect::<std::collections::BTreeMap<_, _>>() });
+    let params = serde_json::json!({ "messages_per_run": total, "writers": writers, "cap_s": cap.as_secs() });
+    let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
+    rec.extra = extra;
     Ok((rec, svg))
 }
 
@@ -1304,6 +1453,194 @@ mod tests {
         assert!(
             absent.contains("--features iceoryx2 -- run lc98-logp"),
             "{absent}"
+        );
+    }
+
+    /// Points of `d` with `vals` (implementation, panel, x, value).
+    fn points(d: &Design, vals: &[(&str, usize, f64, f64)]) -> Vec<Point> {
+        vals.iter()
+            .map(|&(n, pi, x, v)| Point {
+                implementation: n.into(),
+                x,
+                panel: (d.panels.len() > 1).then(|| d.panels[pi].label.clone()),
+                value: v,
+                normalized: v,
+            })
+            .collect()
+    }
+
+    fn judge(c: &Clause, d: &Design, pts: &[Point]) -> Option<bool> {
+        let r = Results {
+            design: d,
+            points: pts,
+            trials: &[],
+        };
+        c.judge(&r).holds
+    }
+
+    fn logp_points(d: &Design, rtt: [f64; 6]) -> Vec<Point> {
+        let names = Claim::ALL.map(|c| c.name());
+        let v: Vec<(&str, usize, f64, f64)> = (0..2)
+            .flat_map(|pi| {
+                names
+                    .iter()
+                    .zip(rtt)
+                    .map(move |(n, v)| (*n, pi, MSG_BYTES, v))
+            })
+            .collect();
+        points(d, &v)
+    }
+
+    fn rtt_of(name: &str) -> usize {
+        Claim::ALL.iter().position(|c| c.name() == name).unwrap()
+    }
+
+    #[test]
+    fn logp_clauses_hold_on_the_papers_table_and_fail_off_it() {
+        let places = [("same-core", 0, 0), ("cross-core", 0, 1)];
+        let d = logp_design(1, &places);
+        // Table 1's round trips, in Claim::ALL's order.
+        let mut paper = [0.0; 6];
+        for (n, v) in [
+            ("tas", 5.5),
+            ("tatas", 5.4),
+            ("ticket", 5.5),
+            ("anderson", 5.5),
+            ("posix-mutex", 6.9),
+            ("lock-free", 5.6),
+        ] {
+            let i = rtt_of(n);
+            paper[i] = v;
+        }
+        let pts = logp_points(&d, paper);
+        assert_eq!(judge(&logp_near_equal(1), &d, &pts), Some(true));
+        assert_eq!(judge(&logp_posix_worst(1), &d, &pts), Some(true));
+        let mut spread = paper;
+        spread[rtt_of("ticket")] = 7.5; // > 1.25 x 5.4, and above the POSIX mutex
+        let pts = logp_points(&d, spread);
+        assert_eq!(judge(&logp_near_equal(1), &d, &pts), Some(false));
+        assert_eq!(judge(&logp_posix_worst(1), &d, &pts), Some(false));
+        assert_eq!(judge(&logp_near_equal(0), &d, &[]), None);
+        let os = |lf: f64| {
+            let mut v: Vec<(String, f64)> = [
+                ("tas", 1.6),
+                ("tatas", 1.6),
+                ("ticket", 1.7),
+                ("anderson", 1.7),
+            ]
+            .map(|(n, v)| (n.to_string(), v))
+            .to_vec();
+            v.push(("lock-free".into(), lf));
+            v
+        };
+        assert_eq!(
+            judge(&logp_lf_send_overhead(1, os(1.9)), &d, &pts),
+            Some(true)
+        );
+        assert_eq!(
+            judge(&logp_lf_send_overhead(1, os(1.5)), &d, &pts),
+            Some(false)
+        );
+        assert_eq!(
+            judge(&logp_lf_send_overhead(1, os(f64::NAN)), &d, &pts),
+            None
+        );
+    }
+
+    #[test]
+    fn bandwidth_clauses_judge_lock_free_against_the_best_and_memcpy() {
+        let d = bandwidth_design(1, "cross-core");
+        let at = |lf: f64, posix: f64| {
+            let mut v: Vec<(&str, usize, f64, f64)> = ["tas", "tatas", "ticket", "anderson"]
+                .map(|n| (n, 0, 8.0, 160.0))
+                .to_vec();
+            v.extend([
+                ("posix-mutex", 0, 8.0, posix),
+                ("lock-free", 0, 8.0, lf),
+                ("memcpy", 0, 8.0, 207.0),
+            ]);
+            points(&d, &v)
+        };
+        let paper = at(166.0, 158.0);
+        assert_eq!(judge(&bandwidth_lf_best(), &d, &paper), Some(true));
+        assert_eq!(judge(&bandwidth_near_memcpy(), &d, &paper), Some(true));
+        let slow = at(140.0, 90.0);
+        assert_eq!(judge(&bandwidth_lf_best(), &d, &slow), Some(false));
+        assert_eq!(judge(&bandwidth_near_memcpy(), &d, &slow), Some(false));
+        assert_eq!(judge(&bandwidth_near_memcpy(), &d, &[]), None);
+    }
+
+    /// Table 2's times (1, 3, 7 writers) in Claim::ALL's names.
+    const TABLE2: [(&str, [f64; 3]); 6] = [
+        ("tas", [2.98, 3.03, 4.37]),
+        ("tatas", [3.01, 3.46, 3.83]),
+        ("ticket", [2.96, 3.18, 3.50]),
+        ("anderson", [3.05, 3.22, 3.75]),
+        ("posix-mutex", [3.54, 10.0, 14.1]),
+        ("lock-free", [3.19, 3.08, 3.03]),
+    ];
+
+    fn stress_points(d: &Design, table: &[(&str, [f64; 3])]) -> Vec<Point> {
+        let v: Vec<(&str, usize, f64, f64)> = table
+            .iter()
+            .flat_map(|(n, t)| {
+                [1.0, 3.0, 7.0]
+                    .into_iter()
+                    .zip(*t)
+                    .map(move |(x, v)| (*n, 0, x, v))
+            })
+            .collect();
+        points(d, &v)
+    }
+
+    #[test]
+    fn stress_clauses_hold_on_table_2_and_each_fails_reversed() {
+        let d = stress_design(1, &[1, 3, 7]);
+        let pts = stress_points(&d, &TABLE2);
+        for c in stress_clauses() {
+            assert_eq!(judge(&c, &d, &pts), Some(true), "{}", c.statement);
+        }
+        // Every trend reversed (and the POSIX mutex fastest at 7): each fails.
+        let reversed: Vec<(&str, [f64; 3])> = TABLE2
+            .iter()
+            .map(|(n, [a, b, c])| match *n {
+                "posix-mutex" => (*n, [*a, *b, 1.0]),
+                _ => (*n, [*c, *b, *a]),
+            })
+            .collect();
+        let pts = stress_points(&d, &reversed);
+        for c in stress_clauses() {
+            assert_eq!(judge(&c, &d, &pts), Some(false), "{}", c.statement);
+        }
+        assert_eq!(judge(&stress_posix_worst(), &d, &[]), None);
+    }
+
+    #[test]
+    fn stress_advises_the_best_claim_and_never_a_transport() {
+        let mut d = stress_design(1, &[1, 3, 7]);
+        d.imps.push(Imp::peer("iox", TRANSPORT));
+        let mut t: Vec<(&str, [f64; 3])> = TABLE2.to_vec();
+        t.push(("iox", [0.1, 0.1, 0.1]));
+        let pts = stress_points(&d, &t);
+        let r = Results {
+            design: &d,
+            points: &pts,
+            trials: &[],
+        };
+        let a = model::advise(
+            &AdviceRule {
+                kind: CLAIM,
+                panel: 0,
+            },
+            &r,
+        )
+        .unwrap();
+        assert_eq!(a.best, "lock-free");
+        assert_eq!(a.kind, "message claim");
+        assert!(
+            a.at.contains("7") && a.at.contains("many-to-one"),
+            "{}",
+            a.at
         );
     }
 }
