@@ -272,7 +272,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     ))
 }
 
-fn alloc_name(a: AllocMode) -> &'static str {
+pub(super) fn alloc_name(a: AllocMode) -> &'static str {
     match a {
         AllocMode::Magazines => MagazineAlloc::NAME,
         AllocMode::System => SystemAlloc::NAME,
@@ -280,7 +280,7 @@ fn alloc_name(a: AllocMode) -> &'static str {
 }
 
 /// Judged when a clause lacks its values.
-fn unmeasured(at: String) -> Judged {
+pub(super) fn unmeasured(at: String) -> Judged {
     Judged {
         at,
         ours: "not measured".into(),
@@ -321,6 +321,54 @@ fn base_clauses() -> Vec<Clause> {
     vec![order, target]
 }
 
+/// Whether `name`'s time per operation at the most threads is at least
+/// [`COLLAPSE`]× its time at the core count, as `degrades` says it should be.
+pub(super) fn degrades_beyond_cores(
+    name: String,
+    cores: u32,
+    degrades: bool,
+) -> impl Fn(&model::Results<'_>) -> Judged {
+    move |r| {
+        let xs = &r.design.panels[0].xs;
+        let knee = xs
+            .iter()
+            .copied()
+            .filter(|&x| x <= f64::from(cores))
+            .reduce(f64::max);
+        let top = r.last_x(0);
+        let at = format!(
+            "{} threads against {}",
+            fmt_x(top),
+            knee.map_or("–".into(), fmt_x)
+        );
+        let Some(k) = knee.filter(|&k| top > k) else {
+            return Judged {
+                at,
+                ours: format!(
+                    "no point beyond the {cores} cores: use --threads with counts above {cores}"
+                ),
+                holds: None,
+            };
+        };
+        match (r.value(&name, 0, k), r.value(&name, 0, top)) {
+            (Some(a), Some(b)) => Judged {
+                at,
+                ours: format!(
+                    "{} ({})",
+                    sig3(b / a),
+                    if b / a >= COLLAPSE {
+                        "degrades"
+                    } else {
+                        "does not degrade"
+                    }
+                ),
+                holds: Some((b / a >= COLLAPSE) == degrades),
+            },
+            _ => unmeasured(at),
+        }
+    }
+}
+
 /// One clause per scheme: QSBR and EBR degrade beyond the cores, HP does not.
 fn threads_clauses(cores: u32) -> Vec<Clause> {
     ["QSBR", "EBR", "HP"]
@@ -333,27 +381,7 @@ fn threads_clauses(cores: u32) -> Vec<Clause> {
                     "{n} {paper} beyond the cores (degrades: ≥ {COLLAPSE}× the time per operation at the core count)"
                 ),
                 Some(paper),
-                move |r| {
-                    let xs = &r.design.panels[0].xs;
-                    let knee = xs.iter().copied().filter(|&x| x <= f64::from(cores)).reduce(f64::max);
-                    let top = r.last_x(0);
-                    let at = format!("{} threads against {}", fmt_x(top), knee.map_or("–".into(), fmt_x));
-                    let Some(k) = knee.filter(|&k| top > k) else {
-                        return Judged {
-                            at,
-                            ours: format!("no point beyond the {cores} cores: use --threads with counts above {cores}"),
-                            holds: None,
-                        };
-                    };
-                    match (r.value(n, 0, k), r.value(n, 0, top)) {
-                        (Some(a), Some(b)) => Judged {
-                            at,
-                            ours: format!("{} ({})", sig3(b / a), if b / a >= COLLAPSE { "degrades" } else { "does not degrade" }),
-                            holds: Some((b / a >= COLLAPSE) == degrades),
-                        },
-                        _ => unmeasured(at),
-                    }
-                },
+                degrades_beyond_cores(n.to_string(), cores, degrades),
             )
         })
         .collect()

@@ -54,7 +54,9 @@ use mpsync::reclaim::{Ebr, HazardPointers, Qsbr, Reclaimer};
 use mpsync::sync::Arc;
 use mpsync::util::rng::SplitMix64;
 
-use super::hart::{BASE_DURATION_MS, OPS_PER_LOOP, Scheme};
+use super::hart::{
+    BASE_DURATION_MS, OPS_PER_LOOP, Scheme, alloc_name, degrades_beyond_cores, unmeasured,
+};
 use super::wks94::{AMONG_THE_BEST, COLLAPSE};
 use super::{AllocMode, Experiment, Params};
 use crate::env::Preempt;
@@ -735,23 +737,7 @@ fn params_of(st: &Setup, duration: Duration, alloc: AllocMode) -> serde_json::Va
     })
 }
 
-fn alloc_name(a: AllocMode) -> &'static str {
-    match a {
-        AllocMode::Magazines => MagazineAlloc::NAME,
-        AllocMode::System => SystemAlloc::NAME,
-    }
-}
-
 // ---- verdicts, clause by clause ---------------------------------------------------
-
-/// Judged when a clause lacks its values.
-fn unmeasured(at: String) -> Judged {
-    Judged {
-        at,
-        ours: "not measured".into(),
-        holds: None,
-    }
-}
 
 fn lf_name(s: Scheme) -> String {
     Impl::Lf(s).name()
@@ -968,27 +954,7 @@ fn threads_clauses(cores: u32) -> Vec<Clause> {
             Clause::new(
                 format!("{} {says} beyond the cores (degrades: ≥ {COLLAPSE}× the time per operation at the core count)", s.name()),
                 Some(&format!("{says} (Fig. 5.8; milder than the queues')")),
-                move |r| {
-                    let xs = &r.design.panels[0].xs;
-                    let knee = xs.iter().copied().filter(|&x| x <= f64::from(cores)).reduce(f64::max);
-                    let top = r.last_x(0);
-                    let at = format!("{} threads against {}", fmt_x(top), knee.map_or("–".into(), fmt_x));
-                    let Some(k) = knee.filter(|&k| top > k) else {
-                        return Judged {
-                            at,
-                            ours: format!("no point beyond the {cores} cores: use --threads with counts above {cores}"),
-                            holds: None,
-                        };
-                    };
-                    match (r.value(&lf_name(s), 0, k), r.value(&lf_name(s), 0, top)) {
-                        (Some(a), Some(b)) => Judged {
-                            at,
-                            ours: format!("{} ({})", sig3(b / a), if b / a >= COLLAPSE { "degrades" } else { "does not degrade" }),
-                            holds: Some((b / a >= COLLAPSE) == degrades),
-                        },
-                        _ => unmeasured(at),
-                    }
-                },
+                degrades_beyond_cores(lf_name(s), cores, degrades),
             )
         })
         .collect()
