@@ -264,10 +264,12 @@ fn ticket_try_lock() {
 
 /// Ticket-np's offer / claim / withdraw race: under loom a releaser's patience is
 /// three checks, so the model explores withdrawing an offer the waiter is about
-/// to claim, and the waiter re-taking a number after a withdrawal.
+/// to claim, and the waiter re-taking a number after a withdrawal. Bound 3:
+/// unbounded it took ~180 s of CI's loom step; its planted bug (the offer's
+/// Release weakened to Relaxed) is caught within 3 preemptions.
 #[test]
 fn ticket_np_handoff_races() {
-    two_threads_exclusive(TicketNp::new);
+    two_threads_exclusive_bounded(TicketNp::new, 3);
 }
 
 #[test]
