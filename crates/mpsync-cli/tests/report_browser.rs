@@ -159,7 +159,7 @@ fn every_figure_renders_and_no_text_is_clipped() {
     let started = Instant::now();
     let v = check_in_browser(&chromium, &page, started);
     let figures = v["figures"].as_u64().unwrap_or(0);
-    assert!(figures >= 5, "only {figures} figures rendered: {line}");
+    assert!(figures >= 5, "only {figures} figures rendered: {v}");
     let bad = v["bad"].as_array().cloned().unwrap_or_default();
     assert!(bad.is_empty(), "{} problems: {bad:#?}", bad.len());
     assert!(started.elapsed() < Duration::from_secs(120));

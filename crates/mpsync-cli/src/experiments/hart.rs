@@ -635,7 +635,7 @@ pub(super) fn run_stalled(
     p: &Params,
     preempt: Preempt,
     load: &impl StalledLoad,
-    params: serde_json::Value,
+    mut params: serde_json::Value,
     notes: Vec<String>,
 ) -> anyhow::Result<(RunRecord, String)> {
     let spec = StallSpec::of(p);
@@ -678,7 +678,6 @@ pub(super) fn run_stalled(
         ..Verdicts::default()
     };
     v.notes.extend(notes);
-    let mut params = params;
     if let serde_json::Value::Object(m) = &mut params {
         m.extend([
             ("run_s".into(), serde_json::json!(spec.xs.last())),
