@@ -435,7 +435,7 @@ fn on_fft_block(
 ) -> Result<(), mpsync::msgq::Error> {
     g.data_got[par] += 1;
     let (n, zc) = g.fft_geom;
-    let ok = a.len() == 2 && (a[0] as usize) * zc < n.max(1) && data.len() % 16 == 0;
+    let ok = a.len() == 2 && (a[0] as usize) * zc < n.max(1) && data.len().is_multiple_of(16);
     let (r, start) = (
         a.first().copied().unwrap_or(0) as usize,
         a.get(1).copied().unwrap_or(0) as usize,
