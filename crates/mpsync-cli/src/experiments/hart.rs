@@ -484,16 +484,21 @@ impl StallSpec {
 /// has one.
 pub(super) type Pending = (Vec<u64>, Option<u64>);
 
+/// One stalled-thread run's domain, its bound, and the run's spec.
+pub(super) struct Stalled<'a, R> {
+    /// The run.
+    pub spec: &'a StallSpec,
+    /// A fresh domain of the scheme.
+    pub domain: Arc<R>,
+    /// Michael's bound on its pending nodes, where it has one.
+    pub bound: fn(&R) -> Option<u64>,
+}
+
 /// The load of a stalled-thread experiment: a structure over the domain
 /// `R` with nodes from `A`, driven by [`stalled_run`].
 pub(super) trait StalledLoad {
-    /// One run over `domain`, sampling its pending nodes at `spec.xs`.
-    fn run<R: Reclaimer, A: NodeAlloc>(
-        &self,
-        spec: &StallSpec,
-        domain: Arc<R>,
-        bound: fn(&R) -> Option<u64>,
-    ) -> anyhow::Result<Pending>;
+    /// One run over `s.domain`, sampling its pending nodes at `s.spec.xs`.
+    fn run<R: Reclaimer, A: NodeAlloc>(&self, s: Stalled<'_, R>) -> anyhow::Result<Pending>;
 }
 
 /// The stalled thread: registered, inside an operation (an EBR critical
@@ -572,15 +577,20 @@ pub(super) fn stalled_series(
     load: &impl StalledLoad,
 ) -> anyhow::Result<Pending> {
     fn with<R: Reclaimer>(
-        d: Arc<R>,
+        domain: Arc<R>,
         alloc: AllocMode,
         spec: &StallSpec,
         load: &impl StalledLoad,
         bound: fn(&R) -> Option<u64>,
     ) -> anyhow::Result<Pending> {
+        let s = Stalled {
+            spec,
+            domain,
+            bound,
+        };
         match alloc {
-            AllocMode::Magazines => load.run::<R, MagazineAlloc>(spec, d, bound),
-            AllocMode::System => load.run::<R, SystemAlloc>(spec, d, bound),
+            AllocMode::Magazines => load.run::<R, MagazineAlloc>(s),
+            AllocMode::System => load.run::<R, SystemAlloc>(s),
         }
     }
     match scheme {
@@ -601,25 +611,20 @@ pub(super) fn stalled_series(
 struct QueueLoad;
 
 impl StalledLoad for QueueLoad {
-    fn run<R: Reclaimer, A: NodeAlloc>(
-        &self,
-        spec: &StallSpec,
-        domain: Arc<R>,
-        bound: fn(&R) -> Option<u64>,
-    ) -> anyhow::Result<Pending> {
+    fn run<R: Reclaimer, A: NodeAlloc>(&self, s: Stalled<'_, R>) -> anyhow::Result<Pending> {
         let queues: Vec<MsQueue<u64, R, A>> = (0..10)
-            .map(|_| MsQueue::with_domain(domain.clone()))
+            .map(|_| MsQueue::with_domain(s.domain.clone()))
             .collect();
         let work = |t: u32, stop: &AtomicBool| {
-            let mut local = R::register(&domain);
-            let mut rng = SplitMix64::stream(spec.seed, u64::from(t));
+            let mut local = R::register(&s.domain);
+            let mut rng = SplitMix64::stream(s.spec.seed, u64::from(t));
             // Relaxed: a stop request.
             while !stop.load(Ordering::Relaxed) {
                 hart_ops(&queues, &local, &mut rng);
                 local.quiescent();
             }
         };
-        Ok(stalled_run(&domain, spec, bound, &work))
+        Ok(stalled_run(&s.domain, s.spec, s.bound, &work))
     }
 }
 

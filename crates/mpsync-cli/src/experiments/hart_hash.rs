@@ -56,7 +56,7 @@ use mpsync::sync::Arc;
 use mpsync::util::rng::SplitMix64;
 
 use super::hart::{
-    BASE_DURATION_MS, OPS_PER_LOOP, Pending, Scheme, StallSpec, StalledLoad, alloc_name,
+    BASE_DURATION_MS, OPS_PER_LOOP, Pending, Scheme, Stalled, StalledLoad, alloc_name,
     degrades_beyond_cores, run_stalled, stalled_run, unmeasured,
 };
 use super::wks94::{AMONG_THE_BEST, COLLAPSE};
@@ -1209,14 +1209,9 @@ fn map_clauses(cores: u32, tails: Tails) -> Vec<Clause> {
 struct TableLoad;
 
 impl StalledLoad for TableLoad {
-    fn run<R: Reclaimer, A: NodeAlloc>(
-        &self,
-        spec: &StallSpec,
-        domain: Arc<R>,
-        bound: fn(&R) -> Option<u64>,
-    ) -> anyhow::Result<Pending> {
+    fn run<R: Reclaimer, A: NodeAlloc>(&self, s: Stalled<'_, R>) -> anyhow::Result<Pending> {
         let m: LfHashMap<u64, u64, R, A> =
-            LfHashMap::with_domain(BUCKETS, domain.clone(), Default::default())?;
+            LfHashMap::with_domain(BUCKETS, s.domain.clone(), Default::default())?;
         let range = 2 * BUCKETS as u64;
         {
             let mut h = m.handle();
@@ -1226,7 +1221,7 @@ impl StalledLoad for TableLoad {
         }
         let work = |t: u32, stop: &AtomicBool| {
             let mut h = m.handle();
-            let mut rng = SplitMix64::stream(spec.seed, u64::from(t));
+            let mut rng = SplitMix64::stream(s.spec.seed, u64::from(t));
             // Relaxed: a stop request.
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..OPS_PER_LOOP {
@@ -1241,7 +1236,7 @@ impl StalledLoad for TableLoad {
                 h.quiescent();
             }
         };
-        Ok(stalled_run(m.domain(), spec, bound, &work))
+        Ok(stalled_run(m.domain(), s.spec, s.bound, &work))
     }
 }
 
