@@ -20,7 +20,14 @@
 //! - **progress** with an ETA, **output** (`data.csv`, `run.json`,
 //!   `figure.svg`), and the **figure**: one panel per configuration, at
 //!   most [`crate::svg::MAX_LINES`] lines a panel (the best first), a log
-//!   axis when the values span more than 10×.
+//!   axis when the values span more than 10×, and the design's [`Guide`]s
+//!   (a bound, a paper's value) drawn across every panel.
+//!
+//! A measure is one of two shapes. Most give one value a trial, at one
+//! point ([`collect`]). A *series* measure ([`collect_series`]) gives, in
+//! one run, a value at every x of its configuration — a count sampled over
+//! time, say — and its clauses read the whole series
+//! ([`Results::series`]); `experiments::hart`'s `hart-memory` is one.
 //!
 //! Adding an experiment means writing its design, its measure function and
 //! its clauses; see `experiments::latency` for a small one.
@@ -153,6 +160,20 @@ pub struct Design {
     pub trials: u32,
     /// How a point summarizes its trials.
     pub summary: Summary,
+    /// Horizontal lines drawn across every panel of a line figure.
+    pub guides: Vec<Guide>,
+}
+
+/// A horizontal line across every panel of the figure: a bound or a
+/// paper's value, drawn beside the measured lines but not one of them (it
+/// is in no table; the experiment's parameters should say where it comes
+/// from).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Guide {
+    /// As the legend prints it ("HP bound (N·R)").
+    pub label: String,
+    /// Its value, in the design's unit.
+    pub y: f64,
 }
 
 /// One trial to measure.
@@ -187,6 +208,7 @@ impl Design {
             baseline: None,
             trials,
             summary: Summary::TrimmedMean,
+            guides: Vec::new(),
         }
     }
 
@@ -204,11 +226,24 @@ impl Design {
 
     /// The trials the runner will measure, in order.
     pub fn cells(&self) -> Vec<Cell<'_>> {
+        self.cells_at(|pn| &pn.xs)
+    }
+
+    /// The runs of a series measure, in order: one cell per round,
+    /// configuration and implementation (rotated as in [`cells`](Self::cells)),
+    /// its `x` the configuration's last (where the series ends).
+    pub fn series_cells(&self) -> Vec<Cell<'_>> {
+        self.cells_at(|pn| pn.xs.last().map_or(&[], std::slice::from_ref))
+    }
+
+    /// Per round, configuration and x of `xs`, every implementation, the
+    /// first one rotating with the round.
+    fn cells_at(&self, xs: impl Fn(&Panel) -> &[f64]) -> Vec<Cell<'_>> {
         let mut cells = Vec::new();
+        let n = self.imps.len();
         for trial in 0..self.trials {
             for (panel, pn) in self.panels.iter().enumerate() {
-                for &x in &pn.xs {
-                    let n = self.imps.len();
+                for &x in xs(pn) {
                     for k in 0..n {
                         cells.push(Cell {
                             panel,
@@ -258,15 +293,50 @@ pub fn collect(
     let pb = crate::progress(cells.len() as u64, id);
     let mut trials = Vec::with_capacity(cells.len());
     for c in &cells {
-        let Some(mut t) = measure(c)? else {
-            pb.inc(1);
-            continue;
-        };
-        t.implementation.clone_from(&c.imp.name);
-        t.x = c.x;
-        t.trial = c.trial;
-        t.panel = d.panel_key(c.panel);
-        trials.push(t);
+        if let Some(t) = measure(c)? {
+            trials.push(stamp(d, c, c.x, t));
+        }
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    Ok(trials)
+}
+
+/// `t`, named after the cell that measured it, at `x`.
+fn stamp(d: &Design, c: &Cell<'_>, x: f64, mut t: Trial) -> Trial {
+    t.implementation.clone_from(&c.imp.name);
+    t.x = x;
+    t.trial = c.trial;
+    t.panel = d.panel_key(c.panel);
+    t
+}
+
+/// Measures every implementation of `d` in interleaved rounds where one
+/// run yields a series: `measure` is called once per [`Design::series_cells`]
+/// cell and returns one trial per x of the cell's configuration, in the
+/// order of its xs (or `None` where the implementation does not apply); the
+/// runner fills in the implementation, x, round and configuration. A series
+/// of another length is an error.
+pub fn collect_series(
+    id: &str,
+    d: &Design,
+    measure: &mut dyn FnMut(&Cell<'_>) -> anyhow::Result<Option<Vec<Trial>>>,
+) -> anyhow::Result<Vec<Trial>> {
+    let cells = d.series_cells();
+    let pb = crate::progress(cells.len() as u64, id);
+    let mut trials = Vec::new();
+    for c in &cells {
+        let xs = &d.panels[c.panel].xs;
+        if let Some(series) = measure(c)? {
+            anyhow::ensure!(
+                series.len() == xs.len(),
+                "{id}: {} gave {} samples, not one per x ({})",
+                c.imp.name,
+                series.len(),
+                xs.len()
+            );
+            trials.extend(series.into_iter().zip(xs).map(|(t, &x)| stamp(d, c, x, t)));
+        }
         pb.inc(1);
     }
     pb.finish_and_clear();
@@ -338,6 +408,15 @@ pub struct Results<'a> {
 }
 
 impl<'a> Results<'a> {
+    /// The results of `design`: its summary `points` and every trial.
+    pub fn new(design: &'a Design, points: &'a [Point], trials: &'a [Trial]) -> Self {
+        Self {
+            design,
+            points,
+            trials,
+        }
+    }
+
     /// `name`'s summary value at (`panel`, `x`).
     pub fn value(&self, name: &str, panel: usize, x: f64) -> Option<f64> {
         let key = self.design.panel_key(panel);
@@ -364,6 +443,16 @@ impl<'a> Results<'a> {
             .filter_map(f)
             .collect();
         crate::stats::median(&v)
+    }
+
+    /// `name`'s summary values in `panel`, as (x, value) in the order of
+    /// the configuration's xs: what a series measure's clauses judge.
+    pub fn series(&self, name: &str, panel: usize) -> Vec<(f64, f64)> {
+        self.design.panels[panel]
+            .xs
+            .iter()
+            .filter_map(|&x| Some((x, self.value(name, panel, x)?)))
+            .collect()
     }
 
     /// Whether a trial of `name` at (`panel`, `x`) hit its time cap.
@@ -756,14 +845,10 @@ fn bars(d: &Design, points: &[Point], y_of: &dyn Fn(&Point) -> f64) -> Vec<(Stri
 /// The figure. With one x value, bars of every implementation (best
 /// first). Otherwise one panel per configuration, normalized values when
 /// there is a baseline: the baseline and up to two reference lines, then the
-/// best of the rest at the configuration's last x, [`MAX_LINES`] in all (the
-/// title says how many are shown; the table has every one).
+/// best of the rest at the configuration's last x, and the design's guides,
+/// [`MAX_LINES`] in all (the title says how many are shown; the table has
+/// every one).
 pub fn figure(title: &str, d: &Design, points: &[Point]) -> String {
-    let r = Results {
-        design: d,
-        points,
-        trials: &[],
-    };
     let normalized = (0..d.panels.len()).any(|pi| d.baseline_of(pi).is_some());
     let y_label = match (d.baseline.as_deref(), normalized) {
         (Some(b), _) if d.panels.iter().all(|p| p.baseline.is_none()) => {
@@ -776,58 +861,79 @@ pub fn figure(title: &str, d: &Design, points: &[Point]) -> String {
     if d.panels.iter().all(|p| p.xs.len() <= 1) {
         return crate::svg::bar_chart(title, &y_label, &bars(d, points, &y_of));
     }
-    let line = |name: &str, panel: usize| Series {
+    let panels: Vec<(String, Vec<Series>)> = (0..d.panels.len())
+        .map(|pi| panel_lines(title, d, points, pi, &y_of))
+        .collect();
+    crate::svg::small_multiples(&panels, &d.x_label, &y_label)
+}
+
+/// One panel of [`figure`]: its title and lines.
+fn panel_lines(
+    title: &str,
+    d: &Design,
+    points: &[Point],
+    pi: usize,
+    y_of: &dyn Fn(&Point) -> f64,
+) -> (String, Vec<Series>) {
+    let r = Results {
+        design: d,
+        points,
+        trials: &[],
+    };
+    let pn = &d.panels[pi];
+    let line = |name: &str| Series {
         label: name.to_string(),
         points: points
             .iter()
-            .filter(|p| p.implementation == name && p.panel == d.panel_key(panel))
+            .filter(|p| p.implementation == name && p.panel == d.panel_key(pi))
             .map(|p| (p.x, y_of(p)))
             .collect(),
     };
-    let mut panels = Vec::new();
-    for (pi, pn) in d.panels.iter().enumerate() {
-        let x = r.last_x(pi);
-        let has = |name: &str| {
-            points
-                .iter()
-                .any(|p| p.implementation == name && p.panel == d.panel_key(pi))
-        };
-        let base = d.baseline_of(pi).filter(|b| has(b));
-        let refs: Vec<&str> = d
-            .imps
+    let x = r.last_x(pi);
+    let has = |name: &str| {
+        points
             .iter()
-            .filter(|i| i.role == Role::Reference && has(&i.name) && Some(i.name.as_str()) != base)
-            .map(|i| i.name.as_str())
-            .collect();
-        let fixed: Vec<&str> = base
-            .into_iter()
-            .chain(refs.iter().copied().filter(|_| refs.len() <= 2))
-            .collect();
-        let mut rest: Vec<(&str, f64)> = d
-            .imps
-            .iter()
-            .filter(|i| !fixed.contains(&i.name.as_str()))
-            .filter_map(|i| r.value(&i.name, pi, x).map(|v| (i.name.as_str(), v)))
-            .collect();
-        rest.sort_by(|a, b| d.goodness(b.1, a.1).total_cmp(&1.0));
-        let room = MAX_LINES.saturating_sub(fixed.len());
-        let shown = rest.len().min(room);
-        let mut lines: Vec<Series> = rest[..shown].iter().map(|(n, _)| line(n, pi)).collect();
-        lines.extend(fixed.iter().map(|n| line(n, pi)));
-        let mut t = title.to_string();
-        if !pn.label.is_empty() {
-            t = format!("{t}: {}", pn.label);
-        }
-        if shown < rest.len() {
-            t = format!(
-                "{t} (the best {shown} of {} at {}; all in the table)",
-                rest.len(),
-                r.at(pi, x)
-            );
-        }
-        panels.push((t, lines));
+            .any(|p| p.implementation == name && p.panel == d.panel_key(pi))
+    };
+    let base = d.baseline_of(pi).filter(|b| has(b));
+    let refs: Vec<&str> = d
+        .imps
+        .iter()
+        .filter(|i| i.role == Role::Reference && has(&i.name) && Some(i.name.as_str()) != base)
+        .map(|i| i.name.as_str())
+        .collect();
+    let fixed: Vec<&str> = base
+        .into_iter()
+        .chain(refs.iter().copied().filter(|_| refs.len() <= 2))
+        .collect();
+    let mut rest: Vec<(&str, f64)> = d
+        .imps
+        .iter()
+        .filter(|i| !fixed.contains(&i.name.as_str()))
+        .filter_map(|i| r.value(&i.name, pi, x).map(|v| (i.name.as_str(), v)))
+        .collect();
+    rest.sort_by(|a, b| d.goodness(b.1, a.1).total_cmp(&1.0));
+    let room = MAX_LINES.saturating_sub(fixed.len() + d.guides.len());
+    let shown = rest.len().min(room);
+    let mut lines: Vec<Series> = rest[..shown].iter().map(|(n, _)| line(n)).collect();
+    lines.extend(fixed.iter().map(|n| line(n)));
+    let (x0, x1) = (pn.xs.first().copied().unwrap_or(0.0), x);
+    lines.extend(d.guides.iter().map(|g| Series {
+        label: g.label.clone(),
+        points: vec![(x0, g.y), (x1, g.y)],
+    }));
+    let mut t = title.to_string();
+    if !pn.label.is_empty() {
+        t = format!("{t}: {}", pn.label);
     }
-    crate::svg::small_multiples(&panels, &d.x_label, &y_label)
+    if shown < rest.len() {
+        t = format!(
+            "{t} (the best {shown} of {} at {}; all in the table)",
+            rest.len(),
+            r.at(pi, x)
+        );
+    }
+    (t, lines)
 }
 
 /// What the experiment contributes besides its sweep.
@@ -1107,5 +1213,59 @@ mod tests {
             .collect::<Vec<_>>();
         let svg = figure("t", &d, &summarize(&d, &trials));
         assert_eq!(svg.matches("<rect").count(), 13);
+    }
+
+    #[test]
+    fn a_series_measure_runs_once_per_round_and_gets_the_xs_of_its_panel() {
+        let mut d = Design::single(
+            "seconds",
+            "pending",
+            Better::Lower,
+            vec![0.5, 1.0, 1.5],
+            vec![Imp::ours("A", "reclaimer"), Imp::ours("B", "reclaimer")],
+            2,
+        );
+        let mut runs = Vec::new();
+        let trials = collect_series("t", &d, &mut |c| {
+            runs.push((c.imp.name.clone(), c.trial, c.x));
+            let k = if c.imp.name == "A" { 10.0 } else { 1.0 };
+            Ok(Some(
+                (1..=3)
+                    .map(|i| Trial {
+                        value: k * f64::from(i) + f64::from(c.trial),
+                        ..Trial::default()
+                    })
+                    .collect(),
+            ))
+        })
+        .unwrap();
+        // One run per implementation and round, rotated; x = where the series ends.
+        let names: Vec<(&str, u32)> = runs.iter().map(|r| (r.0.as_str(), r.1)).collect();
+        assert_eq!(names, [("A", 0), ("B", 0), ("B", 1), ("A", 1)]);
+        assert!(runs.iter().all(|r| r.2 == 1.5));
+        assert_eq!(trials.len(), 12);
+        let points = summarize(&d, &trials);
+        let r = Results {
+            design: &d,
+            points: &points,
+            trials: &trials,
+        };
+        assert_eq!(r.series("A", 0), [(0.5, 10.5), (1.0, 20.5), (1.5, 30.5)]);
+        // A series of the wrong length is refused.
+        let short = collect_series("t", &d, &mut |_| Ok(Some(vec![Trial::default()])));
+        assert!(
+            short
+                .unwrap_err()
+                .to_string()
+                .contains("1 samples, not one per x (3)")
+        );
+        // A guide is drawn across the panel, in the legend, beside the lines.
+        d.guides.push(Guide {
+            label: "bound".into(),
+            y: 25.0,
+        });
+        let svg = figure("t", &d, &points);
+        assert_eq!(svg.matches("<polyline").count(), 3, "{svg}");
+        assert!(svg.contains(">bound<"), "{svg}");
     }
 }

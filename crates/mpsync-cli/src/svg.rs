@@ -1,6 +1,9 @@
-//! Figures as plain SVG: a line chart (normalized time vs MP level or processors,
-//! one line per implementation, as the papers draw them) and a horizontal bar
-//! chart. Written by hand so that no font or graphics library is needed.
+//! Figures as plain SVG: line charts stacked as small multiples (normalized
+//! time vs MP level or processors, one line per implementation, as the papers
+//! draw them; lines told apart by colour, dash and marker; a legend as wide
+//! and tall as its labels; a log y axis when the values span more than 10×)
+//! and a horizontal bar chart. Written by hand so that no font or graphics
+//! library is needed.
 
 use std::fmt::Write;
 
@@ -9,7 +12,7 @@ const H: f64 = 440.0;
 const LEFT: f64 = 70.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 55.0;
-/// Most lines one chart draws; more go to further panels (small multiples).
+/// Most lines one panel draws (the experiment model keeps to it).
 pub const MAX_LINES: usize = 8;
 /// Eight colours a reader tells apart (Okabe & Ito's palette, with its yellow
 /// darkened to read on white).
@@ -219,41 +222,6 @@ fn distinct_xs(series: &[Series]) -> Vec<f64> {
     xs
 }
 
-/// A line chart with a legend on the right, as one SVG document.
-///
-/// What the reader gets whatever the caller passes: at most [`MAX_LINES`]
-/// lines a chart (more become further panels stacked below, sharing the axes:
-/// small multiples); lines told apart by colour, dash and marker; a legend
-/// as wide and tall as its labels (never clipped); a log y axis when the
-/// values span more than 10×; and bars instead of lone dots when every line
-/// has a single x.
-pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, series: &[Series]) -> String {
-    if distinct_xs(series).len() == 1 {
-        let x = distinct_xs(series)[0];
-        let bars: Vec<(String, f64)> = series
-            .iter()
-            .filter_map(|s| {
-                s.points
-                    .iter()
-                    .find(|p| p.0 == x && p.1.is_finite())
-                    .map(|p| (s.label.clone(), p.1))
-            })
-            .collect();
-        return bar_chart(&format!("{title} ({xlabel} {})", sig3(x)), ylabel, &bars);
-    }
-    let panels: Vec<(String, Vec<Series>)> = if series.len() <= MAX_LINES {
-        vec![(title.to_string(), series.to_vec())]
-    } else {
-        let n = series.len().div_ceil(MAX_LINES);
-        series
-            .chunks(series.len().div_ceil(n))
-            .enumerate()
-            .map(|(i, c)| (format!("{title} ({} of {n})", i + 1), c.to_vec()))
-            .collect()
-    };
-    small_multiples(&panels, xlabel, ylabel)
-}
-
 /// Several line charts stacked in one SVG document, sharing their axes'
 /// ranges so that panels compare: one per `(title, lines)`.
 pub fn small_multiples(panels: &[(String, Vec<Series>)], xlabel: &str, ylabel: &str) -> String {
@@ -328,6 +296,43 @@ fn panel(
     lines: &[Series],
     first: usize,
 ) {
+    let PanelGeom { top, pw, ph, y, .. } = g;
+    let _ = write!(
+        o,
+        r#"<text x="{}" y="{}" font-size="15" text-anchor="middle">{}</text>"#,
+        LEFT + pw / 2.0,
+        top + 22.0,
+        esc(title)
+    );
+    ticks(o, g);
+    let _ = write!(
+        o,
+        r##"<rect x="{LEFT}" y="{}" width="{pw:.1}" height="{ph:.1}" fill="none" stroke="#333"/>"##,
+        top + TOP
+    );
+    let _ = write!(
+        o,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        LEFT + pw / 2.0,
+        top + TOP + ph + 42.0,
+        esc(xlabel)
+    );
+    let ylabel = if y.is_log() {
+        format!("{ylabel} (log scale)")
+    } else {
+        ylabel.to_string()
+    };
+    let cy = top + TOP + ph / 2.0;
+    let _ = write!(
+        o,
+        r#"<text x="16" y="{cy:.1}" text-anchor="middle" transform="rotate(-90 16 {cy:.1})">{}</text>"#,
+        esc(&ylabel)
+    );
+    draw_lines(o, g, lines, first);
+}
+
+/// The grid lines and tick labels of one panel's axes.
+fn ticks(o: &mut String, g: PanelGeom) {
     let PanelGeom {
         top,
         pw,
@@ -338,13 +343,6 @@ fn panel(
     } = g;
     let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
     let sy = |v: f64| y.frac(v).map(|f| top + TOP + ph - f.clamp(0.0, 1.0) * ph);
-    let _ = write!(
-        o,
-        r#"<text x="{}" y="{}" font-size="15" text-anchor="middle">{}</text>"#,
-        LEFT + pw / 2.0,
-        top + 22.0,
-        esc(title)
-    );
     for (v, label) in y.ticks() {
         let Some(py) = sy(v) else { continue };
         let _ = write!(
@@ -378,30 +376,6 @@ fn panel(
         );
         x += xs;
     }
-    let _ = write!(
-        o,
-        r##"<rect x="{LEFT}" y="{}" width="{pw:.1}" height="{ph:.1}" fill="none" stroke="#333"/>"##,
-        top + TOP
-    );
-    let _ = write!(
-        o,
-        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        LEFT + pw / 2.0,
-        top + TOP + ph + 42.0,
-        esc(xlabel)
-    );
-    let ylabel = if y.is_log() {
-        format!("{ylabel} (log scale)")
-    } else {
-        ylabel.to_string()
-    };
-    let cy = top + TOP + ph / 2.0;
-    let _ = write!(
-        o,
-        r#"<text x="16" y="{cy:.1}" text-anchor="middle" transform="rotate(-90 16 {cy:.1})">{}</text>"#,
-        esc(&ylabel)
-    );
-    draw_lines(o, g, lines, first);
 }
 
 /// The lines of one panel and their legend on its right.
@@ -517,7 +491,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn line_chart_has_every_series_and_escapes_text() {
+    fn a_chart_has_every_series_and_escapes_text() {
         let s = vec![
             Series {
                 label: "TAS-B".into(),
@@ -528,7 +502,7 @@ mod tests {
                 points: vec![(1.0, f64::NAN), (2.0, 1.0)],
             },
         ];
-        let svg = line_chart("t & u", "MP level", "time", &s);
+        let svg = small_multiples(&[("t & u".into(), s)], "MP level", "time");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("TAS-B") && svg.contains("a&lt;b") && svg.contains("t &amp; u"));
         assert_eq!(svg.matches("<polyline").count(), 2);
@@ -560,8 +534,14 @@ mod tests {
     }
 
     #[test]
-    fn more_than_eight_lines_become_panels_every_line_styled_apart() {
-        let svg = line_chart("many", "threads", "ops/s", &lines(23, |i| [1.0, i as f64]));
+    fn panels_style_every_line_apart_and_fit_their_legends() {
+        let all = lines(23, |i| [1.0, i as f64]);
+        let panels: Vec<(String, Vec<Series>)> = all
+            .chunks(MAX_LINES)
+            .enumerate()
+            .map(|(i, c)| (format!("many ({} of 3)", i + 1), c.to_vec()))
+            .collect();
+        let svg = small_multiples(&panels, "threads", "ops/s");
         assert_eq!(svg.matches("<polyline").count(), 23);
         assert_eq!(svg.matches("(1 of 3)").count(), 1, "{svg}");
         assert!(svg.contains("(3 of 3)"));
@@ -593,23 +573,13 @@ mod tests {
 
     #[test]
     fn a_wide_range_gets_a_log_axis_and_a_narrow_one_does_not() {
-        let wide = line_chart("w", "x", "y", &lines(2, |i| [1.0, 480.0 * (i + 1) as f64]));
+        let chart = |ys: &dyn Fn(usize) -> [f64; 2]| {
+            small_multiples(&[("w".into(), lines(2, ys))], "x", "y")
+        };
+        let wide = chart(&|i| [1.0, 480.0 * (i + 1) as f64]);
         assert!(wide.contains("(log scale)"));
-        let narrow = line_chart("n", "x", "y", &lines(2, |i| [1.0, 2.0 + i as f64]));
+        let narrow = chart(&|i| [1.0, 2.0 + i as f64]);
         assert!(!narrow.contains("(log scale)"));
-    }
-
-    #[test]
-    fn a_single_x_is_drawn_as_bars() {
-        let s: Vec<Series> = (0..4)
-            .map(|i| Series {
-                label: format!("s{i}"),
-                points: vec![(1.0, 1.0 + i as f64)],
-            })
-            .collect();
-        let svg = line_chart("one", "threads", "ns", &s);
-        assert_eq!(svg.matches("<polyline").count(), 0);
-        assert_eq!(svg.matches("<rect").count(), 5);
     }
 
     #[test]

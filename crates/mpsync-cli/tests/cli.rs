@@ -383,14 +383,23 @@ fn tiny_hart_memory_states_its_rule() {
     assert!(o.status.success(), "{}", stderr(&o));
     let j = check_run(&out, "hart-memory@none");
     let details = j["verdict"]["details"].to_string();
-    for w in [
-        "QSBR: ",
-        "EBR: ",
-        "least-squares line rises by",
-        "rule: still growing = ",
-    ] {
-        assert!(details.contains(w), "{w:?} missing from {details}");
+    assert!(details.contains("rule: still growing = "), "{details}");
+    // A clause per scheme, each judged on the series it measured.
+    let clauses = j["verdict"]["clauses"].as_array().unwrap();
+    let says: Vec<&str> = clauses
+        .iter()
+        .map(|c| c["statement"].as_str().unwrap())
+        .collect();
+    assert_eq!(says.len(), 3, "{says:?}");
+    assert!(says[0].starts_with("HP keeps its pending nodes under Michael's bound"));
+    for (c, n) in clauses[1..].iter().zip(["QSBR", "EBR"]) {
+        assert!(c["statement"].as_str().unwrap().starts_with(n), "{c}");
+        let ours = c["ours"].as_str().unwrap();
+        assert!(ours.contains("least-squares line rises by"), "{ours}");
+        assert!(c["holds"].is_boolean(), "{c}");
     }
+    // 40 samples per scheme, one trial each.
+    assert_eq!(j["trials"].as_array().unwrap().len(), 3 * 40);
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -608,15 +617,27 @@ fn tiny_lc98_apps() {
     assert!(o.status.success(), "{}", stderr(&o));
     let j = check_run(&out, "lc98-apps@none");
     let details = j["verdict"]["details"].to_string();
+    assert!(
+        details.contains("fft-3d with 3 processes: not run"),
+        "{details}"
+    );
+    // Two clauses per application, at the most processes it ran with.
+    let at: Vec<&str> = j["verdict"]["clauses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["at"].as_str().unwrap())
+        .collect();
+    let mut want = Vec::new();
     for app in [
-        "sample-sort (3",
-        "con-comm (3",
-        "con-comp (3",
-        "fft-3d (2",
-        "fft-3d with 3 processes: not run",
+        "processes 3, sample-sort",
+        "processes 3, con-comm",
+        "processes 3, con-comp",
+        "processes 2, fft-3d",
     ] {
-        assert!(details.contains(app), "{app} missing from {details}");
+        want.extend([app, app]);
     }
+    assert_eq!(at, want);
     // 3 applications x 6 claims x 2 process counts, and the FFT (whose side
     // 3 does not divide) x 6 claims at 2, one trial each.
     assert_eq!(j["trials"].as_array().unwrap().len(), 42);

@@ -67,31 +67,20 @@ fn mpsync(out: &Path, args: &[&str]) {
     );
 }
 
-#[test]
-fn every_figure_renders_and_no_text_is_clipped() {
-    let Some(chromium) = browser() else {
-        let required = std::env::var("MPSYNC_BROWSER_REQUIRED").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "MPSYNC_BROWSER_REQUIRED=1 but no chromium: apt-get install chromium"
-        );
-        eprintln!("SKIPPED: no chromium here (apt-get install chromium to run this test)");
-        return;
-    };
-    let dir = std::env::temp_dir().join(format!("mpsync-report-browser-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    // A bar chart (one x), small multiples with a log axis (several
-    // configurations), panels per kind, and a legacy experiment's figure.
+/// Runs, into `dir`, experiments whose figures are of every shape: a bar
+/// chart (one x), small multiples with a log axis (several
+/// configurations), panels per kind, and a series with a guide line.
+fn run_figures(dir: &Path) {
     mpsync(
-        &dir,
+        dir,
         &["run", "lock-latency", "--scale", "0.001", "--trials", "1"],
     );
     mpsync(
-        &dir,
+        dir,
         &["run", "barrier-oversub", "--scale", "0.01", "--trials", "1"],
     );
     mpsync(
-        &dir,
+        dir,
         &[
             "run",
             "lock-oversub",
@@ -104,7 +93,7 @@ fn every_figure_renders_and_no_text_is_clipped() {
         ],
     );
     mpsync(
-        &dir,
+        dir,
         &[
             "run",
             "ds-oversub",
@@ -117,15 +106,16 @@ fn every_figure_renders_and_no_text_is_clipped() {
         ],
     );
     mpsync(
-        &dir,
+        dir,
         &["run", "hart-base", "--scale", "0.01", "--trials", "1"],
     );
-    let html = std::fs::read_to_string(dir.join("report.html")).expect("a report");
-    assert!(html.contains("On this machine, use"), "no summary");
-    let page = dir.join("report-check.html");
-    std::fs::write(&page, html.replace("</body>", &format!("{CHECK}</body>"))).unwrap();
-    let started = Instant::now();
-    let o = Command::new(&chromium)
+    mpsync(dir, &["run", "hart-memory", "--scale", "0.05"]);
+}
+
+/// The check script's JSON from `page` (the report with [`CHECK`]) opened
+/// in `chromium`.
+fn check_in_browser(chromium: &Path, page: &Path, started: Instant) -> serde_json::Value {
+    let o = Command::new(chromium)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
         .arg(format!("file://{}", page.display()))
         .output()
@@ -145,9 +135,31 @@ fn every_figure_renders_and_no_text_is_clipped() {
         .replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&amp;", "&");
-    let v: serde_json::Value = serde_json::from_str(&line).expect("the check's JSON");
+    serde_json::from_str(&line).expect("the check's JSON")
+}
+
+#[test]
+fn every_figure_renders_and_no_text_is_clipped() {
+    let Some(chromium) = browser() else {
+        let required = std::env::var("MPSYNC_BROWSER_REQUIRED").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "MPSYNC_BROWSER_REQUIRED=1 but no chromium: apt-get install chromium"
+        );
+        eprintln!("SKIPPED: no chromium here (apt-get install chromium to run this test)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("mpsync-report-browser-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_figures(&dir);
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("a report");
+    assert!(html.contains("On this machine, use"), "no summary");
+    let page = dir.join("report-check.html");
+    std::fs::write(&page, html.replace("</body>", &format!("{CHECK}</body>"))).unwrap();
+    let started = Instant::now();
+    let v = check_in_browser(&chromium, &page, started);
     let figures = v["figures"].as_u64().unwrap_or(0);
-    assert!(figures >= 5, "only {figures} figures rendered: {line}");
+    assert!(figures >= 5, "only {figures} figures rendered: {v}");
     let bad = v["bad"].as_array().cloned().unwrap_or_default();
     assert!(bad.is_empty(), "{} problems: {bad:#?}", bad.len());
     assert!(started.elapsed() < Duration::from_secs(120));

@@ -16,7 +16,12 @@
 //! - `hart-queues-count` (§5.2.4, Fig. 5.13): two threads, a varying number of queues.
 //! - `hart-memory` (the thesis's open question, mpsync's own): one thread stalls
 //!   inside an operation while the others run; unreclaimed nodes over time per
-//!   scheme, with Michael's bound for hazard pointers beside them.
+//!   scheme, with Michael's bound for hazard pointers beside them. Its measure
+//!   is a series (the model's `collect_series`: 40 samples over 2 s × `--scale`,
+//!   one run per scheme), its clauses judge the whole series: HP never above
+//!   N·R; QSBR and EBR "grow without bound" by a slope test over the second
+//!   half of the run ([`still_growing`]) and end past HP's bound. The
+//!   stalled-thread harness ([`run_stalled`]) is shared with `hart-memory-hash`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,10 +35,11 @@ use mpsync::util::rng::SplitMix64;
 use super::wks94::{AMONG_THE_BEST, COLLAPSE};
 use super::{AllocMode, Experiment, Params};
 use crate::env::Preempt;
-use crate::model::{self, AdviceRule, Better, Clause, Design, Imp, Judged, Role, Verdicts, fmt_x};
-use crate::output::{Machine, Point, RunRecord, Status, Trial, Verdict};
+use crate::model::{
+    self, AdviceRule, Better, Clause, Design, Guide, Imp, Judged, Role, Verdicts, fmt_x,
+};
+use crate::output::{RunRecord, Trial};
 use crate::svg::sig3;
-use crate::svg::{Series, line_chart};
 
 /// Trial length at `--scale 1` (Hart does not give his; long enough for ~10^6 ops).
 pub const BASE_DURATION_MS: f64 = 500.0;
@@ -82,6 +88,24 @@ pub struct LoopSpec {
     pub seed: u64,
 }
 
+/// One iteration of Hart's loop: [`OPS_PER_LOOP`] operations, each on a
+/// random queue, an enqueue or a dequeue with equal probability.
+fn hart_ops<R: Reclaimer, A: NodeAlloc>(
+    queues: &[MsQueue<u64, R, A>],
+    local: &R::Local,
+    rng: &mut SplitMix64,
+) {
+    for _ in 0..OPS_PER_LOOP {
+        let r = rng.next_u64();
+        let q = &queues[(r >> 1) as usize % queues.len()];
+        if r & 1 == 0 {
+            q.enqueue(local, r >> 8);
+        } else {
+            std::hint::black_box(q.dequeue(local));
+        }
+    }
+}
+
 /// Operations all threads completed in `spec.duration`.
 fn test_loop<R: Reclaimer, A: NodeAlloc>(domain: Arc<R>, spec: LoopSpec) -> u64 {
     let queues: Vec<MsQueue<u64, R, A>> = (0..spec.queues)
@@ -105,15 +129,7 @@ fn test_loop<R: Reclaimer, A: NodeAlloc>(domain: Arc<R>, spec: LoopSpec) -> u64 
                 let mut rng = SplitMix64::stream(spec.seed, u64::from(t));
                 let mut n = 0u64;
                 loop {
-                    for _ in 0..OPS_PER_LOOP {
-                        let r = rng.next_u64();
-                        let q = &queues[(r >> 1) as usize % queues.len()];
-                        if r & 1 == 0 {
-                            q.enqueue(&local, r >> 8);
-                        } else {
-                            std::hint::black_box(q.dequeue(&local));
-                        }
-                    }
+                    hart_ops(queues, &local, &mut rng);
                     n += OPS_PER_LOOP;
                     local.quiescent();
                     // Relaxed: a stop request; the scope's join orders the total.
@@ -203,7 +219,7 @@ fn setup(id: &str, p: &Params) -> anyhow::Result<Setup> {
 /// Runs `hart-base`, `hart-queues-threads` or `hart-queues-count`.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     if exp.id == "hart-memory" {
-        return run_memory(exp, p);
+        return run_memory(exp, p, preempt);
     }
     let st = setup(exp.id, p)?;
     let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
@@ -433,77 +449,113 @@ fn verdicts(id: &str, conclusion: &str, cores: u32) -> Verdicts {
     }
 }
 
-/// Samples of one `hart-memory` run: (seconds since start, pending nodes), and
-/// Michael's bound where the scheme has one.
-fn memory_run<R: Reclaimer, A: NodeAlloc>(
-    domain: Arc<R>,
-    workers: u32,
-    duration: Duration,
-    samples: usize,
-    seed: u64,
-    bound: impl Fn(&R) -> Option<u64>,
-) -> (Vec<(f64, u64)>, Option<u64>) {
-    let queues: Vec<MsQueue<u64, R, A>> = (0..10)
-        .map(|_| MsQueue::with_domain(domain.clone()))
-        .collect();
+// ---- hart-memory (and, with the hash table, hart-memory-hash) ----------------
+
+/// Samples a stalled-thread run takes, evenly spaced over the run.
+pub const MEMORY_SAMPLES: usize = 40;
+
+/// A stalled-thread run: how long, its sample times and its worker threads.
+#[derive(Debug, Clone)]
+pub(super) struct StallSpec {
+    /// Sample times, seconds from the start: the design's x values.
+    pub xs: Vec<f64>,
+    /// Threads running the load beside the stalled one.
+    pub workers: u32,
+    /// Seed of the load's choices.
+    pub seed: u64,
+}
+
+impl StallSpec {
+    /// 2 s × `--scale` (at least 0.1 s), [`MEMORY_SAMPLES`] samples, one
+    /// worker more than the cores.
+    pub fn of(p: &Params) -> Self {
+        let run = Duration::from_secs_f64((2000.0 * p.scale).max(100.0) / 1e3);
+        Self {
+            xs: (1..=MEMORY_SAMPLES)
+                .map(|i| run.mul_f64(i as f64 / MEMORY_SAMPLES as f64).as_secs_f64())
+                .collect(),
+            workers: p.cores.max(1) + 1,
+            seed: p.seed,
+        }
+    }
+}
+
+/// Pending nodes at each sample time, and Michael's bound where the scheme
+/// has one.
+pub(super) type Pending = (Vec<u64>, Option<u64>);
+
+/// One stalled-thread run's domain, its bound, and the run's spec.
+pub(super) struct Stalled<'a, R> {
+    /// The run.
+    pub spec: &'a StallSpec,
+    /// A fresh domain of the scheme.
+    pub domain: Arc<R>,
+    /// Michael's bound on its pending nodes, where it has one.
+    pub bound: fn(&R) -> Option<u64>,
+}
+
+/// The load of a stalled-thread experiment: a structure over the domain
+/// `R` with nodes from `A`, driven by [`stalled_run`].
+pub(super) trait StalledLoad {
+    /// One run over `s.domain`, sampling its pending nodes at `s.spec.xs`.
+    fn run<R: Reclaimer, A: NodeAlloc>(&self, s: Stalled<'_, R>) -> anyhow::Result<Pending>;
+}
+
+/// The stalled thread: registered, inside an operation (an EBR critical
+/// section; both hazard pointers set; for QSBR, no quiescent state) until
+/// `stop`.
+pub(super) fn stall<R: Reclaimer>(domain: &Arc<R>, stop: &AtomicBool, stalled: &AtomicBool) {
+    let local = R::register(domain);
+    let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));
+    {
+        let g = local.enter();
+        g.protect_raw(0, &dummy);
+        g.protect_raw(1, &dummy);
+        // Release: the sampler starts once we are in place.
+        stalled.store(true, Ordering::Release);
+        // Acquire: pairs with the sampler's Release stop store.
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // SAFETY: our own box, never shared beyond this thread's guard.
+    drop(unsafe { Box::from_raw(dummy.load(Ordering::Relaxed)) });
+}
+
+/// Runs `work(t, stop)` on `spec.workers` threads (each loops until `stop`)
+/// while one thread is stalled inside an operation ([`stall`]), and samples
+/// `domain`'s pending nodes at each of `spec.xs` (the sampler sleeps until
+/// the time, then reads the count); `bound(domain)` from the first sample
+/// that has it.
+pub(super) fn stalled_run<R: Reclaimer>(
+    domain: &Arc<R>,
+    spec: &StallSpec,
+    bound: fn(&R) -> Option<u64>,
+    work: &(dyn Fn(u32, &AtomicBool) + Sync),
+) -> Pending {
     let stop = AtomicBool::new(false);
     let stalled = AtomicBool::new(false);
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(spec.xs.len());
     let mut b = None;
     std::thread::scope(|s| {
-        // The stalled thread: registered, inside an operation (an EBR critical
-        // section; hazard pointers set; for QSBR, no quiescent state) until the end.
         {
-            let (domain, stop, stalled) = (&domain, &stop, &stalled);
-            s.spawn(move || {
-                let local = R::register(domain);
-                let dummy = Box::into_raw(Box::new(0u64));
-                let slot = mpsync::sync::AtomicPtr::new(dummy);
-                {
-                    let g = local.enter();
-                    g.protect_raw(0, &slot);
-                    g.protect_raw(1, &slot);
-                    // Release: the sampler starts once we are in place.
-                    stalled.store(true, Ordering::Release);
-                    // Acquire: pairs with the sampler's Release stop store.
-                    while !stop.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-                // SAFETY: our own box, never shared beyond this thread's guard.
-                drop(unsafe { Box::from_raw(dummy) });
-            });
+            let (stop, stalled) = (&stop, &stalled);
+            s.spawn(move || stall(domain, stop, stalled));
         }
         // Acquire: pairs with the stalled thread's Release.
         while !stalled.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(1));
         }
-        for t in 0..workers {
-            let (queues, stop, domain) = (&queues, &stop, &domain);
-            s.spawn(move || {
-                let mut local = R::register(domain);
-                let mut rng = SplitMix64::stream(seed, u64::from(t));
-                // Relaxed: a stop request.
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..OPS_PER_LOOP {
-                        let r = rng.next_u64();
-                        let q = &queues[(r >> 1) as usize % queues.len()];
-                        if r & 1 == 0 {
-                            q.enqueue(&local, r >> 8);
-                        } else {
-                            std::hint::black_box(q.dequeue(&local));
-                        }
-                    }
-                    local.quiescent();
-                }
-            });
+        for t in 0..spec.workers {
+            let stop = &stop;
+            s.spawn(move || work(t, stop));
         }
         let t0 = Instant::now();
-        for i in 1..=samples {
-            let due = duration.mul_f64(i as f64 / samples as f64);
-            std::thread::sleep(due.saturating_sub(t0.elapsed()));
-            out.push((t0.elapsed().as_secs_f64(), domain.stats().pending));
-            b = b.or_else(|| bound(&domain));
+        for &x in &spec.xs {
+            // The harness (not an algorithm) may sleep: it is the sampler.
+            std::thread::sleep(Duration::from_secs_f64(x).saturating_sub(t0.elapsed()));
+            out.push(domain.stats().pending);
+            b = b.or_else(|| bound(domain));
         }
         // Release: pairs with the stalled thread's Acquire.
         stop.store(true, Ordering::Release);
@@ -511,152 +563,159 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
     (out, b)
 }
 
-fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
-    let duration = Duration::from_secs_f64((2000.0 * p.scale).max(100.0) / 1e3);
-    let samples = 40;
-    let workers = p.cores.max(1) + 1;
-    let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut hp_bound = None;
-    for scheme in [Scheme::Qsbr, Scheme::Ebr, Scheme::Hp] {
-        let (series, b) = match (scheme, p.alloc) {
-            (Scheme::Qsbr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(
-                Arc::new(Qsbr::new()),
-                workers,
-                duration,
-                samples,
-                p.seed,
-                |_| None,
-            ),
-            (Scheme::Qsbr, AllocMode::System) => memory_run::<_, SystemAlloc>(
-                Arc::new(Qsbr::new()),
-                workers,
-                duration,
-                samples,
-                p.seed,
-                |_| None,
-            ),
-            (Scheme::Ebr, AllocMode::Magazines) => memory_run::<_, MagazineAlloc>(
-                Arc::new(Ebr::new()),
-                workers,
-                duration,
-                samples,
-                p.seed,
-                |_| None,
-            ),
-            (Scheme::Ebr, AllocMode::System) => memory_run::<_, SystemAlloc>(
-                Arc::new(Ebr::new()),
-                workers,
-                duration,
-                samples,
-                p.seed,
-                |_| None,
-            ),
-            (_, alloc) => {
-                let hp_bound_of =
-                    |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64);
-                let d = Arc::new(HazardPointers::new(HP_SLOTS)?);
-                match alloc {
-                    AllocMode::Magazines => memory_run::<_, MagazineAlloc>(
-                        d,
-                        workers,
-                        duration,
-                        samples,
-                        p.seed,
-                        hp_bound_of,
-                    ),
-                    AllocMode::System => memory_run::<_, SystemAlloc>(
-                        d,
-                        workers,
-                        duration,
-                        samples,
-                        p.seed,
-                        hp_bound_of,
-                    ),
-                }
+/// Michael's bound on hazard pointers' unreclaimed nodes: N·R (records ×
+/// scan threshold).
+fn hp_bound(d: &HazardPointers) -> Option<u64> {
+    Some((d.records() * d.scan_threshold()) as u64)
+}
+
+/// One run of `load` over a fresh domain of `scheme`, nodes from `alloc`.
+pub(super) fn stalled_series(
+    scheme: Scheme,
+    alloc: AllocMode,
+    spec: &StallSpec,
+    load: &impl StalledLoad,
+) -> anyhow::Result<Pending> {
+    fn with<R: Reclaimer>(
+        domain: Arc<R>,
+        alloc: AllocMode,
+        spec: &StallSpec,
+        load: &impl StalledLoad,
+        bound: fn(&R) -> Option<u64>,
+    ) -> anyhow::Result<Pending> {
+        let s = Stalled {
+            spec,
+            domain,
+            bound,
+        };
+        match alloc {
+            AllocMode::Magazines => load.run::<R, MagazineAlloc>(s),
+            AllocMode::System => load.run::<R, SystemAlloc>(s),
+        }
+    }
+    match scheme {
+        Scheme::Qsbr => with(Arc::new(Qsbr::new()), alloc, spec, load, |_| None),
+        Scheme::Ebr => with(Arc::new(Ebr::new()), alloc, spec, load, |_| None),
+        Scheme::Hp => with(
+            Arc::new(HazardPointers::new(HP_SLOTS)?),
+            alloc,
+            spec,
+            load,
+            hp_bound,
+        ),
+        Scheme::Leak => anyhow::bail!("the leaking baseline frees nothing: no stalled-thread run"),
+    }
+}
+
+/// `hart-memory`'s load: Hart's test loop over 10 MS queues.
+struct QueueLoad;
+
+impl StalledLoad for QueueLoad {
+    fn run<R: Reclaimer, A: NodeAlloc>(&self, s: Stalled<'_, R>) -> anyhow::Result<Pending> {
+        let queues: Vec<MsQueue<u64, R, A>> = (0..10)
+            .map(|_| MsQueue::with_domain(s.domain.clone()))
+            .collect();
+        let work = |t: u32, stop: &AtomicBool| {
+            let mut local = R::register(&s.domain);
+            let mut rng = SplitMix64::stream(s.spec.seed, u64::from(t));
+            // Relaxed: a stop request.
+            while !stop.load(Ordering::Relaxed) {
+                hart_ops(&queues, &local, &mut rng);
+                local.quiescent();
             }
         };
-        if scheme == Scheme::Hp {
-            hp_bound = b;
-        }
-        for (t, pending) in series {
-            trials.push(Trial {
-                implementation: scheme.name().into(),
-                x: t,
-                trial: 0,
-                value: pending as f64,
-                procs: Some(workers),
-                ..Trial::default()
-            });
-        }
+        Ok(stalled_run(&s.domain, s.spec, s.bound, &work))
     }
-    let points: Vec<Point> = trials
+}
+
+/// The schemes of a stalled-thread experiment.
+const STALLED_SCHEMES: [Scheme; 3] = [Scheme::Qsbr, Scheme::Ebr, Scheme::Hp];
+
+/// Runs a stalled-thread experiment on the model: one run of `load` per
+/// scheme (a series: pending nodes at each sample time), HP's bound drawn
+/// across the figure, and [`memory_clauses`]. `params` and `notes` are the
+/// experiment's own, beside the common ones.
+pub(super) fn run_stalled(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+    load: &impl StalledLoad,
+    mut params: serde_json::Value,
+    notes: Vec<String>,
+) -> anyhow::Result<(RunRecord, String)> {
+    let spec = StallSpec::of(p);
+    let imps = STALLED_SCHEMES
         .iter()
-        .map(|t| Point {
-            panel: None,
-            implementation: t.implementation.clone(),
-            x: t.x,
-            value: t.value,
-            normalized: t.value,
-        })
+        .map(|s| Imp::ours(s.name(), "reclaimer"))
         .collect();
-    let verdict = memory_verdict(&points, hp_bound);
-    let mut series: Vec<Series> = ["QSBR", "EBR", "HP"]
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.value))
-                .collect(),
-        })
-        .collect();
-    if let Some(b) = hp_bound {
-        series.push(Series {
-            label: "HP bound (N·R)".into(),
-            points: vec![(0.0, b as f64), (duration.as_secs_f64(), b as f64)],
-        });
-    }
-    let svg = line_chart(
-        &format!(
-            "hart-memory: one thread stalled inside an operation ({})",
-            verdict.status.label()
-        ),
+    let mut d = Design::single(
         "seconds",
-        "retired nodes not yet freed",
-        &series,
+        "pending nodes (retired, not yet freed)",
+        Better::Lower,
+        spec.xs.clone(),
+        imps,
+        1,
     );
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "run_s": duration.as_secs_f64(),
-            "samples": samples,
-            "worker_threads": workers,
-            "stalled_threads": 1,
-            "queues": 10,
-            "hazard_pointers_per_thread": HP_SLOTS,
-            "hp_bound_n_times_r": hp_bound,
-            "allocator": alloc_name(p.alloc),
-        }),
-        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
-        unit: "pending nodes (retired, not yet freed)".into(),
-        x_label: "seconds".into(),
-        baseline: "none (absolute counts)".into(),
-        trials,
-        points,
-        extra: serde_json::Value::Null,
-        verdict,
+    let started = Instant::now();
+    let mut hp = None;
+    let trials = model::collect_series(exp.id, &d, &mut |c| {
+        let scheme = *STALLED_SCHEMES
+            .iter()
+            .find(|s| s.name() == c.imp.name)
+            .ok_or_else(|| anyhow::anyhow!("no scheme named {}", c.imp.name))?;
+        let (pending, bound) = stalled_series(scheme, p.alloc, &spec, load)?;
+        hp = hp.or(bound);
+        let t = |n: u64| Trial {
+            value: n as f64,
+            procs: Some(spec.workers),
+            ..Trial::default()
+        };
+        Ok(Some(pending.into_iter().map(t).collect()))
+    })?;
+    d.guides.extend(hp.map(|b| Guide {
+        label: "HP bound (N·R)".into(),
+        y: b as f64,
+    }));
+    let mut v = Verdicts {
+        conclusion: "with one thread stalled inside an operation, hazard pointers keep unreclaimed nodes under Michael's bound while QSBR and EBR grow without bound".into(),
+        clauses: memory_clauses(hp),
+        notes: vec![growth_rule()],
+        ..Verdicts::default()
     };
-    Ok((rec, svg))
+    v.notes.extend(notes);
+    if let serde_json::Value::Object(m) = &mut params {
+        m.extend([
+            ("run_s".into(), serde_json::json!(spec.xs.last())),
+            ("samples".into(), serde_json::json!(spec.xs.len())),
+            ("worker_threads".into(), serde_json::json!(spec.workers)),
+            ("stalled_threads".into(), serde_json::json!(1)),
+            (
+                "hazard_pointers_per_thread".into(),
+                serde_json::json!(HP_SLOTS),
+            ),
+            ("hp_bound_n_times_r".into(), serde_json::json!(hp)),
+            ("allocator".into(), serde_json::json!(alloc_name(p.alloc))),
+        ]);
+    }
+    Ok(model::finish(
+        exp, p, preempt, &d, trials, v, params, started,
+    ))
+}
+
+/// `hart-memory`: [`run_stalled`] over 10 MS queues.
+fn run_memory(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+) -> anyhow::Result<(RunRecord, String)> {
+    run_stalled(
+        exp,
+        p,
+        preempt,
+        &QueueLoad,
+        serde_json::json!({ "queues": 10 }),
+        Vec::new(),
+    )
 }
 
 /// "Still growing" (`hart-memory`, `hart-memory-hash`): the least-squares line
@@ -688,82 +747,94 @@ pub fn still_growing(series: &[(f64, f64)]) -> Option<(bool, crate::stats::Trend
     Some((g >= GROWTH_MIN && g >= GROWTH_SE * tr.growth_se(), tr))
 }
 
-/// HP stays under its bound for the whole run; QSBR and EBR keep growing
-/// ([`still_growing`]) and end past HP's bound.
-pub fn memory_verdict(points: &[Point], hp_bound: Option<u64>) -> Verdict {
-    let mut details = Vec::new();
-    let mut holds = true;
-    let series = |n: &str| -> Vec<(f64, f64)> {
-        points
-            .iter()
-            .filter(|q| q.implementation == n)
-            .map(|q| (q.x, q.value))
-            .collect()
-    };
-    let bound = hp_bound.map(|b| b as f64);
-    let hp = series("HP");
-    match (bound, hp.iter().map(|q| q.1).reduce(f64::max)) {
-        (Some(b), Some(max)) => {
-            let ok = max <= b;
-            holds &= ok;
-            details.push(format!(
-                "HP: at most {max:.0} pending over the run; Michael's bound N·R = {b:.0} ({})",
-                if ok { "within" } else { "EXCEEDED" }
-            ));
-        }
-        _ => {
-            holds = false;
-            details.push("HP was not measured".into());
-        }
-    }
-    for n in ["QSBR", "EBR"] {
-        let Some((growing, tr)) = still_growing(&series(n)) else {
-            holds = false;
-            details.push(format!("{n}: not measured, or fewer than 7 samples"));
-            continue;
-        };
-        let past = bound.is_none_or(|b| tr.last.1 > b);
-        holds &= growing && past;
-        details.push(format!(
-            "{n}: {:.0} pending at {:.2} s, {:.0} at {:.2} s; over that second half of the run the least-squares line rises by {:.1}% of the mean ({:.0}), standard error {:.1}% ({}{})",
-            tr.first.1,
-            tr.first.0,
-            tr.last.1,
-            tr.last.0,
-            100.0 * tr.growth(),
-            tr.mean,
-            100.0 * tr.growth_se(),
-            if growing {
-                "still growing"
-            } else {
-                "not growing"
-            },
-            match (bound, past) {
-                (None, _) => "",
-                (Some(_), true) => ", past HP's bound",
-                (Some(_), false) => ", not past HP's bound",
-            }
-        ));
-    }
-    details.push(format!(
+/// The growth rule, as a note.
+fn growth_rule() -> String {
+    format!(
         "rule: still growing = the least-squares line through the second half of the samples rises across it by >= {:.0}% of their mean and by >= {GROWTH_SE} standard errors",
         100.0 * GROWTH_MIN
-    ));
-    Verdict {
-        clauses: Vec::new(),
-        conclusion: "with one thread stalled inside an operation, hazard pointers keep unreclaimed nodes under Michael's bound while QSBR and EBR grow without bound".into(),
-        status: if holds {
-            Status::Holds
-        } else {
-            Status::DoesNotHold
+    )
+}
+
+/// HP stays under its bound (`hp`, Michael's N·R) for the whole run; QSBR
+/// and EBR keep growing ([`still_growing`]) and end past HP's bound.
+pub(super) fn memory_clauses(hp: Option<u64>) -> Vec<Clause> {
+    let mut c = vec![Clause::new(
+        "HP keeps its pending nodes under Michael's bound N·R for the whole run",
+        None,
+        move |r| {
+            let at = "every sample".to_string();
+            let max = r.series("HP", 0).into_iter().map(|q| q.1).reduce(f64::max);
+            match (hp, max) {
+                (Some(b), Some(max)) => Judged {
+                    at,
+                    ours: format!("at most {max:.0} pending; N·R = {b}"),
+                    holds: Some(max <= b as f64),
+                },
+                (None, Some(_)) => Judged {
+                    at,
+                    ours: "HP's bound was not read".into(),
+                    holds: None,
+                },
+                _ => unmeasured(at),
+            }
         },
-        details,
-    }
+    )];
+    c.extend(["QSBR", "EBR"].map(|n| grows_without_bound(n, hp)));
+    c
+}
+
+/// "`name` grows without bound": still growing over the second half of the
+/// run ([`still_growing`]) and, where HP's bound is known, past it at the end.
+fn grows_without_bound(name: &'static str, hp: Option<u64>) -> Clause {
+    Clause::new(
+        format!(
+            "{name} grows without bound (still growing over the second half of the run, and past HP's bound)"
+        ),
+        None,
+        move |r| {
+            let Some((growing, tr)) = still_growing(&r.series(name, 0)) else {
+                return Judged {
+                    at: "the second half of the run".into(),
+                    ours: "not measured, or fewer than 7 samples".into(),
+                    holds: None,
+                };
+            };
+            let past = hp.is_none_or(|b| tr.last.1 > b as f64);
+            Judged {
+                at: format!(
+                    "the second half of the run ({:.2}-{:.2} s)",
+                    tr.first.0, tr.last.0
+                ),
+                ours: format!(
+                    "{:.0} pending at {:.2} s, {:.0} at {:.2} s; over that second half of the run the least-squares line rises by {:.1}% of the mean ({:.0}), standard error {:.1}% ({}{})",
+                    tr.first.1,
+                    tr.first.0,
+                    tr.last.1,
+                    tr.last.0,
+                    100.0 * tr.growth(),
+                    tr.mean,
+                    100.0 * tr.growth_se(),
+                    if growing {
+                        "still growing"
+                    } else {
+                        "not growing"
+                    },
+                    match (hp, past) {
+                        (None, _) => "",
+                        (Some(_), true) => ", past HP's bound",
+                        (Some(_), false) => ", not past HP's bound",
+                    }
+                ),
+                holds: Some(growing && past),
+            }
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{Point, Status, Verdict};
 
     fn pt(n: &str, x: f64, v: f64) -> Point {
         Point {
@@ -775,24 +846,25 @@ mod tests {
         }
     }
 
-    /// The verdict of experiment `id` on `pts` (xs in order of appearance).
-    fn verdict(id: &str, pts: &[Point]) -> Verdict {
+    /// `clauses` judged on `pts` (the design's xs: theirs, in order), with
+    /// `notes`: the three schemes and the leaking baseline.
+    fn judged(pts: &[Point], clauses: &[Clause], notes: Vec<String>) -> Verdict {
         let mut xs: Vec<f64> = pts.iter().map(|p| p.x).collect();
         xs.sort_by(f64::total_cmp);
         xs.dedup();
-        let imps = ["QSBR", "EBR", "HP"]
-            .map(|n| Imp::ours(n, "reclaimer"))
+        let imps = STALLED_SCHEMES
+            .map(|s| Imp::ours(s.name(), "reclaimer"))
             .into_iter()
             .chain([Imp::reference("Leak")])
             .collect();
         let d = Design::single("threads", "ns", Better::Lower, xs, imps, 1);
-        let r = model::Results {
-            design: &d,
-            points: pts,
-            trials: &[],
-        };
-        let v = verdicts(id, "c", 2);
-        Verdict::from_clauses("c", v.clauses.iter().map(|c| c.judge(&r)).collect(), vec![])
+        let r = model::Results::new(&d, pts, &[]);
+        Verdict::from_clauses("c", clauses.iter().map(|c| c.judge(&r)).collect(), notes)
+    }
+
+    /// The verdict of experiment `id` on `pts`.
+    fn verdict(id: &str, pts: &[Point]) -> Verdict {
+        judged(pts, &verdicts(id, "c", 2).clauses, vec![])
     }
 
     #[test]
@@ -854,6 +926,11 @@ mod tests {
         );
     }
 
+    /// The verdict of the stalled-thread clauses on series `pts`, HP's bound `hp`.
+    fn memory_verdict(pts: &[Point], hp: Option<u64>) -> Verdict {
+        judged(pts, &memory_clauses(hp), vec![growth_rule()])
+    }
+
     #[test]
     fn memory_bound_and_growth() {
         // Linear growth sampled from the start: the last value is about twice the
@@ -868,12 +945,32 @@ mod tests {
         assert_eq!(memory_verdict(&pts, Some(464)).status, Status::Holds);
         assert_eq!(memory_verdict(&pts, Some(50)).status, Status::DoesNotHold);
         let v = memory_verdict(&pts, Some(464));
-        assert!(
-            v.details.iter().any(|d| d.starts_with(
-                "QSBR: 6000 pending at 6.00 s, 10000 at 10.00 s; over that second half of the run the least-squares line rises by 50.0% of the mean (8000), standard error 0.0% (still growing, past HP's bound)"
-            )),
-            "{v:?}"
+        assert_eq!(
+            v.clauses[1].ours,
+            "6000 pending at 6.00 s, 10000 at 10.00 s; over that second half of the run the least-squares line rises by 50.0% of the mean (8000), standard error 0.0% (still growing, past HP's bound)"
         );
+        assert_eq!(v.clauses[1].at, "the second half of the run (6.00-10.00 s)");
+        assert_eq!(v.clauses[0].ours, "at most 100 pending; N·R = 464");
+        // HP not measured: that clause is not judged, the others still are.
+        let no_hp: Vec<Point> = pts
+            .iter()
+            .filter(|p| p.implementation != "HP")
+            .cloned()
+            .collect();
+        let v = memory_verdict(&no_hp, None);
+        assert_eq!(v.status, Status::PartlyEvaluable, "{v:?}");
+        assert_eq!(v.clauses[0].holds, None);
+        // A bounded QSBR (flat after the start) does not grow.
+        let flat: Vec<Point> = pts
+            .iter()
+            .map(|p| match p.implementation.as_str() {
+                "QSBR" => pt("QSBR", p.x, 5000.0),
+                _ => p.clone(),
+            })
+            .collect();
+        let v = memory_verdict(&flat, Some(464));
+        assert_eq!(v.clauses[1].holds, Some(false), "{v:?}");
+        assert!(v.clauses[1].ours.contains("(not growing, past HP's bound)"));
         assert!(v.details.iter().any(|d| d.starts_with("rule: ")), "{v:?}");
     }
 

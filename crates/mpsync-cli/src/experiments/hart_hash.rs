@@ -35,7 +35,8 @@
 //!
 //! - `hart-memory-hash` (as `hart-memory`, with the lock-free table): one thread
 //!   stopped inside an operation for the whole run while the others run a
-//!   write-only load; unreclaimed nodes over time per scheme, HP's bound beside.
+//!   write-only load; unreclaimed nodes over time per scheme, HP's bound beside
+//!   (`hart::run_stalled`: a series measure, the same clauses).
 //!
 //! The CR table is Hart's concurrently-readable table (`ds::cr_hash`).
 
@@ -55,7 +56,8 @@ use mpsync::sync::Arc;
 use mpsync::util::rng::SplitMix64;
 
 use super::hart::{
-    BASE_DURATION_MS, OPS_PER_LOOP, Scheme, alloc_name, degrades_beyond_cores, unmeasured,
+    BASE_DURATION_MS, OPS_PER_LOOP, Pending, Scheme, Stalled, StalledLoad, alloc_name,
+    degrades_beyond_cores, run_stalled, stalled_run, unmeasured,
 };
 use super::wks94::{AMONG_THE_BEST, COLLAPSE};
 use super::{AllocMode, Experiment, Params};
@@ -63,9 +65,9 @@ use crate::env::Preempt;
 use crate::model::{
     self, AdviceRule, Better, Clause, Design, Imp, Judged, Panel, Results, Role, Verdicts, fmt_x,
 };
-use crate::output::{Machine, Point, RunRecord, Trial};
+use crate::output::{RunRecord, Trial};
 use crate::stats::quantile;
-use crate::svg::{Series, line_chart, sig3};
+use crate::svg::sig3;
 
 /// `hart-severity`'s panel: many threads, load factor varies.
 const SEV_LOAD: &str = "many threads, load factor varies";
@@ -643,7 +645,7 @@ type Tails = Vec<(String, f64, f64)>;
 /// Runs one of the experiments above.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     if exp.id == "hart-memory-hash" {
-        return run_memory(exp, p);
+        return run_memory(exp, p, preempt);
     }
     let st = setup(exp.id, p)?;
     let duration = Duration::from_secs_f64((BASE_DURATION_MS * p.scale).max(20.0) / 1e3);
@@ -1202,241 +1204,64 @@ fn map_clauses(cores: u32, tails: Tails) -> Vec<Clause> {
 
 // ---- hart-memory-hash ------------------------------------------------------------
 
-/// (seconds, pending nodes) samples, and HP's bound where the scheme has one.
-type MemorySamples = (Vec<(f64, u64)>, Option<u64>);
+/// `hart-memory-hash`'s load: a write-only load on a lock-free table of 32
+/// buckets at load factor 1 (keys from twice that range).
+struct TableLoad;
 
-/// The stalled thread of `hart-memory-hash`: registered, inside an
-/// operation, until `stop`.
-fn stall<R: Reclaimer>(domain: &Arc<R>, stop: &AtomicBool, stalled: &AtomicBool) {
-    use mpsync::reclaim::{Guard, Local};
-    let local = R::register(domain);
-    // Whatever the table's head bucket holds, protected in both slots
-    // (the hazards a search leaves behind when it stops).
-    let dummy = mpsync::sync::AtomicPtr::new(Box::into_raw(Box::new(0u64)));
-    {
-        let g = local.enter();
-        g.protect_raw(0, &dummy);
-        g.protect_raw(1, &dummy);
-        // Release: the sampler starts once we are in place.
-        stalled.store(true, Ordering::Release);
-        // Acquire: pairs with the sampler's Release stop store.
-        while !stop.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    // SAFETY: our own box, never shared beyond this thread's guard.
-    drop(unsafe { Box::from_raw(dummy.load(Ordering::Relaxed)) });
-}
-
-/// Samples of one `hart-memory-hash` run: (seconds since start, pending nodes),
-/// and Michael's bound where the scheme has one. One thread registers, enters an
-/// operation (a guard: an EBR pin; two hazards; no quiescent state for QSBR) and
-/// stays there until the end, while `workers` threads run a write-only load on a
-/// lock-free table of 32 buckets at load factor 1.
-fn memory_run<R: Reclaimer, A: NodeAlloc>(
-    domain: Arc<R>,
-    workers: u32,
-    duration: Duration,
-    samples: usize,
-    seed: u64,
-    bound: impl Fn(&R) -> Option<u64>,
-) -> anyhow::Result<MemorySamples> {
-    let m: LfHashMap<u64, u64, R, A> =
-        LfHashMap::with_domain(BUCKETS, domain.clone(), Default::default())?;
-    let range = 2 * BUCKETS as u64;
-    {
-        let mut h = m.handle();
-        for k in (0..range).step_by(2) {
-            h.insert(k, k);
-        }
-    }
-    let stop = AtomicBool::new(false);
-    let stalled = AtomicBool::new(false);
-    let mut out = Vec::new();
-    let mut b = None;
-    std::thread::scope(|s| {
+impl StalledLoad for TableLoad {
+    fn run<R: Reclaimer, A: NodeAlloc>(&self, s: Stalled<'_, R>) -> anyhow::Result<Pending> {
+        let m: LfHashMap<u64, u64, R, A> =
+            LfHashMap::with_domain(BUCKETS, s.domain.clone(), Default::default())?;
+        let range = 2 * BUCKETS as u64;
         {
-            let (m, stop, stalled) = (&m, &stop, &stalled);
-            s.spawn(move || stall(m.domain(), stop, stalled));
+            let mut h = m.handle();
+            for k in (0..range).step_by(2) {
+                h.insert(k, k);
+            }
         }
-        // Acquire: pairs with the stalled thread's Release.
-        while !stalled.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        for t in 0..workers {
-            let (m, stop) = (&m, &stop);
-            s.spawn(move || {
-                let mut h = m.handle();
-                let mut rng = SplitMix64::stream(seed, u64::from(t));
-                // Relaxed: a stop request.
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..OPS_PER_LOOP {
-                        let r = rng.next_u64();
-                        let k = (r >> 1) % range;
-                        if r & 1 == 0 {
-                            h.insert(k, k);
-                        } else {
-                            std::hint::black_box(h.remove(&k));
-                        }
+        let work = |t: u32, stop: &AtomicBool| {
+            let mut h = m.handle();
+            let mut rng = SplitMix64::stream(s.spec.seed, u64::from(t));
+            // Relaxed: a stop request.
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..OPS_PER_LOOP {
+                    let r = rng.next_u64();
+                    let k = (r >> 1) % range;
+                    if r & 1 == 0 {
+                        h.insert(k, k);
+                    } else {
+                        std::hint::black_box(h.remove(&k));
                     }
-                    h.quiescent();
                 }
-            });
-        }
-        let t0 = Instant::now();
-        for i in 1..=samples {
-            let due = duration.mul_f64(i as f64 / samples as f64);
-            std::thread::sleep(due.saturating_sub(t0.elapsed()));
-            out.push((t0.elapsed().as_secs_f64(), domain.stats().pending));
-            b = b.or_else(|| bound(&domain));
-        }
-        // Release: pairs with the stalled thread's Acquire.
-        stop.store(true, Ordering::Release);
-    });
-    Ok((out, b))
-}
-
-/// One scheme's `hart-memory-hash` samples, with the allocator `p` names.
-fn memory_samples(
-    scheme: Scheme,
-    p: &Params,
-    workers: u32,
-    duration: Duration,
-    samples: usize,
-) -> anyhow::Result<MemorySamples> {
-    macro_rules! go {
-        ($d:expr, $bound:expr) => {
-            match p.alloc {
-                AllocMode::Magazines => {
-                    memory_run::<_, MagazineAlloc>($d, workers, duration, samples, p.seed, $bound)?
-                }
-                AllocMode::System => {
-                    memory_run::<_, SystemAlloc>($d, workers, duration, samples, p.seed, $bound)?
-                }
+                h.quiescent();
             }
         };
+        Ok(stalled_run(m.domain(), s.spec, s.bound, &work))
     }
-    Ok(match scheme {
-        Scheme::Qsbr => go!(Arc::new(Qsbr::new()), |_: &Qsbr| None),
-        Scheme::Ebr => go!(Arc::new(Ebr::new()), |_: &Ebr| None),
-        _ => go!(
-            Arc::new(HazardPointers::new(2)?),
-            |d: &HazardPointers| Some((d.records() * d.scan_threshold()) as u64)
-        ),
-    })
 }
 
-/// `hart-memory-hash`'s figure: pending nodes over time per scheme, HP's
-/// bound beside them.
-fn memory_figure(
-    points: &[Point],
-    hp_bound: Option<u64>,
-    duration: Duration,
-    status: &str,
-) -> String {
-    let mut series: Vec<Series> = ["QSBR", "EBR", "HP"]
-        .iter()
-        .map(|n| Series {
-            label: (*n).into(),
-            points: points
-                .iter()
-                .filter(|q| q.implementation == *n)
-                .map(|q| (q.x, q.value))
-                .collect(),
-        })
-        .collect();
-    if let Some(b) = hp_bound {
-        series.push(Series {
-            label: "HP bound (N·R)".into(),
-            points: vec![(0.0, b as f64), (duration.as_secs_f64(), b as f64)],
-        });
-    }
-    line_chart(
-        &format!(
-            "hart-memory-hash: one thread stalled inside a table operation ({})",
-            status
-        ),
-        "seconds",
-        "retired nodes not yet freed",
-        &series,
-    )
-}
-
-fn run_memory(exp: &Experiment, p: &Params) -> anyhow::Result<(RunRecord, String)> {
-    let duration = Duration::from_secs_f64((2000.0 * p.scale).max(100.0) / 1e3);
-    let samples = 40;
-    let workers = p.cores.max(1) + 1;
-    let started = Instant::now();
-    let mut trials = Vec::new();
-    let mut hp_bound = None;
-    for scheme in [Scheme::Qsbr, Scheme::Ebr, Scheme::Hp] {
-        let (series, b) = memory_samples(scheme, p, workers, duration, samples)?;
-        if scheme == Scheme::Hp {
-            hp_bound = b;
-        }
-        for (t, pending) in series {
-            trials.push(Trial {
-                implementation: scheme.name().into(),
-                x: t,
-                trial: 0,
-                value: pending as f64,
-                procs: Some(workers),
-                ..Trial::default()
-            });
-        }
-    }
-    let points: Vec<Point> = trials
-        .iter()
-        .map(|t| Point {
-            panel: None,
-            implementation: t.implementation.clone(),
-            x: t.x,
-            value: t.value,
-            normalized: t.value,
-        })
-        .collect();
-    let mut verdict = super::hart::memory_verdict(&points, hp_bound);
-    verdict.details.push(
+/// `hart-memory-hash`: `hart-memory`'s stalled-thread run (one thread
+/// inside an operation for the whole run) over the lock-free table.
+fn run_memory(
+    exp: &Experiment,
+    p: &Params,
+    preempt: Preempt,
+) -> anyhow::Result<(RunRecord, String)> {
+    let params = serde_json::json!({
+        "buckets": BUCKETS,
+        "load_factor": 1,
+        "workload": "write-only",
+    });
+    let notes = vec![
         "the peers (papaya, dashmap, scc) do not report unreclaimed memory, so their growth is not shown".into(),
-    );
-    let svg = memory_figure(&points, hp_bound, duration, verdict.status.label());
-    let rec = RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({
-            "common": p,
-            "run_s": duration.as_secs_f64(),
-            "samples": samples,
-            "worker_threads": workers,
-            "stalled_threads": 1,
-            "buckets": BUCKETS,
-            "load_factor": 1,
-            "workload": "write-only",
-            "hazard_pointers_per_thread": 2,
-            "hp_bound_n_times_r": hp_bound,
-        }),
-        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
-        unit: "pending nodes (retired, not yet freed)".into(),
-        x_label: "seconds".into(),
-        baseline: "none (absolute counts)".into(),
-        trials,
-        points,
-        extra: serde_json::Value::Null,
-        verdict,
-    };
-    Ok((rec, svg))
+    ];
+    run_stalled(exp, p, preempt, &TableLoad, params, notes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::{Status, Verdict};
+    use crate::output::{Point, Status, Verdict};
 
     fn params() -> Params {
         Params {

@@ -23,7 +23,7 @@ use crate::env::Preempt;
 use crate::model::{
     self, AdviceRule, Better, Clause, Design, Imp, Judged, Panel, Results, Role, Verdicts, fmt_x,
 };
-use crate::output::{Machine, Point, RunRecord, Trial, Verdict};
+use crate::output::{RunRecord, Trial};
 use crate::stats::trimmed_mean;
 
 /// Runs one of the three.
@@ -424,42 +424,18 @@ fn pipe_pair() -> anyhow::Result<StreamPair> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn record(
-    exp: &Experiment,
-    p: &Params,
-    started: Instant,
-    unit: &str,
-    x_label: &str,
-    baseline: &str,
-    trials: Vec<Trial>,
-    points: Vec<Point>,
-    extra: serde_json::Value,
-    verdict: Verdict,
-    params: serde_json::Value,
-) -> RunRecord {
-    RunRecord {
-        advice: Vec::new(),
-        experiment: exp.id.into(),
-        paper: exp.reference.into(),
-        title: exp.title.into(),
-        preempt: "none".into(),
-        started_unix: crate::unix_now(),
-        duration_s: started.elapsed().as_secs_f64(),
-        machine: Machine::detect(),
-        params: serde_json::json!({ "common": p, "experiment": params }),
-        busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),
-        unit: unit.into(),
-        x_label: x_label.into(),
-        baseline: baseline.into(),
-        trials,
-        points,
-        extra,
-        verdict,
+/// The trial of a run of `secs` seconds on `cores` cores, `censored` when
+/// it hit `cap` (it then counts as the cap).
+pub(super) fn capped_trial(secs: f64, censored: bool, cap: Duration, cores: u32) -> Trial {
+    Trial {
+        value: secs,
+        procs: Some(cores),
+        censored_at: censored.then_some(cap.as_secs_f64()),
+        ..Trial::default()
     }
 }
 
-pub(super) fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
+fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
     let v: Vec<f64> = trials
         .iter()
         .filter(|t| t.implementation == name && t.x == x)
@@ -468,7 +444,7 @@ pub(super) fn mean_of(trials: &[Trial], name: &str, x: f64) -> Option<f64> {
     trimmed_mean(&v)
 }
 
-pub(super) fn yes(b: bool) -> &'static str {
+fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "NO" }
 }
 
@@ -498,6 +474,95 @@ pub(super) fn thread_cpu_s() -> f64 {
     // SAFETY: clock_gettime writes the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// How many of `total` messages writer `w` of `writers` sends (the last
+/// one takes the remainder).
+pub(super) fn writer_share(w: u64, writers: u64, total: u64) -> u64 {
+    let per = total / writers;
+    if w == writers - 1 {
+        total - per * (writers - 1)
+    } else {
+        per
+    }
+}
+
+/// The sum of every message's word when writer `w` sends
+/// `w · 10⁹ + i` for each `i` below its [`writer_share`]: what the
+/// receiver must have added up.
+pub(super) fn stress_sum(writers: u64, total: u64) -> u64 {
+    (0..writers)
+        .map(|w| {
+            let n = writer_share(w, writers, total);
+            w * 1_000_000_000 * n + n * n.saturating_sub(1) / 2
+        })
+        .sum()
+}
+
+/// Forks the `writers` writer processes of a stress run to endpoint `name`:
+/// each connects, waits for a byte on `go_r`, then sends its share.
+fn fork_writers(
+    name: &str,
+    o: &Options,
+    writers: u64,
+    total: u64,
+    go_r: i32,
+) -> anyhow::Result<Vec<libc::pid_t>> {
+    let mut pids = Vec::new();
+    for w in 0..writers {
+        let n = writer_share(w, writers, total);
+        let fork = fork_child(None, move || {
+            let Ok(peer) = Peer::connect(name, o) else {
+                return 1;
+            };
+            let mut b = [0u8; 1];
+            // SAFETY: reading one byte from the inherited pipe.
+            if unsafe { libc::read(go_r, b.as_mut_ptr().cast(), 1) } != 1 {
+                return 1;
+            }
+            for i in 0..n {
+                if peer.send(SINK, &[w * 1_000_000_000 + i], None).is_err() {
+                    return 1;
+                }
+            }
+            0
+        });
+        match fork {
+            Ok(pid) => pids.push(pid),
+            Err(e) => {
+                pids.into_iter().for_each(kill_child);
+                return Err(e);
+            }
+        }
+    }
+    Ok(pids)
+}
+
+/// Closes both ends of a pipe of ours.
+fn close_pipe(fds: [i32; 2]) {
+    // SAFETY: closing our own pipe's ends, once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+/// Polls `ep` until `count` reaches `total`, or past `cap` from `start`
+/// (checked every 64 empty polls, after a yield): whether it hit the cap.
+fn drain(ep: &mut Endpoint, count: &AtomicU64, total: u64, start: Instant, cap: Duration) -> bool {
+    let mut idle = 0u32;
+    while count.load(Ordering::Relaxed) < total {
+        if ep.poll() == 0 {
+            idle += 1;
+            if idle.is_multiple_of(64) {
+                mpsync::sched::yield_now();
+                if start.elapsed() > cap {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// One stress run: `writers` processes send `total` one-word messages in all
@@ -535,33 +600,8 @@ fn stress_once(
     if unsafe { libc::pipe(go.as_mut_ptr()) } != 0 {
         bail!("pipe: {}", std::io::Error::last_os_error());
     }
-    let per = total / writers;
-    let name = ep.name().to_string();
-    let mut pids = Vec::new();
-    for w in 0..writers {
-        let (name, o) = (name.clone(), o.clone());
-        let n = if w == writers - 1 {
-            total - per * (writers - 1)
-        } else {
-            per
-        };
-        pids.push(fork_child(None, move || {
-            let Ok(peer) = Peer::connect(&name, &o) else {
-                return 1;
-            };
-            let mut b = [0u8; 1];
-            // SAFETY: reading one byte from the inherited pipe.
-            if unsafe { libc::read(go[0], b.as_mut_ptr().cast(), 1) } != 1 {
-                return 1;
-            }
-            for i in 0..n {
-                if peer.send(SINK, &[w * 1_000_000_000 + i], None).is_err() {
-                    return 1;
-                }
-            }
-            0
-        })?);
-    }
+    let pids =
+        fork_writers(ep.name(), &o, writers, total, go[0]).inspect_err(|_| close_pipe(go))?;
     let start = Instant::now();
     let cpu0 = thread_cpu_s();
     // SAFETY: writing `writers` bytes to our pipe's write end.
@@ -569,54 +609,23 @@ fn stress_once(
         let bytes = vec![1u8; writers as usize];
         libc::write(go[1], bytes.as_ptr().cast(), bytes.len());
     }
-    let mut idle = 0u32;
-    let mut censored = false;
-    while count.load(Ordering::Relaxed) < total {
-        if ep.poll() == 0 {
-            idle += 1;
-            if idle.is_multiple_of(64) {
-                mpsync::sched::yield_now();
-                if start.elapsed() > cap {
-                    censored = true;
-                    break;
-                }
-            }
-        }
-    }
+    let censored = drain(&mut ep, &count, total, start, cap);
     let secs = start.elapsed().as_secs_f64();
     let cpu = thread_cpu_s() - cpu0;
-    // SAFETY: closing our pipe ends.
-    unsafe {
-        libc::close(go[0]);
-        libc::close(go[1]);
-    }
+    close_pipe(go);
     if censored {
+        let st = ep.stats();
         for pid in pids {
             kill_child(pid);
         }
         let got = count.load(Ordering::Relaxed).max(1);
-        return Ok((
-            secs * total as f64 / got as f64,
-            true,
-            cpu,
-            ep.stats().sender_wakeups,
-            ep.stats().revoked,
-        ));
+        let secs = secs * total as f64 / got as f64;
+        return Ok((secs, true, cpu, st.sender_wakeups, st.revoked));
     }
     for pid in pids {
         wait_child(pid)?;
     }
-    let want: u64 = (0..writers)
-        .map(|w| {
-            let n = if w == writers - 1 {
-                total - per * (writers - 1)
-            } else {
-                per
-            };
-            w * 1_000_000_000 * n + n * (n.saturating_sub(1)) / 2
-        })
-        .sum();
-    if sum.load(Ordering::Relaxed) != want || ep.stats().rejected != 0 {
+    if sum.load(Ordering::Relaxed) != stress_sum(writers, total) || ep.stats().rejected != 0 {
         bail!(
             "lc98-stress {}: conservation failed (sum or rejected packets)",
             claim.name()
@@ -627,7 +636,7 @@ fn stress_once(
 }
 
 /// The kind the claims are measured and recommended as.
-const CLAIM: &str = "message claim";
+pub(super) const CLAIM: &str = "message claim";
 /// The kind of the other transports (never recommended as a claim).
 const TRANSPORT: &str = "transport";
 const UDS: &str = "unix-socket";
@@ -1399,12 +1408,7 @@ fn stress(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Run
     let trials = model::collect(exp.id, &d, &mut |c| {
         let (secs, cens, row) = stress_trial(&c.imp.name, c.x as u64, total, cap)?;
         recv.extend(row);
-        Ok(Some(Trial {
-            value: secs,
-            procs: Some(p.cores),
-            censored_at: cens.then_some(cap.as_secs_f64()),
-            ..Trial::default()
-        }))
+        Ok(Some(capped_trial(secs, cens, cap, p.cores)))
     })?;
     let points = model::summarize(&d, &trials);
     let r = Results {
@@ -1436,6 +1440,7 @@ fn stress(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Run
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::Point;
 
     #[test]
     fn iceoryx2_target_is_judged_when_measured_and_explained_when_not() {

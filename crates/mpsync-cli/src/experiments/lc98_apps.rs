@@ -41,6 +41,14 @@
 //!   divides `n` (a power of two). Checked: every value bit for bit equals a
 //!   sequential 3-D FFT made of the same 1-D transform.
 //!
+//! On the experiment model: one configuration per application (x: the
+//! process counts it runs at), the six claims as its implementations, the
+//! slowest rank's seconds per run as measured (no baseline); per
+//! application two clauses, judged at the most processes it ran with —
+//! lock-free within 10% of the best claim, the POSIX mutex at least 1.10×
+//! the best — each with Table 4's own times beside it. (The paper's POSIX
+//! gap is 1.05× for the FFT, 1.14× to 4.3× for the others.)
+//!
 //! # What was measured (2-core machine shared with other sessions)
 //!
 //! `mpsync run lc98-apps --trials 5` (4 processes, full sizes), time of the
@@ -69,11 +77,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use mpsync::msgq::{Claim, Endpoint, Options, Peer};
 
-use super::lc98::{connect_retry, fork_child, fresh, kill_child, mean_of, record, yes};
+use super::lc98::{CLAIM, capped_trial, connect_retry, fork_child, fresh, kill_child};
 use super::{Experiment, Params};
 use crate::env::Preempt;
-use crate::output::{Point, RunRecord, Status, Trial, Verdict};
-use crate::svg::bar_chart;
+use crate::model::{
+    self, Better, Clause, Design, Imp, Judged, Panel, Results, Role, Verdicts, censored_mark,
+};
+use crate::output::RunRecord;
 
 /// One of the applications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,6 +343,119 @@ fn lock(s: &Mutex<State>) -> MutexGuard<'_, State> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A handler of the applications' messages: the rank's state, the phase
+/// parity the message belongs to, its words and its bulk data.
+type Handler = fn(&mut State, usize, &[u64], &[u8]) -> Result<(), mpsync::msgq::Error>;
+
+/// Every handler, at its index (plus the phase parity).
+const HANDLERS: [(u16, Handler); 6] = [
+    (H_BARRIER, on_barrier),
+    (H_SAMPLE, |g, par, a, _| {
+        g.data_got[par] += 1;
+        g.samples.extend(a.iter().map(|&k| k as u32));
+        Ok(())
+    }),
+    (H_SPLIT, |g, par, a, _| {
+        g.data_got[par] += 1;
+        g.splitters.extend(a.iter().map(|&k| k as u32));
+        Ok(())
+    }),
+    (H_KEYS, |g, par, a, _| {
+        g.data_got[par] += 1;
+        g.bucket.extend(a.iter().map(|&k| k as u32));
+        Ok(())
+    }),
+    (H_LABEL, on_label),
+    (H_FFT, on_fft_block),
+];
+
+/// Registers [`HANDLERS`] for both phase parities, over `st`.
+fn register_handlers(ep: &mut Endpoint, st: &Arc<Mutex<State>>) -> anyhow::Result<()> {
+    for par in 0..2u16 {
+        for (index, f) in HANDLERS {
+            let s = st.clone();
+            ep.register(index + par, move |_, m| {
+                f(
+                    &mut lock(&s),
+                    par as usize,
+                    m.args(),
+                    m.bulk().unwrap_or(&[]),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A barrier message: the sender's data-message count for the phase and
+/// its flag.
+fn on_barrier(g: &mut State, par: usize, a: &[u64], _: &[u8]) -> Result<(), mpsync::msgq::Error> {
+    if a.len() != 2 {
+        return Err(mpsync::msgq::Error::Handler("barrier: 2 words".into()));
+    }
+    g.bar_got[par] += 1;
+    g.bar_expect[par] += a[0];
+    g.bar_flag[par] |= a[1] != 0;
+    Ok(())
+}
+
+/// A label for one of this rank's nodes (connected components).
+fn on_label(g: &mut State, par: usize, a: &[u64], _: &[u8]) -> Result<(), mpsync::msgq::Error> {
+    g.data_got[par] += 1;
+    let Some(c) = g.con.as_mut() else {
+        // A faster rank's round 0 while this one still joins
+        // its local edges: applied once it is done.
+        if let [v, lab] = a {
+            g.early.push((*v, *lab));
+            return Ok(());
+        }
+        return Err(mpsync::msgq::Error::Handler(format!(
+            "label message {a:?}: 2 words expected"
+        )));
+    };
+    let u = a.first().and_then(|g| g.checked_sub(c.base));
+    match (u, a.get(1)) {
+        (Some(u), Some(&lab)) if (u as usize) < c.parent.len() => {
+            c.offer(u as u32, lab);
+            Ok(())
+        }
+        _ => Err(mpsync::msgq::Error::Handler(format!(
+            "label message {a:?} for a node not here"
+        ))),
+    }
+}
+
+/// A block of the FFT's transpose: words (sender rank, first element),
+/// bulk data 16 bytes a value, into this rank's slab.
+fn on_fft_block(
+    g: &mut State,
+    par: usize,
+    a: &[u64],
+    data: &[u8],
+) -> Result<(), mpsync::msgq::Error> {
+    g.data_got[par] += 1;
+    let (n, zc) = g.fft_geom;
+    let ok = a.len() == 2 && (a[0] as usize) * zc < n.max(1) && data.len().is_multiple_of(16);
+    let (r, start) = (
+        a.first().copied().unwrap_or(0) as usize,
+        a.get(1).copied().unwrap_or(0) as usize,
+    );
+    if !ok || start + data.len() / 16 > zc * zc * n || g.fft.is_empty() {
+        return Err(mpsync::msgq::Error::Handler(format!(
+            "fft block {a:?} with {} bytes does not fit this slab",
+            data.len()
+        )));
+    }
+    for (k, c) in data.chunks_exact(16).enumerate() {
+        let e = start + k;
+        let (x, zl, yl) = (e % n, (e / n) % zc, e / (n * zc));
+        let re = f64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+        let im = f64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
+        g.fft[(yl * n + r * zc + zl) * n + x] = [re, im];
+    }
+    Ok(())
+}
+
 /// A rank's endpoint, its peers and the shared state.
 struct Net {
     ep: Endpoint,
@@ -363,95 +486,7 @@ impl Net {
         .spin(None);
         let mut ep = Endpoint::create(&format!("{base}-{rank}"), o)?;
         let st = Arc::new(Mutex::new(State::default()));
-        for par in 0..2u16 {
-            let s = st.clone();
-            ep.register(H_BARRIER + par, move |_, m| {
-                let a = m.args();
-                if a.len() != 2 {
-                    return Err(mpsync::msgq::Error::Handler("barrier: 2 words".into()));
-                }
-                let mut g = lock(&s);
-                let i = par as usize;
-                g.bar_got[i] += 1;
-                g.bar_expect[i] += a[0];
-                g.bar_flag[i] |= a[1] != 0;
-                Ok(())
-            })?;
-            let s = st.clone();
-            ep.register(H_SAMPLE + par, move |_, m| {
-                let mut g = lock(&s);
-                g.data_got[par as usize] += 1;
-                g.samples.extend(m.args().iter().map(|&k| k as u32));
-                Ok(())
-            })?;
-            let s = st.clone();
-            ep.register(H_SPLIT + par, move |_, m| {
-                let mut g = lock(&s);
-                g.data_got[par as usize] += 1;
-                g.splitters.extend(m.args().iter().map(|&k| k as u32));
-                Ok(())
-            })?;
-            let s = st.clone();
-            ep.register(H_KEYS + par, move |_, m| {
-                let mut g = lock(&s);
-                g.data_got[par as usize] += 1;
-                g.bucket.extend(m.args().iter().map(|&k| k as u32));
-                Ok(())
-            })?;
-            let s = st.clone();
-            ep.register(H_LABEL + par, move |_, m| {
-                let a = m.args();
-                let mut g = lock(&s);
-                g.data_got[par as usize] += 1;
-                let Some(c) = g.con.as_mut() else {
-                    // A faster rank's round 0 while this one still joins
-                    // its local edges: applied once it is done.
-                    if let [v, lab] = a {
-                        g.early.push((*v, *lab));
-                        return Ok(());
-                    }
-                    return Err(mpsync::msgq::Error::Handler(format!(
-                        "label message {a:?}: 2 words expected"
-                    )));
-                };
-                let u = a.first().and_then(|g| g.checked_sub(c.base));
-                match (u, a.get(1)) {
-                    (Some(u), Some(&lab)) if (u as usize) < c.parent.len() => {
-                        c.offer(u as u32, lab);
-                        Ok(())
-                    }
-                    _ => Err(mpsync::msgq::Error::Handler(format!(
-                        "label message {a:?} for a node not here"
-                    ))),
-                }
-            })?;
-            let s = st.clone();
-            ep.register(H_FFT + par, move |_, m| {
-                let mut g = lock(&s);
-                g.data_got[par as usize] += 1;
-                let (n, zc) = g.fft_geom;
-                let (a, data) = (m.args(), m.bulk().unwrap_or(&[]));
-                let ok = a.len() == 2 && (a[0] as usize) * zc < n.max(1) && data.len() % 16 == 0;
-                let (r, start) = (
-                    a.first().copied().unwrap_or(0) as usize,
-                    a.get(1).copied().unwrap_or(0) as usize,
-                );
-                if !ok || start + data.len() / 16 > zc * zc * n || g.fft.is_empty() {
-                    return Err(mpsync::msgq::Error::Handler(format!(
-                        "fft block {a:?} with {} bytes does not fit this slab",
-                        data.len()
-                    )));
-                }
-                for (k, c) in data.chunks_exact(16).enumerate() {
-                    let e = start + k;
-                    let (x, zl, yl) = (e % n, (e / n) % zc, e / (n * zc));
-                    let re = f64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-                    let im = f64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
-                    g.fft[(yl * n + r * zc + zl) * n + x] = [re, im];
-                }
-                Ok(())
-            })?;
-        }
+        register_handlers(&mut ep, &st)?;
         let mut peers = Vec::with_capacity(ranks);
         for q in 0..ranks {
             peers.push(if q == rank {
@@ -668,6 +703,71 @@ fn slab(l: &Lattice, rank: usize) -> Slab {
     (local, cut)
 }
 
+/// The computation of a rank of connected components: a union-find over
+/// the `local` edges of its `n` nodes (from global id `base`), each root
+/// labelled with its component's least id, every component with a `cut`
+/// edge marked to send, and the labels that came early applied.
+fn join_local(
+    net: &Net,
+    base: u64,
+    n: usize,
+    local: &[(u32, u32)],
+    cut: &[(u32, u64)],
+) -> anyhow::Result<()> {
+    let mut c = ConLocal {
+        base,
+        parent: (0..n as u32).collect(),
+        label: (0..n as u64).map(|u| base + u).collect(),
+        dirty: vec![false; n],
+        dirty_list: Vec::new(),
+    };
+    for &(a, b) in local {
+        c.union(a, b);
+    }
+    for u in 0..n as u32 {
+        let r = c.find(u);
+        let lab = base + u64::from(u);
+        if lab < c.label[r as usize] {
+            c.label[r as usize] = lab;
+        }
+    }
+    // Round 0 sends every component that has a cut edge.
+    for &(u, _) in cut {
+        let r = c.find(u);
+        if !c.dirty[r as usize] {
+            c.dirty[r as usize] = true;
+            c.dirty_list.push(r);
+        }
+    }
+    let mut g = lock(&net.st);
+    for (v, lab) in std::mem::take(&mut g.early) {
+        match v.checked_sub(base) {
+            Some(u) if (u as usize) < n => c.offer(u as u32, lab),
+            _ => bail!("rank {}: early label for node {v}, not here", net.rank),
+        }
+    }
+    g.con = Some(c);
+    Ok(())
+}
+
+/// The label messages of one round: (rank, node, label) for every cut edge
+/// (`by_root`: (local root, remote node), sorted) of a component whose
+/// label changed, which is then no longer marked.
+fn round_messages(net: &Net, l: &Lattice, by_root: &[(u32, u64)]) -> Vec<(usize, u64, u64)> {
+    let mut g = lock(&net.st);
+    let c = g.con.as_mut().expect("set by join_local");
+    let mut m = Vec::new();
+    for r in std::mem::take(&mut c.dirty_list) {
+        c.dirty[r as usize] = false;
+        let lab = c.label[r as usize];
+        let from = by_root.partition_point(|&(x, _)| x < r);
+        for &(_, v) in by_root[from..].iter().take_while(|&&(x, _)| x == r) {
+            m.push((l.owner(v), v, lab));
+        }
+    }
+    m
+}
+
 /// One rank of connected components; each local node's label.
 fn components(
     net: &mut Net,
@@ -677,67 +777,19 @@ fn components(
 ) -> anyhow::Result<Vec<u64>> {
     let n = l.rank_nodes() as usize;
     let base = l.rank_nodes() * net.rank as u64;
-    // The computation: a union-find over the local edges, then labels.
-    {
-        let mut c = ConLocal {
-            base,
-            parent: (0..n as u32).collect(),
-            label: (0..n as u64).map(|u| base + u).collect(),
-            dirty: vec![false; n],
-            dirty_list: Vec::new(),
-        };
-        for &(a, b) in local {
-            c.union(a, b);
-        }
-        for u in 0..n as u32 {
-            let r = c.find(u);
-            let lab = base + u64::from(u);
-            if lab < c.label[r as usize] {
-                c.label[r as usize] = lab;
-            }
-        }
-        // Round 0 sends every component that has a cut edge.
-        for &(u, _) in cut {
-            let r = c.find(u);
-            if !c.dirty[r as usize] {
-                c.dirty[r as usize] = true;
-                c.dirty_list.push(r);
-            }
-        }
-        let mut g = lock(&net.st);
-        for (v, lab) in std::mem::take(&mut g.early) {
-            match v.checked_sub(base) {
-                Some(u) if (u as usize) < n => c.offer(u as u32, lab),
-                _ => bail!("rank {}: early label for node {v}, not here", net.rank),
-            }
-        }
-        g.con = Some(c);
-    }
+    join_local(net, base, n, local, cut)?;
     // Cut edges grouped by their local root (roots do not change any more).
     let mut by_root: Vec<(u32, u64)> = {
         let mut g = lock(&net.st);
-        let c = g.con.as_mut().expect("set above");
+        let c = g.con.as_mut().expect("set by join_local");
         cut.iter().map(|&(u, v)| (c.find(u), v)).collect()
     };
     by_root.sort_unstable();
     let mut rounds = 0u64;
     loop {
-        // Under the lock, what to send; then send without it (sending polls,
-        // and the handlers take the lock).
-        let msgs: Vec<(usize, u64, u64)> = {
-            let mut g = lock(&net.st);
-            let c = g.con.as_mut().expect("set above");
-            let mut m = Vec::new();
-            for r in std::mem::take(&mut c.dirty_list) {
-                c.dirty[r as usize] = false;
-                let lab = c.label[r as usize];
-                let from = by_root.partition_point(|&(x, _)| x < r);
-                for &(_, v) in by_root[from..].iter().take_while(|&&(x, _)| x == r) {
-                    m.push((l.owner(v), v, lab));
-                }
-            }
-            m
-        };
+        // What to send is taken under the lock, then sent without it
+        // (sending polls, and the handlers take the lock).
+        let msgs = round_messages(net, l, &by_root);
         for &(q, v, lab) in &msgs {
             net.send(q, H_LABEL, &[v, lab])?;
         }
@@ -750,7 +802,7 @@ fn components(
         }
     }
     let mut g = lock(&net.st);
-    let c = g.con.as_mut().expect("set above");
+    let c = g.con.as_mut().expect("set by join_local");
     Ok((0..n as u32)
         .map(|u| {
             let r = c.find(u);
@@ -953,34 +1005,36 @@ fn unlink_all(base: &str, ranks: usize) {
     }
 }
 
-/// One run: `ranks` processes; (seconds of the slowest rank, censored).
-/// Fails if a rank fails or the output is wrong.
-fn run_once(
+/// Forks `ranks` processes running [`rank_main`], each with its slot of
+/// `area`; on a failure the ones already forked are killed.
+fn fork_ranks(
     work: Work,
     claim: Claim,
     ranks: usize,
     cap: Duration,
-    expect: &[u64],
-) -> anyhow::Result<(f64, bool)> {
-    let stride = SLOT_HEAD + work.out_words(ranks);
-    let area = SharedArea::new(stride * ranks)?;
-    let base = fresh("a");
+    base: &str,
+    area: &SharedArea,
+    stride: usize,
+) -> anyhow::Result<Vec<libc::pid_t>> {
     let mut pids = Vec::with_capacity(ranks);
     for r in 0..ranks {
-        let (b, a) = (base.clone(), &area);
         match fork_child(None, move || {
-            rank_main(work, claim, &b, r, ranks, cap, a, stride)
+            rank_main(work, claim, base, r, ranks, cap, area, stride)
         }) {
             Ok(p) => pids.push(p),
             Err(e) => {
                 pids.into_iter().for_each(kill_child);
-                unlink_all(&base, ranks);
+                unlink_all(base, ranks);
                 return Err(e);
             }
         }
     }
-    // Wait for all, up to the cap (plus set-up time).
-    let deadline = Instant::now() + cap + Duration::from_secs(5);
+    Ok(pids)
+}
+
+/// Waits for every rank until `deadline`: the first failure, or the ranks
+/// still running then (killed).
+fn wait_ranks(pids: &[libc::pid_t], deadline: Instant) -> (Option<String>, bool) {
     let mut left: Vec<(usize, libc::pid_t)> = pids.iter().copied().enumerate().collect();
     let mut failed = None;
     while !left.is_empty() && Instant::now() < deadline && failed.is_none() {
@@ -1003,18 +1057,14 @@ fn run_once(
     for (_, pid) in left {
         kill_child(pid);
     }
-    if failed.is_some() || censored {
-        unlink_all(&base, ranks);
-    }
-    if let Some(f) = failed {
-        bail!("{f}");
-    }
-    if censored {
-        return Ok((cap.as_secs_f64(), true));
-    }
-    // Every rank exited: read the slots.
+    (failed, censored)
+}
+
+/// The slots of `ranks` ranks that all exited: the slowest rank's seconds
+/// and every output, in rank order.
+fn read_slots(area: &SharedArea, ranks: usize, stride: usize) -> anyhow::Result<(f64, Vec<u64>)> {
     let mut secs = 0f64;
-    let mut got = Vec::with_capacity(expect.len());
+    let mut got = Vec::new();
     for r in 0..ranks {
         // SAFETY: the rank exited; nothing else holds a slice of the area.
         let slot = unsafe { area.slot(r * stride, stride) };
@@ -1028,6 +1078,34 @@ fn run_once(
         }
         got.extend_from_slice(&slot[SLOT_HEAD..SLOT_HEAD + n]);
     }
+    Ok((secs, got))
+}
+
+/// One run: `ranks` processes; (seconds of the slowest rank, censored).
+/// Fails if a rank fails or the output is wrong.
+fn run_once(
+    work: Work,
+    claim: Claim,
+    ranks: usize,
+    cap: Duration,
+    expect: &[u64],
+) -> anyhow::Result<(f64, bool)> {
+    let stride = SLOT_HEAD + work.out_words(ranks);
+    let area = SharedArea::new(stride * ranks)?;
+    let base = fresh("a");
+    let pids = fork_ranks(work, claim, ranks, cap, &base, &area, stride)?;
+    // Wait for all, up to the cap (plus set-up time).
+    let (failed, censored) = wait_ranks(&pids, Instant::now() + cap + Duration::from_secs(5));
+    if failed.is_some() || censored {
+        unlink_all(&base, ranks);
+    }
+    if let Some(f) = failed {
+        bail!("{f}");
+    }
+    if censored {
+        return Ok((cap.as_secs_f64(), true));
+    }
+    let (secs, got) = read_slots(&area, ranks, stride)?;
     if got != expect {
         let at = got
             .iter()
@@ -1173,182 +1251,223 @@ fn describe(w: &Work, ranks: usize) -> String {
     }
 }
 
-/// The fastest and slowest trial of `name` at `np` processes.
-fn spread(trials: &[Trial], name: &str, np: usize) -> (f64, f64) {
-    trials
+/// The fastest and slowest trial of `claim` at (`panel`, `np`).
+fn spread(r: &Results<'_>, claim: &str, panel: usize, np: f64) -> (f64, f64) {
+    let key = &r.design.panels[panel].label;
+    r.trials
         .iter()
-        .filter(|t| t.implementation == name && t.x == np as f64)
+        .filter(|t| t.implementation == claim && t.x == np && t.panel.as_ref() == Some(key))
         .fold((f64::INFINITY, 0.0f64), |(lo, hi), t| {
             (lo.min(t.value), hi.max(t.value))
         })
 }
 
+/// Table 4's times, seconds, as printed: per application, TAS, TATAS,
+/// ticket, Anderson, POSIX mutex, lock-free (the order of [`Claim::ALL`]).
+fn paper_times(app: App) -> [&'static str; 6] {
+    match app {
+        App::Fft => ["8.9", "8.8", "8.6", "8.9", "9.0", "8.7"],
+        App::ConComm => ["2.04", "2.02", "1.98", "2.20", "3.5", "1.96"],
+        App::ConComp => ["1.43", "1.43", "1.43", "1.45", "1.6", "1.40"],
+        App::Sample => ["2.3", "2.3", "2.5", "2.8", "9.5", "2.2"],
+    }
+}
+
+/// The paper's `claim` time of `app` and its ratio to the best claim's.
+fn paper_value(app: App, claim: Claim) -> String {
+    let t = paper_times(app);
+    let secs = |s: &str| s.parse::<f64>().expect("a number");
+    let best = t.iter().map(|s| secs(s)).fold(f64::INFINITY, f64::min);
+    let i = Claim::ALL
+        .iter()
+        .position(|&c| c == claim)
+        .expect("a claim");
+    format!("{} s = {:.2}× the best (Table 4)", t[i], secs(t[i]) / best)
+}
+
+/// "`claim` / the best claim of `app` satisfies `rule`", at the most
+/// processes `app` ran with (configuration `panel`).
+fn against_best(
+    statement: String,
+    app: App,
+    panel: usize,
+    claim: Claim,
+    rule: fn(f64) -> bool,
+) -> Clause {
+    Clause::new(statement, Some(&paper_value(app, claim)), move |r| {
+        let x = r.last_x(panel);
+        let at = r.at(panel, x);
+        let best = r.ranked(Role::Ours, Some(CLAIM), panel, x).first().copied();
+        match (best, r.value(claim.name(), panel, x)) {
+            (Some((b, bv)), Some(v)) => Judged {
+                ours: format!(
+                    "{} {v:.4} s = {:.2}× the best ({} {bv:.4} s){}",
+                    claim.name(),
+                    v / bv,
+                    b.name,
+                    censored_mark(r, &[claim.name(), &b.name], panel, x)
+                ),
+                at,
+                holds: Some(rule(v / bv)),
+            },
+            _ => Judged {
+                at,
+                ours: "not measured".into(),
+                holds: None,
+            },
+        }
+    })
+}
+
+/// Per application: the lock-free claim is the best or within 10% of it;
+/// the POSIX mutex is not competitive (≥ 1.10× the best).
+fn clauses(apps: &[App]) -> Vec<Clause> {
+    let mut c = Vec::new();
+    for (pi, &app) in apps.iter().enumerate() {
+        c.push(against_best(
+            "the lock-free claim is the best or within 10% of the best".into(),
+            app,
+            pi,
+            Claim::LockFree,
+            |q| q <= 1.10,
+        ));
+        c.push(against_best(
+            "the POSIX mutex is not competitive (at least 1.10× the best)".into(),
+            app,
+            pi,
+            Claim::PosixRobust,
+            |q| q >= 1.10,
+        ));
+    }
+    c
+}
+
+/// The runs' inputs and the sequential answers, per (configuration, x).
+type Inputs = Vec<((usize, usize), (Work, Vec<u64>))>;
+
+/// The design: one configuration per application that runs at some process
+/// count (its xs: those counts), the six claims, seconds per run; the
+/// inputs of every point; a line per input, and one per application and
+/// count that does not run.
+fn design(procs: &[usize], scale: f64, p: &Params) -> (Design, Vec<App>, Inputs, Vec<String>) {
+    let imps = Claim::ALL
+        .iter()
+        .map(|c| Imp::ours(c.name(), CLAIM))
+        .collect();
+    let mut d = Design::single(
+        "processes",
+        "seconds per run",
+        Better::Lower,
+        Vec::new(),
+        imps,
+        p.trials,
+    );
+    d.panels.clear();
+    let (mut apps, mut inputs, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    for app in App::ALL {
+        let mut xs = Vec::new();
+        for &np in procs {
+            let Some((_, work)) = works(scale, np, p.seed).into_iter().find(|w| w.0 == app) else {
+                notes.push(format!(
+                    "{} with {np} processes: not run ({np} does not divide the FFT's side)",
+                    app.name()
+                ));
+                continue;
+            };
+            notes.push(format!(
+                "{} with {np} processes: {}",
+                app.name(),
+                describe(&work, np)
+            ));
+            inputs.push(((apps.len(), np), (work, expected(&work, np))));
+            xs.push(np as f64);
+        }
+        if !xs.is_empty() {
+            d.panels.push(Panel::new(app.name(), xs));
+            apps.push(app);
+        }
+    }
+    (d, apps, inputs, notes)
+}
+
+/// Per application and process count: every claim's time, with its
+/// fastest and slowest trial.
+fn rows(r: &Results<'_>, apps: &[App]) -> Vec<String> {
+    let mut rows = Vec::new();
+    for (pi, app) in apps.iter().enumerate() {
+        for &np in &r.design.panels[pi].xs {
+            let row: Vec<String> = Claim::ALL
+                .iter()
+                .map(|c| {
+                    let (lo, hi) = spread(r, c.name(), pi, np);
+                    let v = r.value(c.name(), pi, np).unwrap_or(f64::NAN);
+                    format!("{} {v:.4} ({lo:.4}-{hi:.4})", c.name())
+                })
+                .collect();
+            rows.push(format!(
+                "{} with {np} processes: {}",
+                app.name(),
+                row.join(", ")
+            ));
+        }
+    }
+    rows
+}
+
 /// `lc98-apps`.
-pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let started = Instant::now();
     let scale = p.scale * if p.quick { 0.5 } else { 1.0 };
-    let procs: Vec<usize> = match &p.threads {
+    let mut procs: Vec<usize> = match &p.threads {
         Some(v) => v.iter().map(|&x| x as usize).collect(),
         None => vec![(2 * p.cores as usize).clamp(2, 8)],
     };
     if let Some(&bad) = procs.iter().find(|&&x| !(2..=16).contains(&x)) {
         bail!("lc98-apps: --threads {bad}: each process count must be 2..=16 (e.g. --threads 4)");
     }
+    procs.sort_unstable();
+    procs.dedup();
     let cap = Duration::from_secs(if p.quick { 10 } else { 120 });
-    let pb = crate::progress(
-        u64::from(p.trials) * procs.len() as u64 * (App::ALL.len() * Claim::ALL.len()) as u64,
-        exp.id,
-    );
-    // (The progress bar over-counts process counts that skip the FFT.)
-    let mut trials = Vec::new();
-    let mut inputs: Vec<String> = Vec::new();
-    for &np in &procs {
-        for (app, work) in works(scale, np, p.seed) {
-            inputs.push(format!(
-                "{} with {np} processes: {}",
-                app.name(),
-                describe(&work, np)
-            ));
-            let want = expected(&work, np);
-            // Interleaved: every trial runs every claim once, in order.
-            for t in 0..p.trials {
-                for claim in Claim::ALL {
-                    let (secs, cens) =
-                        run_once(work, claim, np, cap, &want).with_context(|| {
-                            format!(
-                                "lc98-apps {} with {np} processes, claim {}",
-                                app.name(),
-                                claim.name()
-                            )
-                        })?;
-                    trials.push(Trial {
-                        implementation: format!("{}/{}", app.name(), claim.name()),
-                        x: np as f64,
-                        trial: t,
-                        value: secs,
-                        procs: Some(p.cores),
-                        censored_at: cens.then_some(cap.as_secs_f64()),
-                        ..Trial::default()
-                    });
-                    pb.inc(1);
-                }
-            }
-        }
-    }
-    pb.finish_and_clear();
-    let at = |app: App, c: Claim, np: usize| {
-        mean_of(&trials, &format!("{}/{}", app.name(), c.name()), np as f64).unwrap_or(f64::NAN)
-    };
-    let mut points = Vec::new();
-    let mut bars = Vec::new();
-    let np_hi = *procs.iter().max().expect("non-empty");
-    let mut details = vec![format!(
+    let (d, apps, inputs, inputs_notes) = design(&procs, scale, p);
+    let trials = model::collect(exp.id, &d, &mut |c| {
+        let np = c.x as usize;
+        let Some((_, (work, want))) = inputs.iter().find(|i| i.0 == (c.panel, np)) else {
+            return Ok(None);
+        };
+        let claim = Claim::parse(&c.imp.name)?;
+        let (secs, cens) = run_once(*work, claim, np, cap, want).with_context(|| {
+            format!(
+                "lc98-apps {} with {np} processes, claim {}",
+                apps[c.panel].name(),
+                claim.name()
+            )
+        })?;
+        Ok(Some(capped_trial(secs, cens, cap, p.cores)))
+    })?;
+    let points = model::summarize(&d, &trials);
+    let r = Results::new(&d, &points, &trials);
+    let mut notes = vec![format!(
         "{} cores; time of the slowest process from the first barrier to the last, seconds (trimmed mean of {} trials, fastest-slowest trial in parentheses); every run's output checked (sorted output equals sort_unstable of all keys; every node's label equals its component's least id by a sequential union-find; the FFT's every value bit for bit equals a sequential 3-D FFT by the same 1-D transform)",
         p.cores, p.trials
     )];
-    details.extend(inputs);
-    let mut lf_ok = true;
-    let mut posix_ok = true;
-    for app in App::ALL {
-        for &np in &procs {
-            if !at(app, Claim::LockFree, np).is_finite() {
-                details.push(format!(
-                    "{} with {np} processes: not run ({np} does not divide the FFT's side)",
-                    app.name()
-                ));
-                continue;
-            }
-            let best = Claim::ALL
-                .iter()
-                .map(|&c| at(app, c, np))
-                .fold(f64::INFINITY, f64::min);
-            for c in Claim::ALL {
-                let v = at(app, c, np);
-                points.push(Point {
-                    panel: None,
-                    implementation: format!("{}/{}", app.name(), c.name()),
-                    x: np as f64,
-                    value: v,
-                    normalized: v / best,
-                });
-                if np == np_hi {
-                    bars.push((format!("{} {}", app.name(), c.name()), v / best));
-                }
-            }
-            let row: Vec<String> = Claim::ALL
-                .iter()
-                .map(|&c| {
-                    let (lo, hi) = spread(&trials, &format!("{}/{}", app.name(), c.name()), np);
-                    format!("{} {:.4} ({lo:.4}-{hi:.4})", c.name(), at(app, c, np))
-                })
-                .collect();
-            details.push(format!(
-                "{} with {np} processes: {}",
-                app.name(),
-                row.join(", ")
-            ));
-        }
-        // Judged at the most processes the application ran with.
-        let ran = |np: &&usize| at(app, Claim::LockFree, **np).is_finite();
-        let Some(&np_hi) = procs.iter().filter(ran).max() else {
-            details.push(format!(
-                "{}: not run (3-D FFT needs a process count that divides its side)",
-                app.name()
-            ));
-            continue;
-        };
-        let best = Claim::ALL
-            .iter()
-            .map(|&c| at(app, c, np_hi))
-            .fold(f64::INFINITY, f64::min);
-        let lf = at(app, Claim::LockFree, np_hi) / best;
-        let px = at(app, Claim::PosixRobust, np_hi) / best;
-        let lf_near = lf <= 1.10;
-        let px_out = px >= 1.10;
-        lf_ok &= lf_near;
-        posix_ok &= px_out;
-        details.push(format!(
-            "{} ({np_hi} processes): lock-free best or within 10% of the best: {} ({lf:.2} x the best); POSIX mutex not competitive (at least 1.10 x the best, the paper's smallest gap being CON/comp's 1.14 x): {} ({px:.2} x)",
-            app.name(),
-            yes(lf_near),
-            yes(px_out)
-        ));
-    }
+    notes.extend(inputs_notes);
+    notes.extend(rows(&r, &apps));
     if trials.iter().any(|t| t.censored_at.is_some()) {
-        details.push(format!(
+        notes.push(format!(
             "some runs hit the {} s cap and count as the cap (censored_at in data.csv)",
             cap.as_secs()
         ));
     }
-    let svg = bar_chart(
-        &format!("lc98-apps: time / the fastest claim, {np_hi} processes"),
-        "time relative to the fastest claim of the application",
-        &bars,
-    );
-    let verdict = Verdict {
-        clauses: Vec::new(),
+    let v = Verdicts {
         conclusion: "lock-free best or near best; POSIX mutex not competitive".into(),
-        status: if lf_ok && posix_ok {
-            Status::Holds
-        } else {
-            Status::DoesNotHold
-        },
-        details,
+        clauses: clauses(&apps),
+        notes,
+        ..Verdicts::default()
     };
-    let rec = record(
-        exp,
-        p,
-        started,
-        "seconds per run",
-        "processes",
-        "the fastest claim of the same application and process count",
-        trials,
-        points,
-        serde_json::Value::Null,
-        verdict,
-        serde_json::json!({ "procs": procs, "cap_s": cap.as_secs(), "scale": scale }),
-    );
-    Ok((rec, svg))
+    let params = serde_json::json!({ "procs": procs, "cap_s": cap.as_secs(), "scale": scale });
+    Ok(model::finish(
+        exp, p, preempt, &d, trials, v, params, started,
+    ))
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use anyhow::{Context, anyhow, bail};
 use iceoryx2::port::update_connections::UpdateConnections;
 use iceoryx2::prelude::*;
 
-use super::lc98::{fork_child, kill_child, thread_cpu_s, wait_child};
+use super::lc98::{fork_child, kill_child, stress_sum, thread_cpu_s, wait_child, writer_share};
 
 /// The peer's name in data.csv, the figures and the verdicts.
 pub(super) const NAME: &str = "iceoryx2 pub-sub";
@@ -566,6 +566,56 @@ fn stress_publisher(
     take(done)
 }
 
+/// One ready byte from `ready` (a child's signal), within a minute.
+fn one_ready(ready: &mut File, what: &str) -> anyhow::Result<()> {
+    read_within(ready, &mut [0u8; 1], Duration::from_secs(60), what)
+}
+
+/// The stress subscriber's report, read from `report` (within `cap` and a
+/// minute): (seconds, censored, CPU seconds), the seconds extrapolated
+/// to all `total` samples when censored. Fails on a sample out of order or
+/// from no publisher, and, when not censored, unless every one of the
+/// `writers`' samples arrived once.
+fn subscriber_report(
+    report: &mut File,
+    writers: u64,
+    total: u64,
+    cap: Duration,
+) -> anyhow::Result<(f64, bool, f64)> {
+    let mut rep = [0u8; 8 * REPORT_WORDS];
+    read_within(
+        report,
+        &mut rep,
+        cap + Duration::from_secs(60),
+        "iceoryx2 subscriber report",
+    )?;
+    let w: Vec<u64> = rep
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let (secs, censored, cpu, count, sum, disorder) = (
+        f64::from_bits(w[0]),
+        w[1] != 0,
+        f64::from_bits(w[2]),
+        w[3],
+        w[4],
+        w[5],
+    );
+    if disorder != 0 {
+        bail!("iceoryx2 stress: {disorder} samples out of order or from no publisher");
+    }
+    if censored {
+        return Ok((secs * total as f64 / count.max(1) as f64, true, cpu));
+    }
+    let want = stress_sum(writers, total);
+    if count != total || sum != want {
+        bail!(
+            "iceoryx2 stress: conservation failed ({count} of {total} samples, sum {sum}, want {want})"
+        );
+    }
+    Ok((secs, false, cpu))
+}
+
 /// One `lc98-stress` run over iceoryx2: `writers` publisher processes send
 /// `total` one-word samples in all to one subscriber process. Returns
 /// (seconds, censored: it hit `cap` and was extrapolated, the subscriber's
@@ -601,20 +651,9 @@ pub(super) fn stress_once(
     // Only the subscriber holds the report's write end: its exit is EOF there.
     drop(report.w);
     let r = (|| -> anyhow::Result<(f64, bool, f64)> {
-        let mut b = [0u8; 1];
-        read_within(
-            &mut ready_r,
-            &mut b,
-            Duration::from_secs(60),
-            "iceoryx2 subscriber ready",
-        )?;
-        let per = total / writers;
+        one_ready(&mut ready_r, "iceoryx2 subscriber ready")?;
         for w in 0..writers {
-            let n = if w == writers - 1 {
-                total - per * (writers - 1)
-            } else {
-                per
-            };
+            let n = writer_share(w, writers, total);
             let prefix = scope.prefix.clone();
             pids.push(fork_child(None, move || {
                 child("iceoryx2 stress publisher", || {
@@ -625,61 +664,15 @@ pub(super) fn stress_once(
         // Only the children hold the ready pipe's write end now.
         drop(ready_wf);
         for _ in 0..writers {
-            read_within(
-                &mut ready_r,
-                &mut b,
-                Duration::from_secs(60),
-                "iceoryx2 publishers ready",
-            )?;
+            one_ready(&mut ready_r, "iceoryx2 publishers ready")?;
         }
         put(sgo.w.as_raw_fd(), &[1])?;
-        read_within(
-            &mut ready_r,
-            &mut b,
-            Duration::from_secs(60),
-            "iceoryx2 subscriber connected",
-        )?;
+        one_ready(&mut ready_r, "iceoryx2 subscriber connected")?;
         put(sgo.w.as_raw_fd(), &[1])?;
         put(go.w.as_raw_fd(), &vec![1u8; writers as usize])?;
-        let mut rep = [0u8; 8 * REPORT_WORDS];
-        read_within(
-            &mut report.r,
-            &mut rep,
-            cap + Duration::from_secs(60),
-            "iceoryx2 subscriber report",
-        )?;
-        let w: Vec<u64> = rep
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect();
-        let (secs, censored, cpu, count, sum, disorder) = (
-            f64::from_bits(w[0]),
-            w[1] != 0,
-            f64::from_bits(w[2]),
-            w[3],
-            w[4],
-            w[5],
-        );
-        if disorder != 0 {
-            bail!("iceoryx2 stress: {disorder} samples out of order or from no publisher");
-        }
+        let (secs, censored, cpu) = subscriber_report(&mut report.r, writers, total, cap)?;
         if censored {
-            return Ok((secs * total as f64 / count.max(1) as f64, true, cpu));
-        }
-        let want: u64 = (0..writers)
-            .map(|w| {
-                let n = if w == writers - 1 {
-                    total - per * (writers - 1)
-                } else {
-                    per
-                };
-                w * 1_000_000_000 * n + n * n.saturating_sub(1) / 2
-            })
-            .sum();
-        if count != total || sum != want {
-            bail!(
-                "iceoryx2 stress: conservation failed ({count} of {total} samples, sum {sum}, want {want})"
-            );
+            return Ok((secs, true, cpu));
         }
         put(done.w.as_raw_fd(), &vec![1u8; writers as usize])?;
         for &p in &pids {

@@ -584,15 +584,21 @@ fn params_json(
     })
 }
 
-/// Runs the experiment.
-pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
+/// A trial's length: [`QUICK_DURATION_MS`] for `--quick` (at its scale),
+/// [`BASE_DURATION_MS`] × `--scale` otherwise, at least 20 ms.
+fn trial_duration(p: &Params) -> Duration {
     let ms = if p.quick && p.scale == 0.3 {
         QUICK_DURATION_MS
     } else {
         BASE_DURATION_MS * p.scale
     };
-    let duration = Duration::from_secs_f64(ms.max(20.0) / 1e3);
+    Duration::from_secs_f64(ms.max(20.0) / 1e3)
+}
+
+/// Runs the experiment.
+pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
+    let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8]);
+    let duration = trial_duration(p);
     let rounds = p.trials.max(3);
     let busy = BusyWork::global();
     let cpus = mpsync::sched::native::available_cpus()?;

@@ -563,8 +563,21 @@ macro_rules! lf_row {
 /// An `Auto` row is the structure of the row named without `Auto`, each operation
 /// through the thread's cached registration instead of an explicit handle.
 pub fn ds_table() -> Vec<DsImpl> {
+    [
+        queue_rows(),
+        stack_rows(),
+        heap_rows(),
+        counter_rows(),
+        peer_rows(),
+    ]
+    .concat()
+}
+
+/// The papers' queues: single lock and two locks (ordinary and PS), MS (over
+/// each reclaimer, and through the cached registration) and PLJ.
+fn queue_rows() -> Vec<DsImpl> {
     use Kind::*;
-    use Origin::{Paper, Peer};
+    use Origin::Paper;
     vec![
         row!(
             "single lock",
@@ -596,6 +609,15 @@ pub fn ds_table() -> Vec<DsImpl> {
         ),
         lf_row!("MS non-blocking (EBR, Auto)", Queue, Auto, MsQueue, Ebr),
         lf_row!("PLJ non-blocking", Queue, QueueRow, PljQueue, Qsbr),
+    ]
+}
+
+/// The papers' stacks: single lock (ordinary and PS), Treiber (over each
+/// reclaimer, and through the cached registration) and Herlihy's.
+fn stack_rows() -> Vec<DsImpl> {
+    use Kind::*;
+    use Origin::Paper;
+    vec![
         row!(
             "single lock",
             Paper,
@@ -619,6 +641,15 @@ pub fn ds_table() -> Vec<DsImpl> {
         ),
         lf_row!("Treiber (EBR, Auto)", Stack, Auto, TreiberStack, Ebr),
         row!("Herlihy", Paper, Stack, StackRow<HerlihyStack<u64, Qsbr>>),
+    ]
+}
+
+/// The papers' priority queues: single lock (ordinary and PS) and Herlihy's
+/// non-blocking skew heap.
+fn heap_rows() -> Vec<DsImpl> {
+    use Kind::*;
+    use Origin::Paper;
+    vec![
         row!(
             "single lock",
             Paper,
@@ -637,6 +668,14 @@ pub fn ds_table() -> Vec<DsImpl> {
             Heap,
             HeapRow<HerlihySkewHeap<u64, Qsbr>>
         ),
+    ]
+}
+
+/// The papers' counters: single lock (ordinary and PS), a CAS loop, fetch_add.
+fn counter_rows() -> Vec<DsImpl> {
+    use Kind::*;
+    use Origin::Paper;
+    vec![
         row!(
             "single lock",
             Paper,
@@ -651,6 +690,14 @@ pub fn ds_table() -> Vec<DsImpl> {
         ),
         row!("CAS loop", Paper, Counter, CounterRow<CasCounter>),
         row!("fetch_add", Paper, Counter, CounterRow<FetchAddCounter>),
+    ]
+}
+
+/// The peers, of every kind: what a user would pick today.
+fn peer_rows() -> Vec<DsImpl> {
+    use Kind::*;
+    use Origin::Peer;
+    vec![
         row!("SegQueue", Peer, Queue, SegQueue),
         row!("concurrent-queue", Peer, Queue, ConcQueue),
         row!("Mutex<VecDeque>", Peer, Queue, StdDeque),
