@@ -45,9 +45,10 @@
 //! process counts it runs at), the six claims as its implementations, the
 //! slowest rank's seconds per run as measured (no baseline); per
 //! application two clauses, judged at the most processes it ran with —
-//! lock-free within 10% of the best claim, the POSIX mutex at least 1.10×
+//! lock-free within 10% of the best claim, the POSIX mutex at least 1.05×
 //! the best — each with Table 4's own times beside it. (The paper's POSIX
-//! gap is 1.05× for the FFT, 1.14× to 4.3× for the others.)
+//! gap is 1.05× for the FFT, 1.14× to 4.3× for the others: the bar is the
+//! smallest gap the paper itself shows, so its own times pass every clause.)
 //!
 //! # What was measured (2-core machine shared with other sessions)
 //!
@@ -1320,7 +1321,8 @@ fn against_best(
 }
 
 /// Per application: the lock-free claim is the best or within 10% of it;
-/// the POSIX mutex is not competitive (≥ 1.10× the best).
+/// the POSIX mutex is not competitive (≥ 1.05× the best: the smallest gap
+/// Table 4 shows, the FFT's; a higher bar would fail the paper's own times).
 fn clauses(apps: &[App]) -> Vec<Clause> {
     let mut c = Vec::new();
     for (pi, &app) in apps.iter().enumerate() {
@@ -1332,11 +1334,11 @@ fn clauses(apps: &[App]) -> Vec<Clause> {
             |q| q <= 1.10,
         ));
         c.push(against_best(
-            "the POSIX mutex is not competitive (at least 1.10× the best)".into(),
+            "the POSIX mutex is not competitive (at least 1.05× the best)".into(),
             app,
             pi,
             Claim::PosixRobust,
-            |q| q >= 1.10,
+            |q| q >= 1.05,
         ));
     }
     c
