@@ -60,6 +60,33 @@ pub fn rows(runs: &[(PathBuf, RunRecord)]) -> Vec<Row> {
         .collect()
 }
 
+/// What a recommendation costs where the measurement cannot show it: (kind,
+/// implementation, caveat). The experiments measure busy threads; these are
+/// the traps of idle or stopped ones.
+const CAVEATS: [(&str, &str, &str); 2] = [
+    (
+        "reclaimer",
+        "QSBR",
+        "QSBR frees a node only after every registered thread announces a quiescent state: one idle \
+         thread holding a handle holds back every node retired after it (hart-memory); where threads \
+         idle, use EBR, or the handle-free form (`ds::Auto`), which announces for them",
+    ),
+    (
+        "reclaimer",
+        "EBR",
+        "EBR is bounded only while no thread stops inside an operation: one preempted for long inside \
+         a guard holds the epoch (hart-memory); hazard pointers bound the backlog even then",
+    ),
+];
+
+/// The caveat that goes with recommending `best` for `kind`, if any.
+pub fn caveat(kind: &str, best: &str) -> Option<&'static str> {
+    CAVEATS
+        .iter()
+        .find(|(k, b, _)| *k == kind && *b == best)
+        .map(|c| c.2)
+}
+
 /// The margins of `a`, as one phrase ("1.23× Smart-Q (runner-up); 1.10×
 /// parking_lot::Mutex (best peer)").
 pub fn margins(a: &Advice) -> String {
@@ -100,6 +127,13 @@ pub fn text(rows: &[Row]) -> String {
             ),
         };
         lines.push(line);
+        if let Some(c) = r
+            .found
+            .as_ref()
+            .and_then(|(a, _, _)| caveat(&a.kind, &a.best))
+        {
+            lines.push(format!("  {:<w$}  but: {c}", ""));
+        }
     }
     let missing: Vec<&str> = rows
         .iter()
@@ -175,5 +209,23 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("Missing"), "{t}");
+        assert!(!t.contains("but:"), "{t}");
+    }
+
+    #[test]
+    fn recommending_qsbr_says_what_an_idle_thread_does() {
+        let row = Row {
+            kind: "memory reclamation",
+            sources: &["hart-queues-threads"],
+            found: Some((
+                advice("reclaimer", "QSBR"),
+                "hart-queues-threads@none".into(),
+                false,
+            )),
+        };
+        let t = text(&[row]);
+        assert!(t.contains("but: QSBR frees a node only after"), "{t}");
+        assert_eq!(caveat("reclaimer", "HP"), None);
+        assert_eq!(caveat("mutex", "QSBR"), None);
     }
 }

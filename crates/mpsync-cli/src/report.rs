@@ -81,9 +81,12 @@ fn use_section(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
             Some((a, run, quick)) => {
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td class=\"l\"><b>{}</b></td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\"><a href=\"#{}\">{}</a>{}</td></tr>",
+                    "<tr><td>{}</td><td class=\"l\"><b>{}</b>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\"><a href=\"#{}\">{}</a>{}</td></tr>",
                     esc(row.kind),
                     esc(&a.best),
+                    crate::advise::caveat(&a.kind, &a.best)
+                        .map(|c| format!("<br><small>but: {}</small>", esc(c)))
+                        .unwrap_or_default(),
                     esc(&crate::advise::margins(a)),
                     esc(&a.at),
                     esc(&run.replace('@', "-")),
