@@ -43,13 +43,43 @@ pub mod util;
 /// The `lock_api` version mpsync's locks implement (for `RawMutex` bounds).
 pub use lock_api;
 
-/// A mutex over any mpsync raw lock: `Mutex<SmartQ, T>`, `Mutex<TasB, T>`, ….
-pub type Mutex<R, T> = lock_api::Mutex<R, T>;
+/// The lock behind [`Mutex`]: [`lock::BoundedSteal`] (see the chooser above).
+pub type DefaultRawMutex = lock::BoundedSteal;
+/// The lock behind [`RwLock`]: [`rwlock::RwTasB`] (see the chooser above).
+pub type DefaultRawRwLock = rwlock::RwTasB;
+
+/// A mutex with the recommended lock, [`DefaultRawMutex`]:
+/// `mpsync::Mutex::new(0)`. Any other lock is one type parameter away:
+/// [`lock::Mutex<L, T>`](lock::Mutex).
+///
+/// ```
+/// let m = mpsync::Mutex::new(0);
+/// *m.lock() += 1;
+/// assert_eq!(m.try_lock_for(std::time::Duration::from_millis(1)).map(|g| *g), Some(1));
+/// ```
+pub type Mutex<T> = lock_api::Mutex<DefaultRawMutex, T>;
 /// The guard of a [`Mutex`].
-pub type MutexGuard<'a, R, T> = lock_api::MutexGuard<'a, R, T>;
-/// A reader-writer lock over any mpsync raw RW lock: `RwLock<RwSmartQ, T>`, ….
-pub type RwLock<R, T> = lock_api::RwLock<R, T>;
+pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, DefaultRawMutex, T>;
+/// A reader-writer lock with the recommended lock, [`DefaultRawRwLock`]:
+/// `mpsync::RwLock::new(0)`. Any other lock is one type parameter away:
+/// [`rwlock::RwLock<L, T>`](rwlock::RwLock).
+///
+/// ```
+/// use mpsync::RwLock;
+/// let l = RwLock::new(vec![1]);
+/// l.write().push(2);
+/// let r = mpsync::lock_api::RwLockWriteGuard::downgrade(l.write());
+/// assert_eq!(*r, [1, 2]);
+/// ```
+pub type RwLock<T> = lock_api::RwLock<DefaultRawRwLock, T>;
 /// A read guard of an [`RwLock`].
-pub type RwLockReadGuard<'a, R, T> = lock_api::RwLockReadGuard<'a, R, T>;
+pub type RwLockReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, DefaultRawRwLock, T>;
 /// A write guard of an [`RwLock`].
-pub type RwLockWriteGuard<'a, R, T> = lock_api::RwLockWriteGuard<'a, R, T>;
+pub type RwLockWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, DefaultRawRwLock, T>;
+/// An upgradable read guard of an [`RwLock`].
+pub type RwLockUpgradableReadGuard<'a, T> =
+    lock_api::RwLockUpgradableReadGuard<'a, DefaultRawRwLock, T>;
+
+pub use barrier::BarrierWaitResult;
+pub use barrier::SimpleBarrier as Barrier;
+pub use lock::{Condvar, WaitTimeoutResult};

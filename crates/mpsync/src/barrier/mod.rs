@@ -51,6 +51,7 @@ mod central;
 mod dissemination;
 mod mcs;
 mod scalable;
+mod simple;
 mod tree;
 
 use std::time::Duration;
@@ -59,6 +60,7 @@ pub use central::Central;
 pub use dissemination::Dissemination;
 pub use mcs::McsTree;
 pub use scalable::ScalableSc;
+pub use simple::SimpleBarrier;
 pub use tree::CombiningTree;
 
 use crate::sched;

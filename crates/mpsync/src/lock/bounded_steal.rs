@@ -74,7 +74,7 @@
 //! | [`HEAD_PARKED`]| the queue head, before parking| `unlock` (then wakes it), or the head's CAS |
 //!
 //! ```
-//! use mpsync::{Mutex, lock::BoundedSteal};
+//! use mpsync::lock::{Mutex, BoundedSteal};
 //! let m: Mutex<BoundedSteal, Vec<u32>> = Mutex::new(Vec::new());
 //! std::thread::scope(|s| {
 //!     for i in 0..4 {

@@ -108,7 +108,7 @@
 //! and so does one that withdraws to nap.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::ClhTp};
+//! use mpsync::lock::{Mutex, ClhTp};
 //! let m: Mutex<ClhTp, Vec<u8>> = Mutex::new(vec![]);
 //! m.lock().push(1);
 //! let g = m.lock();
@@ -297,7 +297,7 @@ mod pool {
 /// processor, as in the paper (module doc, "When a waiter stops spinning").
 ///
 /// ```
-/// use mpsync::{Mutex, lock::ClhTp};
+/// use mpsync::lock::{Mutex, ClhTp};
 /// let m: Mutex<ClhTp, u32> = Mutex::new(0);
 /// std::thread::scope(|s| {
 ///     for _ in 0..4 {

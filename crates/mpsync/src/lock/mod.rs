@@ -1,5 +1,5 @@
 //! Mutual-exclusion locks. Every one implements `lock_api::RawMutex`, so
-//! `mpsync::Mutex<L, T>` works with guards:
+//! `mpsync::lock::Mutex<L, T>` works with guards:
 //!
 //! | type                   | paper name         | waits by                                  | source                  |
 //! |------------------------|--------------------|-------------------------------------------|-------------------------|
@@ -75,7 +75,7 @@
 //!   (`sched` registers threads under a process-wide lock).
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{TasBNp, NativeNp}};
+//! use mpsync::{lock::{Mutex, TasBNp, NativeNp}};
 //! let a: Mutex<TasBNp, u8> = Mutex::new(1);
 //! let b: Mutex<NativeNp, u8> = Mutex::new(2);
 //! assert_eq!(*a.lock() + *b.lock(), 3);
@@ -298,6 +298,13 @@ pub use tas::Tas;
 pub use tas_b::TasB;
 pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketNpGuard, TicketSplit};
 
+/// A mutex over any mpsync lock `L`: `lock::Mutex<SmartQ, T>`. (The same
+/// type as `lock_api::Mutex<L, T>`; [`crate::lock::Mutex<T>`] is this with the
+/// recommended lock.)
+pub type Mutex<L, T> = lock_api::Mutex<L, T>;
+/// The guard of a [`Mutex`].
+pub type MutexGuard<'a, L, T> = lock_api::MutexGuard<'a, L, T>;
+
 /// TAS-B with its critical section marked no-preempt (paper 003 §4.1).
 pub type TasBNp = Np<TasB>;
 /// The native (futex) lock with its critical section marked no-preempt.
@@ -498,7 +505,7 @@ impl std::error::Error for LockError {}
 mod tests {
     //! Small enough for Miri: single-thread protocol and a two-thread handoff.
     use super::*;
-    use crate::Mutex;
+    use crate::lock::Mutex;
     use lock_api::RawMutex;
 
     fn protocol<L: RawMutex>() {

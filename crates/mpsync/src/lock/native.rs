@@ -17,7 +17,7 @@
 //! to — use [`BoundedSteal`](super::BoundedSteal) for fair unlocks.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::Native};
+//! use mpsync::lock::{Mutex, Native};
 //! let m: Mutex<Native, String> = Mutex::new(String::new());
 //! m.lock().push_str("hi");
 //! assert_eq!(&*m.lock(), "hi");

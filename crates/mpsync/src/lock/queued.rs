@@ -15,7 +15,7 @@
 //! Uses `sched`: `yield_now` (only in that wait). Progress: starvation-free, FIFO.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::Queued};
+//! use mpsync::lock::{Mutex, Queued};
 //! let m: Mutex<Queued, Vec<u32>> = Mutex::new(Vec::new());
 //! m.lock().push(3);
 //! let outer = m.lock();

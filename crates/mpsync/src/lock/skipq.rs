@@ -86,7 +86,7 @@
 //! Queue nodes come from a per-thread cache; the guard carries one.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{SmartQ, QueuedHandshaking, McsTp}};
+//! use mpsync::{lock::{Mutex, SmartQ, QueuedHandshaking, McsTp}};
 //! let v: Mutex<SmartQ, Vec<u32>> = Mutex::new(Vec::new());
 //! v.lock().push(1);
 //! let h: Mutex<QueuedHandshaking, u32> = Mutex::new(0);

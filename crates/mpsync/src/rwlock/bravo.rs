@@ -89,7 +89,7 @@
 //! drop does not scan the table.
 //!
 //! ```
-//! use mpsync::{RwLock, rwlock::{Bravo, RwTasB}};
+//! use mpsync::{rwlock::{RwLock, Bravo, RwTasB}};
 //! let l: RwLock<Bravo<RwTasB>, u32> = RwLock::new(1);
 //! {
 //!     let (a, b) = (l.read(), l.read()); // the second read may take the fast path

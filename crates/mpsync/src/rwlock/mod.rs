@@ -1,5 +1,5 @@
 //! Reader-writer locks. Every one implements `lock_api::RawRwLock`, so
-//! `mpsync::RwLock<L, T>` works with read and write guards:
+//! `mpsync::rwlock::RwLock<L, T>` works with read and write guards:
 //!
 //! | type            | paper name    | readers wait by / writers wait by                 | fair? | source            |
 //! |-----------------|---------------|---------------------------------------------------|-------|-------------------|
@@ -24,7 +24,7 @@
 //! readers ahead of it and blocks everyone behind it.
 //!
 //! ```
-//! use mpsync::{RwLock, rwlock::{RwSmartQ, RwTasBNp}};
+//! use mpsync::{rwlock::{RwLock, RwSmartQ, RwTasBNp}};
 //! let cfg: RwLock<RwSmartQ, String> = RwLock::new("a".into());
 //! cfg.write().push('b');
 //! assert_eq!(&*cfg.read(), "ab");
@@ -47,6 +47,17 @@ pub use queue::{
 };
 pub use tas_b::{RwTasB, SLEEPERS, UPGRADABLE, WRITER};
 
+/// A reader-writer lock over any mpsync RW lock `L`: `rwlock::RwLock<RwSmartQ, T>`.
+/// (The same type as `lock_api::RwLock<L, T>`; [`crate::rwlock::RwLock<T>`] is this
+/// with the recommended lock.)
+pub type RwLock<L, T> = lock_api::RwLock<L, T>;
+/// A read guard of an [`RwLock`].
+pub type RwLockReadGuard<'a, L, T> = lock_api::RwLockReadGuard<'a, L, T>;
+/// A write guard of an [`RwLock`].
+pub type RwLockWriteGuard<'a, L, T> = lock_api::RwLockWriteGuard<'a, L, T>;
+/// An upgradable read guard of an [`RwLock`].
+pub type RwLockUpgradableReadGuard<'a, L, T> = lock_api::RwLockUpgradableReadGuard<'a, L, T>;
+
 /// RW-TAS-B with both kinds of section no-preempt (paper 001 §4).
 pub type RwTasBNp = RwNp<RwTasB>;
 
@@ -54,7 +65,7 @@ pub type RwTasBNp = RwNp<RwTasB>;
 mod tests {
     //! Small enough for Miri: single-thread protocol and a two-thread counter.
     use super::*;
-    use crate::RwLock;
+    use crate::rwlock::RwLock;
     use lock_api::RawRwLock;
 
     fn protocol<L: RawRwLock>() {
