@@ -47,12 +47,12 @@
 //! the shared waiting policy, `sched::Waiter`, and then sleeps on the thread's
 //! wake word).
 
-mod central;
-mod dissemination;
-mod mcs;
-mod scalable;
-mod simple;
-mod tree;
+pub mod central;
+pub mod dissemination;
+pub mod mcs;
+pub mod scalable;
+pub mod simple;
+pub mod tree;
 
 use std::time::Duration;
 

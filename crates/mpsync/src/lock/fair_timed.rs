@@ -23,7 +23,7 @@
 //! queue order that runs; one that is preempted is skipped (its papers'
 //! algorithm) but keeps or regains its place, and a newcomer never takes the
 //! lock past the queue. [`BoundedSteal`] lets running threads steal a free
-//! lock; its fair unlock sets [`NO_STEAL`](super::bounded_steal::NO_STEAL)
+//! lock; its fair unlock sets [`NO_STEAL`]
 //! when a waiter is queued, so only the queue head may take the lock next
 //! (what its fairness bound does after 0.5 ms). Native and SpinThenPark are
 //! barging futex locks whose word records only "someone may sleep": there is
@@ -72,11 +72,7 @@
 //! (it is a `try_lock`), and a timed taker joins only while fewer than 8
 //! numbers are outstanding, waiting outside a longer queue (so every left
 //! number keeps its departed mark, and a storm of zero or tiny timeouts
-//! cannot bury the lock; ticket.rs, "Timed acquisition"). Until the idle
-//! claim (issue 13 §3) the idle look was fenced, paired with a fence in the
-//! departing taker; without the fence and with the idle claim, Ticket-np
-//! uncontended went from 9.7 to 2.2 ns (Ticket: 2.1 ns; `lock-latency
-//! --trials 7`, quiet 2-core machine).
+//! cannot bury the lock; ticket.rs, "Timed acquisition").
 //!
 //! CLH-TP never hands the lock over either: a releaser writes only its own
 //! node, and the waiter behind it takes the lock by its own WAITING → HOLDING

@@ -14,10 +14,10 @@
 //! | [`SmartQ`]             | Smart-Q            | own node; skipped if preempted            | 003 Figure 1            |
 //! | [`Clh`]                | CLH                | spinning on the predecessor's node, FIFO  | Craig; Magnusson et al. |
 //! | [`McsTp`]              | MCS-TP             | own node, heartbeats; skipped if stale    | He, Scherer & Scott 2005|
-//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred; stalled: withdraws, naps | He, Scherer & Scott 2005; issue 13 §2 |
+//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred; stalled: withdraws, naps | He, Scherer & Scott 2005 |
 //! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
 //! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
-//! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | issue 13; pv-qspinlock, parking_lot |
+//! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | pv-qspinlock, parking_lot |
 //! | [`Np<L>`]              | L-np               | as `L`, CS no-preempt                     | 003 §3, 001 §3 (Symunix)|
 //!
 //! ## lock_api's optional traits, and a condition variable
@@ -199,7 +199,7 @@ pub(crate) const LINK_NAP: std::time::Duration = std::time::Duration::from_micro
 /// for our processor; an emulated yield inside a no-preempt section would be
 /// ignored; the request is resumed before returning):
 ///
-/// - **natively** (issue 13: no `sched_yield` in locks) the wait goes through
+/// - **natively** (no lock calls `sched_yield`) the wait goes through
 ///   the [`Waiter`](crate::sched::Waiter): spin, and once it advises parking
 ///   (its patience, 50 µs, spent: the successor is off its CPU) sleep
 ///   [`LINK_NAP`] on our own wake word and look again. A bounded nap rather
@@ -259,27 +259,27 @@ pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
     n
 }
 
-mod anderson;
-mod bounded_steal;
-mod clh;
-mod clh_tp;
-mod condvar;
-mod fair_timed;
-mod handshaking;
-mod mcs_tp;
-mod native;
-mod np;
-mod queued;
+pub mod anderson;
+pub mod bounded_steal;
+pub mod clh;
+pub mod clh_tp;
+pub mod condvar;
+pub mod fair_timed;
+pub mod handshaking;
+pub mod mcs_tp;
+pub mod native;
+pub mod np;
+pub mod queued;
 #[cfg(all(test, loom))]
 mod shared_claim_loom;
 #[cfg(all(test, not(loom)))]
 mod shared_claim_tests;
-mod skipq;
-mod smartq;
-mod spin_park;
-mod tas;
-mod tas_b;
-mod ticket;
+pub mod skipq;
+pub mod smartq;
+pub mod spin_park;
+pub mod tas;
+pub mod tas_b;
+pub mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
 pub use bounded_steal::{BoundedSteal, FAIR_AFTER, QUEUED_PATIENCE, STEAL_BUDGET, STEAL_PATIENCE};

@@ -11,7 +11,7 @@
 //! Queue nodes come from a per-thread cache, so callers never supply one; every
 //! acquisition takes its own node (nesting works), and the guard carries it.
 //! A releaser whose successor has swapped itself in but not yet linked waits
-//! for the link, spinning and then yielding ([`super::wait_for_link`]).
+//! for the link, spinning and then yielding (`wait_for_link` in `lock`).
 //! Uses `sched`: `yield_now` (only in that wait). Progress: starvation-free, FIFO.
 //!
 //! ```

@@ -33,10 +33,10 @@
 //! assert_eq!(*n.read(), 1);
 //! ```
 
-mod bravo;
-mod np;
-mod queue;
-mod tas_b;
+pub mod bravo;
+pub mod np;
+pub mod queue;
+pub mod tas_b;
 
 #[cfg(not(loom))]
 pub use bravo::GLOBAL_TABLE;

@@ -7,7 +7,7 @@
 //! the word; a writer enters by CAS from 0 (no reader, no writer). A failed
 //! attempt backs off (calibrated busy work, 100 ns doubling to 30 µs, as
 //! [`TasB`](crate::lock::TasB)), asking the shared waiting policy
-//! ([`Waiter`](crate::sched::Waiter)) after each interval whether to go on;
+//! ([`Waiter`]) after each interval whether to go on;
 //! once it advises parking (the patience is spent: the holder is slow or
 //! preempted), the waiter sets [`SLEEPERS`] and parks on the word
 //! (`sched::park`) — only while what it waits for is still held — and the
