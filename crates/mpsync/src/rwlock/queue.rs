@@ -69,8 +69,8 @@ use lock_api::RawMutex;
 pub const PARKED: u32 = 1 << 31;
 
 /// A fair reader-writer lock: admission lock `M` plus a reader count; `NP`
-/// marks both kinds of section no-preempt. Use the aliases [`RwQueued`],
-/// [`RwSmartQ`], [`RwNative`], [`RwNativeNp`].
+/// marks both kinds of section no-preempt. Use the named locks [`RwQueued`],
+/// [`RwSmartQ`], [`RwNative`], [`RwNativeNp`] (newtypes of it).
 pub struct RwQueue<M, const NP: bool> {
     admission: M,
     /// Readers inside, and [`PARKED`] (see the module's table).
@@ -79,15 +79,219 @@ pub struct RwQueue<M, const NP: bool> {
     writing: AtomicBool,
 }
 
-/// RW-Queued: MCS admission, scheduler-oblivious (paper 001 §4).
-pub type RwQueued = RwQueue<Queued, false>;
-/// RW-Smart-Q: Smart-Q admission (never handed to a preempted waiter), sections
-/// no-preempt (paper 001 §3.2).
-pub type RwSmartQ = RwQueue<SmartQ, true>;
-/// RW-Native: the futex mutex as admission (paper 001 §4).
-pub type RwNative = RwQueue<Native, false>;
-/// RW-Native-np: RW-Native with no-preempt sections (paper 001 §4).
-pub type RwNativeNp = RwQueue<Native, true>;
+/// One of the named queued RW locks: a `#[repr(transparent)]` newtype of
+/// [`RwQueue<M, NP>`] (so that compile errors and `type_name` say `RwSmartQ`,
+/// not `RwQueue<SkipQueue<SmartQPolicy>, true>`), delegating every trait to it.
+macro_rules! named_rw_queue {
+    ($($(#[$m:meta])* $name:ident = $adm:ty, $np:literal;)*) => {$(
+        $(#[$m])*
+        #[repr(transparent)]
+        pub struct $name(RwQueue<$adm, $np>);
+
+        impl $name {
+            /// An unlocked lock.
+            #[cfg(not(loom))]
+            pub const fn new() -> Self {
+                Self(RwQueue::new())
+            }
+
+            /// An unlocked lock over the given unlocked admission lock (e.g.
+            /// one built with parameters, or under loom where `INIT` is
+            /// unavailable).
+            #[cfg(not(loom))]
+            pub const fn with_admission(admission: $adm) -> Self {
+                Self(RwQueue::with_admission(admission))
+            }
+
+            /// An unlocked lock over the given unlocked admission lock.
+            #[cfg(loom)]
+            pub fn with_admission(admission: $adm) -> Self {
+                Self(RwQueue::with_admission(admission))
+            }
+
+            /// The admission lock (for its statistics, e.g. Smart-Q's skips).
+            pub fn admission(&self) -> &$adm {
+                self.0.admission()
+            }
+
+            /// Readers inside now (a snapshot).
+            pub fn readers(&self) -> u32 {
+                self.0.readers()
+            }
+
+            /// The construction it names.
+            pub fn as_rw_queue(&self) -> &RwQueue<$adm, $np> {
+                &self.0
+            }
+        }
+
+        #[cfg(not(loom))]
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        // SAFETY: every method is `RwQueue`'s (the newtype is transparent).
+        unsafe impl lock_api::RawRwLock for $name {
+            #[allow(clippy::declare_interior_mutable_const)]
+            #[cfg(not(loom))]
+            const INIT: Self = Self::new();
+            #[allow(clippy::declare_interior_mutable_const)]
+            #[cfg(loom)]
+            const INIT: Self = panic!(concat!("under loom, use ", stringify!($name), "::with_admission()"));
+
+            type SharedGuard = <RwQueue<$adm, $np> as lock_api::RawRwLock>::SharedGuard;
+            type ExclusiveGuard = <RwQueue<$adm, $np> as lock_api::RawRwLock>::ExclusiveGuard;
+
+            #[inline]
+            fn lock_shared(&self) -> Self::SharedGuard {
+                self.0.lock_shared()
+            }
+            #[inline]
+            fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
+                self.0.try_lock_shared()
+            }
+            #[inline]
+            unsafe fn unlock_shared(&self, guard: Self::SharedGuard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock_shared(guard) }
+            }
+            #[inline]
+            fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+                self.0.lock_exclusive()
+            }
+            #[inline]
+            fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
+                self.0.try_lock_exclusive()
+            }
+            #[inline]
+            unsafe fn unlock_exclusive(&self, guard: Self::ExclusiveGuard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock_exclusive(guard) }
+            }
+            #[inline]
+            fn is_locked(&self) -> bool {
+                self.0.is_locked()
+            }
+            #[inline]
+            fn is_locked_exclusive(&self) -> bool {
+                self.0.is_locked_exclusive()
+            }
+        }
+
+        // SAFETY: `RwQueue`'s.
+        unsafe impl lock_api::RawRwLockUpgrade for $name {
+            type UpgradableGuard = <RwQueue<$adm, $np> as lock_api::RawRwLockUpgrade>::UpgradableGuard;
+
+            #[inline]
+            fn lock_upgradable(&self) -> Self::UpgradableGuard {
+                self.0.lock_upgradable()
+            }
+            #[inline]
+            fn try_lock_upgradable(&self) -> Option<Self::UpgradableGuard> {
+                self.0.try_lock_upgradable()
+            }
+            #[inline]
+            unsafe fn unlock_upgradable(&self, guard: Self::UpgradableGuard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock_upgradable(guard) }
+            }
+            #[inline]
+            unsafe fn upgrade(&self, guard: Self::UpgradableGuard) -> Self::ExclusiveGuard {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.upgrade(guard) }
+            }
+            #[inline]
+            unsafe fn try_upgrade(
+                &self,
+                guard: Self::UpgradableGuard,
+            ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.try_upgrade(guard) }
+            }
+        }
+
+        // SAFETY: `RwQueue`'s.
+        unsafe impl lock_api::RawRwLockDowngrade for $name {
+            #[inline]
+            unsafe fn downgrade(&self, guard: Self::ExclusiveGuard) -> Self::SharedGuard {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { lock_api::RawRwLockDowngrade::downgrade(&self.0, guard) }
+            }
+        }
+    )*};
+}
+
+/// `RawRwLockFair` of a named queued RW lock whose admission lock is fair.
+macro_rules! named_rw_queue_fair {
+    ($($name:ident),*) => {$(
+        // SAFETY: `RwQueue`'s.
+        unsafe impl lock_api::RawRwLockFair for $name {
+            #[inline]
+            unsafe fn unlock_shared_fair(&self, guard: Self::SharedGuard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock_shared_fair(guard) }
+            }
+            #[inline]
+            unsafe fn unlock_exclusive_fair(&self, guard: Self::ExclusiveGuard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock_exclusive_fair(guard) }
+            }
+        }
+    )*};
+}
+
+/// `RawRwLockTimed` of a named queued RW lock whose admission lock is timed.
+macro_rules! named_rw_queue_timed {
+    ($($name:ident),*) => {$(
+        // SAFETY: `RwQueue`'s.
+        unsafe impl lock_api::RawRwLockTimed for $name {
+            type Duration = Duration;
+            type Instant = Instant;
+
+            #[inline]
+            fn try_lock_shared_for(&self, timeout: Duration) -> Option<Self::SharedGuard> {
+                self.0.try_lock_shared_for(timeout)
+            }
+            #[inline]
+            fn try_lock_shared_until(&self, deadline: Instant) -> Option<Self::SharedGuard> {
+                self.0.try_lock_shared_until(deadline)
+            }
+            #[inline]
+            fn try_lock_exclusive_for(&self, timeout: Duration) -> Option<Self::ExclusiveGuard> {
+                self.0.try_lock_exclusive_for(timeout)
+            }
+            #[inline]
+            fn try_lock_exclusive_until(&self, deadline: Instant) -> Option<Self::ExclusiveGuard> {
+                self.0.try_lock_exclusive_until(deadline)
+            }
+        }
+    )*};
+}
+
+named_rw_queue! {
+    /// RW-Queued: MCS admission, scheduler-oblivious (paper 001 §4). FIFO;
+    /// fair unlocks (`RawRwLockFair`); no timed attempts (an MCS node cannot
+    /// withdraw from the queue).
+    RwQueued = Queued, false;
+    /// RW-Smart-Q: Smart-Q admission (never handed to a preempted waiter),
+    /// sections no-preempt (paper 001 §3.2). Fair and timed.
+    RwSmartQ = SmartQ, true;
+    /// RW-Native: the futex mutex as admission (paper 001 §4). Timed; not
+    /// FIFO, so no fair unlock.
+    RwNative = Native, false;
+    /// RW-Native-np: RW-Native with no-preempt sections (paper 001 §4).
+    RwNativeNp = Native, true;
+}
+named_rw_queue_fair!(RwQueued, RwSmartQ);
+named_rw_queue_timed!(RwSmartQ, RwNative, RwNativeNp);
 
 impl<M: RawMutex, const NP: bool> std::fmt::Debug for RwQueue<M, NP> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
