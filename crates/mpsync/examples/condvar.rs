@@ -37,6 +37,10 @@ fn main() {
 
     // A wait with a timeout: nobody notifies, so it times out.
     let mut q = queue.lock();
-    assert!(not_empty.wait_for(&mut q, Duration::from_millis(1)).timed_out());
+    assert!(
+        not_empty
+            .wait_for(&mut q, Duration::from_millis(1))
+            .timed_out()
+    );
     println!("total = {total}");
 }

@@ -1,32 +1,66 @@
 //! # mpsync — synchronization for multiprogrammed machines
 //!
-//! When runnable threads outnumber cores, the OS preempts threads at the worst
-//! moment: holding a lock, queued in a FIFO lock, short of a barrier. mpsync
-//! implements the preemption-safe and scheduler-conscious algorithms of five
-//! papers (see the repository's `shared/papers/README.md`) and the
-//! *widened kernel/user interface* they rely on ([`sched`]).
+//! When runnable threads outnumber cores — containers with CPU quotas, busy
+//! servers, VMs whose vCPUs are themselves preempted — the OS preempts threads
+//! at the worst moment: holding a lock, queued in a FIFO lock, short of a
+//! barrier. mpsync implements the preemption-safe and scheduler-conscious
+//! algorithms of five papers (Michael & Scott 1997; Wisniewski, Kontothanassis
+//! & Scott 1994 and 1995; Hart 2005; Lumetta & Culler 1998) and the *widened
+//! kernel/user interface* they rely on ([`sched`]), and measures them against
+//! the crates people use today (the `mpsync` command, crate `mpsync-cli`).
 //!
-//! Layers, bottom up (nothing imports upward):
+//! ## Getting started
+//!
+//! ```
+//! use mpsync::{Barrier, Condvar, Mutex, RwLock};
+//!
+//! let counter = Mutex::new(0);                 // the recommended lock
+//! let config = RwLock::new(String::from("a")); // the recommended RW lock
+//! let ready = Condvar::new();
+//! let barrier = Barrier::new(2);               // std::sync::Barrier's interface
+//! std::thread::scope(|s| {
+//!     s.spawn(|| {
+//!         *counter.lock() += 1;
+//!         ready.notify_one();
+//!         barrier.wait();
+//!     });
+//!     let mut c = counter.lock();
+//!     ready.wait_while(&mut c, |c| *c == 0);
+//!     drop(c);
+//!     barrier.wait();
+//! });
+//! config.write().push('b');
+//! assert_eq!((*counter.lock(), config.read().as_str()), (1, "ab"));
+//! ```
+//!
+//! Every other lock is one type parameter away — `lock::Mutex<SmartQ, T>`,
+//! `rwlock::RwLock<RwSmartQ, T>` — with the same guards (they are all
+//! `lock_api` locks). The examples in `crates/mpsync/examples/` (`mutex`,
+//! `rwlock`, `condvar`, `barrier`) show each kind's common path.
+//!
+#![doc = include_str!("chooser.md")]
+//!
+//! ## Layers
+//!
+//! Bottom up (nothing imports upward):
 //!
 //! - [`util`]: cache padding, backoff, calibrated busy work, clocks;
+//! - [`sync`]: the atomics shim (loom's types under `cfg(loom)`, std's
+//!   otherwise; perturbed in the chaos build);
 //! - [`sched`]: what the scheduler and threads tell each other — the per-thread
 //!   context block with its four-valued state word, partition information, and
 //!   `yield_now`/`park`/`unpark`, with an emulated (pseudo-scheduler) and a native
 //!   Linux backend;
-//! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`;
+//! - [`lock`]: mutual-exclusion locks, all `lock_api::RawMutex`, and [`Condvar`];
 //! - [`rwlock`]: reader-writer locks, all `lock_api::RawRwLock`;
-//! - [`barrier`]: barriers behind one [`barrier::Barrier`] trait;
+//! - [`barrier`]: barriers — [`Barrier`] (std's interface) and the papers'
+//!   barriers behind one [`barrier::Barrier`] trait;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
 //!   hazard pointers and a leaking baseline behind one `Reclaimer` trait;
-//! - [`msgq`]: shared-memory active messages between processes (paper 004).
-//!
-//! ```
-//! use mpsync::{Mutex, lock::TasB};
-//!
-//! let m: Mutex<TasB, Vec<u32>> = Mutex::new(Vec::new());
-//! m.lock().push(7);
-//! assert_eq!(*m.lock(), [7]);
-//! ```
+//! - [`ds`]: the papers' queues, stacks, priority queues, counters and hash
+//!   maps, lock-based (generic over the lock) and non-blocking (generic over the
+//!   reclaimer);
+//! - [`msgq`]: shared-memory active messages between processes.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -83,3 +117,18 @@ pub type RwLockUpgradableReadGuard<'a, T> =
 pub use barrier::BarrierWaitResult;
 pub use barrier::SimpleBarrier as Barrier;
 pub use lock::{Condvar, WaitTimeoutResult};
+
+#[cfg(all(test, not(loom)))]
+mod front_page_tests {
+    /// The README carries the chooser of the front page word for word, so
+    /// the two cannot drift apart.
+    #[test]
+    fn readme_carries_the_chooser() {
+        let readme = include_str!("../../../README.md");
+        let chooser = include_str!("chooser.md");
+        assert!(
+            readme.contains(chooser.trim_end()),
+            "README.md must contain crates/mpsync/src/chooser.md verbatim (copy it over)"
+        );
+    }
+}

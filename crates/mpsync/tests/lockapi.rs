@@ -1100,6 +1100,8 @@ fn rw_downgrade() {
     downgrade::<RwSmartQ>("RwSmartQ", true);
     downgrade::<RwNative>("RwNative", true);
     downgrade::<RwNativeNp>("RwNativeNp", true);
+    downgrade::<mpsync::rwlock::Bravo<RwTasB>>("Bravo<RwTasB>", false);
+    downgrade::<mpsync::rwlock::Bravo<RwSmartQ>>("Bravo<RwSmartQ>", true);
 }
 
 /// Timed reads and writes: they time out (not before the deadline) against a

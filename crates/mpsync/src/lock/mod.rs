@@ -1,5 +1,6 @@
 //! Mutual-exclusion locks. Every one implements `lock_api::RawMutex`, so
-//! `mpsync::lock::Mutex<L, T>` works with guards:
+//! [`Mutex<L, T>`](Mutex) works with guards ([`crate::Mutex<T>`] is the one
+//! with the recommended lock; the crate's front page says which to choose):
 //!
 //! | type                   | paper name         | waits by                                  | source                  |
 //! |------------------------|--------------------|-------------------------------------------|-------------------------|
@@ -31,7 +32,7 @@
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
 //! | [`TasB`] | no: nobody is known to wait | yes: a waiter that gives up stops backing off |
-//! | [`Tas`] | no: nobody is known to wait | no: the papers' bare baseline |
+//! | [`Tas`] | no: nobody is known to wait | yes: a waiter that gives up stops swapping |
 //! | [`Np<L>`](Np) | as `L` | as `L`; the request is cancelled on a timeout |
 //!
 //! [`Condvar`] works with `Mutex<L, T>` for every `L` (wait, `wait_while`,

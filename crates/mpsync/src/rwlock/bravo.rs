@@ -699,3 +699,34 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
         Ok(g)
     }
 }
+
+// SAFETY: a writer holds `L` exclusively and, after its revocation, no fast
+// reader is inside and the bias is off (only a slow reader sets it); `L`'s
+// downgrade turns it into a slow reader of `L` — what `lock_shared`'s slow
+// path holds — without a moment in which a writer could enter.
+unsafe impl<L: lock_api::RawRwLockDowngrade> lock_api::RawRwLockDowngrade for Bravo<L> {
+    #[inline]
+    unsafe fn downgrade(&self, guard: Self::ExclusiveGuard) -> Self::SharedGuard {
+        // SAFETY: the caller's contract: `guard` is `L`'s exclusive guard.
+        BravoShared::Slow(unsafe { self.inner.downgrade(guard) })
+    }
+}
+
+// SAFETY: a fast reader holds nothing of `L`: its unlock is the plain one
+// (clearing its slot); a slow reader's and a writer's are `L`'s fair unlocks.
+unsafe impl<L: lock_api::RawRwLockFair> lock_api::RawRwLockFair for Bravo<L> {
+    #[inline]
+    unsafe fn unlock_shared_fair(&self, guard: Self::SharedGuard) {
+        match guard {
+            BravoShared::Fast(slot) => self.clear_slot(&self.table.slots[slot]),
+            // SAFETY: the caller's contract: `g` came from `self.inner`.
+            BravoShared::Slow(g) => unsafe { self.inner.unlock_shared_fair(g) },
+        }
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive_fair(&self, guard: Self::ExclusiveGuard) {
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.unlock_exclusive_fair(guard) };
+    }
+}

@@ -15,8 +15,31 @@
 //! What a caller may do to a lock (forgotten guards, `force_unlock_*`, panics
 //! in sections, `fork`) is as for the mutual-exclusion locks ("What a caller
 //! may do" in [`crate::lock`]), for read, write and upgradable guards alike.
-//! None of these locks offers timed acquisitions; their edges are `try_read`,
-//! `try_write`, `try_upgradable_read` and `try_upgrade`.
+//!
+//! ## lock_api's optional traits
+//!
+//! Every lock here has upgradable reads (`RawRwLockUpgrade`). The others:
+//!
+//! | lock | `RawRwLockDowngrade` | `RawRwLockTimed` | `RawRwLockFair` |
+//! |------|----------------------|------------------|-----------------|
+//! | [`RwTasB`], [`RwTasBNp`] | yes: one swap turns the writer into a reader | yes: a waiter that gives up stops backing off | no: nobody is known to wait |
+//! | [`RwQueued`] | yes: the writer counts itself in, then lets the admission lock go | no: a queued MCS node cannot withdraw | yes: the admission lock's FIFO hand-over |
+//! | [`RwSmartQ`] | yes, as RW-Queued | yes: the admission lock's timed wait; a writer whose drain times out lets it go | yes, as RW-Queued |
+//! | [`RwNative`], [`RwNativeNp`] | yes, as RW-Queued | yes, as RW-Smart-Q | no: the futex word names no waiter |
+//! | [`RwNp<L>`] | as `L` | as `L` (the request cancelled on a timeout) | as `L` |
+//! | [`Bravo<L>`] | as `L` (the writer becomes a slow reader) | no: a writer's revocation waits for fast readers, with no deadline | as `L` |
+//!
+//! ```
+//! use mpsync::lock_api::RwLockWriteGuard;
+//! use mpsync::rwlock::{RwLock, RwSmartQ};
+//! use std::time::Duration;
+//! let l: RwLock<RwSmartQ, u32> = RwLock::new(0);
+//! let mut w = l.write();
+//! *w += 1;
+//! let r = RwLockWriteGuard::downgrade(w); // no writer gets in between
+//! assert!(l.try_write_for(Duration::from_micros(100)).is_none());
+//! assert_eq!(*r, 1);
+//! ```
 //!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
