@@ -41,6 +41,15 @@
 //! assert_eq!(*r, 1);
 //! ```
 //!
+//! A lock without a trait is a compile error that names it (here:
+//! "the following trait bounds were not satisfied: `RwQueued: RawRwLockTimed`"):
+//!
+//! ```compile_fail
+//! use mpsync::rwlock::{RwLock, RwQueued};
+//! let l: RwLock<RwQueued, u32> = RwLock::new(0);
+//! let _ = l.try_read_for(std::time::Duration::ZERO); // an MCS node cannot withdraw
+//! ```
+//!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
 //! drains. Readers that arrive together read together; a writer waits for the
