@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use mpsync::Mutex;
+use mpsync::lock::Mutex;
 use mpsync::lock::{Condvar, Native};
 use mpsync::util::busy::BusyWork;
 

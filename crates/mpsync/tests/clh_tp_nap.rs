@@ -22,8 +22,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::ebpf::{OnDrop, kernel_answers, with_contended_victim};
-use mpsync::Mutex;
 use mpsync::lock::ClhTp;
+use mpsync::lock::Mutex;
 use mpsync::sched::stall::{self, Trap};
 use mpsync::sched::{self, native};
 

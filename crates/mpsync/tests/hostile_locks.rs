@@ -56,7 +56,10 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_api::{RawMutex, RawMutexTimed, RawRwLockUpgrade, RwLockUpgradableReadGuard};
+use lock_api::{
+    RawMutex, RawMutexTimed, RawRwLockDowngrade, RawRwLockTimed, RawRwLockUpgrade,
+    RwLockUpgradableReadGuard, RwLockWriteGuard,
+};
 use mpsync::barrier::{
     Barrier, Central, CombiningTree, Dissemination, McsTree, ScalableSc, WaitMode,
 };
@@ -66,7 +69,7 @@ use mpsync::lock::{
     TicketSplit,
 };
 use mpsync::rwlock::{Bravo, RwNative, RwNativeNp, RwNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
-use mpsync::{Mutex, MutexGuard, RwLock, sched};
+use mpsync::{lock::Mutex, lock::MutexGuard, rwlock::RwLock, sched};
 
 /// How long a thread that should finish in well under a second may take
 /// before the test calls it stuck (generous: the chaos build on a loaded
@@ -679,7 +682,7 @@ macro_rules! mutexes {
 }
 
 mutexes! {
-    tas: Tas => untimed_edges;
+    tas: Tas => timed_edges;
     tas_b: TasB => timed_edges;
     tas_b_np: TasBNp => timed_edges;
     ticket: Ticket => untimed_edges;
@@ -1020,6 +1023,118 @@ rwlocks! {
     bravo_rw_tas_b: Bravo<RwTasB>;
     bravo_rw_smart_q: Bravo<RwSmartQ>;
     bravo_rw_native: Bravo<RwNative>;
+}
+
+/// One timed attempt `k` (a zero, past, 1 ns, 1 µs or 20 µs read or write),
+/// or a write downgraded to a read.
+fn rw_timed_attempt<L>(a: &RwArena<L>, k: u64)
+where
+    L: RawRwLockUpgrade
+        + RawRwLockDowngrade
+        + RawRwLockTimed<Duration = Duration, Instant = Instant>,
+{
+    let t = match k / 2 % 5 {
+        0 => None,
+        1 => Some(Duration::from_nanos(1)),
+        2 => Some(Duration::from_micros(1)),
+        3 => Some(Duration::from_micros(20)),
+        _ => Some(Duration::ZERO),
+    };
+    let r = |t: Option<Duration>| match t {
+        Some(t) => a.l.try_read_for(t),
+        None => a.l.try_read_until(past()),
+    };
+    let w = |t: Option<Duration>| match t {
+        Some(t) => a.l.try_write_for(t),
+        None => a.l.try_write_until(past()),
+    };
+    match k % 3 {
+        0 => {
+            if let Some(g) = r(t) {
+                a.read(&g)
+            }
+        }
+        1 => {
+            if let Some(mut g) = w(t) {
+                a.write(&mut g)
+            }
+        }
+        _ => {
+            if let Some(mut g) = w(t) {
+                a.write(&mut g);
+                // A writer let in beside the downgraded guard trips `read`'s
+                // or its own checks.
+                a.read(&RwLockWriteGuard::downgrade(g));
+            }
+        }
+    }
+}
+
+/// Timed-attempt and downgrade storms beside blocking readers, writers and
+/// upgraders: zero and past deadlines, tiny timeouts racing unlocks; blocking
+/// acquisitions complete during and after; the lock ends free.
+fn rw_timed_storm<L>(name: &str)
+where
+    L: RawRwLockUpgrade
+        + RawRwLockDowngrade
+        + RawRwLockTimed<Duration = Duration, Instant = Instant>
+        + Send
+        + Sync
+        + 'static,
+{
+    sched::current();
+    let a = RwArena::<L>::new();
+    let mut threads = Vec::new();
+    for t in 0..3u64 {
+        let a = a.clone();
+        threads.push(thread::spawn(move || {
+            let mut k = t;
+            while !a.stop.load(SeqCst) {
+                k += 1;
+                if t < 2 {
+                    rw_timed_attempt(&a, k)
+                } else {
+                    a.blocking(k)
+                }
+            }
+        }));
+    }
+    let probe = a.clone();
+    run_storm(name, &a.stop, threads, move || {
+        for k in 0..3 {
+            probe.blocking(k)
+        }
+    });
+    assert!(!a.l.is_locked(), "{name}: reads held after the timed storm");
+    assert!(
+        a.l.try_write().is_some(),
+        "{name}: try_write fails on a free lock after the timed storm"
+    );
+    assert!(
+        a.l.try_read().is_some(),
+        "{name}: try_read fails on a free lock after the timed storm"
+    );
+    assert_eq!(sched::current().depth(), 0);
+}
+
+macro_rules! rw_timed_locks {
+    ($($name:ident: $l:ty;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn timed_and_downgrade_storm_beside_blocking_ones() {
+                rw_timed_storm::<$l>(concat!(stringify!($name), " (timed)"))
+            }
+        }
+    )*};
+}
+
+rw_timed_locks! {
+    rw_timed_tas_b: RwTasB;
+    rw_timed_tas_b_np: RwTasBNp;
+    rw_timed_smart_q: RwSmartQ;
+    rw_timed_native: RwNative;
+    rw_timed_native_np: RwNativeNp;
 }
 
 // --- barriers --------------------------------------------------------------------

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_api::{MutexGuard, RawMutex, RawMutexTimed};
-use mpsync::Mutex;
+use mpsync::lock::Mutex;
 use mpsync::lock::{
     BoundedSteal, ClhTp, Condvar, McsTp, Native, NativeNp, Np, QueuedHandshaking, QueuedNp, SmartQ,
     SpinThenPark, TasB, TasBNp, Ticket, TicketNp,
@@ -935,4 +935,306 @@ fn bounded_steal_timed_acquirer_respects_a_starved_head() {
         .recv_timeout(STUCK)
         .expect("the starved head never got the lock");
     assert_eq!(*m.lock(), ["head"]);
+}
+
+// --- the front door: defaults, Tas timed, RW downgrade and timed, Barrier --------
+
+/// `mpsync::Mutex`, `RwLock`, `Condvar` and `Barrier` need no type parameters.
+#[test]
+fn defaults_need_no_type_parameters() {
+    let m = mpsync::Mutex::new(0u32);
+    *m.lock() += 1;
+    assert!(m.try_lock_for(Duration::from_millis(1)).is_some());
+    let l = mpsync::RwLock::new(1u32);
+    *l.write() += 1;
+    assert_eq!(*l.read(), 2);
+    assert!(l.try_write_for(Duration::ZERO).is_some());
+    let cv = mpsync::Condvar::new();
+    let mut g = m.lock();
+    assert!(cv.wait_for(&mut g, Duration::ZERO).timed_out());
+    assert!(
+        cv.wait_while_for(&mut g, |v| *v == 1, Duration::from_millis(1))
+            .timed_out()
+    );
+    drop(g);
+    let b = Arc::new(mpsync::Barrier::new(3));
+    let leaders: Vec<bool> = (0..3)
+        .map(|_| {
+            let b = b.clone();
+            thread::spawn(move || b.wait().is_leader())
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(leaders.iter().filter(|&&l| l).count(), 1);
+    assert!(
+        mpsync::Barrier::new(0).wait().is_leader(),
+        "new(0) acts as new(1)"
+    );
+    assert_eq!(mpsync::Barrier::new(0).participants(), 1);
+    assert!(mpsync::barrier::SimpleBarrier::try_new(usize::MAX).is_err());
+}
+
+/// `Barrier::wait` from threads that come and go: any thread may arrive, and
+/// every episode has exactly one leader.
+#[test]
+fn simple_barrier_takes_any_threads() {
+    let b = Arc::new(mpsync::Barrier::new(4));
+    let leaders = Arc::new(AtomicU64::new(0));
+    for _round in 0..3 {
+        let ts: Vec<_> = (0..4)
+            .map(|_| {
+                let (b, leaders) = (b.clone(), leaders.clone());
+                thread::spawn(move || {
+                    for _ in 0..50 {
+                        if b.wait().is_leader() {
+                            leaders.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        within_deadline("simple barrier round", move || {
+            for t in ts {
+                t.join().unwrap();
+            }
+        });
+    }
+    assert_eq!(leaders.load(Ordering::Relaxed), 150);
+}
+
+/// TAS's timed forms: a held lock times out (not before the deadline), a free
+/// one is taken, a zero or past deadline is a `try_lock`.
+#[test]
+fn tas_timed() {
+    let m: Arc<Mutex<mpsync::lock::Tas, u32>> = Arc::new(Mutex::new(0));
+    let g = m.lock();
+    let start = Instant::now();
+    let m2 = m.clone();
+    let got = thread::spawn(move || m2.try_lock_for(Duration::from_millis(5)).is_some())
+        .join()
+        .unwrap();
+    assert!(!got && start.elapsed() >= Duration::from_millis(5));
+    assert!(m.try_lock_for(Duration::ZERO).is_none());
+    drop(g);
+    assert!(
+        m.try_lock_until(Instant::now() - Duration::from_secs(1))
+            .is_some()
+    );
+    assert!(
+        m.try_lock_for(Duration::MAX).is_some(),
+        "no deadline: a lock"
+    );
+}
+
+use lock_api::{RawRwLockDowngrade, RawRwLockTimed, RwLockWriteGuard};
+use mpsync::rwlock::{RwLock, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
+
+/// A downgrade keeps writers out and lets readers in: a writer that waited
+/// for the write guard still waits while the downgraded guard is held, a
+/// reader that waited (parked, behind the writer) gets in, and after the
+/// downgraded guard goes the waiting writer gets the lock. `queued`: a
+/// waiting writer holds the admission lock (the queued locks), so readers
+/// arriving after it wait behind it.
+fn downgrade<L: RawRwLockDowngrade + Send + Sync + 'static>(name: &str, queued: bool) {
+    let l: Arc<RwLock<L, Vec<u32>>> = Arc::new(RwLock::new(Vec::new()));
+    let mut w = l.write();
+    w.push(1);
+    let (reader_l, writer_l) = (l.clone(), l.clone());
+    let reader = thread::spawn(move || reader_l.read().len());
+    thread::sleep(Duration::from_millis(10)); // the reader waits (and may park)
+    let writer = thread::spawn(move || writer_l.write().push(2));
+    thread::sleep(Duration::from_millis(10)); // so does the writer, behind it
+    let r = RwLockWriteGuard::downgrade(w);
+    assert_eq!(*r, [1]);
+    // A reader parked behind the writer is woken by the downgrade. (A queued
+    // lock's reader may instead have queued behind the second writer, on a
+    // slow machine: then it gets in after that writer, below.)
+    let reader = if queued {
+        Some(reader)
+    } else {
+        let got = within_deadline(
+            &format!("{name}: reader behind a downgraded writer"),
+            move || reader.join().unwrap(),
+        );
+        assert_eq!(got, 1, "{name}: the reader saw the write section");
+        None
+    };
+    assert!(
+        l.try_write().is_none(),
+        "{name}: a writer beside a downgraded guard"
+    );
+    if !queued {
+        assert!(
+            l.try_read().is_some(),
+            "{name}: readers share with a downgraded guard"
+        );
+    }
+    thread::sleep(Duration::from_millis(5));
+    assert!(
+        !writer.is_finished(),
+        "{name}: the waiting writer entered beside a reader"
+    );
+    drop(r);
+    within_deadline(
+        &format!("{name}: writer after the downgraded reader"),
+        move || {
+            writer.join().unwrap();
+            if let Some(reader) = reader {
+                let n = reader.join().unwrap();
+                assert!(n == 1 || n == 2, "the reader saw {n} items");
+            }
+        },
+    );
+    assert_eq!(*l.read(), [1, 2]);
+    assert!(!l.is_locked(), "{name}: held after everyone left");
+    assert_eq!(sched::current().depth(), 0);
+}
+
+#[test]
+fn rw_downgrade() {
+    downgrade::<RwTasB>("RwTasB", false);
+    downgrade::<RwTasBNp>("RwTasBNp", false);
+    downgrade::<RwQueued>("RwQueued", true);
+    downgrade::<RwSmartQ>("RwSmartQ", true);
+    downgrade::<RwNative>("RwNative", true);
+    downgrade::<RwNativeNp>("RwNativeNp", true);
+    downgrade::<mpsync::rwlock::Bravo<RwTasB>>("Bravo<RwTasB>", false);
+    downgrade::<mpsync::rwlock::Bravo<RwSmartQ>>("Bravo<RwSmartQ>", true);
+}
+
+/// Timed reads and writes: they time out (not before the deadline) against a
+/// writer, a writer times out against readers — and leaves the lock as it
+/// found it (`try_write` succeeds once the readers leave) — and they get a
+/// lock released before their deadline.
+fn rw_timed<L>(name: &str)
+where
+    L: RawRwLockTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+{
+    let l: Arc<RwLock<L, u32>> = Arc::new(RwLock::new(0));
+    let w = l.write();
+    for zero in [Duration::ZERO, Duration::from_nanos(1)] {
+        assert!(l.try_read_for(zero).is_none() && l.try_write_for(zero).is_none());
+    }
+    let past = Instant::now() - Duration::from_secs(1);
+    assert!(l.try_read_until(past).is_none() && l.try_write_until(past).is_none());
+    let l2 = l.clone();
+    let start = Instant::now();
+    let (r, wr) = thread::spawn(move || {
+        (
+            l2.try_read_for(Duration::from_millis(3)).is_some(),
+            l2.try_write_for(Duration::from_millis(3)).is_some(),
+        )
+    })
+    .join()
+    .unwrap();
+    assert!(
+        !r && !wr,
+        "{name}: a timed attempt got a lock held for writing"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(6),
+        "{name}: gave up early"
+    );
+    drop(w);
+    // Readers inside: a timed writer waits out its deadline (spinning, then
+    // parked), gives up, and leaves the lock as it found it.
+    let r = l.read();
+    let l2 = l.clone();
+    let wr = thread::spawn(move || l2.try_write_for(Duration::from_millis(30)).is_some())
+        .join()
+        .unwrap();
+    assert!(!wr, "{name}: a timed writer got in beside a reader");
+    assert!(
+        l.try_read_for(Duration::ZERO).is_some(),
+        "{name}: readers refused after a timed-out writer"
+    );
+    drop(r);
+    assert!(
+        l.try_write().is_some(),
+        "{name}: try_write refused on the free lock after a timed-out writer"
+    );
+    // Released before the deadline: got.
+    let w = l.write();
+    let l2 = l.clone();
+    let t = thread::spawn(move || {
+        let r = l2.try_read_for(Duration::from_secs(60)).map(|g| *g);
+        let w = l2.try_write_for(Duration::from_secs(60)).map(|g| *g);
+        (r, w)
+    });
+    thread::sleep(Duration::from_millis(10));
+    drop(w);
+    let (r, w) = within_deadline(name, move || t.join().unwrap());
+    assert_eq!((r, w), (Some(0), Some(0)));
+    assert!(
+        l.try_write_for(Duration::MAX).is_some(),
+        "{name}: no deadline: a lock"
+    );
+    assert!(!l.is_locked());
+    assert_eq!(sched::current().depth(), 0);
+}
+
+#[test]
+fn rw_timed_tas_b() {
+    rw_timed::<RwTasB>("RwTasB");
+    rw_timed::<RwTasBNp>("RwTasBNp");
+}
+
+#[test]
+fn rw_timed_queued() {
+    rw_timed::<RwSmartQ>("RwSmartQ");
+    rw_timed::<RwNative>("RwNative");
+    rw_timed::<RwNativeNp>("RwNativeNp");
+}
+
+/// A queued RW lock's timed writer gives up its parked drain while the last
+/// reader leaves: stopped between its timeout and clearing its parked bit
+/// (`RW_WRITER_DRAIN_GAVE_UP`), the reader leaves (and sees the bit); the
+/// writer then holds nothing, the bit is cleared, and `try_write` gets the
+/// free lock.
+fn timed_drain_races_last_reader<L>(name: &str)
+where
+    L: RawRwLockTimed<Duration = Duration, Instant = Instant> + Send + Sync + 'static,
+    L: std::fmt::Debug,
+{
+    let l: Arc<RwLock<L, u32>> = Arc::new(RwLock::new(0));
+    let r = l.read();
+    let (id_tx, id_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    let l2 = l.clone();
+    let writer = thread::spawn(move || {
+        id_tx.send(sched::current().id()).unwrap();
+        go_rx.recv().unwrap(); // the trap is armed
+        l2.try_write_for(Duration::from_millis(20)).is_some()
+    });
+    let trap = Trap::at(stall::RW_WRITER_DRAIN_GAVE_UP)
+        .thread(id_rx.recv().unwrap())
+        .arm();
+    go_tx.send(()).unwrap();
+    trap.wait_hit(STUCK)
+        .unwrap_or_else(|e| panic!("{name}: the timed writer never gave up its drain: {e:?}"));
+    let parked = format!("{:?}", unsafe { l.raw() });
+    drop(r); // the last reader out, the writer's bit set (or not yet)
+    trap.release();
+    assert!(
+        !writer.join().unwrap(),
+        "{name}: the timed writer got the lock"
+    );
+    let after = format!("{:?}", unsafe { l.raw() });
+    assert!(
+        after.contains("writer_parked: false") && after.contains("readers: 0"),
+        "{name}: {after} after a timed-out writer (before: {parked})"
+    );
+    assert!(
+        l.try_write().is_some(),
+        "{name}: try_write refused on the free lock"
+    );
+    assert!(!l.is_locked());
+}
+
+#[test]
+fn rw_timed_drain_races_last_reader() {
+    timed_drain_races_last_reader::<RwSmartQ>("RwSmartQ");
+    timed_drain_races_last_reader::<RwNative>("RwNative");
 }

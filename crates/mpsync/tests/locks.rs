@@ -426,8 +426,8 @@ fn for_wall_time<L: RawMutex + Sync>(
 
 #[test]
 fn nested_np_sections_keep_the_state() {
-    let a = mpsync::Mutex::<TasBNp, u32>::new(0);
-    let b = mpsync::Mutex::<NativeNp, u32>::new(0);
+    let a = mpsync::lock::Mutex::<TasBNp, u32>::new(0);
+    let b = mpsync::lock::Mutex::<NativeNp, u32>::new(0);
     let cb = sched::current();
     {
         let _ga = a.lock();
@@ -741,8 +741,8 @@ fn tas_b_rejects_bad_backoff() {
 #[test]
 fn queued_nests_and_serves_in_fifo_order() {
     // Nesting: each acquisition takes its own queue node.
-    let a = mpsync::Mutex::<Queued, u32>::new(0);
-    let b = mpsync::Mutex::<Queued, u32>::new(0);
+    let a = mpsync::lock::Mutex::<Queued, u32>::new(0);
+    let b = mpsync::lock::Mutex::<Queued, u32>::new(0);
     {
         let mut ga = a.lock();
         let mut gb = b.lock();
@@ -754,7 +754,7 @@ fn queued_nests_and_serves_in_fifo_order() {
     // is known to have taken its place (its tail swap) when it reaches the
     // link window (`QUEUE_LOCK_LINK`, a trap for it alone) — no sleep that a
     // loaded machine could outlast (CI once saw [0, 1, 3, 2] with a 20 ms one).
-    let m = mpsync::Mutex::<Queued, Vec<u32>>::new(Vec::new());
+    let m = mpsync::lock::Mutex::<Queued, Vec<u32>>::new(Vec::new());
     let held = m.lock();
     std::thread::scope(|s| {
         for i in 0..4u32 {
@@ -831,10 +831,10 @@ fn anderson_refuses_more_threads_than_slots() {
 #[test]
 fn nested_scheduler_conscious_locks_keep_the_state() {
     let cb = sched::current();
-    let outer = mpsync::Mutex::<TicketNp, u32>::new(0);
-    let mid = mpsync::Mutex::<SmartQ, u32>::new(0);
-    let inner = mpsync::Mutex::<QueuedHandshaking, u32>::new(0);
-    let tp = mpsync::Mutex::<McsTp, u32>::new(0);
+    let outer = mpsync::lock::Mutex::<TicketNp, u32>::new(0);
+    let mid = mpsync::lock::Mutex::<SmartQ, u32>::new(0);
+    let inner = mpsync::lock::Mutex::<QueuedHandshaking, u32>::new(0);
+    let tp = mpsync::lock::Mutex::<McsTp, u32>::new(0);
     {
         let _a = outer.lock();
         assert_eq!(cb.depth(), 1);

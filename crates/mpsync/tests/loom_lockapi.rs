@@ -13,7 +13,7 @@ use lock_api::{MutexGuard, RawMutex, RawMutexFair, RawMutexTimed};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
-use mpsync::Mutex;
+use mpsync::lock::Mutex;
 use mpsync::lock::{BoundedSteal, ClhTp, Condvar, McsTp, Native, SmartQ, SpinThenPark, TicketNp};
 
 fn builder(preemptions: usize) -> loom::model::Builder {

@@ -12,6 +12,8 @@
 //! (its SeqCst fences) and the slow reader re-enabling the bias. Upgradable
 //! reads (RW-TAS-B, RW-Queued, BRAVO over RW-TAS-B with a fast reader): an
 //! upgrader reads, upgrades and writes beside a thread that reads and then writes.
+//! Downgrades (RW-TAS-B, RW-Queued): a writer that downgrades and reads beside a
+//! writer that then reads.
 //!
 //! Barriers: two participants, two episodes each; in every episode each writes
 //! its own cell before the wait and reads the other's after it (then waits once
@@ -33,11 +35,11 @@ use mpsync::rwlock::{Bravo, RwQueue, RwQueued, RwSmartQ, RwTasB, VisibleReaders}
 use mpsync::sched::{self, Actor, ThreadState};
 
 fn queued() -> RwQueued {
-    RwQueue::with_admission(Queued::new())
+    RwQueued::with_admission(Queued::new())
 }
 
 fn smart_q() -> RwSmartQ {
-    RwQueue::with_admission(SmartQ::new())
+    RwSmartQ::with_admission(SmartQ::new())
 }
 
 /// What a model thread does, in order: `true` = write, `false` = read.
@@ -379,4 +381,56 @@ fn mcs_tree_two_episodes() {
 #[test]
 fn scalable_sc_two_episodes() {
     barrier_model(|| ScalableSc::new(2).unwrap(), 2);
+}
+
+/// A writer that downgrades to a read (and reads what it wrote) beside a
+/// writer that then reads: the downgrade must keep the other writer out
+/// until the downgraded read ends (loom's `UnsafeCell` flags the overlap), and
+/// publish the write to the readers it lets in.
+fn downgrade_model<L>(make: fn() -> L, preemptions: usize)
+where
+    L: lock_api::RawRwLockDowngrade + Send + Sync + 'static,
+{
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(preemptions);
+    b.max_branches = 20_000;
+    b.check(move || {
+        let s = Arc::new((make(), UnsafeCell::new(0u32)));
+        let s2 = s.clone();
+        let t = thread::spawn(move || {
+            let g = s2.0.lock_exclusive();
+            // SAFETY: the write lock is held.
+            s2.1.with_mut(|p| unsafe { *p += 1 });
+            // SAFETY: from this lock on this thread.
+            let g = unsafe { s2.0.downgrade(g) };
+            // SAFETY: the (downgraded) read lock is held.
+            let v = s2.1.with(|p| unsafe { *p });
+            assert!(v >= 1, "the downgraded reader lost its own write");
+            // SAFETY: from this lock on this thread.
+            unsafe { s2.0.unlock_shared(g) };
+        });
+        let g = s.0.lock_exclusive();
+        // SAFETY: the write lock is held.
+        s.1.with_mut(|p| unsafe { *p += 1 });
+        // SAFETY: from this lock on this thread.
+        unsafe { s.0.unlock_exclusive(g) };
+        let g = s.0.lock_shared();
+        // SAFETY: the read lock is held.
+        let _ = s.1.with(|p| unsafe { *p });
+        // SAFETY: from this lock on this thread.
+        unsafe { s.0.unlock_shared(g) };
+        t.join().unwrap();
+        // SAFETY: joined.
+        assert_eq!(s.1.with(|p| unsafe { *p }), 2);
+    });
+}
+
+#[test]
+fn rw_tas_b_downgrade() {
+    downgrade_model(RwTasB::new, 3);
+}
+
+#[test]
+fn rw_queued_downgrade() {
+    downgrade_model(queued, 2);
 }

@@ -46,7 +46,7 @@ fn a_forgotten_np_guard_does_not_outlive_its_thread() {
     let _s = serial();
     for _ in 0..4 {
         std::thread::spawn(|| {
-            let m = Box::leak(Box::new(mpsync::Mutex::<TasBNp, ()>::new(())));
+            let m = Box::leak(Box::new(mpsync::lock::Mutex::<TasBNp, ()>::new(())));
             std::mem::forget(m.lock());
             assert!(sched::current().depth() >= 1);
         })

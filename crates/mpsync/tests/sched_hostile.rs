@@ -660,7 +660,7 @@ role_test!(
             return Err("a kernel answer with MPSYNC_EBPF=off".into());
         }
         // A lock that asks the kernel works without it.
-        let m: mpsync::Mutex<mpsync::lock::TicketNp, u64> = mpsync::Mutex::new(0);
+        let m: mpsync::lock::Mutex<mpsync::lock::TicketNp, u64> = mpsync::lock::Mutex::new(0);
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {

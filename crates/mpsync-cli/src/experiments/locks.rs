@@ -18,9 +18,11 @@ pub trait BenchLock: Send + Sync + 'static {
     fn with(&self, f: impl FnOnce());
 }
 
-impl<R: mpsync::lock_api::RawMutex + Send + Sync + 'static> BenchLock for mpsync::Mutex<R, ()> {
+impl<R: mpsync::lock_api::RawMutex + Send + Sync + 'static> BenchLock
+    for mpsync::lock::Mutex<R, ()>
+{
     fn create() -> Self {
-        mpsync::Mutex::new(())
+        mpsync::lock::Mutex::new(())
     }
     #[inline]
     fn with(&self, f: impl FnOnce()) {
@@ -322,24 +324,24 @@ macro_rules! row {
 /// The locks of the mutual-exclusion experiments, papers' first, then peers.
 pub fn mutex_table() -> Vec<LockImpl> {
     vec![
-        row!("TAS-B", Origin::Paper, true, mpsync::Mutex<TasB, ()>),
-        row!("TAS-B-np", Origin::Paper, true, mpsync::Mutex<TasBNp, ()>),
-        row!("Native", Origin::Paper, false, mpsync::Mutex<Native, ()>),
-        row!("Native-np", Origin::Paper, false, mpsync::Mutex<NativeNp, ()>),
-        row!("Queued", Origin::Paper, true, mpsync::Mutex<Queued, ()>),
-        row!("Queued-np", Origin::Paper, true, mpsync::Mutex<QueuedNp, ()>),
-        row!("Queued-Handshaking", Origin::Paper, true, mpsync::Mutex<QueuedHandshaking, ()>),
-        row!("Smart-Q", Origin::Paper, true, mpsync::Mutex<SmartQ, ()>),
-        row!("Ticket", Origin::Paper, true, mpsync::Mutex<Ticket, ()>),
-        row!("Ticket-np", Origin::Paper, true, mpsync::Mutex<TicketNp, ()>),
-        row!("TAS", Origin::Mpsync, true, mpsync::Mutex<Tas, ()>),
-        row!("Ticket-split", Origin::Mpsync, true, mpsync::Mutex<TicketSplit, ()>),
-        row!("Anderson", Origin::Mpsync, true, mpsync::Mutex<Anderson, ()>),
-        row!("CLH", Origin::Mpsync, true, mpsync::Mutex<Clh, ()>),
-        row!("MCS-TP", Origin::Mpsync, true, mpsync::Mutex<McsTp, ()>),
-        row!("CLH-TP", Origin::Mpsync, true, mpsync::Mutex<ClhTp, ()>),
-        row!("spin-then-park", Origin::Mpsync, false, mpsync::Mutex<SpinThenPark, ()>),
-        row!("bounded-steal", Origin::Mpsync, false, mpsync::Mutex<BoundedSteal, ()>),
+        row!("TAS-B", Origin::Paper, true, mpsync::lock::Mutex<TasB, ()>),
+        row!("TAS-B-np", Origin::Paper, true, mpsync::lock::Mutex<TasBNp, ()>),
+        row!("Native", Origin::Paper, false, mpsync::lock::Mutex<Native, ()>),
+        row!("Native-np", Origin::Paper, false, mpsync::lock::Mutex<NativeNp, ()>),
+        row!("Queued", Origin::Paper, true, mpsync::lock::Mutex<Queued, ()>),
+        row!("Queued-np", Origin::Paper, true, mpsync::lock::Mutex<QueuedNp, ()>),
+        row!("Queued-Handshaking", Origin::Paper, true, mpsync::lock::Mutex<QueuedHandshaking, ()>),
+        row!("Smart-Q", Origin::Paper, true, mpsync::lock::Mutex<SmartQ, ()>),
+        row!("Ticket", Origin::Paper, true, mpsync::lock::Mutex<Ticket, ()>),
+        row!("Ticket-np", Origin::Paper, true, mpsync::lock::Mutex<TicketNp, ()>),
+        row!("TAS", Origin::Mpsync, true, mpsync::lock::Mutex<Tas, ()>),
+        row!("Ticket-split", Origin::Mpsync, true, mpsync::lock::Mutex<TicketSplit, ()>),
+        row!("Anderson", Origin::Mpsync, true, mpsync::lock::Mutex<Anderson, ()>),
+        row!("CLH", Origin::Mpsync, true, mpsync::lock::Mutex<Clh, ()>),
+        row!("MCS-TP", Origin::Mpsync, true, mpsync::lock::Mutex<McsTp, ()>),
+        row!("CLH-TP", Origin::Mpsync, true, mpsync::lock::Mutex<ClhTp, ()>),
+        row!("spin-then-park", Origin::Mpsync, false, mpsync::lock::Mutex<SpinThenPark, ()>),
+        row!("bounded-steal", Origin::Mpsync, false, mpsync::lock::Mutex<BoundedSteal, ()>),
         row!("std::sync::Mutex", Origin::Peer, false, StdMutex),
         row!("parking_lot::Mutex", Origin::Peer, false, ParkingLot),
         row!(
@@ -385,7 +387,7 @@ mod tests {
     #[test]
     fn a_run_inside_its_cap_completes() {
         let cap = Arc::new(Censor::new(Duration::from_secs(3600), 2 * 200));
-        let body = synthetic::<mpsync::Mutex<mpsync::lock::TasB, ()>>(&spec(200, &cap));
+        let body = synthetic::<mpsync::lock::Mutex<mpsync::lock::TasB, ()>>(&spec(200, &cap));
         body(0);
         body(1);
         assert_eq!(cap.completed(), 1.0);
@@ -394,7 +396,8 @@ mod tests {
     #[test]
     fn a_run_past_its_cap_stops_and_reports_the_fraction_done() {
         let cap = Arc::new(Censor::new(Duration::ZERO, u64::MAX / 4));
-        let body = synthetic::<mpsync::Mutex<mpsync::lock::TasB, ()>>(&spec(u64::MAX / 4, &cap));
+        let body =
+            synthetic::<mpsync::lock::Mutex<mpsync::lock::TasB, ()>>(&spec(u64::MAX / 4, &cap));
         body(0);
         let done = cap.completed();
         assert!(done < 1e-6, "{done}");

@@ -49,9 +49,11 @@ pub trait BenchRw: Send + Sync + 'static {
     fn write(&self, f: impl FnOnce());
 }
 
-impl<R: mpsync::lock_api::RawRwLock + Send + Sync + 'static> BenchRw for mpsync::RwLock<R, ()> {
+impl<R: mpsync::lock_api::RawRwLock + Send + Sync + 'static> BenchRw
+    for mpsync::rwlock::RwLock<R, ()>
+{
     fn create() -> Self {
-        mpsync::RwLock::new(())
+        mpsync::rwlock::RwLock::new(())
     }
     #[inline]
     fn read(&self, f: impl FnOnce()) {
@@ -261,15 +263,15 @@ pub fn rw_table() -> Vec<RwImpl> {
         };
     }
     vec![
-        row!("RW-Smart-Q", false, mpsync::RwLock<RwSmartQ, ()>),
-        row!("RW-Queued", false, mpsync::RwLock<RwQueued, ()>),
-        row!("RW-TAS-B-np", false, mpsync::RwLock<RwTasBNp, ()>),
-        row!("RW-TAS-B", false, mpsync::RwLock<RwTasB, ()>),
-        row!("RW-Native-np", false, mpsync::RwLock<RwNativeNp, ()>),
-        row!("RW-Native", false, mpsync::RwLock<RwNative, ()>),
-        row!("BRAVO-RW-TAS-B", "RW-TAS-B", bravo mpsync::RwLock<Bravo<RwTasB>, ()>),
-        row!("BRAVO-RW-Smart-Q", "RW-Smart-Q", bravo mpsync::RwLock<Bravo<RwSmartQ>, ()>),
-        row!("BRAVO-RW-Native", "RW-Native", bravo mpsync::RwLock<Bravo<RwNative>, ()>),
+        row!("RW-Smart-Q", false, mpsync::rwlock::RwLock<RwSmartQ, ()>),
+        row!("RW-Queued", false, mpsync::rwlock::RwLock<RwQueued, ()>),
+        row!("RW-TAS-B-np", false, mpsync::rwlock::RwLock<RwTasBNp, ()>),
+        row!("RW-TAS-B", false, mpsync::rwlock::RwLock<RwTasB, ()>),
+        row!("RW-Native-np", false, mpsync::rwlock::RwLock<RwNativeNp, ()>),
+        row!("RW-Native", false, mpsync::rwlock::RwLock<RwNative, ()>),
+        row!("BRAVO-RW-TAS-B", "RW-TAS-B", bravo mpsync::rwlock::RwLock<Bravo<RwTasB>, ()>),
+        row!("BRAVO-RW-Smart-Q", "RW-Smart-Q", bravo mpsync::rwlock::RwLock<Bravo<RwSmartQ>, ()>),
+        row!("BRAVO-RW-Native", "RW-Native", bravo mpsync::rwlock::RwLock<Bravo<RwNative>, ()>),
         row!(BASELINE, true, ParkingLotRw),
         row!("std::sync::RwLock", true, StdRw),
         row!("crossbeam ShardedLock", true, Sharded),

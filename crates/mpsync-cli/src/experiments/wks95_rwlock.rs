@@ -93,12 +93,12 @@ fn runner(name: &str) -> Option<Runner> {
     use super::rwlock_oversub::{ParkingLotRw, Sharded, StdRw};
     use mpsync::rwlock::{RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
     Some(match name {
-        "RW-Smart-Q" => program::<mpsync::RwLock<RwSmartQ, ()>>,
-        "RW-Queued" => program::<mpsync::RwLock<RwQueued, ()>>,
-        "RW-TAS-B-np" => program::<mpsync::RwLock<RwTasBNp, ()>>,
-        "RW-TAS-B" => program::<mpsync::RwLock<RwTasB, ()>>,
-        "RW-Native-np" => program::<mpsync::RwLock<RwNativeNp, ()>>,
-        "RW-Native" => program::<mpsync::RwLock<RwNative, ()>>,
+        "RW-Smart-Q" => program::<mpsync::rwlock::RwLock<RwSmartQ, ()>>,
+        "RW-Queued" => program::<mpsync::rwlock::RwLock<RwQueued, ()>>,
+        "RW-TAS-B-np" => program::<mpsync::rwlock::RwLock<RwTasBNp, ()>>,
+        "RW-TAS-B" => program::<mpsync::rwlock::RwLock<RwTasB, ()>>,
+        "RW-Native-np" => program::<mpsync::rwlock::RwLock<RwNativeNp, ()>>,
+        "RW-Native" => program::<mpsync::rwlock::RwLock<RwNative, ()>>,
         "parking_lot::RwLock" => program::<ParkingLotRw>,
         "std::sync::RwLock" => program::<StdRw>,
         "crossbeam ShardedLock" => program::<Sharded>,

@@ -70,6 +70,16 @@ impl Barrier for Central {
 
     fn wait(&self, id: usize) -> BarrierWaitResult {
         check_id("Central barrier", id, self.n);
+        self.arrive()
+    }
+}
+
+impl Central {
+    /// Arrives without an id: the centralized barrier counts arrivals, it
+    /// does not need to know who arrives (so [`SimpleBarrier`](super::SimpleBarrier)
+    /// can take any thread).
+    #[inline]
+    pub(crate) fn arrive(&self) -> BarrierWaitResult {
         let seen = self.release.current();
         // AcqRel: Release publishes our pre-barrier work to the last arriver;
         // Acquire (for the last arriver) gathers everyone's.

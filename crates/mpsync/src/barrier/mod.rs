@@ -47,11 +47,12 @@
 //! the shared waiting policy, `sched::Waiter`, and then sleeps on the thread's
 //! wake word).
 
-mod central;
-mod dissemination;
-mod mcs;
-mod scalable;
-mod tree;
+pub mod central;
+pub mod dissemination;
+pub mod mcs;
+pub mod scalable;
+pub mod simple;
+pub mod tree;
 
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ pub use central::Central;
 pub use dissemination::Dissemination;
 pub use mcs::McsTree;
 pub use scalable::ScalableSc;
+pub use simple::SimpleBarrier;
 pub use tree::CombiningTree;
 
 use crate::sched;

@@ -3,7 +3,7 @@
 //! combining tree across processors, reorganized when the partition changes.
 //!
 //! Wisniewski, Kontothanassis & Scott, PPoPP 1995 §3.3 (papers/001_…; Axelrod's
-//! and Markatos et al.'s two-level scheme). A [`Layout`] puts each participant
+//! and Markatos et al.'s two-level scheme). A `Layout` puts each participant
 //! in the group of the processor it is scheduled on — the emulated scheduler's
 //! assignment (`ContextBlock::processor`), natively participant `id mod P`
 //! for the `P` processors of the affinity mask (capped by the cgroup quota),

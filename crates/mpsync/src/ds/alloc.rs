@@ -117,7 +117,7 @@ mod magazine {
     // SAFETY: only kept to keep the memory reachable; never dereferenced.
     unsafe impl Send for ChunkPtr {}
 
-    static DEPOT: crate::Mutex<TasB, Depot> = crate::Mutex::new(Depot {
+    static DEPOT: crate::lock::Mutex<TasB, Depot> = crate::lock::Mutex::new(Depot {
         full: Vec::new(),
         empty: Vec::new(),
         chunks: Vec::new(),

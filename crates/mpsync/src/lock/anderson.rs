@@ -19,7 +19,7 @@
 //! Uses `sched`: nothing. Progress: FIFO, starvation-free.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{Anderson, AndersonN}, lock_api::RawMutex};
+//! use mpsync::{lock::{Mutex, Anderson, AndersonN}, lock_api::RawMutex};
 //! let m: Mutex<Anderson, u32> = Mutex::new(0);
 //! *m.lock() += 1;
 //! // Two slots: a third simultaneous user is refused, not admitted.

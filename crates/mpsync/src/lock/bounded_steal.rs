@@ -9,7 +9,7 @@
 //!   is never handed it, it takes it itself when it runs.
 //! - **A queue for order among waiters** (an MCS queue of per-acquisition
 //!   nodes). Only its head waits for the lock, spinning through a
-//!   [`Waiter`](crate::sched::Waiter) that watches the holder; the head parks
+//!   [`Waiter`] that watches the holder; the head parks
 //!   when the holder is preempted or holds the lock beyond the waiter's
 //!   patience ([`HEAD_PARKED`] tells the releaser to wake it). Later waiters
 //!   spin at most [`QUEUED_PATIENCE`] (a hand-over under way), then park, and
@@ -17,14 +17,12 @@
 //!   takes the lock and leaves the queue, so they are awake and spinning by the
 //!   time the lock is free again. That new holder sends the wake-up from its
 //!   `unlock`, after its critical section, not from inside it (a futex wake is
-//!   a system call of a few µs; at CS 0.2 µs / NCS 2 µs, 8 threads on the quiet
-//!   2-core machine, moving it out measured 0.93–0.97× parking_lot against
-//!   0.87–0.94× in the same runs). With the kernel's answer, patience parks the
+//!   a system call of a few µs). With the kernel's answer, patience parks the
 //!   head and later waiters only under CPU pressure (some registered thread
 //!   preempted, or woken and not yet on a CPU: [`counting_wakeups`](crate::sched::Waiter::counting_wakeups),
 //!   since a woken head may wait for a spinner's slice) or while the holder is
 //!   off its CPU; otherwise they keep
-//!   spinning (the [`Waiter`](crate::sched::Waiter)'s rule). The arrival's
+//!   spinning (the [`Waiter`]'s rule). The arrival's
 //!   steal spin stays bounded whatever the pressure: its end means "queue".
 //! - **Bounded stealing.** A thread arriving while the lock is held spins for it
 //!   a little before queueing ([`STEAL_PATIENCE`]); a running thread takes a
@@ -64,7 +62,7 @@
 //!
 //! Progress: deadlock-free; starvation-free for a waiter that runs (once at the
 //! head, it waits at most one fairness bound plus one critical section; the
-//! queue ahead of it is FIFO). Uses `sched`: [`Waiter`](sched::Waiter),
+//! queue ahead of it is FIFO). Uses `sched`: [`Waiter`],
 //! [`is_preempted`](sched::is_preempted), [`wake`](sched::wake).
 //!
 //! | `word` bit    | set by                         | cleared by                 |
@@ -74,7 +72,7 @@
 //! | [`HEAD_PARKED`]| the queue head, before parking| `unlock` (then wakes it), or the head's CAS |
 //!
 //! ```
-//! use mpsync::{Mutex, lock::BoundedSteal};
+//! use mpsync::lock::{Mutex, BoundedSteal};
 //! let m: Mutex<BoundedSteal, Vec<u32>> = Mutex::new(Vec::new());
 //! std::thread::scope(|s| {
 //!     for i in 0..4 {
@@ -111,15 +109,8 @@ pub const FAIR_AFTER: Duration = Duration::from_micros(500);
 /// enough to outlast a critical section that runs, including one lengthened
 /// by the wake-up a new holder sends its successor from inside it (a futex
 /// wake, a few µs): an arrival that gives up queues behind every waiter and
-/// sleeps, and starts a turn out of order. Measured (issue 13, 8 threads on
-/// 2 cores, CS 0.2 µs / NCS 2 µs, counting queueings): with 2 µs (the first
-/// choice), 560–3,300 arrivals a second queued that way at quiet moments
-/// (9–40 % of all queueings) and 550–5,200 under load; with 10 or 20 µs,
-/// 3–150 under load. On 2 CPUs of a quiet 16-core machine (8 threads, 1 s
-/// rounds, ratio to `parking_lot::Mutex`), 10 µs against 2 µs: CS 0.2 / NCS 2
-/// unpinned 0.82 vs 0.76–0.79, CS 1 / NCS 1 1.16–1.21 vs 1.06–1.11, pinned with
-/// the burst adversary 1.03 vs 0.90–0.93; CS 0.2 / NCS 2 pinned unchanged
-/// (0.71–0.79 either way).
+/// sleeps, and starts a turn out of order. (How 10 µs was chosen over 2 µs:
+/// CHANGELOG.md.)
 pub const STEAL_PATIENCE: Duration = Duration::from_micros(10);
 
 /// How long a waiter queued behind the head spins before it sleeps (it spins
@@ -130,23 +121,12 @@ pub const QUEUED_PATIENCE: Duration = Duration::from_micros(2);
 
 /// Default steal budget: acquisitions a thread may make in a row before its
 /// turn ends with a fair unlock (module doc, "a steal budget per thread"): a
-/// turn of ≈ 1 ms for microsecond critical sections. Measured (issue 13) on
-/// the quiet 2-core machine with a scratch program: 8 threads, 1 s runs, each
-/// beside a `parking_lot::Mutex` run in the same process (the ratio), CPU idle
-/// from /proc/stat; ranges over 2–6 runs per cell:
-///
-/// | turn ends by | budget | CS 0.2 / NCS 2 pinned | unpinned | CS 1 / NCS 1 pinned | unpinned |
-/// |---|---|---|---|---|---|
-/// | queueing (before) | 128 | 0.72–0.82×, fair ≥ 0.94, idle 16–24 % | 0.71–0.87×, fair ≥ 0.93 | 1.07–1.24×, fair ≥ 0.92 | 1.11–1.34×, fair ≥ 0.93 |
-/// | fair unlock | 256 | 0.92–0.94×, fair ≥ 0.97 | 0.92–0.93×, fair ≥ 0.97 | 1.38×, fair ≥ 0.98 | 1.35–1.37×, fair ≥ 0.96 |
-/// | fair unlock | **512** | 0.90–1.02×, fair ≥ 0.93, idle 1–6 % | 0.91–0.95×, fair ≥ 0.96 | 1.21–1.40×, fair ≥ 0.95 | 1.10–1.46×, fair ≥ 0.93 |
-/// | fair unlock | 2048 | 0.98×, fair ≥ 0.84 | 0.94–0.96×, fair ≥ 0.87 | 1.37–1.49×, fair ≥ 0.82 | 1.34–1.39×, fair ≥ 0.83 |
-/// | none (10⁶) | — | 0.98–1.04×, fair ≥ 0.87 | 0.99–1.00×, fair ≥ 0.79 | 1.42–1.43×, fair ≥ 0.70 | 1.36–1.37×, fair ≥ 0.67 |
-///
-/// So without turns bounded-steal is as fast as parking_lot but no fairer
-/// (parking_lot: 0.62–0.94 in the same runs); 512 keeps the fairness ≥ 0.93 at
-/// 0.9–1.0× where the critical section is short and the lock seldom
-/// contended, and ≈ 1.35× where it is contended.
+/// turn of ≈ 1 ms for microsecond critical sections. Without turns
+/// bounded-steal is as fast as parking_lot but no fairer; with 512 (8 threads
+/// on 2 cores, ratio to `parking_lot::Mutex` in the same process) it kept
+/// fairness (min/max per-thread acquisitions) ≥ 0.93 at 0.9–1.0× parking_lot
+/// where the critical section is short and the lock seldom contended, and
+/// ≈ 1.35× where it is contended. (The measurements: CHANGELOG.md.)
 pub const STEAL_BUDGET: u32 = 512;
 
 #[cfg(not(loom))]
@@ -405,8 +385,7 @@ impl BoundedSteal {
     /// This lock's waits count threads woken and not yet on a CPU as CPU
     /// pressure (`sched::waiter`'s module doc): its queue head, woken one step
     /// ahead, may wait for the processor of a spinner that would otherwise
-    /// spin its whole slice away (16 cores, 17 threads: 0.80 → 0.28×
-    /// parking_lot when only preempted threads counted).
+    /// spin its whole slice away.
     #[inline]
     fn waiter(w: Waiter) -> Waiter {
         w.counting_wakeups()

@@ -15,7 +15,7 @@
 //! Uses `sched`: nothing. Progress: FIFO, starvation-free.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::Clh};
+//! use mpsync::lock::{Mutex, Clh};
 //! let m: Mutex<Clh, Vec<u8>> = Mutex::new(vec![]);
 //! m.lock().push(1);
 //! let g = m.lock();

@@ -8,7 +8,7 @@
 //! it: it marks that node *removed* and from then on spins on the node before it.
 //! The removed thread notices when it runs again and enqueues anew.
 //!
-//! ## When a waiter stops spinning (issue 13 §2)
+//! ## When a waiter stops spinning
 //! Natively — with the kernel's answers (eBPF) and with heartbeats only — a
 //! waiter stops spinning when its predecessor is the holder and the kernel
 //! says it is preempted ([`sched::native::kernel_preempted`], the eBPF
@@ -31,30 +31,12 @@
 //! ([`sched::yield_now`]) and keeps its place, as in the paper. The
 //! waiting-time clock is read by waiters only, never on the uncontended path.
 //!
-//! Measured (`lock-oversub`, ratio to parking_lot in the same run, fairness
-//! = min/max per-thread acquisitions), against the older native waiting that
-//! called `sched_yield` past the threshold with heartbeats only and kept its
-//! place:
-//! - On the 2-core development machine, quiet (8 threads, 1 s rounds, eBPF
-//!   off, one run): the nap 0.84 (fairness 0.87) at cs0.2-ncs2 unpinned,
-//!   0.58 (0.62) cs1-ncs1 unpinned, 0.87 (0.93) cs0.2-ncs2 pinned, 0.59
-//!   (0.58) cs1-ncs1 pinned, 1.10 (0.85) and 0.62 (0.57) with the burst
-//!   adversary at 4 and 8 threads; the yield 0.77 (0.82), 0.73 (0.64), 0.88
-//!   (0.89), 0.78 (0.48), 0.82 (0.63), 0.88 (0.56): faster at the cs1
-//!   points, but at cs1-ncs1 pinned its fairness (0.48) missed the issue's
-//!   target without eBPF (≥ 0.5× parking_lot, fairness ≥ 0.5), which the
-//!   nap met at every point. (A nap in place, without withdrawing, 50 µs:
-//!   0.44–0.49 at three points: worse.)
-//! - On a quiet 16-core machine (32 threads, 1 s rounds, eBPF off; an
-//!   earlier session): the yield collapsed to 0.06–0.17×, the nap held
-//!   0.78–1.10×. On 2 CPUs of that machine (8 threads) the nap measured
-//!   0.46–0.63 at three cs1 points where the yield measured 0.90–0.97:
-//!   without the kernel a waiter cannot tell a preempted holder from a long
-//!   queue, and naps 200 µs where a yield would have returned at once.
-//! - With the kernel's answers, on 2 CPUs of the 16-core machine (8 threads,
-//!   two runs; an earlier session): the nap was as fast or faster at every
-//!   point (cs1-ncs1 pinned 1.14/1.15× vs 1.01/1.03×, with the burst
-//!   adversary 1.23/1.17 vs 1.05/1.01, fairness 0.74–0.95 vs 0.58–0.91).
+//! Why withdraw and nap rather than yield: without the kernel's answer a
+//! waiter cannot tell a preempted holder from a long queue; a `sched_yield`
+//! that keeps its place collapsed on a 16-core machine at 32 threads
+//! (0.06–0.17× parking_lot, `lock-oversub`, eBPF off) where the nap held
+//! 0.78–1.10×. The measurements, and where the nap costs (cs1 points on 2
+//! CPUs without eBPF): CHANGELOG.md.
 //!
 //! ## The status word
 //! Each node has one word, `generation << 3 | state`; the generation grows every
@@ -79,7 +61,7 @@
 //! nodes are therefore *type-stable*: they come from a global pool and are never
 //! freed (the pool is as large as the most nodes ever in use at once).
 //!
-//! ## Timed acquisition (issue 13 §4)
+//! ## Timed acquisition
 //!
 //! A timed waiter ([`lock_api::RawMutexTimed`]) reads the clock at every turn
 //! of its wait (the untimed one never does) and, once its deadline has passed
@@ -108,7 +90,7 @@
 //! and so does one that withdraws to nap.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::ClhTp};
+//! use mpsync::lock::{Mutex, ClhTp};
 //! let m: Mutex<ClhTp, Vec<u8>> = Mutex::new(vec![]);
 //! m.lock().push(1);
 //! let g = m.lock();
@@ -146,9 +128,8 @@ const ABANDONED: u64 = 5;
 /// How long a native waiter that stopped spinning naps, withdrawn from the
 /// queue, before it enqueues again (module doc): below a scheduler slice
 /// (1–4 ms natively), long enough that the napper does not come back into a
-/// queue still stalled behind the same preempted holder. Measured on 2 loaded
-/// cores (lock-oversub, 4 and 8 threads): 20 µs naps were slower than 200 µs
-/// ones with the kernel's answers off (more withdraw/re-enqueue rounds).
+/// queue still stalled behind the same preempted holder (20 µs naps were
+/// slower: more withdraw/re-enqueue rounds; CHANGELOG.md).
 pub const NAP: Duration = Duration::from_micros(200);
 const STATE_BITS: u32 = 3;
 const STATE_MASK: u64 = (1 << STATE_BITS) - 1;
@@ -297,7 +278,7 @@ mod pool {
 /// processor, as in the paper (module doc, "When a waiter stops spinning").
 ///
 /// ```
-/// use mpsync::{Mutex, lock::ClhTp};
+/// use mpsync::lock::{Mutex, ClhTp};
 /// let m: Mutex<ClhTp, u32> = Mutex::new(0);
 /// std::thread::scope(|s| {
 ///     for _ in 0..4 {

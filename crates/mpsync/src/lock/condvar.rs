@@ -20,7 +20,8 @@ impl WaitTimeoutResult {
     }
 }
 
-/// A condition variable for `mpsync::Mutex<L, T>` with any lock `L`.
+/// A condition variable for [`mpsync::Mutex`](crate::Mutex) and for
+/// [`lock::Mutex<L, T>`](crate::lock::Mutex) with any lock `L`.
 ///
 /// The condvar is a *sequence word* that every notification bumps, and a count
 /// of waiters so that a notification nobody waits for costs no system call:
@@ -94,10 +95,10 @@ impl WaitTimeoutResult {
 /// [`unpark_all`](crate::sched::unpark_all).
 ///
 /// ```
-/// use mpsync::{Mutex, lock::{Condvar, SpinThenPark}};
+/// use mpsync::{Condvar, Mutex};
 /// use std::time::Duration;
 ///
-/// let queue: Mutex<SpinThenPark, Vec<u32>> = Mutex::new(Vec::new());
+/// let queue = Mutex::new(Vec::new());
 /// let ready = Condvar::new();
 /// std::thread::scope(|s| {
 ///     s.spawn(|| {
@@ -177,6 +178,42 @@ impl Condvar {
                 WaitTimeoutResult(false)
             }
         }
+    }
+
+    /// parking_lot's name for [`wait_timeout`](Self::wait_timeout): as
+    /// [`wait`](Self::wait), for at most `timeout`.
+    ///
+    /// ```
+    /// let m = mpsync::Mutex::new(false);
+    /// let cv = mpsync::Condvar::new();
+    /// let mut ready = m.lock();
+    /// assert!(cv.wait_for(&mut ready, std::time::Duration::ZERO).timed_out());
+    /// ```
+    #[inline]
+    pub fn wait_for<L: RawMutex, T: ?Sized>(
+        &self,
+        guard: &mut MutexGuard<'_, L, T>,
+        timeout: Duration,
+    ) -> WaitTimeoutResult {
+        self.wait_timeout(guard, timeout)
+    }
+
+    /// parking_lot's name and argument order for
+    /// [`wait_timeout_while`](Self::wait_timeout_while): waits while
+    /// `condition` holds, for at most `timeout`.
+    #[inline]
+    pub fn wait_while_for<L, T, F>(
+        &self,
+        guard: &mut MutexGuard<'_, L, T>,
+        condition: F,
+        timeout: Duration,
+    ) -> WaitTimeoutResult
+    where
+        L: RawMutex,
+        T: ?Sized,
+        F: FnMut(&mut T) -> bool,
+    {
+        self.wait_timeout_while(guard, timeout, condition)
     }
 
     /// As [`wait`](Self::wait), until `deadline` at the latest.
@@ -284,7 +321,7 @@ mod tests {
     //! Single-thread behaviour (Miri-friendly where no real time is involved);
     //! the threaded tests are in `tests/lockapi.rs`.
     use super::*;
-    use crate::Mutex;
+    use crate::lock::Mutex;
     use crate::lock::{Native, TasBNp};
 
     #[test]

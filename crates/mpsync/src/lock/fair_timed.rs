@@ -11,7 +11,7 @@
 //! | [`BoundedSteal`]                          | yes: the queue head gets the lock, stealing is off | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`]              | no: the word names no waiter to hand to     | yes: a waiter that gives up just stops   |
 //! | [`TasB`]                                  | no: nobody is known to wait                 | yes: a waiter that gives up stops backing off |
-//! | [`Tas`]                                   | no: nobody is known to wait                 | no: the papers' bare baseline            |
+//! | [`Tas`]                                   | no: nobody is known to wait                 | yes: a waiter that gives up stops swapping |
 //! | [`Np<L>`](Np)                             | as `L`, the request ends after the unlock   | as `L`, the request cancelled on timeout |
 //!
 //! **Fair unlocks.** A fair unlock hands the lock to a thread that is already
@@ -23,7 +23,7 @@
 //! queue order that runs; one that is preempted is skipped (its papers'
 //! algorithm) but keeps or regains its place, and a newcomer never takes the
 //! lock past the queue. [`BoundedSteal`] lets running threads steal a free
-//! lock; its fair unlock sets [`NO_STEAL`](super::bounded_steal::NO_STEAL)
+//! lock; its fair unlock sets [`NO_STEAL`]
 //! when a waiter is queued, so only the queue head may take the lock next
 //! (what its fairness bound does after 0.5 ms). Native and SpinThenPark are
 //! barging futex locks whose word records only "someone may sleep": there is
@@ -72,11 +72,7 @@
 //! (it is a `try_lock`), and a timed taker joins only while fewer than 8
 //! numbers are outstanding, waiting outside a longer queue (so every left
 //! number keeps its departed mark, and a storm of zero or tiny timeouts
-//! cannot bury the lock; ticket.rs, "Timed acquisition"). Until the idle
-//! claim (issue 13 §3) the idle look was fenced, paired with a fence in the
-//! departing taker; without the fence and with the idle claim, Ticket-np
-//! uncontended went from 9.7 to 2.2 ns (Ticket: 2.1 ns; `lock-latency
-//! --trials 7`, quiet 2-core machine).
+//! cannot bury the lock; ticket.rs, "Timed acquisition").
 //!
 //! CLH-TP never hands the lock over either: a releaser writes only its own
 //! node, and the waiter behind it takes the lock by its own WAITING → HOLDING
@@ -94,7 +90,7 @@
 //! RMW and no fence.
 //!
 //! ```
-//! use mpsync::{Mutex, MutexGuard, lock::{BoundedSteal, Native, NativeNp, Ticket}};
+//! use mpsync::{lock::{Mutex, MutexGuard, BoundedSteal, Native, NativeNp, Ticket}};
 //! use std::time::Duration;
 //!
 //! let m: Mutex<Native, u32> = Mutex::new(0);
@@ -122,13 +118,14 @@ use std::time::{Duration, Instant};
 
 use lock_api::{RawMutex, RawMutexFair, RawMutexTimed};
 
+use super::Tas;
 use super::bounded_steal::{HEAD_PARKED, LOCKED, NO_STEAL};
 use super::{
     AndersonN, BoundedSteal, Clh, ClhTp, Native, Np, NpGuard, Queued, SkipPolicy, SkipQueue,
     SpinThenPark, TasB, Ticket, TicketNp, TicketSplit,
 };
 #[allow(unused_imports)] // named by the module doc's table
-use super::{McsTp, QueuedHandshaking, SmartQ, Tas};
+use super::{McsTp, QueuedHandshaking, SmartQ};
 use crate::sched::{self, Wait, Waiter};
 use crate::sync::Ordering;
 
@@ -136,7 +133,7 @@ use crate::sync::Ordering;
 /// from now, or a plain `lock` (no deadline) if that instant cannot be
 /// represented.
 #[inline]
-fn try_lock_for_until<L: RawMutexTimed<Instant = Instant>>(
+pub(crate) fn try_lock_for_until<L: RawMutexTimed<Instant = Instant>>(
     l: &L,
     timeout: Duration,
 ) -> Option<L::Guard> {
@@ -240,6 +237,35 @@ macro_rules! timed_by_lock_slow {
 }
 
 timed_by_lock_slow!(Native, TasB, SpinThenPark);
+
+// SAFETY: the timed wait takes the lock only by `try_lock`'s swap (as `lock`
+// does); giving up holds and leaves nothing.
+unsafe impl RawMutexTimed for Tas {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    #[inline]
+    fn try_lock_for(&self, timeout: Duration) -> Option<Self::Guard> {
+        try_lock_for_until(self, timeout)
+    }
+
+    fn try_lock_until(&self, deadline: Instant) -> Option<Self::Guard> {
+        loop {
+            if let Some(g) = self.try_lock() {
+                return Some(g);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            for _ in 0..TAS_SPINS_PER_CLOCK {
+                crate::sync::spin_loop();
+            }
+        }
+    }
+}
+
+/// PAUSEs a timed [`Tas`] waiter makes between two reads of the clock.
+const TAS_SPINS_PER_CLOCK: u32 = if cfg!(loom) { 1 } else { 32 };
 
 // SAFETY: a timed waiter takes the lock only by the claim CAS that `lock`
 // uses (on its own number's offer); when it gives up it has claimed nothing,
@@ -393,7 +419,7 @@ mod tests {
     //! Single-thread protocol (Miri-friendly); the threaded tests are in
     //! `tests/lockapi.rs`.
     use super::*;
-    use crate::Mutex;
+    use crate::lock::Mutex;
     use lock_api::MutexGuard;
 
     fn fair_protocol<L: RawMutexFair>() {

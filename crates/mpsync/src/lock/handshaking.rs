@@ -11,7 +11,7 @@
 //! acknowledged lock is never held by a preemptable thread.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::QueuedHandshaking};
+//! use mpsync::lock::{Mutex, QueuedHandshaking};
 //! let m: Mutex<QueuedHandshaking, u32> = Mutex::new(0);
 //! *m.lock() += 1;
 //! assert_eq!(*m.lock(), 1);

@@ -10,7 +10,7 @@
 //! section of its own (use `Np<McsTp>` for one).
 //!
 //! ```
-//! use mpsync::{Mutex, lock::McsTp};
+//! use mpsync::lock::{Mutex, McsTp};
 //! let m: Mutex<McsTp, u32> = Mutex::new(0);
 //! *m.lock() += 1;
 //! assert_eq!(*m.lock(), 1);

@@ -1,5 +1,6 @@
 //! Mutual-exclusion locks. Every one implements `lock_api::RawMutex`, so
-//! `mpsync::Mutex<L, T>` works with guards:
+//! [`Mutex<L, T>`](Mutex) works with guards ([`crate::Mutex<T>`] is the one
+//! with the recommended lock; the crate's front page says which to choose):
 //!
 //! | type                   | paper name         | waits by                                  | source                  |
 //! |------------------------|--------------------|-------------------------------------------|-------------------------|
@@ -14,10 +15,10 @@
 //! | [`SmartQ`]             | Smart-Q            | own node; skipped if preempted            | 003 Figure 1            |
 //! | [`Clh`]                | CLH                | spinning on the predecessor's node, FIFO  | Craig; Magnusson et al. |
 //! | [`McsTp`]              | MCS-TP             | own node, heartbeats; skipped if stale    | He, Scherer & Scott 2005|
-//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred; stalled: withdraws, naps | He, Scherer & Scott 2005; issue 13 §2 |
+//! | [`ClhTp`]              | CLH-TP             | pred's node; removes a preempted pred; stalled: withdraws, naps | He, Scherer & Scott 2005 |
 //! | [`SpinThenPark`]       | (mpsync)           | spin while holders move, then futex       | 003 §2 + TP holders     |
 //! | [`Native`]             | Native             | futex (`sched::park`)                     | 003 §4.1, 001 §4        |
-//! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | issue 13; pv-qspinlock, parking_lot |
+//! | [`BoundedSteal`]       | (mpsync)           | head spins on the holder, others park; stealing bounded | pv-qspinlock, parking_lot |
 //! | [`Np<L>`]              | L-np               | as `L`, CS no-preempt                     | 003 §3, 001 §3 (Symunix)|
 //!
 //! ## lock_api's optional traits, and a condition variable
@@ -31,7 +32,7 @@
 //! | [`BoundedSteal`] | yes: a fair unlock turns stealing off, so the queue head gets the lock | yes: timed acquirers steal, never queue |
 //! | [`Native`], [`SpinThenPark`] | no: the word names no waiter to hand the lock to | yes: a waiter that gives up just stops; the lock is never granted |
 //! | [`TasB`] | no: nobody is known to wait | yes: a waiter that gives up stops backing off |
-//! | [`Tas`] | no: nobody is known to wait | no: the papers' bare baseline |
+//! | [`Tas`] | no: nobody is known to wait | yes: a waiter that gives up stops swapping |
 //! | [`Np<L>`](Np) | as `L` | as `L`; the request is cancelled on a timeout |
 //!
 //! [`Condvar`] works with `Mutex<L, T>` for every `L` (wait, `wait_while`,
@@ -75,7 +76,7 @@
 //!   (`sched` registers threads under a process-wide lock).
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{TasBNp, NativeNp}};
+//! use mpsync::{lock::{Mutex, TasBNp, NativeNp}};
 //! let a: Mutex<TasBNp, u8> = Mutex::new(1);
 //! let b: Mutex<NativeNp, u8> = Mutex::new(2);
 //! assert_eq!(*a.lock() + *b.lock(), 3);
@@ -199,7 +200,7 @@ pub(crate) const LINK_NAP: std::time::Duration = std::time::Duration::from_micro
 /// for our processor; an emulated yield inside a no-preempt section would be
 /// ignored; the request is resumed before returning):
 ///
-/// - **natively** (issue 13: no `sched_yield` in locks) the wait goes through
+/// - **natively** (no lock calls `sched_yield`) the wait goes through
 ///   the [`Waiter`](crate::sched::Waiter): spin, and once it advises parking
 ///   (its patience, 50 µs, spent: the successor is off its CPU) sleep
 ///   [`LINK_NAP`] on our own wake word and look again. A bounded nap rather
@@ -259,27 +260,27 @@ pub(crate) fn wait_for_link<T>(mut link: impl FnMut() -> Option<T>) -> T {
     n
 }
 
-mod anderson;
-mod bounded_steal;
-mod clh;
-mod clh_tp;
-mod condvar;
-mod fair_timed;
-mod handshaking;
-mod mcs_tp;
-mod native;
-mod np;
-mod queued;
+pub mod anderson;
+pub mod bounded_steal;
+pub mod clh;
+pub mod clh_tp;
+pub mod condvar;
+pub mod fair_timed;
+pub mod handshaking;
+pub mod mcs_tp;
+pub mod native;
+pub mod np;
+pub mod queued;
 #[cfg(all(test, loom))]
 mod shared_claim_loom;
 #[cfg(all(test, not(loom)))]
 mod shared_claim_tests;
-mod skipq;
-mod smartq;
-mod spin_park;
-mod tas;
-mod tas_b;
-mod ticket;
+pub mod skipq;
+pub mod smartq;
+pub mod spin_park;
+pub mod tas;
+pub mod tas_b;
+pub mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
 pub use bounded_steal::{BoundedSteal, FAIR_AFTER, QUEUED_PATIENCE, STEAL_BUDGET, STEAL_PATIENCE};
@@ -297,6 +298,13 @@ pub use spin_park::{SPIN_THEN_PARK_DEFAULT_PATIENCE, SpinThenPark};
 pub use tas::Tas;
 pub use tas_b::TasB;
 pub use ticket::{TICKET_NP_DEFAULT_PATIENCE, Ticket, TicketNp, TicketNpGuard, TicketSplit};
+
+/// A mutex over any mpsync lock `L`: `lock::Mutex<SmartQ, T>`. (The same
+/// type as `lock_api::Mutex<L, T>`; [`crate::lock::Mutex<T>`] is this with the
+/// recommended lock.)
+pub type Mutex<L, T> = lock_api::Mutex<L, T>;
+/// The guard of a [`Mutex`].
+pub type MutexGuard<'a, L, T> = lock_api::MutexGuard<'a, L, T>;
 
 /// TAS-B with its critical section marked no-preempt (paper 003 §4.1).
 pub type TasBNp = Np<TasB>;
@@ -498,7 +506,7 @@ impl std::error::Error for LockError {}
 mod tests {
     //! Small enough for Miri: single-thread protocol and a two-thread handoff.
     use super::*;
-    use crate::Mutex;
+    use crate::lock::Mutex;
     use lock_api::RawMutex;
 
     fn protocol<L: RawMutex>() {

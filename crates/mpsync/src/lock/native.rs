@@ -1,5 +1,5 @@
 //! Native: a blocking mutex on the OS's own primitive — the papers' "native lock",
-//! here Linux's futex (through [`sched::park`](crate::sched::park)).
+//! here Linux's futex (through [`sched::park`]).
 //!
 //! Drepper's three-state futex mutex ("Futexes Are Tricky", 2011, mutex 2) with a
 //! short spin before sleeping, as glibc's adaptive mutex does.
@@ -17,7 +17,7 @@
 //! to — use [`BoundedSteal`](super::BoundedSteal) for fair unlocks.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::Native};
+//! use mpsync::lock::{Mutex, Native};
 //! let m: Mutex<Native, String> = Mutex::new(String::new());
 //! m.lock().push_str("hi");
 //! assert_eq!(&*m.lock(), "hi");

@@ -20,7 +20,7 @@
 //! those of `L`. The guard is not `Send`: the request belongs to its thread.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{TasBNp, Np, Native}, sched::{self, ThreadState}};
+//! use mpsync::{lock::{Mutex, TasBNp, Np, Native}, sched::{self, ThreadState}};
 //!
 //! let m: Mutex<TasBNp, u32> = Mutex::new(0);
 //! {

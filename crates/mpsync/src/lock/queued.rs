@@ -11,11 +11,11 @@
 //! Queue nodes come from a per-thread cache, so callers never supply one; every
 //! acquisition takes its own node (nesting works), and the guard carries it.
 //! A releaser whose successor has swapped itself in but not yet linked waits
-//! for the link, spinning and then yielding ([`super::wait_for_link`]).
+//! for the link, spinning and then yielding (`wait_for_link` in `lock`).
 //! Uses `sched`: `yield_now` (only in that wait). Progress: starvation-free, FIFO.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::Queued};
+//! use mpsync::lock::{Mutex, Queued};
 //! let m: Mutex<Queued, Vec<u32>> = Mutex::new(Vec::new());
 //! m.lock().push(3);
 //! let outer = m.lock();

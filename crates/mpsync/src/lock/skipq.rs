@@ -17,7 +17,7 @@
 //! its successor is known or the queue was emptied behind it, and only then may
 //! its owner reuse it.
 //!
-//! # Waiting (issue 13 §2)
+//! # Waiting
 //!
 //! Under the emulated pseudo-scheduler waiters wait as in the papers: they spin,
 //! publish heartbeats, and give their processor away when the scheduler warns
@@ -32,8 +32,7 @@
 //! patience and a skip). Threads woken and not yet on a CPU are not pressure
 //! here (the default `Waiter`, not [`Waiter::counting_wakeups`]): the waiter
 //! a releaser wakes one step ahead is mostly coming up on an idle core, and
-//! counting it parked the other spinners again (16 cores, 14–17 threads:
-//! 0.6–1.15× parking_lot fell to 0.1–0.97×). No lock here calls
+//! counting it parked the other spinners again. No lock here calls
 //! `sched_yield` natively.
 //!
 //! Where the kernel does not answer (eBPF off or not permitted), "preempted"
@@ -43,9 +42,7 @@
 //! releaser hands the lock only to a waiter whose heartbeat is at most
 //! [`GRANT_FRESH_NS`] old — a spinning waiter publishes every few µs, and the
 //! general 100 µs threshold let a waiter preempted less than 100 µs ago be
-//! granted, the lock then waiting out its time off the CPU. (cs1-ncs1, 8
-//! threads pinned on 2 loaded cores, eBPF off: Smart-Q/MCS-TP 0.1× →
-//! 0.5–0.9× parking_lot.)
+//! granted, the lock then waiting out its time off the CPU.
 //!
 //! A parked waiter must never be handed the lock — the lock would then wait
 //! for it to wake up. So the grant is a CAS on the waiter's node state:
@@ -67,7 +64,7 @@
 //! wakes its successor **one step ahead** of its turn (`PARKED` → `WOKEN`), so
 //! that it is spinning again by the time the lock is handed over.
 //!
-//! # Timed acquisition (issue 13 §4)
+//! # Timed acquisition
 //!
 //! A timed waiter ([`lock_api::RawMutexTimed`]) whose deadline passes withdraws
 //! with the same kind of CAS the releaser grants with: `WAITING`/`PARKED`/`WOKEN`
@@ -86,7 +83,7 @@
 //! Queue nodes come from a per-thread cache; the guard carries one.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{SmartQ, QueuedHandshaking, McsTp}};
+//! use mpsync::{lock::{Mutex, SmartQ, QueuedHandshaking, McsTp}};
 //! let v: Mutex<SmartQ, Vec<u32>> = Mutex::new(Vec::new());
 //! v.lock().push(1);
 //! let h: Mutex<QueuedHandshaking, u32> = Mutex::new(0);
@@ -179,8 +176,8 @@ pub trait SkipPolicy: sealed::Sealed + 'static {
     /// must answer within the patience). Such a policy learns that a waiter
     /// is off its CPU from the missing answer, so natively, without the
     /// kernel's answer, the releaser does not also skip waiters by
-    /// a 20 µs heartbeat age (`GRANT_FRESH_NS`; measured: the extra skips cost Queued-Handshaking
-    /// 0.91 → 0.68× parking_lot, eBPF off, 8 threads on 2 CPUs).
+    /// a 20 µs heartbeat age (`GRANT_FRESH_NS`: the extra skips cost
+    /// Queued-Handshaking speed).
     const ASKS_THE_WAITER: bool = false;
 
     /// Releaser side, `cand` claimed (it spins and cannot park meanwhile) and
@@ -1011,7 +1008,7 @@ pub(super) mod tests {
     /// `OtherUnpreemptable`; Handshaking: it resumed its request before
     /// acknowledging; either, served from an empty queue after a skip: it
     /// resumed its own request). 20 hand-overs to a thread queued behind us.
-    /// Natively a thread's own request is its depth count (issue 13 §3), so
+    /// Natively a thread's own request is its depth count, so
     /// this accepts either; the state-word protocol of threads attached to the
     /// pseudo-scheduler is checked by `tests/emulated.rs`'s signal storm, which
     /// runs Smart-Q and Queued-Handshaking attached.

@@ -9,7 +9,7 @@
 //! while they wait.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::SmartQ};
+//! use mpsync::lock::{Mutex, SmartQ};
 //! let m: Mutex<SmartQ, u32> = Mutex::new(0);
 //! *m.lock() += 1;
 //! assert_eq!(*m.lock(), 1);

@@ -24,7 +24,7 @@
 //! for fair unlocks.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::SpinThenPark};
+//! use mpsync::lock::{Mutex, SpinThenPark};
 //! use std::time::Duration;
 //! let m: Mutex<SpinThenPark, u32> = Mutex::new(0);
 //! *m.lock() += 1;

@@ -5,7 +5,7 @@
 //! Uses `sched`: nothing. Progress: deadlock-free, not starvation-free; unfair.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::Tas};
+//! use mpsync::lock::{Mutex, Tas};
 //! let m: Mutex<Tas, u32> = Mutex::new(0);
 //! *m.lock() += 1;
 //! assert_eq!(*m.lock(), 1);

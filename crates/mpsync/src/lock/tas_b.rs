@@ -14,7 +14,7 @@
 //! Progress: deadlock-free, not starvation-free; unfair.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::TasB};
+//! use mpsync::lock::{Mutex, TasB};
 //! use std::time::Duration;
 //!
 //! let m: Mutex<TasB, Vec<u32>> = Mutex::new(Vec::new());

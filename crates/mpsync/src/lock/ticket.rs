@@ -36,7 +36,7 @@
 //! starvation-free; Ticket-np gives up FIFO for preempted (and parked) waiters.
 //!
 //! ```
-//! use mpsync::{Mutex, lock::{Ticket, TicketNp, TicketSplit}};
+//! use mpsync::{lock::{Mutex, Ticket, TicketNp, TicketSplit}};
 //! let a: Mutex<Ticket, u32> = Mutex::new(1);
 //! let b: Mutex<TicketNp, u32> = Mutex::new(2);
 //! let c: Mutex<TicketSplit, u32> = Mutex::new(3);

@@ -1,7 +1,7 @@
 //! BRAVO: a reader bias that any reader-writer lock can wear.
 //!
 //! Dice & Kogan, *BRAVO — Biased Locking for Reader-Writer Locks*, USENIX ATC
-//! 2019 (beyond the five papers; issue 15). While the lock is *reader-biased*,
+//! 2019 (beyond the five papers). While the lock is *reader-biased*,
 //! a reader does not touch the underlying lock at all: it publishes the lock's
 //! name in one slot of a global **visible-readers table** (hashed by thread
 //! and lock, so readers of one lock write different cache lines) and re-checks
@@ -24,7 +24,7 @@
 //! else: clear the slot as an unlock does ([U1]–[U2] below), slow path
 //! ```
 //!
-//! The two SeqCst fences order [R1] before [R3] and [W1] before [W3] in one
+//! The two SeqCst fences order \[R1\] before \[R3\] and \[W1\] before \[W3\] in one
 //! total order, so either the writer sees the slot (and waits for the reader's
 //! release) or the reader sees the bias off (and withdraws). The bias is set
 //! only by a reader that holds the underlying lock for reading, so it stays
@@ -50,7 +50,7 @@
 //! which excludes the other writers) write and read it, so `L` orders it.
 //!
 //! Uses `sched`: the writer's wait for a published reader spins through
-//! [`Waiter`](crate::sched::Waiter) and, when advised to park (the patience is
+//! [`Waiter`] and, when advised to park (the patience is
 //! spent: a fast reader that is preempted holds the writer up, as any reader
 //! does), parks on the lock's `revoker` word (`sched::park`), woken by the
 //! fast reader's unlock — never `sched_yield`:
@@ -63,8 +63,8 @@
 //!                                              if swap revoker -> 0 != 0: unpark_one
 //! ```
 //!
-//! A second Dekker pair (fences, as loom checks them): if [P2] still sees the
-//! reader's slot, [U2] sees the announcement and its swap changes the futex
+//! A second Dekker pair (fences, as loom checks them): if \[P2\] still sees the
+//! reader's slot, \[U2\] sees the announcement and its swap changes the futex
 //! word, so the park does not start or is woken. Only one thread waits in a revocation at a
 //! time (it holds `L` exclusively), and it clears the word when it is done, so
 //! a fast unlock costs one more load of a line it read on entry. Progress and fairness: those of the underlying lock for writers;
@@ -89,7 +89,7 @@
 //! drop does not scan the table.
 //!
 //! ```
-//! use mpsync::{RwLock, rwlock::{Bravo, RwTasB}};
+//! use mpsync::{rwlock::{RwLock, Bravo, RwTasB}};
 //! let l: RwLock<Bravo<RwTasB>, u32> = RwLock::new(1);
 //! {
 //!     let (a, b) = (l.read(), l.read()); // the second read may take the fast path
@@ -697,5 +697,36 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
             self.revoke(true);
         }
         Ok(g)
+    }
+}
+
+// SAFETY: a writer holds `L` exclusively and, after its revocation, no fast
+// reader is inside and the bias is off (only a slow reader sets it); `L`'s
+// downgrade turns it into a slow reader of `L` — what `lock_shared`'s slow
+// path holds — without a moment in which a writer could enter.
+unsafe impl<L: lock_api::RawRwLockDowngrade> lock_api::RawRwLockDowngrade for Bravo<L> {
+    #[inline]
+    unsafe fn downgrade(&self, guard: Self::ExclusiveGuard) -> Self::SharedGuard {
+        // SAFETY: the caller's contract: `guard` is `L`'s exclusive guard.
+        BravoShared::Slow(unsafe { self.inner.downgrade(guard) })
+    }
+}
+
+// SAFETY: a fast reader holds nothing of `L`: its unlock is the plain one
+// (clearing its slot); a slow reader's and a writer's are `L`'s fair unlocks.
+unsafe impl<L: lock_api::RawRwLockFair> lock_api::RawRwLockFair for Bravo<L> {
+    #[inline]
+    unsafe fn unlock_shared_fair(&self, guard: Self::SharedGuard) {
+        match guard {
+            BravoShared::Fast(slot) => self.clear_slot(&self.table.slots[slot]),
+            // SAFETY: the caller's contract: `g` came from `self.inner`.
+            BravoShared::Slow(g) => unsafe { self.inner.unlock_shared_fair(g) },
+        }
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive_fair(&self, guard: Self::ExclusiveGuard) {
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.unlock_exclusive_fair(guard) };
     }
 }

@@ -1,5 +1,5 @@
 //! Reader-writer locks. Every one implements `lock_api::RawRwLock`, so
-//! `mpsync::RwLock<L, T>` works with read and write guards:
+//! `mpsync::rwlock::RwLock<L, T>` works with read and write guards:
 //!
 //! | type            | paper name    | readers wait by / writers wait by                 | fair? | source            |
 //! |-----------------|---------------|---------------------------------------------------|-------|-------------------|
@@ -15,8 +15,40 @@
 //! What a caller may do to a lock (forgotten guards, `force_unlock_*`, panics
 //! in sections, `fork`) is as for the mutual-exclusion locks ("What a caller
 //! may do" in [`crate::lock`]), for read, write and upgradable guards alike.
-//! None of these locks offers timed acquisitions; their edges are `try_read`,
-//! `try_write`, `try_upgradable_read` and `try_upgrade`.
+//!
+//! ## lock_api's optional traits
+//!
+//! Every lock here has upgradable reads (`RawRwLockUpgrade`). The others:
+//!
+//! | lock | `RawRwLockDowngrade` | `RawRwLockTimed` | `RawRwLockFair` |
+//! |------|----------------------|------------------|-----------------|
+//! | [`RwTasB`], [`RwTasBNp`] | yes: one swap turns the writer into a reader | yes: a waiter that gives up stops backing off | no: nobody is known to wait |
+//! | [`RwQueued`] | yes: the writer counts itself in, then lets the admission lock go | no: a queued MCS node cannot withdraw | yes: the admission lock's FIFO hand-over |
+//! | [`RwSmartQ`] | yes, as RW-Queued | yes: the admission lock's timed wait; a writer whose drain times out lets it go | yes, as RW-Queued |
+//! | [`RwNative`], [`RwNativeNp`] | yes, as RW-Queued | yes, as RW-Smart-Q | no: the futex word names no waiter |
+//! | [`RwNp<L>`] | as `L` | as `L` (the request cancelled on a timeout) | as `L` |
+//! | [`Bravo<L>`] | as `L` (the writer becomes a slow reader) | no: a writer's revocation waits for fast readers, with no deadline | as `L` |
+//!
+//! ```
+//! use mpsync::lock_api::RwLockWriteGuard;
+//! use mpsync::rwlock::{RwLock, RwSmartQ};
+//! use std::time::Duration;
+//! let l: RwLock<RwSmartQ, u32> = RwLock::new(0);
+//! let mut w = l.write();
+//! *w += 1;
+//! let r = RwLockWriteGuard::downgrade(w); // no writer gets in between
+//! assert!(l.try_write_for(Duration::from_micros(100)).is_none());
+//! assert_eq!(*r, 1);
+//! ```
+//!
+//! A lock without a trait is a compile error that names it (here:
+//! "the following trait bounds were not satisfied: `RwQueued: RawRwLockTimed`"):
+//!
+//! ```compile_fail
+//! use mpsync::rwlock::{RwLock, RwQueued};
+//! let l: RwLock<RwQueued, u32> = RwLock::new(0);
+//! let _ = l.try_read_for(std::time::Duration::ZERO); // an MCS node cannot withdraw
+//! ```
 //!
 //! The queued locks share one construction ([`RwQueue`]): a FIFO admission lock
 //! that readers pass through and writers hold, and a reader count that a writer
@@ -24,7 +56,7 @@
 //! readers ahead of it and blocks everyone behind it.
 //!
 //! ```
-//! use mpsync::{RwLock, rwlock::{RwSmartQ, RwTasBNp}};
+//! use mpsync::{rwlock::{RwLock, RwSmartQ, RwTasBNp}};
 //! let cfg: RwLock<RwSmartQ, String> = RwLock::new("a".into());
 //! cfg.write().push('b');
 //! assert_eq!(&*cfg.read(), "ab");
@@ -33,10 +65,10 @@
 //! assert_eq!(*n.read(), 1);
 //! ```
 
-mod bravo;
-mod np;
-mod queue;
-mod tas_b;
+pub mod bravo;
+pub mod np;
+pub mod queue;
+pub mod tas_b;
 
 #[cfg(not(loom))]
 pub use bravo::GLOBAL_TABLE;
@@ -47,6 +79,17 @@ pub use queue::{
 };
 pub use tas_b::{RwTasB, SLEEPERS, UPGRADABLE, WRITER};
 
+/// A reader-writer lock over any mpsync RW lock `L`: `rwlock::RwLock<RwSmartQ, T>`.
+/// (The same type as `lock_api::RwLock<L, T>`; [`crate::rwlock::RwLock<T>`] is this
+/// with the recommended lock.)
+pub type RwLock<L, T> = lock_api::RwLock<L, T>;
+/// A read guard of an [`RwLock`].
+pub type RwLockReadGuard<'a, L, T> = lock_api::RwLockReadGuard<'a, L, T>;
+/// A write guard of an [`RwLock`].
+pub type RwLockWriteGuard<'a, L, T> = lock_api::RwLockWriteGuard<'a, L, T>;
+/// An upgradable read guard of an [`RwLock`].
+pub type RwLockUpgradableReadGuard<'a, L, T> = lock_api::RwLockUpgradableReadGuard<'a, L, T>;
+
 /// RW-TAS-B with both kinds of section no-preempt (paper 001 §4).
 pub type RwTasBNp = RwNp<RwTasB>;
 
@@ -54,7 +97,7 @@ pub type RwTasBNp = RwNp<RwTasB>;
 mod tests {
     //! Small enough for Miri: single-thread protocol and a two-thread counter.
     use super::*;
-    use crate::RwLock;
+    use crate::rwlock::RwLock;
     use lock_api::RawRwLock;
 
     fn protocol<L: RawRwLock>() {

@@ -8,7 +8,7 @@
 //! not `Send`: the request belongs to its thread.
 //!
 //! ```
-//! use mpsync::{RwLock, rwlock::RwTasBNp, sched::{self, ThreadState}};
+//! use mpsync::{rwlock::{RwLock, RwTasBNp}, sched::{self, ThreadState}};
 //! let l: RwLock<RwTasBNp, u32> = RwLock::new(0);
 //! {
 //!     let r = l.read();
@@ -166,5 +166,72 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for RwNp<L
         unsafe { self.inner.try_upgrade(guard.inner) }
             .map(RwNpGuard::new)
             .map_err(RwNpGuard::new)
+    }
+}
+
+// SAFETY: the downgrade is `L`'s; the no-preempt request carries over from the
+// write section to the read section (one request, released by the read guard).
+unsafe impl<L: lock_api::RawRwLockDowngrade> lock_api::RawRwLockDowngrade for RwNp<L> {
+    #[inline]
+    unsafe fn downgrade(&self, guard: Self::ExclusiveGuard) -> Self::SharedGuard {
+        // SAFETY: the caller's contract: `guard.inner` came from `self.inner`.
+        RwNpGuard::new(unsafe { self.inner.downgrade(guard.inner) })
+    }
+}
+
+// SAFETY: the fair unlocks are `L`'s, followed by the end of the request
+// exactly as the plain unlocks end it.
+unsafe impl<L: lock_api::RawRwLockFair> lock_api::RawRwLockFair for RwNp<L> {
+    #[inline]
+    unsafe fn unlock_shared_fair(&self, guard: Self::SharedGuard) {
+        // SAFETY: as in `downgrade`.
+        unsafe { self.inner.unlock_shared_fair(guard.inner) };
+        sched::release_no_preempt();
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive_fair(&self, guard: Self::ExclusiveGuard) {
+        // SAFETY: as in `downgrade`.
+        unsafe { self.inner.unlock_exclusive_fair(guard.inner) };
+        sched::release_no_preempt();
+    }
+}
+
+/// The request, then `attempt`; the request is cancelled (no yield) if the
+/// attempt fails, as for `try_lock_*`.
+#[inline]
+fn np_attempt<G>(attempt: impl FnOnce() -> Option<G>) -> Option<RwNpGuard<G>> {
+    sched::request_no_preempt();
+    let g = attempt();
+    if g.is_none() {
+        sched::cancel_no_preempt();
+    }
+    g.map(RwNpGuard::new)
+}
+
+// SAFETY: exclusion is `L`'s timed attempts'; the request is the calling
+// thread's, cancelled on a timeout as on a failed `try_lock_*`.
+unsafe impl<L: lock_api::RawRwLockTimed> lock_api::RawRwLockTimed for RwNp<L> {
+    type Duration = L::Duration;
+    type Instant = L::Instant;
+
+    #[inline]
+    fn try_lock_shared_for(&self, timeout: L::Duration) -> Option<Self::SharedGuard> {
+        np_attempt(|| self.inner.try_lock_shared_for(timeout))
+    }
+
+    #[inline]
+    fn try_lock_shared_until(&self, deadline: L::Instant) -> Option<Self::SharedGuard> {
+        np_attempt(|| self.inner.try_lock_shared_until(deadline))
+    }
+
+    #[inline]
+    fn try_lock_exclusive_for(&self, timeout: L::Duration) -> Option<Self::ExclusiveGuard> {
+        np_attempt(|| self.inner.try_lock_exclusive_for(timeout))
+    }
+
+    #[inline]
+    fn try_lock_exclusive_until(&self, deadline: L::Instant) -> Option<Self::ExclusiveGuard> {
+        np_attempt(|| self.inner.try_lock_exclusive_until(deadline))
     }
 }

@@ -7,7 +7,7 @@
 //! the word; a writer enters by CAS from 0 (no reader, no writer). A failed
 //! attempt backs off (calibrated busy work, 100 ns doubling to 30 µs, as
 //! [`TasB`](crate::lock::TasB)), asking the shared waiting policy
-//! ([`Waiter`](crate::sched::Waiter)) after each interval whether to go on;
+//! ([`Waiter`]) after each interval whether to go on;
 //! once it advises parking (the patience is spent: the holder is slow or
 //! preempted), the waiter sets [`SLEEPERS`] and parks on the word
 //! (`sched::park`) — only while what it waits for is still held — and the
@@ -48,7 +48,7 @@
 //! locks exist).
 //!
 //! ```
-//! use mpsync::{RwLock, rwlock::RwTasB};
+//! use mpsync::rwlock::{RwLock, RwTasB};
 //! let l: RwLock<RwTasB, u32> = RwLock::new(1);
 //! {
 //!     let (a, b) = (l.read(), l.read()); // readers share
@@ -57,6 +57,8 @@
 //! *l.write() += 1;
 //! assert_eq!(*l.read(), 2);
 //! ```
+
+use std::time::{Duration, Instant};
 
 use crate::sched::{self, Wait, Waiter, waiter::CHECK_EVERY};
 use crate::sync::{AtomicU32, Ordering};
@@ -164,7 +166,22 @@ impl RwTasB {
     /// while `blocked` (the waiter's row of the module's table) holds, once
     /// the shared waiting policy advises it.
     #[cold]
-    fn wait(&self, mut attempt: impl FnMut() -> bool, blocked: impl Fn(u32) -> bool) {
+    fn wait(&self, attempt: impl FnMut() -> bool, blocked: impl Fn(u32) -> bool) {
+        let got = self.wait_until(attempt, blocked, None);
+        debug_assert!(got);
+    }
+
+    /// As [`wait`](Self::wait), giving up at `deadline` (if any): whether
+    /// `attempt` succeeded. A waiter that gives up has changed nothing but
+    /// perhaps [`SLEEPERS`], which only costs the next release a wake-up call
+    /// (module doc: a sleeper that left is one that was woken early).
+    #[cold]
+    fn wait_until(
+        &self,
+        mut attempt: impl FnMut() -> bool,
+        blocked: impl Fn(u32) -> bool,
+        deadline: Option<Instant>,
+    ) -> bool {
         // The nominal rate until the process calibrated (never calibrate here).
         let bw = BusyWork::global_or_nominal();
         let (min, cap) = (
@@ -174,6 +191,13 @@ impl RwTasB {
         let mut backoff = Backoff::from_iters(min, cap);
         let mut w = Waiter::new();
         loop {
+            let left = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return false,
+                },
+            };
             // One look per interval; at the cap (30 µs intervals) a full
             // look-period of PAUSEs, so that the advice comes in time. (Under
             // loom the first look advises parking: the models see the sleep.)
@@ -183,22 +207,23 @@ impl RwTasB {
                 1
             };
             if (0..spins).any(|_| w.spin(None) == Wait::Park) {
-                self.sleep(&blocked);
+                self.sleep(&blocked, left);
                 w.restart();
                 backoff.reset(min);
             } else {
                 backoff.spin();
             }
             if attempt() {
-                return;
+                return true;
             }
         }
     }
 
     /// Parks on the word if it still shows what the caller waits for
-    /// (`blocked`), announcing it with [`SLEEPERS`]; see the module doc.
+    /// (`blocked`), announcing it with [`SLEEPERS`], for at most `timeout`;
+    /// see the module doc.
     #[cold]
-    fn sleep(&self, blocked: &impl Fn(u32) -> bool) {
+    fn sleep(&self, blocked: &impl Fn(u32) -> bool, timeout: Option<Duration>) {
         // Relaxed: a hint; the CAS and the futex compare re-check.
         let v = self.word.load(Ordering::Relaxed);
         if !blocked(v) {
@@ -219,7 +244,7 @@ impl RwTasB {
         // Parked, we hold no processor: let the scheduler preempt us meanwhile
         // (only the outermost request of the owner's own pauses).
         let paused = cb.depth() > 0 && cb.pause_no_preempt();
-        sched::park(&self.word, s, None);
+        sched::park(&self.word, s, timeout);
         if paused {
             cb.resume_no_preempt();
         }
@@ -364,5 +389,64 @@ unsafe impl lock_api::RawRwLockUpgrade for RwTasB {
         } else {
             Err(guard)
         }
+    }
+}
+
+// SAFETY: while a writer holds the word it is `WRITER` or `WRITER | SLEEPERS`
+// (readers and writers enter only without WRITER; a waiter only adds
+// SLEEPERS), so the swap to one reader turns the writer into that reader
+// without a moment in which the word is free: no writer can enter in between.
+unsafe impl lock_api::RawRwLockDowngrade for RwTasB {
+    #[inline]
+    unsafe fn downgrade(&self, _guard: Self::ExclusiveGuard) -> Self::SharedGuard {
+        // Release: publishes the write section to the readers' Acquire CAS
+        // (and, through the last reader's Release decrement, to the next
+        // writer). A swap, as in `unlock_exclusive`: the sleepers bit is read
+        // in the same step; the readers parked while WRITER are woken (a
+        // writer among the woken parks again, on our read).
+        if self.word.swap(1, Ordering::Release) & SLEEPERS != 0 {
+            sched::unpark_all(&self.word);
+        }
+        lock_api::GuardSend::new()
+    }
+}
+
+// SAFETY: a timed attempt is the untimed one's loop ([`RwTasB::wait_until`])
+// stopped at the deadline: it acquires only by the same CASes, and one that
+// gives up holds nothing (it may leave SLEEPERS set, which only makes the next
+// release call `unpark_all`).
+unsafe impl lock_api::RawRwLockTimed for RwTasB {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    fn try_lock_shared_for(&self, timeout: Duration) -> Option<Self::SharedGuard> {
+        match Instant::now().checked_add(timeout) {
+            Some(d) => self.try_lock_shared_until(d),
+            // No instant that far away: no deadline, as the mutexes' timed forms.
+            None => Some(lock_api::RawRwLock::lock_shared(self)),
+        }
+    }
+
+    fn try_lock_shared_until(&self, deadline: Instant) -> Option<Self::SharedGuard> {
+        (self.try_shared()
+            || self.wait_until(|| self.try_shared(), |v| v & WRITER != 0, Some(deadline)))
+        .then(lock_api::GuardSend::new)
+    }
+
+    fn try_lock_exclusive_for(&self, timeout: Duration) -> Option<Self::ExclusiveGuard> {
+        match Instant::now().checked_add(timeout) {
+            Some(d) => self.try_lock_exclusive_until(d),
+            None => Some(lock_api::RawRwLock::lock_exclusive(self)),
+        }
+    }
+
+    fn try_lock_exclusive_until(&self, deadline: Instant) -> Option<Self::ExclusiveGuard> {
+        (self.try_exclusive()
+            || self.wait_until(
+                || self.try_exclusive(),
+                |v| v & !SLEEPERS != 0,
+                Some(deadline),
+            ))
+        .then(lock_api::GuardSend::new)
     }
 }

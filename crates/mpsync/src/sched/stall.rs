@@ -176,6 +176,11 @@ points! {
     /// holds the admission queue (the writer behind it is still blocked).
     RW_READER_ADMITTED = "rwlock.reader.admitted",
         "queued RW lock: reader counted in, admission not yet released", boost 4;
+    /// A queued reader-writer lock's timed writer has given up its drain (its
+    /// deadline passed with readers inside) and has not yet cleared its
+    /// parked bit: the last reader out may see the bit here.
+    RW_WRITER_DRAIN_GAVE_UP = "rwlock.writer.drain_gave_up",
+        "queued RW lock: timed writer's drain gave up, parked bit not yet cleared", boost 4;
     /// A barrier's last arriver, before it releases the others (everyone else
     /// has arrived and waits here).
     BARRIER_LAST_ARRIVED = "barrier.last_arrived",
