@@ -18,6 +18,9 @@
 //! - [`barrier`]: barriers behind one [`barrier::Barrier`] trait;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
 //!   hazard pointers and a leaking baseline behind one `Reclaimer` trait;
+//! - [`ds`]: concurrent collections — [`HashMap`], [`Queue`], [`Stack`] and
+//!   [`PriorityQueue`] are the defaults (`&self` methods, no handles), and
+//!   the papers' queues, stacks, heaps, counters and hash tables underneath;
 //! - [`msgq`]: shared-memory active messages between processes (paper 004).
 //!
 //! ```
@@ -39,6 +42,11 @@ pub mod rwlock;
 pub mod sched;
 pub mod sync;
 pub mod util;
+
+pub use ds::PriorityQueue;
+/// The default concurrent collections ([`ds`'s start](ds#start-here)).
+#[cfg(not(loom))]
+pub use ds::{HashMap, Queue, Stack};
 
 /// The `lock_api` version mpsync's locks implement (for `RawMutex` bounds).
 pub use lock_api;

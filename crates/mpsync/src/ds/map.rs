@@ -319,8 +319,8 @@ impl Drop for UnderLock {
 #[track_caller]
 fn reentered(op: &'static str) -> ! {
     panic!(
-        "{op} was called from a key's or value's `Hash`, `Eq` or `Clone` (or a `for_each` \
-         callback) that a lock-based or CR table runs while it holds one of its locks: it \
+        "{op} was called from a key's or value's `Hash`, `Eq` or `Clone` (or a `for_each` callback, or an update \
+         closure) that a lock-based or CR table runs while it holds one of its locks: it \
          would deadlock. From there, use only lock-free reads (`CrHashMap::get`, the \
          lock-free tables), or defer the update"
     )
