@@ -89,6 +89,7 @@
 //!
 //! ```
 //! use mpsync::Queue;
+//! use mpsync::reclaim::Reclaimer;
 //!
 //! let q: Queue<u64> = Queue::default();
 //! let domain = q.inner().domain().clone();
