@@ -106,6 +106,7 @@ use std::hash::{BuildHasher, Hash};
 use super::alloc::SystemAlloc;
 pub use super::cr_hash::Change;
 use super::cr_hash::{self, CrHashMap, ResizePolicy};
+use super::map::{ConcurrentMap, MapHandle};
 use crate::lock::SpinThenPark;
 use crate::reclaim::{Ebr, EbrGuard, EbrLocal, Local, Reclaimer};
 use crate::sync::Arc;
@@ -532,6 +533,45 @@ where
     /// The entries, as `std`'s map prints them (a weakly consistent walk).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.pin().iter()).finish()
+    }
+}
+
+impl<K, V, S> ConcurrentMap<K, V> for HashMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync,
+{
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    /// The map itself: it needs no handle (for the code that drives every
+    /// table through [`MapHandle`]).
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+/// [`MapHandle`]'s insert-if-absent is [`HashMap::try_insert`].
+impl<K, V, S> MapHandle<K, V> for &HashMap<K, V, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync,
+{
+    fn insert(&mut self, key: K, value: V) -> bool {
+        self.try_insert(key, value)
+    }
+    fn get(&mut self, key: &K) -> Option<V> {
+        HashMap::get(self, key)
+    }
+    fn remove(&mut self, key: &K) -> Option<V> {
+        HashMap::remove(self, key)
+    }
+    fn contains_key(&mut self, key: &K) -> bool {
+        HashMap::contains_key(self, key)
     }
 }
 
