@@ -183,6 +183,30 @@ where
         ))
     }
 
+    /// An empty map whose removed nodes go to `domain`, hashing with
+    /// `hasher`: maps sharing a domain share its reclamation (a thread's
+    /// operation on one may free the other's nodes).
+    ///
+    /// ```
+    /// use mpsync::reclaim::Ebr;
+    /// use mpsync::sync::Arc;
+    /// use std::collections::hash_map::RandomState;
+    ///
+    /// let d = Arc::new(Ebr::new());
+    /// let a: mpsync::HashMap<u8, u8> = mpsync::HashMap::with_domain(d.clone(), RandomState::new());
+    /// let b: mpsync::HashMap<u8, u8> = mpsync::HashMap::with_domain(d, RandomState::new());
+    /// a.insert(1, 1);
+    /// b.insert(1, 2);
+    /// assert!(Arc::ptr_eq(a.table().domain(), b.table().domain()));
+    /// ```
+    pub fn with_domain(domain: Arc<Ebr>, hasher: S) -> Self {
+        Self::from_table(CrHashMap::with_policy(
+            ResizePolicy::default(),
+            domain,
+            hasher,
+        ))
+    }
+
     /// An empty map sized for about `capacity` keys, hashing with `hasher`.
     pub fn with_capacity_and_hasher(capacity: usize, hasher: S) -> Self {
         let d = ResizePolicy::default();
