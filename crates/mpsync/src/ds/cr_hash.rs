@@ -171,7 +171,9 @@ use super::map::{
     ConcurrentMap, MapError, RegisteredHandle, RegisteredMap, UnderLock, drop_pair_and_free,
     free_chains,
 };
-use crate::reclaim::{Ebr, Guard, Header, Local, ProtectsReachable, Reclaimer};
+#[cfg(not(loom))]
+use crate::reclaim::ProtectsReachable;
+use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering};
 use crate::util::CachePadded;
@@ -769,6 +771,7 @@ where
     ///
     /// # Safety
     /// `g` is a guard of a registration in this map's [`domain`](Self::domain).
+    #[cfg(not(loom))]
     pub(crate) unsafe fn get_pinned<'g, G: Guard>(&'g self, g: &'g G, key: &K) -> Option<&'g V>
     where
         R: ProtectsReachable,
@@ -790,6 +793,7 @@ where
     ///
     /// # Safety
     /// As [`get_pinned`](Self::get_pinned).
+    #[cfg(not(loom))]
     pub(crate) unsafe fn iter_pinned<'g, G: Guard>(
         &'g self,
         g: &'g G,
@@ -1422,6 +1426,7 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug
 
 /// The iterator of [`CrHashMap::iter_pinned`]: borrowed entries of one table,
 /// one bucket's pass at a time.
+#[cfg(not(loom))]
 pub(crate) struct PinnedIter<'g, K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, G> {
     table: &'g Table<K, V, L, R, A>,
     guard: &'g G,
@@ -1429,6 +1434,7 @@ pub(crate) struct PinnedIter<'g, K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, 
     buf: std::vec::IntoIter<(&'g K, &'g V)>,
 }
 
+#[cfg(not(loom))]
 impl<'g, K, V, L: RawMutex, R: ProtectsReachable, A: NodeAlloc, G: Guard> Iterator
     for PinnedIter<'g, K, V, L, R, A, G>
 {
