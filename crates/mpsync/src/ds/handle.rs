@@ -512,6 +512,77 @@ mod tests {
         assert_eq!(m.inner().domain().records(), 1);
     }
 
+    /// The README's queue pattern, with one thread registered and idle while
+    /// another runs `n` enqueue/dequeue pairs: through the default `Queue`
+    /// (`Auto` over EBR) almost nothing stays pending; through an explicit
+    /// QSBR handle held by the idle thread, everything does (the trap the
+    /// `ds` docs describe) until that handle is dropped.
+    #[test]
+    fn an_idle_thread_holds_nothing_back_in_the_default_queue_but_its_qsbr_handle_holds_everything()
+    {
+        let n: u64 = if cfg!(miri) { 300 } else { 20_000 };
+        /// `idle` runs on a thread of its own and calls its second argument
+        /// to sit idle (registered) while `work` runs.
+        fn run<Q: Sync>(q: &Q, idle: impl FnOnce(&Q, &dyn Fn()) + Send, work: impl Fn(&Q)) {
+            let (ready, go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    idle(q, &|| {
+                        ready.wait();
+                        go.wait();
+                    })
+                });
+                ready.wait();
+                work(q);
+                go.wait();
+            });
+        }
+        let q: crate::ds::Queue<u64> = crate::ds::Queue::default();
+        let pending = std::cell::Cell::new(0);
+        run(
+            &q,
+            |q, sit| {
+                q.enqueue(0);
+                sit();
+            },
+            |q| {
+                for i in 0..n {
+                    q.enqueue(i);
+                    assert!(q.dequeue().is_some());
+                }
+                pending.set(q.inner().domain().stats().pending);
+            },
+        );
+        assert!(
+            pending.get() < 1_000,
+            "EBR/Auto: {} of {n} nodes pending with an idle thread",
+            pending.get()
+        );
+
+        let q: MsQueue<u64, Qsbr> = MsQueue::new();
+        run(
+            &q,
+            |q, sit| {
+                let mut h = q.handle();
+                crate::ds::QueueHandle::enqueue(&mut h, 0);
+                sit(); // idle, holding its handle
+            },
+            |q| {
+                let mut h = q.handle();
+                for i in 0..n {
+                    crate::ds::QueueHandle::enqueue(&mut h, i);
+                    assert!(crate::ds::QueueHandle::dequeue(&mut h).is_some());
+                }
+                pending.set(q.domain().stats().pending);
+            },
+        );
+        assert!(
+            pending.get() >= n,
+            "QSBR with an idle handle: {} of {n} pending",
+            pending.get()
+        );
+    }
+
     #[test]
     fn a_nested_operation_uses_a_registration_of_its_own() {
         let q: Auto<MsQueue<u32, Ebr>> = Auto::new(MsQueue::new());
