@@ -917,7 +917,7 @@ fn iter_is_weakly_consistent<M: ConcurrentMap<u64, u64>>(
                 while !stop.load(Ordering::Relaxed) {
                     let k = STABLE + rng.next_u64() % CHURN;
                     if rng.next_u64().is_multiple_of(2) {
-                        h.insert(k, val(k));
+                        let _ = h.insert(k, val(k));
                     } else {
                         h.remove(&k);
                     }

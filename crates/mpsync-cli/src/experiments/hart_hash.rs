@@ -165,7 +165,7 @@ fn test_loop<M: ConcurrentMap<u64, u64>>(m: &M, spec: LoopSpec) -> Outcome {
         // Every other key: `entries` entries, spread over the range.
         let mut h = m.handle();
         for k in (0..range).step_by(2) {
-            h.insert(k, k);
+            let _ = h.insert(k, k);
         }
     }
     let upd = (spec.update * (1u64 << 32) as f64) as u64;
@@ -187,7 +187,7 @@ fn test_loop<M: ConcurrentMap<u64, u64>>(m: &M, spec: LoopSpec) -> Outcome {
                         let k = (r >> 33) % range;
                         if (r & 0xffff_ffff) < upd {
                             if r & (1 << 32) == 0 {
-                                h.insert(k, k);
+                                let _ = h.insert(k, k);
                             } else {
                                 std::hint::black_box(h.remove(&k));
                             }
@@ -1247,7 +1247,7 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
     {
         let mut h = m.handle();
         for k in (0..range).step_by(2) {
-            h.insert(k, k);
+            let _ = h.insert(k, k);
         }
     }
     let stop = AtomicBool::new(false);
@@ -1274,7 +1274,7 @@ fn memory_run<R: Reclaimer, A: NodeAlloc>(
                         let r = rng.next_u64();
                         let k = (r >> 1) % range;
                         if r & 1 == 0 {
-                            h.insert(k, k);
+                            let _ = h.insert(k, k);
                         } else {
                             std::hint::black_box(h.remove(&k));
                         }

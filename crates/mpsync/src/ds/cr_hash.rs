@@ -827,6 +827,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
         let g = local.enter();
@@ -1185,7 +1186,7 @@ where
     /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
     /// let local = Ebr::register(m.domain());
     /// for k in 0..100 {
-    ///     m.insert(&local, k, k * 2);
+    ///     assert!(m.insert(&local, k, k * 2));
     /// }
     /// let mut all: Vec<(u32, u32)> = m.iter(&local).collect();
     /// all.sort();
@@ -1196,13 +1197,13 @@ where
     /// let m: CrHashMap<u32, u32, TasB, HazardPointers> = CrHashMap::new();
     /// let local = HazardPointers::register(m.domain());
     /// for k in 0..10 {
-    ///     m.insert(&local, k, k);
+    ///     assert!(m.insert(&local, k, k));
     /// }
     /// let mut yielded = 0;
     /// for (k, v) in m.iter(&local) {
     ///     assert_eq!(k, v);
     ///     yielded += 1;
-    ///     m.insert(&local, 1000 + k, 1000 + k); // may or may not be yielded
+    ///     assert!(m.insert(&local, 1000 + k, 1000 + k)); // may or may not be yielded
     ///     assert_eq!(m.get(&local, &(1000 + k)), Some(1000 + k));
     /// }
     /// assert!(yielded >= 10);

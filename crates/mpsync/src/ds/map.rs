@@ -73,6 +73,7 @@ pub trait ConcurrentMap<K, V>: Send + Sync {
 pub trait MapHandle<K, V> {
     /// Inserts `key → value` if `key` is absent; `false` (and `value` dropped) if
     /// it was present.
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     fn insert(&mut self, key: K, value: V) -> bool;
     /// A clone of `key`'s value, or `None`.
     fn get(&mut self, key: &K) -> Option<V>;
@@ -95,6 +96,7 @@ pub trait RegisteredMap<K, V>: Sync {
     /// The domain threads register with.
     fn domain(&self) -> &Arc<Self::R>;
     /// As [`MapHandle::insert`].
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     fn insert_in(&self, local: &LocalOf<Self::R>, key: K, value: V) -> bool;
     /// As [`MapHandle::get`].
     fn get_in(&self, local: &LocalOf<Self::R>, key: &K) -> Option<V>;
