@@ -266,12 +266,17 @@ fn tick() -> u64 {
 }
 
 fn record<H: MapHandle<u64, u64>>(h: &mut H, key: u64, what: u64, v: u64, out: &mut Vec<Ev>) {
-    let invoke = tick();
-    let op = match what {
+    timed(key, out, || match what {
         0 => MapOp::Insert(v, h.insert(key, v)),
         1 => MapOp::Remove(h.remove(&key)),
         _ => MapOp::Get(h.get(&key)),
-    };
+    });
+}
+
+/// Runs `op` on `key` between two clock ticks and records it.
+fn timed(key: u64, out: &mut Vec<Ev>, op: impl FnOnce() -> MapOp) {
+    let invoke = tick();
+    let op = op();
     let response = tick();
     out.push(Ev {
         key,
@@ -301,8 +306,8 @@ fn linearizable_front(make: impl Fn() -> mpsync::HashMap<u64, u64>) {
         for i in 0..4 {
             let v = (round << 16) | ((t as u64) << 8) | i;
             let key = rng.next_u64() % 3;
-            let invoke = tick();
-            let op = match rng.next_u64() % 6 {
+            let what = rng.next_u64() % 6;
+            timed(key, out, || match what {
                 0 => MapOp::Replace(v, m.insert(key, v)),
                 1 => MapOp::Insert(v, m.try_insert(key, v)),
                 2 => MapOp::Update(m.update(&key, |x| x + UPDATE_STEP)),
@@ -312,13 +317,6 @@ fn linearizable_front(make: impl Fn() -> mpsync::HashMap<u64, u64>) {
                 }
                 4 => MapOp::Remove(m.remove(&key)),
                 _ => MapOp::Get(m.get(&key)),
-            };
-            let response = tick();
-            out.push(Ev {
-                key,
-                invoke,
-                response,
-                op,
             });
         }
     });

@@ -1035,36 +1035,33 @@ where
                 // May panic (a key's `Clone`): the value is dropped after the unlock.
                 let k = key.take().expect("set above").into_owned();
                 let v = held.0.take().expect("set just above");
+                // The new node's successor: the replaced node's (it takes its
+                // place) or the head (it goes first).
+                let succ = match found {
+                    Some(n) => n.next.load(Ordering::Relaxed),
+                    None => b.head.load(Ordering::Relaxed),
+                };
+                let node = A::alloc(Node {
+                    live: Liveness::new(),
+                    hdr: Header::new(&g),
+                    next: AtomicPtr::new(succ),
+                    key: k,
+                    value: v,
+                });
                 match found {
                     Some(n) => {
-                        let next = n.next.load(Ordering::Relaxed);
-                        let node = A::alloc(Node {
-                            live: Liveness::new(),
-                            hdr: Header::new(&g),
-                            next: AtomicPtr::new(next),
-                            key: k,
-                            value: v,
-                        });
                         // [1] Mark the old node (a reader standing on it must
                         // not step to its successor once it is unlinked: see
                         // `read_chain`), then [2] put the new one in its place:
                         // the Release store publishes the new node (key, value,
                         // next) and unlinks the old one in one step, the
                         // replacement's linearization point.
-                        n.next.store(next.map_addr(|a| a | MARK), Ordering::Release);
+                        n.next.store(succ.map_addr(|a| a | MARK), Ordering::Release);
                         stall::point(stall::CR_MARKED);
                         link.store(node.as_ptr(), Ordering::Release);
                         retired = p;
                     }
                     None => {
-                        let head = b.head.load(Ordering::Relaxed);
-                        let node = A::alloc(Node {
-                            live: Liveness::new(),
-                            hdr: Header::new(&g),
-                            next: AtomicPtr::new(head),
-                            key: k,
-                            value: v,
-                        });
                         // Release: publishes the node, as in `insert`.
                         b.head.store(node.as_ptr(), Ordering::Release);
                         delta = 1;
