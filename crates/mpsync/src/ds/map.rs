@@ -4,7 +4,10 @@
 //!
 //! The tables are **insert-if-absent** maps, as Hart's are (a key is in a table
 //! at most once and an insert of a present key fails): [`MapHandle::insert`]
-//! does not replace a value; remove the key first. Values are handed out as
+//! does not replace a value; remove the key first (its result is
+//! `#[must_use]`). For a map whose `insert` replaces, with atomic
+//! read-modify-write updates, use [`HashMap`](super::hash_map::HashMap) (or
+//! [`CrHashMap::compute`](super::cr_hash::CrHashMap::compute)). Values are handed out as
 //! clones, because a lock-free table cannot move a value out of a node that
 //! concurrent readers may still be reading.
 //!
