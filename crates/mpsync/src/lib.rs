@@ -57,9 +57,10 @@
 //!   barriers behind one [`barrier::Barrier`] trait;
 //! - [`reclaim`]: safe memory reclamation for lock-free structures — QSBR, EBR,
 //!   hazard pointers and a leaking baseline behind one `Reclaimer` trait;
-//! - [`ds`]: the papers' queues, stacks, priority queues, counters and hash
-//!   maps, lock-based (generic over the lock) and non-blocking (generic over the
-//!   reclaimer);
+//! - [`ds`]: concurrent collections — [`HashMap`], [`Queue`], [`Stack`] and
+//!   [`PriorityQueue`] are the defaults (`&self` methods, no handles), and
+//!   the papers' queues, stacks, heaps, counters and hash tables underneath
+//!   (lock-based ones generic over the lock, non-blocking ones over the reclaimer);
 //! - [`msgq`]: shared-memory active messages between processes.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -73,6 +74,11 @@ pub mod rwlock;
 pub mod sched;
 pub mod sync;
 pub mod util;
+
+pub use ds::PriorityQueue;
+/// The default concurrent collections ([`ds`'s start](ds#start-here)).
+#[cfg(not(loom))]
+pub use ds::{HashMap, Queue, Stack};
 
 /// The `lock_api` version mpsync's locks implement (for `RawMutex` bounds).
 pub use lock_api;

@@ -14,7 +14,11 @@
 //!   table retired with its chains) racing a reader that walks the old table,
 //!   and racing an insert that must land in the new one;
 //! - the CR table's reader racing two removals: it may step over a node
-//!   marked and still linked, never onto a successor freed after the unlink.
+//!   marked and still linked, never onto a successor freed after the unlink;
+//! - the CR table's replace (`compute` setting a present key: the old node
+//!   marked, the new one stored in its place) racing readers of the replaced
+//!   key (old or new value, never absent) and of its successor, removed and
+//!   freed right after (never reached through the unlinked old node).
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead
 //! (`ds::lf::Liveness`, checked at every node access) and keeps the memory: a
@@ -28,7 +32,7 @@ use std::ptr::NonNull;
 
 use loom::thread;
 use mpsync::ds::alloc::NodeAlloc;
-use mpsync::ds::cr_hash::CrHashMap;
+use mpsync::ds::cr_hash::{Change, CrHashMap};
 use mpsync::ds::hash::{FastReadHashMap, LfHashMap};
 use mpsync::ds::lf::Liveness;
 use mpsync::reclaim::{Ebr, HazardPointers, Reclaimer};
@@ -339,6 +343,46 @@ fn cr_reader_steps_over_a_removed_node<R: Eager>() {
         assert_eq!(m.get(&l, &3), None);
         assert_eq!(m.get(&l, &1), Some(10));
     });
+}
+
+/// CR chain 1, 2, 3 (one bucket): a writer replaces 2's value (20 → 21,
+/// `compute`) and then removes 3, while a reader looks up the keys `reads`.
+/// The reader sees 20 or 21 for 2, never nothing (the replace is one store);
+/// looking for 3 it may stand on the old node 2 when it is unlinked, and must
+/// not step from it to 3 once 3 is removed and freed (why the old node is
+/// marked first). Under hazard pointers (where the freeing is immediate) the
+/// reader looks for 3 only, to keep the model small.
+fn cr_replace_vs_readers<R: Eager>(reads: &'static [u32]) {
+    model(move || {
+        let m = make_cr::<R>(&[3, 2, 1]);
+        let m1 = m.clone();
+        let w = thread::spawn(move || {
+            let l = R::register(m1.domain());
+            let old = m1.compute(&l, &2, |v| (Change::Set(21), v.copied()));
+            assert_eq!(old, Some(20));
+            assert_eq!(m1.remove(&l, &3), Some(30));
+        });
+        let l = R::register(m.domain());
+        for &k in reads {
+            let got = m.get(&l, &k);
+            match k {
+                2 => assert!(got == Some(20) || got == Some(21), "2 was absent: {got:?}"),
+                _ => assert!(got == Some(30) || got.is_none(), "{got:?}"),
+            }
+        }
+        w.join().unwrap();
+        assert_eq!((m.get(&l, &2), m.get(&l, &3)), (Some(21), None));
+    });
+}
+
+#[test]
+fn loom_map_cr_replace_vs_readers_hp() {
+    cr_replace_vs_readers::<HazardPointers>(&[3]);
+}
+
+#[test]
+fn loom_map_cr_replace_vs_readers_ebr() {
+    cr_replace_vs_readers::<Ebr>(&[2, 3]);
 }
 
 #[test]

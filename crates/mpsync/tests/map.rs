@@ -187,7 +187,17 @@ enum MapOp {
     Insert(u64, bool),
     Remove(Option<u64>),
     Get(Option<u64>),
+    /// Insert-replace of this value, returning the one replaced.
+    Replace(u64, Option<u64>),
+    /// An update (`+ UPDATE_STEP`) returning the new value, `None` if absent.
+    Update(Option<u64>),
+    /// `update_or_insert` of this value (`+ UPDATE_STEP` if present).
+    Upsert(u64),
 }
+
+/// What the front-door tests' updates add to a value (above every value a
+/// test inserts, so no update makes a value another operation inserted).
+const UPDATE_STEP: u64 = 1 << 40;
 
 #[derive(Debug, Clone, Copy)]
 struct Ev {
@@ -207,6 +217,12 @@ fn apply(state: Option<u64>, op: MapOp) -> Option<Option<u64>> {
         },
         MapOp::Remove(r) => (r == state).then_some(None),
         MapOp::Get(r) => (r == state).then_some(state),
+        MapOp::Replace(v, r) => (r == state).then_some(Some(v)),
+        MapOp::Update(r) => {
+            let new = state.map(|s| s + UPDATE_STEP);
+            (r == new).then_some(new)
+        }
+        MapOp::Upsert(v) => Some(Some(state.map_or(v, |s| s + UPDATE_STEP))),
     }
 }
 
@@ -250,12 +266,17 @@ fn tick() -> u64 {
 }
 
 fn record<H: MapHandle<u64, u64>>(h: &mut H, key: u64, what: u64, v: u64, out: &mut Vec<Ev>) {
-    let invoke = tick();
-    let op = match what {
+    timed(key, out, || match what {
         0 => MapOp::Insert(v, h.insert(key, v)),
         1 => MapOp::Remove(h.remove(&key)),
         _ => MapOp::Get(h.get(&key)),
-    };
+    });
+}
+
+/// Runs `op` on `key` between two clock ticks and records it.
+fn timed(key: u64, out: &mut Vec<Ev>, op: impl FnOnce() -> MapOp) {
+    let invoke = tick();
+    let op = op();
     let response = tick();
     out.push(Ev {
         key,
@@ -268,6 +289,46 @@ fn record<H: MapHandle<u64, u64>>(h: &mut H, key: u64, what: u64, v: u64, out: &
 /// `rounds` histories: 3 threads released together on a fresh table, each doing
 /// 4 random operations on keys 0..3; every history is checked.
 fn linearizable<M: ConcurrentMap<u64, u64>>(make: impl Fn() -> M) {
+    histories(make, |m, rng, round, t, out| {
+        let mut h = m.handle();
+        for i in 0..4 {
+            let v = (round << 16) | ((t as u64) << 8) | i;
+            record(&mut h, rng.next_u64() % 3, rng.next_u64() % 3, v, out);
+        }
+    });
+}
+
+/// As [`linearizable`], for the front-door map and its read-modify-write
+/// operations: insert-replace, try_insert, update, update_or_insert, remove,
+/// get, on keys 0..3 (updates add `UPDATE_STEP`, so no two values collide).
+fn linearizable_front(make: impl Fn() -> mpsync::HashMap<u64, u64>) {
+    histories(make, |m, rng, round, t, out| {
+        for i in 0..4 {
+            let v = (round << 16) | ((t as u64) << 8) | i;
+            let key = rng.next_u64() % 3;
+            let what = rng.next_u64() % 6;
+            timed(key, out, || match what {
+                0 => MapOp::Replace(v, m.insert(key, v)),
+                1 => MapOp::Insert(v, m.try_insert(key, v)),
+                2 => MapOp::Update(m.update(&key, |x| x + UPDATE_STEP)),
+                3 => {
+                    m.update_or_insert(key, v, |x| x + UPDATE_STEP);
+                    MapOp::Upsert(v)
+                }
+                4 => MapOp::Remove(m.remove(&key)),
+                _ => MapOp::Get(m.get(&key)),
+            });
+        }
+    });
+}
+
+/// `rounds` histories: 3 threads released together on a fresh table made by
+/// `make`, each running `run` (the table, its rng, the round, its index, where
+/// to record) once per round; every history is checked.
+fn histories<M: Send + Sync>(
+    make: impl Fn() -> M,
+    run: impl Fn(&M, &mut Rng, u64, usize, &mut Vec<Ev>) + Sync,
+) {
     let rounds = (sized(5_000, 10) * scale()) as usize;
     let threads = 3;
     let slot: RwLock<Option<std::sync::Arc<M>>> = RwLock::new(None);
@@ -277,7 +338,7 @@ fn linearizable<M: ConcurrentMap<u64, u64>>(make: impl Fn() -> M) {
     let quit = AtomicBool::new(false);
     let r: Result<(), String> = std::thread::scope(|s| {
         for t in 0..threads {
-            let (slot, start, end, events, quit) = (&slot, &start, &end, &events, &quit);
+            let (slot, start, end, events, quit, run) = (&slot, &start, &end, &events, &quit, &run);
             s.spawn(move || {
                 let mut rng = Rng::new(77 + t as u64);
                 for round in 0u64.. {
@@ -288,13 +349,7 @@ fn linearizable<M: ConcurrentMap<u64, u64>>(make: impl Fn() -> M) {
                     }
                     let m = slot.read().unwrap().clone().expect("set");
                     let mut out = Vec::with_capacity(4);
-                    {
-                        let mut h = m.handle();
-                        for i in 0..4 {
-                            let v = (round << 16) | ((t as u64) << 8) | i;
-                            record(&mut h, rng.next_u64() % 3, rng.next_u64() % 3, v, &mut out);
-                        }
-                    }
+                    run(&m, &mut rng, round, t, &mut out);
                     drop(m);
                     events.lock().unwrap().extend(out);
                     end.wait();
@@ -341,6 +396,20 @@ fn the_map_checker_catches_a_lost_insert() {
         ev(2, 3, MapOp::Insert(6, true)),
     ];
     assert!(check_map(&dup).is_err());
+    // Two replaces that both say they replaced the first value: one lost.
+    let lost = [
+        ev(0, 1, MapOp::Replace(5, None)),
+        ev(2, 5, MapOp::Replace(6, Some(5))),
+        ev(3, 4, MapOp::Replace(7, Some(5))),
+    ];
+    assert!(check_map(&lost).is_err());
+    let fine = [
+        ev(0, 1, MapOp::Replace(5, None)),
+        ev(2, 5, MapOp::Replace(6, Some(7))),
+        ev(3, 4, MapOp::Replace(7, Some(5))),
+        ev(6, 7, MapOp::Update(Some(6 + UPDATE_STEP))),
+    ];
+    assert!(check_map(&fine).is_ok());
 }
 
 fn hp() -> Arc<HazardPointers> {
@@ -460,6 +529,65 @@ map_tests! {
     cr_resize_hp: resizing(hp3());
     cr_resize_ebr: resizing(Arc::new(Ebr::with_advance_every(1).unwrap()));
     cr_resize_qsbr: resizing(Arc::new(Qsbr::new()));
+    front: mpsync::HashMap::<u64, u64>::new();
+}
+
+// ---- the front door's read-modify-write updates ------------------------------
+
+#[test]
+fn front_insert_replace_update_are_linearizable() {
+    linearizable_front(mpsync::HashMap::new);
+}
+
+/// Threads add to a few counters with `update_or_insert` and `update`, and
+/// swap tokens through `insert`-replace, on a map small enough to resize
+/// meanwhile: no increment is lost (the counters sum to the increments), and
+/// every token is handed back by exactly one replace or is still in the map.
+#[test]
+fn front_updates_and_replaces_conserve() {
+    let threads = 2 * cores().max(2);
+    let n = sized(20_000, 200) * scale();
+    let counters: mpsync::HashMap<u64, u64> = mpsync::HashMap::new();
+    let tokens: mpsync::HashMap<u64, u64> = mpsync::HashMap::new();
+    for k in 0..8 {
+        tokens.insert(1000 + k, u64::MAX - k); // pre-seeded tokens
+    }
+    let returned: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads as u64)
+            .map(|t| {
+                let (counters, tokens) = (&counters, &tokens);
+                s.spawn(move || {
+                    let mut rng = Rng::new(t + 1);
+                    let mut back = Vec::new();
+                    for i in 0..n {
+                        let k = rng.next_u64() % 4;
+                        if i % 2 == 0 {
+                            counters.update_or_insert(k, 1, |c| c + 1);
+                        } else if counters.update(&k, |c| c + 1).is_none() {
+                            counters.update_or_insert(k, 1, |c| c + 1);
+                        }
+                        let token = (t << 32) | i;
+                        // Churn other keys too, so the map resizes under the updates.
+                        let churn = 100 + rng.next_u64() % 64;
+                        counters.insert(churn, 0);
+                        counters.remove(&churn);
+                        back.extend(tokens.insert(1000 + rng.next_u64() % 8, token));
+                    }
+                    back
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let total: u64 = (0..4).filter_map(|k| counters.get(&k)).sum();
+    assert_eq!(total, threads as u64 * n, "an increment was lost");
+    let mut seen: Vec<u64> = returned.into_iter().flatten().collect();
+    seen.extend(tokens.iter().map(|(_, v)| v));
+    let expected = threads as u64 * n + 8;
+    assert_eq!(seen.len() as u64, expected, "a token lost or duplicated");
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len() as u64, expected, "a token handed back twice");
 }
 
 // ---- the hazard-pointer window ------------------------------------------------
@@ -787,7 +915,7 @@ fn iter_is_weakly_consistent<M: ConcurrentMap<u64, u64>>(
                 while !stop.load(Ordering::Relaxed) {
                     let k = STABLE + rng.next_u64() % CHURN;
                     if rng.next_u64().is_multiple_of(2) {
-                        h.insert(k, val(k));
+                        let _ = h.insert(k, val(k));
                     } else {
                         h.remove(&k);
                     }

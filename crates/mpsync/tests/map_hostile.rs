@@ -256,6 +256,101 @@ impl Target for Locked {
     fn forget(&self) {}
 }
 
+/// The front-door map, driven through its own methods: `plain` uses
+/// `try_insert`/`get`/`remove`/`iter`; the other route its read-modify-write
+/// and guard-bound methods (`get_or_insert_with`, `compute`, `update`,
+/// `insert`-replace, `pin().get`, `pin().iter`), so a hostile key or value
+/// meets each of them.
+struct Front {
+    m: mpsync::HashMap<Hostile, Hostile>,
+    plain: bool,
+}
+
+impl Target for Front {
+    fn name(&self) -> String {
+        format!("HashMap ({})", if self.plain { "plain" } else { "rmw" })
+    }
+    fn insert(&self, k: Hostile, v: Hostile) -> bool {
+        if self.plain {
+            return self.m.try_insert(k, v);
+        }
+        let mut made = false;
+        let mut v = Some(v);
+        drop(self.m.get_or_insert_with(k.clone(), || {
+            made = true;
+            v.take().expect("once")
+        }));
+        if made {
+            // Replace the value by an equal one, and update it: both atomic,
+            // both hand back clones.
+            let again = Hostile::new(k.k, &self.hooks_of(&k));
+            drop(self.m.insert(k.clone(), again));
+            drop(self.m.update(&k, |old| old.clone()));
+        }
+        made
+    }
+    fn remove(&self, k: &Hostile) -> Option<Hostile> {
+        if self.plain {
+            return self.m.remove(k);
+        }
+        self.m.compute(k.clone(), |old| {
+            (mpsync::ds::hash_map::Change::Remove, old.cloned())
+        })
+    }
+    fn get(&self, k: &Hostile) -> Option<Hostile> {
+        if self.plain {
+            return self.m.get(k);
+        }
+        self.m.pin().get(k).cloned()
+    }
+    fn len(&self) -> usize {
+        self.m.len()
+    }
+    fn iter_with(&self, f: &mut dyn FnMut(&Hostile, &Hostile)) {
+        if self.plain {
+            self.m.iter().for_each(|(k, v)| f(&k, &v))
+        } else {
+            self.m.pin().iter().for_each(|(k, v)| f(k, v))
+        }
+    }
+    fn for_each_with(&self, f: &mut dyn FnMut(&Hostile, &Hostile)) {
+        self.m.pin().iter().for_each(|(k, v)| f(k, v))
+    }
+    fn resize(&self, _: usize) -> bool {
+        false
+    }
+    fn reclaim(&self) {
+        for _ in 0..4 {
+            drop(self.m.pin());
+        }
+    }
+    fn kind(&self) -> Kind {
+        Kind::Cr
+    }
+    fn forget(&self) {}
+}
+
+impl Front {
+    /// The value family of a key's scenario (values are made from the key's
+    /// `k` with the values' hooks: found through a clone of a present value).
+    fn hooks_of(&self, k: &Hostile) -> StdArc<map_support::Hooks> {
+        self.m
+            .pin()
+            .get(k)
+            .map(|v| v.hooks())
+            .expect("just inserted")
+    }
+}
+
+fn front(plain: bool) -> Pair {
+    let d = ebr();
+    let one = |d| Front {
+        m: mpsync::HashMap::with_domain(d, Default::default()),
+        plain,
+    };
+    (StdArc::new(one(d.clone())), StdArc::new(one(d)))
+}
+
 // ---- the maps, in pairs sharing a domain ------------------------------------------
 
 /// Two maps of one domain (the second for "another map of the same domain").
@@ -321,7 +416,7 @@ fn locked() -> Pair {
 /// Every map × scheme × route (`Fast`/`Tls` last: the routes that need the
 /// registrations of the reclamation schemes to tolerate re-entry most).
 fn every_map(vias: &[Via]) -> Vec<Pair> {
-    let mut all = vec![locked()];
+    let mut all = vec![locked(), front(true), front(false)];
     for &via in vias {
         all.extend([
             lf(ebr(), via),

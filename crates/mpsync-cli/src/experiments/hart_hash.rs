@@ -167,7 +167,7 @@ fn test_loop<M: ConcurrentMap<u64, u64>>(m: &M, spec: LoopSpec) -> Outcome {
         // Every other key: `entries` entries, spread over the range.
         let mut h = m.handle();
         for k in (0..range).step_by(2) {
-            h.insert(k, k);
+            let _ = h.insert(k, k);
         }
     }
     let upd = (spec.update * (1u64 << 32) as f64) as u64;
@@ -189,7 +189,7 @@ fn test_loop<M: ConcurrentMap<u64, u64>>(m: &M, spec: LoopSpec) -> Outcome {
                         let k = (r >> 33) % range;
                         if (r & 0xffff_ffff) < upd {
                             if r & (1 << 32) == 0 {
-                                h.insert(k, k);
+                                let _ = h.insert(k, k);
                             } else {
                                 std::hint::black_box(h.remove(&k));
                             }
@@ -1216,7 +1216,7 @@ impl StalledLoad for TableLoad {
         {
             let mut h = m.handle();
             for k in (0..range).step_by(2) {
-                h.insert(k, k);
+                let _ = h.insert(k, k);
             }
         }
         let work = |t: u32, stop: &AtomicBool| {
@@ -1228,7 +1228,7 @@ impl StalledLoad for TableLoad {
                     let r = rng.next_u64();
                     let k = (r >> 1) % range;
                     if r & 1 == 0 {
-                        h.insert(k, k);
+                        let _ = h.insert(k, k);
                     } else {
                         std::hint::black_box(h.remove(&k));
                     }

@@ -171,6 +171,8 @@ use super::map::{
     ConcurrentMap, MapError, RegisteredHandle, RegisteredMap, UnderLock, drop_pair_and_free,
     free_chains,
 };
+#[cfg(not(loom))]
+use crate::reclaim::ProtectsReachable;
 use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, AtomicUsize, Ordering};
@@ -360,6 +362,40 @@ impl Default for ResizePolicy {
     /// [`DEFAULT_MIN_BUCKETS`] buckets at least, at most 2 entries per bucket.
     fn default() -> Self {
         Self::new(DEFAULT_MIN_BUCKETS, 2).expect("valid defaults")
+    }
+}
+
+/// What [`CrHashMap::compute`] does with a key's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change<V> {
+    /// Leave the entry as it is (present or absent).
+    Keep,
+    /// Give the key this value: insert it, or replace the present value.
+    Set(V),
+    /// Remove the key, if present.
+    Remove,
+}
+
+/// A key handed to [`CrHashMap::compute_in`]: borrowed (cloned if a node is
+/// made for it) or owned (moved into the node).
+enum KeyIn<'a, K> {
+    Borrowed(&'a K),
+    Owned(K),
+}
+
+impl<K: Clone> KeyIn<'_, K> {
+    fn get(&self) -> &K {
+        match self {
+            KeyIn::Borrowed(k) => k,
+            KeyIn::Owned(k) => k,
+        }
+    }
+
+    fn into_owned(self) -> K {
+        match self {
+            KeyIn::Borrowed(k) => k.clone(),
+            KeyIn::Owned(k) => k,
+        }
     }
 }
 
@@ -729,6 +765,50 @@ where
         })
     }
 
+    /// `key`'s value, borrowed for as long as `g` lives (lockless). Only over
+    /// schemes that protect everything reachable: the node stays allocated
+    /// until `g` ends even if it is removed meanwhile.
+    ///
+    /// # Safety
+    /// `g` is a guard of a registration in this map's [`domain`](Self::domain).
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn get_pinned<'g, G: Guard>(&'g self, g: &'g G, key: &K) -> Option<&'g V>
+    where
+        R: ProtectsReachable,
+    {
+        let h = self.hasher.hash_one(key);
+        let b = self.current(g).bucket(h);
+        // The node was reached under `g` (see `search`); `R: ProtectsReachable`
+        // and the caller's contract (a guard of this domain) keep it, and the
+        // table it is on, allocated until `g` ends.
+        Self::search(b, key, g).map(|n| {
+            n.live.check();
+            &n.value
+        })
+    }
+
+    /// The entries of the current table, borrowed for as long as `g` lives
+    /// (as [`get_pinned`](Self::get_pinned)), weakly consistent as
+    /// [`iter`](Self::iter).
+    ///
+    /// # Safety
+    /// As [`get_pinned`](Self::get_pinned).
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn iter_pinned<'g, G: Guard>(
+        &'g self,
+        g: &'g G,
+    ) -> PinnedIter<'g, K, V, L, R, A, G>
+    where
+        R: ProtectsReachable,
+    {
+        PinnedIter {
+            table: self.current(g),
+            guard: g,
+            next_bucket: 0,
+            buf: Vec::new().into_iter(),
+        }
+    }
+
     /// Whether `key` is present (lockless).
     ///
     /// # Panics
@@ -747,6 +827,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "CrHashMap::insert");
         let g = local.enter();
@@ -825,6 +906,193 @@ where
             p = next;
         }
         None
+    }
+
+    /// Changes `key`'s entry as `f` decides, atomically: under the bucket's
+    /// lock, `f` sees the key's value (`None`: absent) and returns what to do
+    /// with the entry ([`Change`]) and a result for the caller. No other
+    /// writer changes the key between what `f` saw and the change; lockless
+    /// readers see the entry before or after it, never between. A resizing
+    /// table may then resize. The key is cloned when a node is made for it
+    /// ([`Change::Set`]); [`compute_owned`](Self::compute_owned) moves it instead.
+    ///
+    /// A [`Set`](Change::Set) over a present key replaces its node (RCU-style:
+    /// a new node with the new value takes the old one's place in the chain;
+    /// the old one is marked first, then unlinked by that store, then retired:
+    /// readers still on it read the old value, which stays valid under their
+    /// guard).
+    ///
+    /// `f` runs under the bucket's lock, as `Eq` and `Clone` of writers do (see
+    /// [Your code inside an operation](self#your-code-inside-an-operation)): it
+    /// may read any table lock-free; a lock-taking operation started from it
+    /// panics. A panic in `f` (or in the key's `Clone`) leaves the entry as it
+    /// was and the lock released; the value `f` returned is then dropped after
+    /// the unlock.
+    ///
+    /// ```
+    /// use mpsync::ds::cr_hash::{Change, CrHashMap};
+    /// use mpsync::lock::SpinThenPark;
+    /// use mpsync::reclaim::{HazardPointers, Reclaimer};
+    ///
+    /// let m: CrHashMap<&str, u64, SpinThenPark, HazardPointers> = CrHashMap::new();
+    /// let l = HazardPointers::register(m.domain());
+    /// // Count a word: insert 1, or add 1 to what is there; return the old count.
+    /// let bump = |old: Option<&u64>| (Change::Set(old.map_or(1, |n| n + 1)), old.copied());
+    /// assert_eq!(m.compute(&l, &"a", bump), None);
+    /// assert_eq!(m.compute(&l, &"a", bump), Some(1));
+    /// assert_eq!(m.get(&l, &"a"), Some(2));
+    /// assert_eq!(m.compute(&l, &"a", |_| (Change::Remove, ())), ());
+    /// assert_eq!(m.get(&l, &"a"), None);
+    /// ```
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain; if `f` or the key's
+    /// `Clone` panics; if called from code a table runs under its lock.
+    pub fn compute<T>(
+        &self,
+        local: &R::Local,
+        key: &K,
+        f: impl FnOnce(Option<&V>) -> (Change<V>, T),
+    ) -> T
+    where
+        K: Clone,
+    {
+        self.compute_in(local, KeyIn::Borrowed(key), f)
+    }
+
+    /// As [`compute`](Self::compute), with the key moved into the node a
+    /// [`Change::Set`] makes (no `Clone` of the key); a key not stored is
+    /// dropped after the unlock.
+    ///
+    /// # Panics
+    /// As [`compute`](Self::compute).
+    pub fn compute_owned<T>(
+        &self,
+        local: &R::Local,
+        key: K,
+        f: impl FnOnce(Option<&V>) -> (Change<V>, T),
+    ) -> T
+    where
+        K: Clone,
+    {
+        self.compute_in(local, KeyIn::Owned(key), f)
+    }
+
+    fn compute_in<T>(
+        &self,
+        local: &R::Local,
+        key: KeyIn<'_, K>,
+        f: impl FnOnce(Option<&V>) -> (Change<V>, T),
+    ) -> T
+    where
+        K: Clone,
+    {
+        check_local(&*self.domain, local, "CrHashMap::compute");
+        let g = local.enter();
+        let h = self.hasher.hash_one(key.get());
+        // Declared before the lock, so dropped after it also when something
+        // unwinds under the lock: the value to store and the caller's result
+        // (users' drops never run under a table's lock).
+        let mut held: (Option<V>, Option<T>) = (None, None);
+        // The key, until it moves into a node (else dropped after the unlock).
+        let mut key = Some(key);
+        let locked = self.lock_bucket(&g, h, "CrHashMap::compute");
+        let b = locked.bucket;
+        let k = key.as_ref().expect("set above").get();
+        // Relaxed (in this walk): as in `insert` (the lock orders writers).
+        let mut link: &AtomicPtr<Node<K, V, R>> = &b.head;
+        let mut p = link.load(Ordering::Relaxed);
+        let mut found: Option<&Node<K, V, R>> = None;
+        while !p.is_null() {
+            // SAFETY: as in `insert`: linked under the lock, so not freed.
+            let n = unsafe { &*p };
+            if n.key == *k {
+                found = Some(n);
+                break;
+            }
+            link = &n.next;
+            p = n.next.load(Ordering::Relaxed);
+        }
+        let (change, r) = f(found.map(|n| &n.value));
+        held.1 = Some(r);
+        let mut retired: *mut Node<K, V, R> = ptr::null_mut();
+        let mut delta = 0;
+        match change {
+            Change::Keep => {}
+            Change::Remove => {
+                if let Some(n) = found {
+                    let next = n.next.load(Ordering::Relaxed);
+                    // [1] Mark, then [2] unlink, Release on both, as in `remove`.
+                    n.next.store(next.map_addr(|a| a | MARK), Ordering::Release);
+                    stall::point(stall::CR_MARKED);
+                    link.store(next, Ordering::Release);
+                    retired = p;
+                    delta = -1;
+                }
+            }
+            Change::Set(v) => {
+                held.0 = Some(v);
+                // May panic (a key's `Clone`): the value is dropped after the unlock.
+                let k = key.take().expect("set above").into_owned();
+                let v = held.0.take().expect("set just above");
+                // The new node's successor: the replaced node's (it takes its
+                // place) or the head (it goes first).
+                let succ = match found {
+                    Some(n) => n.next.load(Ordering::Relaxed),
+                    None => b.head.load(Ordering::Relaxed),
+                };
+                let node = A::alloc(Node {
+                    live: Liveness::new(),
+                    hdr: Header::new(&g),
+                    next: AtomicPtr::new(succ),
+                    key: k,
+                    value: v,
+                });
+                match found {
+                    Some(n) => {
+                        // [1] Mark the old node (a reader standing on it must
+                        // not step to its successor once it is unlinked: see
+                        // `read_chain`), then [2] put the new one in its place:
+                        // the Release store publishes the new node (key, value,
+                        // next) and unlinks the old one in one step, the
+                        // replacement's linearization point.
+                        n.next.store(succ.map_addr(|a| a | MARK), Ordering::Release);
+                        stall::point(stall::CR_MARKED);
+                        link.store(node.as_ptr(), Ordering::Release);
+                        retired = p;
+                    }
+                    None => {
+                        // Release: publishes the node, as in `insert`.
+                        b.head.store(node.as_ptr(), Ordering::Release);
+                        delta = 1;
+                    }
+                }
+            }
+        }
+        let len = if delta == 0 { 0 } else { self.counted(delta) };
+        drop(locked);
+        // No lock held: the retire may run users' drops.
+        if !retired.is_null() {
+            // SAFETY: unlinked by us ([2]) under the lock, so retired once;
+            // `free_node` frees what `A::alloc` made, from any thread.
+            unsafe { g.retire_raw(retired.cast(), free_node::<K, V, R, A>) };
+        }
+        drop(g);
+        if delta != 0 {
+            self.maybe_resize(local, len);
+        }
+        drop(key);
+        held.1.take().expect("set under the lock")
+    }
+
+    /// The entry count a resizing table keeps (counted under the bucket locks:
+    /// exact when no update is under way, a hint otherwise), in O(1); `None`
+    /// for a fixed table, which counts nothing (use [`len`](Self::len)).
+    pub fn len_hint(&self) -> Option<usize> {
+        // Relaxed: a snapshot of a counter; nothing is read through it.
+        self.auto
+            .as_ref()
+            .map(|_| self.count.load(Ordering::Relaxed))
     }
 
     /// Counts an insert (`+1`) or remove (`-1`) of a resizing table, under the
@@ -915,7 +1183,7 @@ where
     /// let m: CrHashMap<u32, u32, TasB, Ebr> = CrHashMap::new();
     /// let local = Ebr::register(m.domain());
     /// for k in 0..100 {
-    ///     m.insert(&local, k, k * 2);
+    ///     assert!(m.insert(&local, k, k * 2));
     /// }
     /// let mut all: Vec<(u32, u32)> = m.iter(&local).collect();
     /// all.sort();
@@ -926,13 +1194,13 @@ where
     /// let m: CrHashMap<u32, u32, TasB, HazardPointers> = CrHashMap::new();
     /// let local = HazardPointers::register(m.domain());
     /// for k in 0..10 {
-    ///     m.insert(&local, k, k);
+    ///     assert!(m.insert(&local, k, k));
     /// }
     /// let mut yielded = 0;
     /// for (k, v) in m.iter(&local) {
     ///     assert_eq!(k, v);
     ///     yielded += 1;
-    ///     m.insert(&local, 1000 + k, 1000 + k); // may or may not be yielded
+    ///     assert!(m.insert(&local, 1000 + k, 1000 + k)); // may or may not be yielded
     ///     assert_eq!(m.get(&local, &(1000 + k)), Some(1000 + k));
     /// }
     /// assert!(yielded >= 10);
@@ -1151,6 +1419,44 @@ impl<K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, S> fmt::Debug
             .field("next_bucket", &self.next_bucket)
             .field("buffered", &self.buf.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The iterator of [`CrHashMap::iter_pinned`]: borrowed entries of one table,
+/// one bucket's pass at a time.
+#[cfg(not(loom))]
+pub(crate) struct PinnedIter<'g, K, V, L: RawMutex, R: Reclaimer, A: NodeAlloc, G> {
+    table: &'g Table<K, V, L, R, A>,
+    guard: &'g G,
+    next_bucket: usize,
+    buf: std::vec::IntoIter<(&'g K, &'g V)>,
+}
+
+#[cfg(not(loom))]
+impl<'g, K, V, L: RawMutex, R: ProtectsReachable, A: NodeAlloc, G: Guard> Iterator
+    for PinnedIter<'g, K, V, L, R, A, G>
+{
+    type Item = (&'g K, &'g V);
+
+    fn next(&mut self) -> Option<(&'g K, &'g V)> {
+        loop {
+            if let Some(e) = self.buf.next() {
+                return Some(e);
+            }
+            let b = self.table.buckets.get(self.next_bucket)?;
+            self.next_bucket += 1;
+            let mut out = Vec::new();
+            read_chain(b, self.guard, |seen| {
+                match seen {
+                    // Valid for `'g`: reached under the guard, which (over a
+                    // `ProtectsReachable` scheme) keeps it allocated.
+                    Seen::Node(c) => out.push((&c.key, &c.value)),
+                    Seen::Restart => out.clear(),
+                }
+                false
+            });
+            self.buf = out.into_iter();
+        }
     }
 }
 

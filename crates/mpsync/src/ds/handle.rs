@@ -40,7 +40,7 @@ use super::lf::AutoQuiescent;
 #[cfg(not(loom))]
 use super::{
     alloc::NodeAlloc,
-    cr_hash::CrHashMap,
+    cr_hash::{Change, CrHashMap},
     hash::{FastReadHashMap, LfHashMap},
     heap::HerlihySkewHeap,
     map::RegisteredMap,
@@ -152,7 +152,7 @@ impl<S: Registered + fmt::Debug> fmt::Debug for Handle<'_, S> {
 /// assert_eq!(got, [0, 1, 2, 3]);
 ///
 /// let m: Auto<LfHashMap<u64, String, HazardPointers>> = Auto::new(LfHashMap::new());
-/// assert!(m.insert(1, "one".into()));
+/// assert!(m.try_insert(1, "one".into()));
 /// assert_eq!(m.get(&1).as_deref(), Some("one"));
 /// assert!(m.contains_key(&1));
 /// assert_eq!(m.remove(&1).as_deref(), Some("one"));
@@ -235,6 +235,21 @@ impl<S: Registered> Auto<S> {
 }
 
 #[cfg(not(loom))]
+impl<S: Registered + Default> Default for Auto<S> {
+    /// `Auto::new(S::default())`: `Queue::default()`, `Stack::default()`, ….
+    fn default() -> Self {
+        Self::new(S::default())
+    }
+}
+
+#[cfg(not(loom))]
+impl<S: Registered> From<S> for Auto<S> {
+    fn from(ds: S) -> Self {
+        Self::new(ds)
+    }
+}
+
+#[cfg(not(loom))]
 impl<S: Registered + fmt::Debug> fmt::Debug for Auto<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Auto")
@@ -266,6 +281,39 @@ auto_ops!([T, R: Reclaimer, A: NodeAlloc] PljQueue<T, R, A>, enqueue, dequeue, "
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] TreiberStack<T, R, A>, push, pop, "LIFO");
 auto_ops!([T: Send + 'static, R: Reclaimer] HerlihyStack<T, R>, push, pop, "LIFO");
 auto_ops!([T: Ord + Clone + Send + Sync + 'static, R: Reclaimer] HerlihySkewHeap<T, R>, insert, delete_min, "smallest first");
+
+/// `is_empty` and `len` of the handle-free queues and stacks.
+macro_rules! auto_len {
+    ([$($g:tt)*] $ty:ty, $empty:expr) => {
+        #[cfg(not(loom))]
+        impl<$($g)*> Auto<$ty> {
+            /// Whether the structure is empty at some moment during the call.
+            pub fn is_empty(&self) -> bool {
+                self.with(|s, l| $empty(s, l))
+            }
+        }
+
+        #[cfg(not(loom))]
+        impl<T, R: ProtectsReachable, A: NodeAlloc> Auto<$ty> {
+            /// The number of values: a walk, O(n); exact when no thread
+            /// changes the structure meanwhile.
+            pub fn len(&self) -> usize {
+                self.with(|s, l| s.len(l))
+            }
+        }
+    };
+}
+
+auto_len!([T, R: Reclaimer, A: NodeAlloc] MsQueue<T, R, A>, |s: &MsQueue<T, R, A>, l| s.is_empty(l));
+auto_len!([T, R: Reclaimer, A: NodeAlloc] TreiberStack<T, R, A>, |s: &TreiberStack<T, R, A>, _| s.is_empty());
+
+#[cfg(not(loom))]
+impl<T, R: Reclaimer, A: NodeAlloc> Auto<PljQueue<T, R, A>> {
+    /// Whether the queue is empty at some moment during the call.
+    pub fn is_empty(&self) -> bool {
+        self.with(|s, l| s.is_empty(l))
+    }
+}
 
 #[cfg(not(loom))]
 impl<K, V, R, A, S> Registered for LfHashMap<K, V, R, A, S>
@@ -313,18 +361,21 @@ where
     }
 }
 
-/// The handle-free operations of a map ([`MapHandle`](super::map::MapHandle)'s).
+/// The handle-free operations of a map ([`MapHandle`](super::map::MapHandle)'s,
+/// and the walks). `$len` and `$iter` say how the table counts and walks.
 macro_rules! auto_map_ops {
-    ([$($g:tt)*] $ty:ty, where $($w:tt)*) => {
+    ([$($g:tt)*] $ty:ty, len: $len:expr, iter: $iter:expr, where $($w:tt)*) => {
         #[cfg(not(loom))]
         impl<$($g)*> Auto<$ty> where $($w)* {
-            /// Inserts `key → value` if `key` is absent (`false`, and `value`
-            /// dropped, if present), with this thread's cached registration.
-            pub fn insert(&self, key: K, value: V) -> bool {
+            /// Inserts `key → value` if `key` is absent; `false` (and `value`
+            /// dropped) if it was present, whose value stays.
+            #[must_use = "`false` means the key was present and `value` was not stored"]
+            pub fn try_insert(&self, key: K, value: V) -> bool {
                 self.with(|m, l| m.insert_in(l, key, value))
             }
 
             /// A clone of `key`'s value, or `None`.
+            #[must_use]
             pub fn get(&self, key: &K) -> Option<V> {
                 self.with(|m, l| m.get_in(l, key))
             }
@@ -335,22 +386,78 @@ macro_rules! auto_map_ops {
             }
 
             /// Whether `key` is present.
+            #[must_use]
             pub fn contains_key(&self, key: &K) -> bool {
                 self.with(|m, l| m.contains_key_in(l, key))
+            }
+
+            /// The number of entries (exact when no thread updates the map
+            /// meanwhile; see the table's `len` for its cost).
+            #[must_use]
+            pub fn len(&self) -> usize {
+                self.with(|m, l| $len(m, l))
+            }
+
+            /// Whether [`len`](Self::len) is 0.
+            #[must_use]
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+
+            /// Clones of the entries, collected by one weakly consistent walk
+            /// (each key present throughout is yielded once, none twice; see
+            /// the table's `iter`), handed out after the walk: no guard is
+            /// held while the iterator lives.
+            pub fn iter(&self) -> std::vec::IntoIter<(K, V)> {
+                self.with(|m, l| $iter(m, l))
             }
         }
     };
 }
 
-auto_map_ops!([K, V, R, A, S] LfHashMap<K, V, R, A, S>, where
-    K: Hash + Ord + Send + Sync, V: Send + Sync + Clone, R: Reclaimer, A: NodeAlloc,
+auto_map_ops!([K, V, R, A, S] LfHashMap<K, V, R, A, S>,
+    len: |m: &LfHashMap<K, V, R, A, S>, l| m.len(l),
+    iter: |m: &LfHashMap<K, V, R, A, S>, l| m.iter(l).collect::<Vec<_>>().into_iter(),
+    where K: Hash + Ord + Send + Sync + Clone, V: Send + Sync + Clone, R: Reclaimer, A: NodeAlloc,
     S: BuildHasher + Sync);
-auto_map_ops!([K, V, R, A, S] FastReadHashMap<K, V, R, A, S>, where
-    K: Hash + Ord + Send + Sync, V: Send + Sync + Clone, R: ProtectsReachable, A: NodeAlloc,
-    S: BuildHasher + Sync);
-auto_map_ops!([K, V, L, R, A, S] CrHashMap<K, V, L, R, A, S>, where
-    K: Hash + Eq + Send + Sync, V: Send + Sync + Clone, L: RawMutex + Send + Sync,
+auto_map_ops!([K, V, R, A, S] FastReadHashMap<K, V, R, A, S>,
+    len: |m: &FastReadHashMap<K, V, R, A, S>, l| m.as_lf().len(l),
+    iter: |m: &FastReadHashMap<K, V, R, A, S>, l| m.iter(l).collect::<Vec<_>>().into_iter(),
+    where K: Hash + Ord + Send + Sync + Clone, V: Send + Sync + Clone, R: ProtectsReachable,
+    A: NodeAlloc, S: BuildHasher + Sync);
+auto_map_ops!([K, V, L, R, A, S] CrHashMap<K, V, L, R, A, S>,
+    len: |m: &CrHashMap<K, V, L, R, A, S>, _| m.len_hint().unwrap_or_else(|| m.len()),
+    iter: |m: &CrHashMap<K, V, L, R, A, S>, l| m.iter(l).collect::<Vec<_>>().into_iter(),
+    where K: Hash + Eq + Send + Sync + Clone, V: Send + Sync + Clone, L: RawMutex + Send + Sync,
     R: Reclaimer, A: NodeAlloc, S: BuildHasher + Sync);
+
+#[cfg(not(loom))]
+impl<K, V, L, R, A, S> Auto<CrHashMap<K, V, L, R, A, S>>
+where
+    K: Hash + Eq + Send + Sync + Clone,
+    V: Send + Sync + Clone,
+    L: RawMutex + Send + Sync,
+    R: Reclaimer,
+    A: NodeAlloc,
+    S: BuildHasher + Sync,
+{
+    /// Sets `key` to `value`; a clone of the value it replaced, or `None`
+    /// (atomic: [`CrHashMap::compute`]).
+    pub fn insert(&self, key: K, value: V) -> Option<V> {
+        let mut value = Some(value); // dropped after the unlock if a clone panics
+        self.with(|m, l| {
+            m.compute_owned(l, key, |old| {
+                let prev = old.cloned();
+                (Change::Set(value.take().expect("once")), prev)
+            })
+        })
+    }
+
+    /// As [`CrHashMap::compute`].
+    pub fn compute<T>(&self, key: K, f: impl FnOnce(Option<&V>) -> (Change<V>, T)) -> T {
+        self.with(|m, l| m.compute_owned(l, key, f))
+    }
+}
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -385,17 +492,95 @@ mod tests {
         }
         assert_eq!((h.delete_min(), h.delete_min()), (Some(1), Some(3)));
         let m: Auto<CrHashMap<u64, u64, TasB, Qsbr>> = Auto::new(CrHashMap::new());
-        assert!(m.insert(1, 10));
-        assert!(!m.insert(1, 11), "insert does not replace");
+        assert_eq!(m.insert(1, 10), None);
+        assert!(!m.try_insert(1, 11), "try_insert does not replace");
+        assert_eq!(m.insert(1, 12), Some(10), "insert does");
+        assert_eq!(m.compute(1, |v| (Change::Set(v.unwrap() - 2), ())), ());
         assert_eq!(m.get(&1), Some(10));
+        assert_eq!((m.len(), m.is_empty(), m.iter().count()), (1, false, 1));
         assert_eq!(m.remove(&1), Some(10));
         assert!(!m.contains_key(&1));
         let m: Auto<FastReadHashMap<u64, u64, Ebr>> = Auto::new(FastReadHashMap::new());
-        assert!(m.insert(2, 20));
+        assert!(m.try_insert(2, 20));
         assert_eq!(m.with(|m, l| m.as_lf().len(l)), 1);
+        assert_eq!((m.len(), m.iter().collect::<Vec<_>>()), (1, vec![(2, 20)]));
+        let lf: Auto<LfHashMap<u64, u64, HazardPointers>> = Auto::default();
+        assert!(lf.try_insert(3, 30) && lf.contains_key(&3) && !lf.is_empty());
+        assert_eq!((lf.len(), lf.iter().next()), (1, Some((3, 30))));
         assert!(format!("{m:?}").starts_with("Auto { structure: FastReadHashMap"));
         // One registration per thread, made once and reused.
         assert_eq!(m.inner().domain().records(), 1);
+    }
+
+    /// The README's queue pattern, with one thread registered and idle while
+    /// another runs `n` enqueue/dequeue pairs: through the default `Queue`
+    /// (`Auto` over EBR) almost nothing stays pending; through an explicit
+    /// QSBR handle held by the idle thread, everything does (the trap the
+    /// `ds` docs describe) until that handle is dropped.
+    #[test]
+    fn an_idle_thread_holds_nothing_back_in_the_default_queue_but_its_qsbr_handle_holds_everything()
+    {
+        let n: u64 = if cfg!(miri) { 300 } else { 20_000 };
+        /// `idle` runs on a thread of its own and calls its second argument
+        /// to sit idle (registered) while `work` runs.
+        fn run<Q: Sync>(q: &Q, idle: impl FnOnce(&Q, &dyn Fn()) + Send, work: impl Fn(&Q)) {
+            let (ready, go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    idle(q, &|| {
+                        ready.wait();
+                        go.wait();
+                    })
+                });
+                ready.wait();
+                work(q);
+                go.wait();
+            });
+        }
+        let q: crate::ds::Queue<u64> = crate::ds::Queue::default();
+        let pending = std::cell::Cell::new(0);
+        run(
+            &q,
+            |q, sit| {
+                q.enqueue(0);
+                sit();
+            },
+            |q| {
+                for i in 0..n {
+                    q.enqueue(i);
+                    assert!(q.dequeue().is_some());
+                }
+                pending.set(q.inner().domain().stats().pending);
+            },
+        );
+        assert!(
+            pending.get() < 1_000,
+            "EBR/Auto: {} of {n} nodes pending with an idle thread",
+            pending.get()
+        );
+
+        let q: MsQueue<u64, Qsbr> = MsQueue::new();
+        run(
+            &q,
+            |q, sit| {
+                let mut h = q.handle();
+                crate::ds::QueueHandle::enqueue(&mut h, 0);
+                sit(); // idle, holding its handle
+            },
+            |q| {
+                let mut h = q.handle();
+                for i in 0..n {
+                    crate::ds::QueueHandle::enqueue(&mut h, i);
+                    assert!(crate::ds::QueueHandle::dequeue(&mut h).is_some());
+                }
+                pending.set(q.domain().stats().pending);
+            },
+        );
+        assert!(
+            pending.get() >= n,
+            "QSBR with an idle handle: {} of {n} pending",
+            pending.get()
+        );
     }
 
     #[test]

@@ -207,6 +207,7 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         check_local(&*self.domain, local, "LfHashMap::insert");
         let b = self.bucket(&key);
@@ -247,7 +248,7 @@ where
     ///
     /// let m: LfHashMap<u32, Vec<u8>> = LfHashMap::new();
     /// let l = Ebr::register(m.domain());
-    /// m.insert(&l, 1, vec![1, 2, 3]);
+    /// assert!(m.insert(&l, 1, vec![1, 2, 3]));
     /// assert_eq!(m.get_with(&l, &1, |v| v.len()), Some(3));
     /// ```
     ///
@@ -343,7 +344,7 @@ where
     /// let m: LfHashMap<u32, u32, HazardPointers> = LfHashMap::with_buckets(8).unwrap();
     /// let local = HazardPointers::register(m.domain());
     /// for k in 0..20 {
-    ///     m.insert(&local, k, k + 1);
+    ///     assert!(m.insert(&local, k, k + 1));
     /// }
     /// assert_eq!(m.iter(&local).map(|(k, v)| v - k).sum::<u32>(), 20);
     /// ```
@@ -581,6 +582,7 @@ where
     }
 
     /// As [`LfHashMap::insert`].
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     pub fn insert(&self, local: &R::Local, key: K, value: V) -> bool {
         self.inner.insert(local, key, value)
     }
@@ -743,7 +745,7 @@ mod tests {
         let l = HazardPointers::register(m.domain());
         assert!(m.is_empty(&l));
         for k in 0..20 {
-            m.insert(&l, k, k);
+            let _ = m.insert(&l, k, k);
         }
         m.remove(&l, &7);
         assert_eq!(m.len(&l), 19);
@@ -794,7 +796,7 @@ mod tests {
         let m: LfHashMap<u32, u32, Leak> = LfHashMap::with_buckets(1).unwrap();
         let l = Leak::register(m.domain());
         for k in 0..10 {
-            m.insert(&l, k, k);
+            let _ = m.insert(&l, k, k);
         }
         for k in 0..10 {
             assert_eq!(m.remove(&l, &k), Some(k));
@@ -817,7 +819,7 @@ mod tests {
         let m: LfHashMap<u32, u32, Ebr> = LfHashMap::with_buckets(1).unwrap();
         let other = Arc::new(Ebr::new());
         let l = Ebr::register(&other);
-        m.insert(&l, 1, 1);
+        let _ = m.insert(&l, 1, 1);
     }
 
     /// A value that, when dropped, uses the table that held it: inserts a

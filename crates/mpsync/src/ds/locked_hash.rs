@@ -106,6 +106,7 @@ impl<K: Hash + Eq, V, L: RawMutex, S: BuildHasher> LockedHashMap<K, V, L, S> {
     /// # Panics
     /// If called from a `Hash`, `Eq` or `Clone` (or `for_each` callback) that a
     /// table runs under its lock (see the [module documentation](self)).
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     pub fn insert(&self, key: K, value: V) -> bool {
         let b = self.bucket(&key);
         let _u = UnderLock::enter("LockedHashMap::insert");

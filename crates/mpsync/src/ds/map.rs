@@ -4,7 +4,10 @@
 //!
 //! The tables are **insert-if-absent** maps, as Hart's are (a key is in a table
 //! at most once and an insert of a present key fails): [`MapHandle::insert`]
-//! does not replace a value; remove the key first. Values are handed out as
+//! does not replace a value; remove the key first (its result is
+//! `#[must_use]`). For a map whose `insert` replaces, with atomic
+//! read-modify-write updates, use [`HashMap`](super::hash_map::HashMap) (or
+//! [`CrHashMap::compute`](super::cr_hash::CrHashMap::compute)). Values are handed out as
 //! clones, because a lock-free table cannot move a value out of a node that
 //! concurrent readers may still be reading.
 //!
@@ -73,6 +76,7 @@ pub trait ConcurrentMap<K, V>: Send + Sync {
 pub trait MapHandle<K, V> {
     /// Inserts `key → value` if `key` is absent; `false` (and `value` dropped) if
     /// it was present.
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     fn insert(&mut self, key: K, value: V) -> bool;
     /// A clone of `key`'s value, or `None`.
     fn get(&mut self, key: &K) -> Option<V>;
@@ -95,6 +99,7 @@ pub trait RegisteredMap<K, V>: Sync {
     /// The domain threads register with.
     fn domain(&self) -> &Arc<Self::R>;
     /// As [`MapHandle::insert`].
+    #[must_use = "insert does not replace: `false` means the key was present and `value` was dropped"]
     fn insert_in(&self, local: &LocalOf<Self::R>, key: K, value: V) -> bool;
     /// As [`MapHandle::get`].
     fn get_in(&self, local: &LocalOf<Self::R>, key: &K) -> Option<V>;
@@ -319,8 +324,8 @@ impl Drop for UnderLock {
 #[track_caller]
 fn reentered(op: &'static str) -> ! {
     panic!(
-        "{op} was called from a key's or value's `Hash`, `Eq` or `Clone` (or a `for_each` \
-         callback) that a lock-based or CR table runs while it holds one of its locks: it \
+        "{op} was called from a key's or value's `Hash`, `Eq` or `Clone` (or a `for_each` callback, or an update \
+         closure) that a lock-based or CR table runs while it holds one of its locks: it \
          would deadlock. From there, use only lock-free reads (`CrHashMap::get`, the \
          lock-free tables), or defer the update"
     )

@@ -1,22 +1,115 @@
-//! The data structures of the papers: queues, stacks, priority queues and
-//! counters, lock-based (generic over the lock) and non-blocking (generic over
-//! the [`reclaim`](crate::reclaim) scheme and the node allocator).
+//! The data structures of the papers — queues, stacks, priority queues,
+//! counters and hash maps — and, in front of them, the defaults to reach for.
 //!
 //! Michael & Scott, PODC 1996 / JPDC 1998 (papers/000_…) and Hart 2005
 //! (papers/002_…).
 //!
-//! Every structure is `Send + Sync` and frees what it holds on drop. Threads
-//! work on a structure through a **handle** ([`ConcurrentQueue::handle`], …): for
-//! the lock-based structures it is just a reference; for the non-blocking ones it
-//! also registers the thread with the structure's reclamation scheme (a
-//! [`Local`](crate::reclaim::Local)), so the same test or benchmark drives every
-//! structure. The handle traits ([`QueueHandle`], [`StackHandle`],
-//! [`PriorityQueueHandle`]) carry the operations; [`quiescent`](QueueHandle::quiescent)
-//! tells a QSBR-based structure that the thread holds no references (a no-op for
-//! everything else). The non-blocking structures' handles are one generic type,
-//! [`handle::Handle`]; [`handle::Auto`] wraps any of them (and the lock-free and
-//! concurrently-readable maps) for a handle-free `&self` API with a registration
-//! cached per thread (`q.enqueue(x)`, `m.insert(k, v)`).
+//! # Start here
+//!
+//! | you need            | use                      | what it is                                                                 |
+//! |---------------------|--------------------------|----------------------------------------------------------------------------|
+//! | a hash map          | [`HashMap<K, V>`]        | [`hash_map`]: lockless reads, atomic updates, resizes; `std`/dashmap API     |
+//! | a FIFO queue        | [`Queue<T>`]             | Michael–Scott's lock-free queue over EBR, no handles                       |
+//! | a LIFO stack        | [`Stack<T>`]             | Treiber's lock-free stack over EBR, no handles                             |
+//! | a priority queue    | [`PriorityQueue<T>`]     | a skew heap under a [`SpinThenPark`](crate::lock::SpinThenPark) lock       |
+//!
+//! All take `&self` and need no setup: each thread's registration with the
+//! structure's reclamation domain is made on its first operation and cached
+//! ([`Auto`](handle::Auto), like `crossbeam_epoch::pin()`). The other
+//! implementations are one type parameter away: `Queue<T, Qsbr>`,
+//! `Stack<T, HazardPointers>`, `PriorityQueue<T, TasB>`, or any structure
+//! below wrapped in [`Auto`](handle::Auto) (`Auto<PljQueue<T>>`,
+//! `Auto<LfHashMap<K, V>>`, …).
+//!
+//! ```
+//! use mpsync::{HashMap, PriorityQueue, Queue, Stack};
+//!
+//! let q: Queue<u32> = Queue::default();
+//! let s: Stack<u32> = Stack::default();
+//! let pq: PriorityQueue<u32> = PriorityQueue::new();
+//! let m: HashMap<u32, String> = HashMap::new();
+//! std::thread::scope(|sc| {
+//!     for t in 0..4 {
+//!         let (q, s, pq, m) = (&q, &s, &pq, &m);
+//!         sc.spawn(move || {
+//!             q.enqueue(t);
+//!             s.push(t);
+//!             pq.insert(t);
+//!             m.insert(t, t.to_string());
+//!         });
+//!     }
+//! });
+//! assert_eq!((q.len(), s.len(), pq.len(), m.len()), (4, 4, 4, 4));
+//! assert_eq!(pq.delete_min(), Some(0));
+//! assert_eq!(m.get(&3).as_deref(), Some("3"));
+//! assert!(!q.is_empty());
+//! ```
+//!
+//! Why these: the queue and stack are the papers' non-blocking algorithms
+//! (a preempted thread never blocks another; `mpsync run ds-oversub` measures
+//! them against the lock-based ones and crossbeam), over EBR because EBR
+//! needs no help from the caller (see below). The map is Hart's
+//! concurrently-readable table: the one here that resizes, with lockless
+//! reads and atomic read-modify-write updates (`mpsync run map-oversub`
+//! measures every table against papaya and dashmap). Skew-heap priority
+//! queues are lock-based or copy the heap per operation (Herlihy's); the
+//! lock-based one with a lock that parks a waiter whose holder is preempted is
+//! the default.
+//!
+//! # Handles, for hot paths
+//!
+//! Under the defaults sit the papers' structures, which take the caller's
+//! registration explicitly. A **handle** ([`ConcurrentQueue::handle`], …)
+//! holds one for a thread: it saves the per-operation lookup of the cached
+//! registration (a thread-id read and an index) and, under QSBR, announces a
+//! quiescent state every 100 operations (Hart's test loop). Use one in a
+//! thread's hot loop; the handle traits ([`QueueHandle`], [`StackHandle`],
+//! [`PriorityQueueHandle`]) let the same test or benchmark drive every
+//! structure; [`quiescent`](QueueHandle::quiescent) tells a QSBR-based
+//! structure that the thread holds no references (a no-op for everything
+//! else). The non-blocking structures' handles are one generic type,
+//! [`handle::Handle`].
+//!
+//! # Memory reclamation and idle threads
+//!
+//! A removed node is freed only when no thread can still be reading it, and
+//! what "can still be reading" means is the scheme's
+//! ([`reclaim`](crate::reclaim)). The trap is **QSBR with a handle held by a
+//! thread that has stopped operating**: QSBR frees a node only after every
+//! registered thread announced a quiescent state since the node was removed,
+//! and an idle thread holding its handle announces none, so *nothing* is freed
+//! until it operates again or drops the handle — with one idle handle, a
+//! million enqueue/dequeue pairs leave a million nodes pending. The defaults
+//! avoid it twice over: EBR needs no announcements (a thread outside an
+//! operation holds nothing back), and [`Auto`](handle::Auto) parks each
+//! thread's cached registration after every operation (so even
+//! `Auto<MsQueue<T, Qsbr>>` is safe from it). With explicit QSBR handles,
+//! drop a thread's handle (or call [`quiescent`](QueueHandle::quiescent))
+//! before it goes idle.
+//!
+//! ```
+//! use mpsync::Queue;
+//! use mpsync::reclaim::Reclaimer;
+//!
+//! let q: Queue<u64> = Queue::default();
+//! let domain = q.inner().domain().clone();
+//! let (started, stop) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+//! std::thread::scope(|s| {
+//!     s.spawn(|| {
+//!         q.enqueue(0); // registered with the domain, then idle
+//!         started.wait();
+//!         stop.wait();
+//!     });
+//!     started.wait();
+//!     for i in 0..10_000 {
+//!         q.enqueue(i);
+//!         q.dequeue();
+//!     }
+//!     stop.wait();
+//! });
+//! let st = domain.stats();
+//! assert!(st.pending < 1_000, "the idle thread held nothing back: {st:?}");
+//! ```
 //!
 //! **Values' `Drop`, `Clone` and `Ord`.** A value's `Drop` may run inside any
 //! operation of a non-blocking structure (reclamation frees removed values and
@@ -41,6 +134,7 @@
 //!     assert_eq!(h.dequeue(), Some(2));
 //!     assert_eq!(h.dequeue(), None);
 //! }
+//! fifo(&mpsync::ds::ms_queue::MsQueue::<u32>::new());
 //! ```
 
 pub mod alloc;
@@ -48,6 +142,8 @@ pub mod counter;
 pub mod cr_hash;
 pub mod handle;
 pub mod hash;
+#[cfg(not(loom))]
+pub mod hash_map;
 pub mod heap;
 mod herlihy_heap;
 mod herlihy_stack;
@@ -63,6 +159,52 @@ pub mod queue;
 pub mod stack;
 pub mod treiber;
 mod version;
+
+#[cfg(not(loom))]
+#[doc(inline)]
+pub use hash_map::HashMap;
+
+/// The default FIFO queue: Michael & Scott's lock-free queue over reclaimer
+/// `R` (EBR unless chosen), handle-free ([`Auto`](handle::Auto): `enqueue`,
+/// `dequeue`, `is_empty`, `len` on `&self`). Make one with
+/// `Queue::default()`.
+///
+/// ```
+/// let q: mpsync::Queue<&str> = mpsync::Queue::default();
+/// q.enqueue("a");
+/// q.enqueue("b");
+/// assert_eq!(q.len(), 2);
+/// assert_eq!((q.dequeue(), q.dequeue(), q.dequeue()), (Some("a"), Some("b"), None));
+/// assert!(q.is_empty());
+/// ```
+#[cfg(not(loom))]
+pub type Queue<T, R = crate::reclaim::Ebr> = handle::Auto<ms_queue::MsQueue<T, R>>;
+
+/// The default LIFO stack: Treiber's lock-free stack over reclaimer `R` (EBR
+/// unless chosen), handle-free (`push`, `pop`, `is_empty`, `len` on
+/// `&self`). Make one with `Stack::default()`.
+///
+/// ```
+/// let s: mpsync::Stack<u8> = mpsync::Stack::default();
+/// s.push(1);
+/// s.push(2);
+/// assert_eq!((s.pop(), s.pop(), s.pop()), (Some(2), Some(1), None));
+/// ```
+#[cfg(not(loom))]
+pub type Stack<T, R = crate::reclaim::Ebr> = handle::Auto<treiber::TreiberStack<T, R>>;
+
+/// The default min-priority queue: a skew heap under lock `L`
+/// ([`SpinThenPark`](crate::lock::SpinThenPark) unless chosen: it spins while
+/// the holder runs and parks once it is preempted).
+///
+/// ```
+/// let pq: mpsync::PriorityQueue<u32> = mpsync::PriorityQueue::new();
+/// for v in [5, 1, 3] {
+///     pq.insert(v);
+/// }
+/// assert_eq!((pq.delete_min(), pq.len()), (Some(1), 2));
+/// ```
+pub type PriorityQueue<T, L = crate::lock::SpinThenPark> = heap::LockedSkewHeap<L, T>;
 
 /// A FIFO queue shared by threads, each working through its own handle.
 pub trait ConcurrentQueue<T>: Send + Sync {

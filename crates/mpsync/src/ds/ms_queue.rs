@@ -56,7 +56,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentQueue, QueueHandle};
-use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, ProtectsReachable, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -275,6 +275,44 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
         hr.live.check();
         // Acquire: the node it leads to, if any, was published by a Release link.
         hr.next.load(Ordering::Acquire).is_null()
+    }
+
+    /// The number of values queued: a walk from the head to the end, O(n);
+    /// exact when no thread changes the queue meanwhile, otherwise a count the
+    /// queue had at no particular moment (enqueues during the walk lengthen
+    /// it). Only over schemes that protect everything reachable.
+    ///
+    /// ```
+    /// let q: mpsync::Queue<u32> = mpsync::Queue::default();
+    /// q.enqueue(1);
+    /// q.enqueue(2);
+    /// assert_eq!(q.len(), 2);
+    /// ```
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
+    pub fn len(&self, local: &R::Local) -> usize
+    where
+        R: ProtectsReachable,
+    {
+        check_local(&*self.domain, local, "MsQueue::len");
+        let g = local.enter();
+        let mut p = g.protect(0, &self.head).as_ptr();
+        let mut n = 0;
+        loop {
+            // SAFETY: `p` is the dummy (protected, never null) or was reached
+            // from it through `next` links under `g`; `R: ProtectsReachable`
+            // frees no node reachable from a protected one before `g` ends.
+            let node = unsafe { &*p };
+            node.live.check();
+            // Acquire: pairs with the Release CAS that linked the successor.
+            let next = node.next.load(Ordering::Acquire);
+            if next.is_null() {
+                return n;
+            }
+            n += 1;
+            p = next;
+        }
     }
 
     /// The calling thread's handle: it registers with the domain and announces a

@@ -49,7 +49,7 @@ use super::alloc::{NodeAlloc, SystemAlloc};
 use super::handle::{Handle, Registered};
 use super::lf::{CasBackoff, Liveness, ValueCell, check_local, drop_list};
 use super::{ConcurrentStack, StackHandle};
-use crate::reclaim::{Ebr, Guard, Header, Local, Reclaimer};
+use crate::reclaim::{Ebr, Guard, Header, Local, ProtectsReachable, Reclaimer};
 use crate::sched::stall;
 use crate::sync::{Arc, AtomicPtr, Ordering};
 
@@ -202,6 +202,39 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
         // Acquire: not needed for the answer, but a non-null result may be followed
         // by a pop that expects the node published.
         self.head.load(Ordering::Acquire).is_null()
+    }
+
+    /// The number of values on the stack: a walk from the top, O(n); exact
+    /// when no thread changes the stack meanwhile. Only over schemes that
+    /// protect everything reachable.
+    ///
+    /// ```
+    /// let s: mpsync::Stack<u32> = mpsync::Stack::default();
+    /// s.push(1);
+    /// assert_eq!(s.len(), 1);
+    /// ```
+    ///
+    /// # Panics
+    /// If `local` is registered with another domain than [`domain`](Self::domain).
+    pub fn len(&self, local: &R::Local) -> usize
+    where
+        R: ProtectsReachable,
+    {
+        check_local(&*self.domain, local, "TreiberStack::len");
+        let g = local.enter();
+        let mut p = g.protect(0, &self.head).as_ptr();
+        let mut n = 0;
+        while !p.is_null() {
+            // SAFETY: `p` was the top (protected) or was reached from it
+            // through `next` links under `g`; `R: ProtectsReachable` frees no
+            // node reachable from a protected one before `g` ends.
+            let node = unsafe { &*p };
+            node.live.check();
+            n += 1;
+            // Acquire: pairs with the Release CAS that pushed the node.
+            p = node.next.load(Ordering::Acquire);
+        }
+        n
     }
 
     /// The calling thread's handle: it registers with the domain and announces a

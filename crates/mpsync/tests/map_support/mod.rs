@@ -232,6 +232,13 @@ impl Hostile {
     }
 }
 
+impl Hostile {
+    /// Its family's hooks (to make more of the family).
+    pub fn hooks(&self) -> std::sync::Arc<Hooks> {
+        self.hooks.clone()
+    }
+}
+
 impl std::fmt::Debug for Hostile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Hostile({}#{})", self.k, self.id)
