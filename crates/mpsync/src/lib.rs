@@ -124,6 +124,11 @@ pub use barrier::BarrierWaitResult;
 pub use barrier::SimpleBarrier as Barrier;
 pub use lock::{Condvar, WaitTimeoutResult};
 
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
+
 #[cfg(all(test, not(loom)))]
 mod front_page_tests {
     /// The README carries the chooser of the front page word for word, so

@@ -16,8 +16,8 @@
 //! All take `&self` and need no setup: each thread's registration with the
 //! structure's reclamation domain is made on its first operation and cached
 //! ([`Auto`](handle::Auto), like `crossbeam_epoch::pin()`). The other
-//! implementations are one type parameter away: `Queue<T, Qsbr>`,
-//! `Stack<T, HazardPointers>`, `PriorityQueue<T, TasB>`, or any structure
+//! implementations are one type parameter away: [`QueueWith<T, Qsbr>`],
+//! [`StackWith<T, HazardPointers>`], [`PriorityQueueWith<T, TasB>`], or any structure
 //! below wrapped in [`Auto`](handle::Auto) (`Auto<PljQueue<T>>`,
 //! `Auto<LfHashMap<K, V>>`, …).
 //!
@@ -164,13 +164,14 @@ mod version;
 #[doc(inline)]
 pub use hash_map::HashMap;
 
-/// The default FIFO queue: Michael & Scott's lock-free queue over reclaimer
-/// `R` (EBR unless chosen), handle-free ([`Auto`](handle::Auto): `enqueue`,
-/// `dequeue`, `is_empty`, `len` on `&self`). Make one with
-/// `Queue::default()`.
+/// The default FIFO queue: Michael & Scott's lock-free queue over EBR,
+/// handle-free ([`Auto`](handle::Auto): `enqueue`, `dequeue`, `is_empty`,
+/// `len` on `&self`). Make one with `Queue::default()`; [`QueueWith`] takes
+/// another reclaimer. (No type parameter but `T`, so `Queue::default()`
+/// needs no annotation: a defaulted parameter would not be inferred.)
 ///
 /// ```
-/// let q: mpsync::Queue<&str> = mpsync::Queue::default();
+/// let q = mpsync::Queue::default();
 /// q.enqueue("a");
 /// q.enqueue("b");
 /// assert_eq!(q.len(), 2);
@@ -178,33 +179,71 @@ pub use hash_map::HashMap;
 /// assert!(q.is_empty());
 /// ```
 #[cfg(not(loom))]
-pub type Queue<T, R = crate::reclaim::Ebr> = handle::Auto<ms_queue::MsQueue<T, R>>;
+pub type Queue<T> = QueueWith<T, crate::reclaim::Ebr>;
 
-/// The default LIFO stack: Treiber's lock-free stack over reclaimer `R` (EBR
-/// unless chosen), handle-free (`push`, `pop`, `is_empty`, `len` on
-/// `&self`). Make one with `Stack::default()`.
+/// [`Queue`] over reclaimer `R`: `QueueWith<T, Qsbr>` frees sooner when
+/// every thread passes quiescent states, `QueueWith<T, HazardPointers>`
+/// bounds the backlog a stopped thread can cause.
 ///
 /// ```
-/// let s: mpsync::Stack<u8> = mpsync::Stack::default();
+/// use mpsync::{ds::QueueWith, reclaim::HazardPointers};
+///
+/// let q: QueueWith<u32, HazardPointers> = QueueWith::default();
+/// q.enqueue(1);
+/// assert_eq!(q.dequeue(), Some(1));
+/// ```
+#[cfg(not(loom))]
+pub type QueueWith<T, R> = handle::Auto<ms_queue::MsQueue<T, R>>;
+
+/// The default LIFO stack: Treiber's lock-free stack over EBR, handle-free
+/// (`push`, `pop`, `is_empty`, `len` on `&self`). Make one with
+/// `Stack::default()`; [`StackWith`] takes another reclaimer.
+///
+/// ```
+/// let s = mpsync::Stack::default();
 /// s.push(1);
 /// s.push(2);
 /// assert_eq!((s.pop(), s.pop(), s.pop()), (Some(2), Some(1), None));
 /// ```
 #[cfg(not(loom))]
-pub type Stack<T, R = crate::reclaim::Ebr> = handle::Auto<treiber::TreiberStack<T, R>>;
+pub type Stack<T> = StackWith<T, crate::reclaim::Ebr>;
 
-/// The default min-priority queue: a skew heap under lock `L`
-/// ([`SpinThenPark`](crate::lock::SpinThenPark) unless chosen: it spins while
-/// the holder runs and parks once it is preempted).
+/// [`Stack`] over reclaimer `R`.
 ///
 /// ```
-/// let pq: mpsync::PriorityQueue<u32> = mpsync::PriorityQueue::new();
+/// use mpsync::{ds::StackWith, reclaim::Qsbr};
+///
+/// let s: StackWith<u8, Qsbr> = StackWith::default();
+/// s.push(1);
+/// assert_eq!(s.pop(), Some(1));
+/// ```
+#[cfg(not(loom))]
+pub type StackWith<T, R> = handle::Auto<treiber::TreiberStack<T, R>>;
+
+/// The default min-priority queue: a skew heap under a
+/// [`SpinThenPark`](crate::lock::SpinThenPark) lock (it spins while the
+/// holder runs and parks once it is preempted); [`PriorityQueueWith`] takes
+/// another lock.
+///
+/// ```
+/// let pq = mpsync::PriorityQueue::new();
 /// for v in [5, 1, 3] {
 ///     pq.insert(v);
 /// }
 /// assert_eq!((pq.delete_min(), pq.len()), (Some(1), 2));
 /// ```
-pub type PriorityQueue<T, L = crate::lock::SpinThenPark> = heap::LockedSkewHeap<L, T>;
+pub type PriorityQueue<T> = PriorityQueueWith<T, crate::lock::SpinThenPark>;
+
+/// [`PriorityQueue`] under lock `L`.
+///
+/// ```
+/// use mpsync::{ds::PriorityQueueWith, lock::TasBNp};
+///
+/// let pq: PriorityQueueWith<u32, TasBNp> = PriorityQueueWith::new();
+/// pq.insert(2);
+/// assert_eq!(pq.delete_min(), Some(2));
+/// ```
+pub type PriorityQueueWith<T, L> = heap::LockedSkewHeap<L, T>;
 
 /// A FIFO queue shared by threads, each working through its own handle.
 pub trait ConcurrentQueue<T>: Send + Sync {
