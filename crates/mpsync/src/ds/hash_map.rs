@@ -756,11 +756,17 @@ mod tests {
     fn it_grows_and_shrinks() {
         let m: HashMap<u32, u32> = HashMap::new();
         let small = m.table().buckets();
-        for k in 0..5_000 {
+        // Under Miri every resize's copy is interpreted: 5,000 keys took minutes.
+        let n = if cfg!(miri) { 200 } else { 5_000 };
+        for k in 0..n {
             m.insert(k, k);
         }
-        assert!(m.table().buckets() >= 5_000 / 2, "{}", m.table().buckets());
-        for k in 0..5_000 {
+        assert!(
+            m.table().buckets() >= n as usize / 2,
+            "{}",
+            m.table().buckets()
+        );
+        for k in 0..n {
             assert_eq!(m.remove(&k), Some(k));
         }
         assert_eq!(m.table().buckets(), small);
