@@ -70,6 +70,35 @@ pub mod np;
 pub mod queue;
 pub mod tas_b;
 
+/// `try_lock_shared_for` of the timed RW locks here: `try_lock_shared_until`
+/// the deadline `timeout` from now, or a plain `lock_shared` (no deadline) if
+/// that instant cannot be represented — as the mutexes' timed forms.
+#[inline]
+pub(crate) fn try_shared_for_until<L>(l: &L, timeout: std::time::Duration) -> Option<L::SharedGuard>
+where
+    L: lock_api::RawRwLockTimed<Instant = std::time::Instant>,
+{
+    match std::time::Instant::now().checked_add(timeout) {
+        Some(d) => l.try_lock_shared_until(d),
+        None => Some(l.lock_shared()),
+    }
+}
+
+/// `try_lock_exclusive_for`, as [`try_shared_for_until`].
+#[inline]
+pub(crate) fn try_exclusive_for_until<L>(
+    l: &L,
+    timeout: std::time::Duration,
+) -> Option<L::ExclusiveGuard>
+where
+    L: lock_api::RawRwLockTimed<Instant = std::time::Instant>,
+{
+    match std::time::Instant::now().checked_add(timeout) {
+        Some(d) => l.try_lock_exclusive_until(d),
+        None => Some(l.lock_exclusive()),
+    }
+}
+
 #[cfg(not(loom))]
 pub use bravo::GLOBAL_TABLE;
 pub use bravo::{Bravo, BravoShared, INHIBIT_MULTIPLIER, TABLE_SLOTS, VisibleReaders};

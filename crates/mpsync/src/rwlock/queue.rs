@@ -701,11 +701,7 @@ where
     type Instant = Instant;
 
     fn try_lock_shared_for(&self, timeout: Duration) -> Option<Self::SharedGuard> {
-        match Instant::now().checked_add(timeout) {
-            Some(d) => self.try_lock_shared_until(d),
-            // No instant that far away: no deadline, as the mutexes' timed forms.
-            None => Some(lock_api::RawRwLock::lock_shared(self)),
-        }
+        super::try_shared_for_until(self, timeout)
     }
 
     fn try_lock_shared_until(&self, deadline: Instant) -> Option<Self::SharedGuard> {
@@ -727,10 +723,7 @@ where
     }
 
     fn try_lock_exclusive_for(&self, timeout: Duration) -> Option<Self::ExclusiveGuard> {
-        match Instant::now().checked_add(timeout) {
-            Some(d) => self.try_lock_exclusive_until(d),
-            None => Some(lock_api::RawRwLock::lock_exclusive(self)),
-        }
+        super::try_exclusive_for_until(self, timeout)
     }
 
     fn try_lock_exclusive_until(&self, deadline: Instant) -> Option<Self::ExclusiveGuard> {
