@@ -1135,6 +1135,8 @@ rw_timed_locks! {
     rw_timed_smart_q: RwSmartQ;
     rw_timed_native: RwNative;
     rw_timed_native_np: RwNativeNp;
+    rw_timed_bravo_tas_b: Bravo<RwTasB>;
+    rw_timed_bravo_smart_q: Bravo<RwSmartQ>;
 }
 
 // --- barriers --------------------------------------------------------------------

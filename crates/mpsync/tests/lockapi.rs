@@ -1029,7 +1029,7 @@ fn tas_timed() {
 }
 
 use lock_api::{RawRwLockDowngrade, RawRwLockTimed, RwLockWriteGuard};
-use mpsync::rwlock::{RwLock, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
+use mpsync::rwlock::{Bravo, RwLock, RwNative, RwNativeNp, RwQueued, RwSmartQ, RwTasB, RwTasBNp};
 
 /// A downgrade keeps writers out and lets readers in: a writer that waited
 /// for the write guard still waits while the downgraded guard is held, a
@@ -1182,6 +1182,53 @@ fn rw_timed_tas_b() {
 }
 
 #[test]
+fn rw_timed_bravo() {
+    rw_timed::<Bravo<RwTasB>>("Bravo<RwTasB>");
+    rw_timed::<Bravo<RwSmartQ>>("Bravo<RwSmartQ>");
+}
+
+/// A BRAVO writer whose deadline passes while a fast reader (one that never
+/// touched the underlying lock) is inside gives up: it lets the underlying
+/// lock go, the bias stays off, and once the reader leaves a writer gets in.
+#[test]
+fn bravo_timed_writer_gives_up_on_a_fast_reader() {
+    let l: Arc<RwLock<Bravo<RwTasB>, u32>> = Arc::new(RwLock::new(0));
+    // SAFETY (raw, here and below): only its statistics are read.
+    let raw = || unsafe { l.raw() };
+    // The first slow reader enables the bias; a later read takes the fast path.
+    let r = (0..10_000)
+        .find_map(|_| {
+            let r = l.read();
+            (raw().fast_readers() > 0).then_some(r)
+        })
+        .expect("Bravo<RwTasB>: no read took the fast path in 10,000 tries");
+    let l2 = l.clone();
+    let start = Instant::now();
+    let got = thread::spawn(move || l2.try_write_for(Duration::from_millis(20)).is_some())
+        .join()
+        .unwrap();
+    assert!(!got, "a timed writer got in beside a fast reader");
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    assert!(
+        !raw().is_biased(),
+        "the bias came back on after the revocation gave up"
+    );
+    assert!(
+        !lock_api::RawRwLock::is_locked(raw().inner()),
+        "the timed writer kept the underlying lock"
+    );
+    assert!(
+        l.try_write().is_none(),
+        "try_write got in beside a fast reader"
+    );
+    drop(r);
+    assert_eq!(raw().fast_readers(), 0);
+    *l.try_write_for(Duration::from_millis(20))
+        .expect("no writer got in after the fast reader left") += 1;
+    assert_eq!(*l.read(), 1);
+}
+
+#[test]
 fn rw_timed_queued() {
     rw_timed::<RwSmartQ>("RwSmartQ");
     rw_timed::<RwNative>("RwNative");
@@ -1237,4 +1284,23 @@ where
 fn rw_timed_drain_races_last_reader() {
     timed_drain_races_last_reader::<RwSmartQ>("RwSmartQ");
     timed_drain_races_last_reader::<RwNative>("RwNative");
+}
+
+/// Compile errors and `type_name` name the locks a user wrote, not their
+/// construction (`SkipQueue<SmartQPolicy>`, `RwQueue<SkipQueue<…>, true>`).
+#[test]
+fn named_locks_say_their_names() {
+    use std::any::type_name;
+    for (name, full) in [
+        ("SmartQ", type_name::<mpsync::lock::SmartQ>()),
+        ("McsTp", type_name::<mpsync::lock::McsTp>()),
+        (
+            "QueuedHandshaking",
+            type_name::<mpsync::lock::QueuedHandshaking>(),
+        ),
+        ("RwSmartQ", type_name::<RwSmartQ>()),
+        ("RwQueued", type_name::<RwQueued>()),
+    ] {
+        assert_eq!(full.rsplit("::").next(), Some(name), "{full}");
+    }
 }

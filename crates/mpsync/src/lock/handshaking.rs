@@ -17,7 +17,9 @@
 //! assert_eq!(*m.lock(), 1);
 //! ```
 
-use super::skipq::{SkipNode, SkipPolicy, SkipQueue, sealed};
+#[cfg(doc)]
+use super::skipq::SkipQueue;
+use super::skipq::{SkipNode, SkipPolicy, sealed};
 use crate::sched::{self, ContextBlock, waiter::CHECK_EVERY};
 use crate::sync::{Ordering, spin_loop};
 use crate::util::clock::Patience;
@@ -93,8 +95,10 @@ impl SkipPolicy for HandshakePolicy {
     }
 }
 
-/// Queued-Handshaking (003 §3): offer, acknowledge, rescind by swap.
-pub type QueuedHandshaking = SkipQueue<HandshakePolicy>;
+super::skipq::named_skip_queue! {
+    /// Queued-Handshaking (003 §3): offer, acknowledge, rescind by swap.
+    QueuedHandshaking = HandshakePolicy
+}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -16,7 +16,9 @@
 //! assert_eq!(*m.lock(), 1);
 //! ```
 
-use super::skipq::{SkipNode, SkipPolicy, SkipQueue, sealed};
+#[cfg(doc)]
+use super::skipq::SkipQueue;
+use super::skipq::{SkipNode, SkipPolicy, sealed};
 #[cfg(doc)]
 use crate::sched;
 
@@ -38,8 +40,10 @@ impl SkipPolicy for TpPolicy {
     }
 }
 
-/// MCS-TP (He, Scherer & Scott 2005): skip waiters that are not running.
-pub type McsTp = SkipQueue<TpPolicy>;
+super::skipq::named_skip_queue! {
+    /// MCS-TP (He, Scherer & Scott 2005): skip waiters that are not running.
+    McsTp = TpPolicy
+}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -195,7 +195,7 @@ pub trait SkipPolicy: sealed::Sealed + 'static {
 }
 
 /// The MCS queue lock with preempted-waiter skipping, generic over the policy.
-/// Use the aliases [`SmartQ`](super::SmartQ),
+/// Use the named locks (newtypes of it) [`SmartQ`](super::SmartQ),
 /// [`QueuedHandshaking`](super::QueuedHandshaking), [`McsTp`](super::McsTp).
 pub struct SkipQueue<P> {
     pub(super) tail: AtomicPtr<SkipNode>,
@@ -760,6 +760,106 @@ fn wake_if_parked(s: &SkipNode) {
     }
 }
 
+/// One of the named skipping queue locks: a `#[repr(transparent)]` newtype of
+/// [`SkipQueue<P>`] (so that compile errors and `type_name` say `SmartQ`, not
+/// `SkipQueue<SmartQPolicy>`), delegating every trait to it.
+macro_rules! named_skip_queue {
+    ($(#[$m:meta])* $name:ident = $policy:ty) => {
+        $(#[$m])*
+        #[repr(transparent)]
+        pub struct $name($crate::lock::skipq::SkipQueue<$policy>);
+
+        impl $name {
+            /// An unlocked lock.
+            #[cfg(not(loom))]
+            pub const fn new() -> Self {
+                Self($crate::lock::skipq::SkipQueue::new())
+            }
+
+            /// An unlocked lock.
+            #[cfg(loom)]
+            pub fn new() -> Self {
+                Self($crate::lock::skipq::SkipQueue::new())
+            }
+
+            /// Waiters removed from the queue because they looked preempted
+            /// (or did not come back from parking within the releaser's
+            /// patience).
+            pub fn skipped(&self) -> u64 {
+                self.0.skipped()
+            }
+
+            /// The construction it names: the skipping queue under this
+            /// lock's policy.
+            pub fn as_skip_queue(&self) -> &$crate::lock::skipq::SkipQueue<$policy> {
+                &self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        // SAFETY: every method is `SkipQueue`'s (the newtype is transparent).
+        unsafe impl lock_api::RawMutex for $name {
+            $crate::lock::loom_const_init!($name);
+
+            type Guard = $crate::lock::skipq::SkipGuard;
+
+            #[inline]
+            fn lock(&self) -> Self::Guard {
+                self.0.lock()
+            }
+            #[inline]
+            fn try_lock(&self) -> Option<Self::Guard> {
+                self.0.try_lock()
+            }
+            #[inline]
+            unsafe fn unlock(&self, guard: Self::Guard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock(guard) }
+            }
+            #[inline]
+            fn is_locked(&self) -> bool {
+                self.0.is_locked()
+            }
+        }
+
+        // SAFETY: `SkipQueue`'s.
+        unsafe impl lock_api::RawMutexFair for $name {
+            #[inline]
+            unsafe fn unlock_fair(&self, guard: Self::Guard) {
+                // SAFETY: the caller's contract, passed on.
+                unsafe { self.0.unlock_fair(guard) }
+            }
+        }
+
+        // SAFETY: `SkipQueue`'s.
+        unsafe impl lock_api::RawMutexTimed for $name {
+            type Duration = std::time::Duration;
+            type Instant = std::time::Instant;
+
+            #[inline]
+            fn try_lock_for(&self, timeout: Self::Duration) -> Option<Self::Guard> {
+                self.0.try_lock_for(timeout)
+            }
+            #[inline]
+            fn try_lock_until(&self, deadline: Self::Instant) -> Option<Self::Guard> {
+                self.0.try_lock_until(deadline)
+            }
+        }
+    };
+}
+pub(super) use named_skip_queue;
+
 impl<P: SkipPolicy> Default for SkipQueue<P> {
     fn default() -> Self {
         Self::new()
@@ -1062,7 +1162,7 @@ pub(super) mod tests {
         me.next
             .store(&succ as *const _ as *mut SkipNode, Ordering::Relaxed);
         let word = crate::sched::waiter::wake_word(cb).load(Ordering::Relaxed);
-        super::super::McsTp::wake_successor(&me);
+        SkipQueue::<crate::lock::TpPolicy>::wake_successor(&me);
         assert_eq!(succ.state.load(Ordering::Relaxed), WOKEN);
         assert_ne!(
             crate::sched::waiter::wake_word(cb).load(Ordering::Relaxed),
@@ -1071,7 +1171,7 @@ pub(super) mod tests {
         );
         // A spinning successor is left alone.
         succ.state.store(WAITING, Ordering::Relaxed);
-        super::super::McsTp::wake_successor(&me);
+        SkipQueue::<crate::lock::TpPolicy>::wake_successor(&me);
         assert_eq!(succ.state.load(Ordering::Relaxed), WAITING);
     }
 
@@ -1086,7 +1186,7 @@ pub(super) mod tests {
         // Relaxed: test setup before the block is shared.
         cb.peer.heartbeat.store(1, Ordering::Relaxed); // long ago: looks preempted
         assert!(crate::sched::is_preempted(cb));
-        let l = super::super::SmartQ::new();
+        let l = SkipQueue::<crate::lock::SmartQPolicy>::new();
         let before = crate::util::clock::now_ns();
         l.acquired(cb);
         assert!(

@@ -15,7 +15,9 @@
 //! assert_eq!(*m.lock(), 1);
 //! ```
 
-use super::skipq::{SkipNode, SkipPolicy, SkipQueue, sealed};
+#[cfg(doc)]
+use super::skipq::SkipQueue;
+use super::skipq::{SkipNode, SkipPolicy, sealed};
 #[cfg(doc)]
 use crate::sched;
 
@@ -37,9 +39,11 @@ impl SkipPolicy for SmartQPolicy {
     }
 }
 
-/// Smart-Q (003 Figure 1): the releaser makes the next waiter
-/// `OtherUnpreemptable` by CAS, skipping waiters it finds preempted.
-pub type SmartQ = SkipQueue<SmartQPolicy>;
+super::skipq::named_skip_queue! {
+    /// Smart-Q (003 Figure 1): the releaser makes the next waiter
+    /// `OtherUnpreemptable` by CAS, skipping waiters it finds preempted.
+    SmartQ = SmartQPolicy
+}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

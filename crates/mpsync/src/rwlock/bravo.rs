@@ -100,6 +100,7 @@
 //! ```
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::sched::{self, Wait, Waiter};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
@@ -212,6 +213,17 @@ pub struct Bravo<L> {
     revoker: AtomicU32,
     table: &'static VisibleReaders,
     inner: L,
+}
+
+/// How long a revoking writer waits for the fast readers to drain.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Drain {
+    /// Until they are gone.
+    Forever,
+    /// Not at all: give up at the first slot that names the lock.
+    No,
+    /// Until the deadline.
+    Until(Instant),
 }
 
 impl<L> Bravo<L> {
@@ -341,12 +353,13 @@ impl<L> Bravo<L> {
     }
 
     /// The writer's revocation ([W1]–[W3]); the caller holds `inner` exclusively
-    /// and saw [`must_revoke`](Self::must_revoke). With `wait` false, gives up
+    /// and saw [`must_revoke`](Self::must_revoke). With [`Drain::No`], gives up
     /// (returns false) at the first slot still naming this lock, leaving the
-    /// bias off and `draining` set. (`try_upgrade` also calls it holding
-    /// `inner` only upgradably, as a try: a slow reader may then re-enable the
-    /// bias at once, so it re-checks under the exclusive hold.)
-    fn revoke(&self, wait: bool) -> bool {
+    /// bias off and `draining` set; with [`Drain::Until`], at the deadline, in
+    /// the same state. (`try_upgrade` also calls it holding `inner` only
+    /// upgradably, as a try: a slow reader may then re-enable the bias at
+    /// once, so it re-checks under the exclusive hold.)
+    fn revoke(&self, drain: Drain) -> bool {
         let start = clock();
         // [W1] Relaxed: ordered before [W3] by the fence.
         self.rbias.store(false, Ordering::Relaxed);
@@ -358,22 +371,27 @@ impl<L> Bravo<L> {
         // release, so we see it. Holding it only upgradably (a `try_upgrade`)
         // we may not yet: give up then (a try may fail).
         let me = self.ident();
-        if me == 0 && !wait {
+        if me == 0 && drain == Drain::No {
             self.draining.store(true, Ordering::Relaxed); // (`L` orders it)
             return false;
         }
-        // (With `wait` and no id, the lock was never biased: no slot names it.)
+        // (Holding `inner` exclusively and no id, the lock was never biased:
+        // no slot names it.)
         for s in &self.table.slots {
             // [W3] Acquire: pairs with the fast reader's Release clearing of
             // its slot in `unlock_shared` — its section is over before ours.
             if me != 0 && s.load(Ordering::Acquire) == me {
-                if !wait {
+                let drained = match drain {
+                    Drain::No => false,
+                    Drain::Forever => self.wait_slot(s, me, None),
+                    Drain::Until(d) => self.wait_slot(s, me, Some(d)),
+                };
+                if !drained {
                     // The bias stays off, so the fast readers drain; until a
                     // revocation sees none, writers must look (`must_revoke`).
                     self.draining.store(true, Ordering::Relaxed);
                     return false;
                 }
-                self.wait_slot(s, me);
             }
         }
         self.draining.store(false, Ordering::Relaxed);
@@ -392,12 +410,20 @@ impl<L> Bravo<L> {
     /// The revoking writer's wait for one slot that names this lock ([W3],
     /// [P1]–[P2] in the module doc): spins while the shared waiting policy
     /// advises it, then parks on `revoker`, woken by the reader's unlock.
+    /// Returns false if the `deadline` passed first (the slot still names
+    /// the lock).
     #[cold]
-    fn wait_slot(&self, s: &AtomicUsize, me: usize) {
+    fn wait_slot(&self, s: &AtomicUsize, me: usize, deadline: Option<Instant>) -> bool {
         let mut w = Waiter::new();
         let mut paused = false;
+        let mut drained = true;
         // [W3] Acquire: as in `revoke`.
         while s.load(Ordering::Acquire) == me {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                drained = false;
+                break;
+            }
             if w.spin(None) == Wait::Park {
                 let cb = sched::current();
                 // Parked, we hold no processor: let the scheduler preempt us
@@ -411,7 +437,7 @@ impl<L> Bravo<L> {
                 fence(Ordering::SeqCst);
                 // [P2] Acquire: as [W3].
                 if s.load(Ordering::Acquire) == me {
-                    sched::park(&self.revoker, 1, None);
+                    sched::park(&self.revoker, 1, left);
                 }
                 w.restart();
             }
@@ -422,6 +448,7 @@ impl<L> Bravo<L> {
         if paused {
             sched::current().resume_no_preempt();
         }
+        drained
     }
 
     /// A fast reader leaves its slot `s` (unlock, or withdrawal after it saw
@@ -599,7 +626,7 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     fn lock_exclusive(&self) -> Self::ExclusiveGuard {
         let g = self.inner.lock_exclusive();
         if self.must_revoke() {
-            self.revoke(true);
+            self.revoke(Drain::Forever);
         }
         g
     }
@@ -607,7 +634,7 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
     #[inline]
     fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
         let g = self.inner.try_lock_exclusive()?;
-        if self.must_revoke() && !self.revoke(false) {
+        if self.must_revoke() && !self.revoke(Drain::No) {
             // A fast reader is inside: give up (the bias stays off, so it
             // drains; a later attempt can succeed; writers meanwhile look
             // for it: `draining`).
@@ -668,7 +695,7 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
         let g = unsafe { self.inner.upgrade(guard) };
         // As in `lock_exclusive`: we hold `inner` exclusively now.
         if self.must_revoke() {
-            self.revoke(true);
+            self.revoke(Drain::Forever);
         }
         g
     }
@@ -686,7 +713,7 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
     ) -> Result<Self::ExclusiveGuard, Self::UpgradableGuard> {
         // A hint (we hold `inner` only upgradably); `revoke` orders itself
         // against the fast readers.
-        if self.must_revoke() && !self.revoke(false) {
+        if self.must_revoke() && !self.revoke(Drain::No) {
             // A fast reader is inside (it drains: the bias stays off).
             return Err(guard);
         }
@@ -694,7 +721,7 @@ unsafe impl<L: lock_api::RawRwLockUpgrade> lock_api::RawRwLockUpgrade for Bravo<
         let g = unsafe { self.inner.try_upgrade(guard) }?;
         // As in `upgrade`.
         if self.must_revoke() {
-            self.revoke(true);
+            self.revoke(Drain::Forever);
         }
         Ok(g)
     }
@@ -728,5 +755,53 @@ unsafe impl<L: lock_api::RawRwLockFair> lock_api::RawRwLockFair for Bravo<L> {
     unsafe fn unlock_exclusive_fair(&self, guard: Self::ExclusiveGuard) {
         // SAFETY: the caller's contract.
         unsafe { self.inner.unlock_exclusive_fair(guard) };
+    }
+}
+
+// SAFETY: the timed forms take the lock exactly as the untimed ones do: a
+// reader by the fast path or by `inner`'s timed shared acquisition; a writer
+// by `inner`'s timed exclusive acquisition followed by the revocation, which
+// at the deadline gives up as `try_lock_exclusive` does (the bias off,
+// `draining` set, `inner` released), so no writer is inside beside a fast
+// reader.
+unsafe impl<L> lock_api::RawRwLockTimed for Bravo<L>
+where
+    L: lock_api::RawRwLockTimed<Duration = Duration, Instant = Instant>,
+{
+    type Duration = Duration;
+    type Instant = Instant;
+
+    #[inline]
+    fn try_lock_shared_for(&self, timeout: Duration) -> Option<Self::SharedGuard> {
+        super::try_shared_for_until(self, timeout)
+    }
+
+    fn try_lock_shared_until(&self, deadline: Instant) -> Option<Self::SharedGuard> {
+        // Relaxed: a hint; [R3] decides.
+        if self.rbias.load(Ordering::Relaxed)
+            && let Some(slot) = self.try_fast()
+        {
+            return Some(BravoShared::Fast(slot));
+        }
+        let g = self.inner.try_lock_shared_until(deadline)?;
+        self.maybe_rebias();
+        Some(BravoShared::Slow(g))
+    }
+
+    #[inline]
+    fn try_lock_exclusive_for(&self, timeout: Duration) -> Option<Self::ExclusiveGuard> {
+        super::try_exclusive_for_until(self, timeout)
+    }
+
+    fn try_lock_exclusive_until(&self, deadline: Instant) -> Option<Self::ExclusiveGuard> {
+        let g = self.inner.try_lock_exclusive_until(deadline)?;
+        if self.must_revoke() && !self.revoke(Drain::Until(deadline)) {
+            // Fast readers still inside at the deadline: give up as
+            // `try_lock_exclusive` does (they drain; `draining` is set).
+            // SAFETY: `g` came from `inner` just now, on this thread.
+            unsafe { self.inner.unlock_exclusive(g) };
+            return None;
+        }
+        Some(g)
     }
 }

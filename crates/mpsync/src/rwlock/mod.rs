@@ -27,7 +27,7 @@
 //! | [`RwSmartQ`] | yes, as RW-Queued | yes: the admission lock's timed wait; a writer whose drain times out lets it go | yes, as RW-Queued |
 //! | [`RwNative`], [`RwNativeNp`] | yes, as RW-Queued | yes, as RW-Smart-Q | no: the futex word names no waiter |
 //! | [`RwNp<L>`] | as `L` | as `L` (the request cancelled on a timeout) | as `L` |
-//! | [`Bravo<L>`] | as `L` (the writer becomes a slow reader) | no: a writer's revocation waits for fast readers, with no deadline | as `L` |
+//! | [`Bravo<L>`] | as `L` (the writer becomes a slow reader) | as `L`; a writer whose revocation still waits for fast readers at the deadline lets `L` go | as `L` |
 //!
 //! ```
 //! use mpsync::lock_api::RwLockWriteGuard;
