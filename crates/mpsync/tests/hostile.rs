@@ -234,13 +234,13 @@ impl Eager for Leak {
 /// removals by another thread afterwards free their nodes.
 fn a_panicking_drop_does_not_stop_reclamation<R: Reclaimer + Default>() {
     let life = Life::new();
-    let h: Auto<HerlihySkewHeap<Val, R>> = Auto::new(HerlihySkewHeap::with_domain(
+    let h: Auto<HerlihySkewHeap<Val, R>> = Auto::wrap(HerlihySkewHeap::with_domain(
         mpsync::sync::Arc::new(R::default()),
     ));
     // This thread's slot in `Auto`'s caches first (any `Auto` will do): a
     // thread that first uses one after another thread exited takes over the
     // exited thread's slot, and with it its cached registration.
-    let other: Auto<TreiberStack<u64, R>> = Auto::new(TreiberStack::with_domain(
+    let other: Auto<TreiberStack<u64, R>> = Auto::wrap(TreiberStack::with_domain(
         mpsync::sync::Arc::new(R::default()),
     ));
     other.push(1);
@@ -427,8 +427,8 @@ fn drops_reenter_through_auto<R: Eager>() {
     let tally = Tally::new();
     let d = mpsync::sync::Arc::new(R::eager());
     let pair = Arc::new(ViaAuto {
-        heap: Auto::new(HerlihySkewHeap::with_domain(d.clone())),
-        queue: Auto::new(MsQueue::with_domain(d.clone())),
+        heap: Auto::wrap(HerlihySkewHeap::with_domain(d.clone())),
+        queue: Auto::wrap(MsQueue::with_domain(d.clone())),
     });
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -540,7 +540,7 @@ fn panics_in_drop_clone_and_ord<R: Eager>() {
     let ops = sized(4_000, 10);
     let life = Life::new();
     let d = mpsync::sync::Arc::new(R::eager());
-    let heap = Auto::new(HerlihySkewHeap::<Val, R>::with_domain(d.clone()));
+    let heap = Auto::wrap(HerlihySkewHeap::<Val, R>::with_domain(d.clone()));
     life.faults.store(40, Ordering::Relaxed);
     let panics = AtomicU64::new(0);
     std::thread::scope(|s| {

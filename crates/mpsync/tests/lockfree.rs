@@ -707,7 +707,7 @@ fn auto_queue_conservation<R: Reclaimer>(domain: R) {
     use mpsync::ds::handle::Auto;
     const THREADS: u64 = 6;
     let per = sized(20_000, 8);
-    let q: Auto<MsQueue<u64, R>> = Auto::new(MsQueue::with_domain(Arc::new(domain)));
+    let q: Auto<MsQueue<u64, R>> = Auto::wrap(MsQueue::with_domain(Arc::new(domain)));
     let seen: Vec<AtomicU64> = (0..THREADS * per).map(|_| AtomicU64::new(0)).collect();
     std::thread::scope(|s| {
         for t in 0..THREADS {

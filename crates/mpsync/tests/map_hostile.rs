@@ -372,7 +372,7 @@ where
     R::Local: 'static,
 {
     let one = |d| On {
-        m: Auto::new(Lf::<R>::with_domain(1, d, Default::default()).unwrap()),
+        m: Auto::wrap(Lf::<R>::with_domain(1, d, Default::default()).unwrap()),
         via,
     };
     (StdArc::new(one(d.clone())), StdArc::new(one(d)))
@@ -383,7 +383,7 @@ where
     R::Local: 'static,
 {
     let one = |d| On {
-        m: Auto::new(Fast::<R>::with_domain(1, d, Default::default()).unwrap()),
+        m: Auto::wrap(Fast::<R>::with_domain(1, d, Default::default()).unwrap()),
         via,
     };
     (StdArc::new(one(d.clone())), StdArc::new(one(d)))
@@ -401,7 +401,7 @@ where
             Cr::<R>::with_domain(2, d, Default::default()).unwrap()
         };
         On {
-            m: Auto::new(m),
+            m: Auto::wrap(m),
             via,
         }
     };
@@ -634,7 +634,7 @@ fn cr_drop_during_resize<R: Reclaimer>(
         let m: StdArc<On<Cr<R>>> = {
             // The concrete table, for the operations the trait does not have.
             let on = On {
-                m: Auto::new(if resizing {
+                m: Auto::wrap(if resizing {
                     Cr::<R>::with_policy(ResizePolicy::new(1, 1).unwrap(), d(), Default::default())
                 } else {
                     Cr::<R>::with_domain(1, d(), Default::default()).unwrap()

@@ -126,7 +126,7 @@ fn stopped_at<S: Subject>(p: Point, d: S::R) {
         S::R::NAME,
         p.name()
     );
-    let s = Arc::new(Auto::new(S::make(mpsync::sync::Arc::new(d))));
+    let s = Arc::new(Auto::wrap(S::make(mpsync::sync::Arc::new(d))));
     // Values to take, so that every take passes its points.
     let mut main = Record::default();
     for v in 0..64 {

@@ -113,7 +113,7 @@ pub const OPS_PER_QUIESCENT: u64 = 100;
 /// handle, so the two rows show what the cache costs.
 impl<A: NodeAlloc> SharedDs for Auto<MsQueue<u64, Ebr, A>> {
     fn create() -> Self {
-        Auto::new(MsQueue::new())
+        Auto::wrap(MsQueue::new())
     }
     fn put(&self, v: u64) {
         self.enqueue(v);
@@ -127,7 +127,7 @@ impl<A: NodeAlloc> SharedDs for Auto<MsQueue<u64, Ebr, A>> {
 /// (see the queue's).
 impl<A: NodeAlloc> SharedDs for Auto<TreiberStack<u64, Ebr, A>> {
     fn create() -> Self {
-        Auto::new(TreiberStack::new())
+        Auto::wrap(TreiberStack::new())
     }
     fn put(&self, v: u64) {
         self.push(v);

@@ -157,6 +157,7 @@
 //! assert_eq!((f.buckets(), h.get(&1)), (4, Some(10)));
 //! ```
 
+use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -726,25 +727,35 @@ where
 
     /// The reader's search: `key`'s node, protected by `g` until `g` protects
     /// into its slots again ([`read_chain`]), or `None`.
-    fn search<'g, G: Guard>(
+    fn search<'g, G: Guard, Q>(
         b: &'g Bucket<K, V, L, R>,
-        key: &K,
+        key: &Q,
         g: &'g G,
-    ) -> Option<&'g Node<K, V, R>> {
+    ) -> Option<&'g Node<K, V, R>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         // Present: reached through a validated link (see `read_chain`), so in
         // the chain then. (A remove linearizes at its unlink; a reader that
         // finds the node marked but still linked overlaps that remove, so
         // reporting it present is linearizable — no mark check.)
-        read_chain(b, g, |seen| matches!(seen, Seen::Node(c) if c.key == *key))
+        read_chain(
+            b,
+            g,
+            |seen| matches!(seen, Seen::Node(c) if c.key.borrow() == key),
+        )
     }
 
     /// A clone of `key`'s value, if present (lockless).
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get(&self, local: &R::Local, key: &K) -> Option<V>
+    pub fn get<Q>(&self, local: &R::Local, key: &Q) -> Option<V>
     where
         V: Clone,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         self.get_with(local, key, V::clone)
     }
@@ -754,7 +765,11 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn get_with<T>(&self, local: &R::Local, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+    pub fn get_with<T, Q>(&self, local: &R::Local, key: &Q, f: impl FnOnce(&V) -> T) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         check_local(&*self.domain, local, "CrHashMap::get");
         let g = local.enter();
         let h = self.hasher.hash_one(key);
@@ -772,9 +787,11 @@ where
     /// # Safety
     /// `g` is a guard of a registration in this map's [`domain`](Self::domain).
     #[cfg(not(loom))]
-    pub(crate) unsafe fn get_pinned<'g, G: Guard>(&'g self, g: &'g G, key: &K) -> Option<&'g V>
+    pub(crate) unsafe fn get_pinned<'g, G: Guard, Q>(&'g self, g: &'g G, key: &Q) -> Option<&'g V>
     where
         R: ProtectsReachable,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let h = self.hasher.hash_one(key);
         let b = self.current(g).bucket(h);
@@ -813,7 +830,11 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn contains_key(&self, local: &R::Local, key: &K) -> bool {
+    pub fn contains_key<Q>(&self, local: &R::Local, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         check_local(&*self.domain, local, "CrHashMap::contains_key");
         let g = local.enter();
         let h = self.hasher.hash_one(key);
@@ -870,9 +891,11 @@ where
     ///
     /// # Panics
     /// If `local` is registered with another domain.
-    pub fn remove(&self, local: &R::Local, key: &K) -> Option<V>
+    pub fn remove<Q>(&self, local: &R::Local, key: &Q) -> Option<V>
     where
         V: Clone,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         check_local(&*self.domain, local, "CrHashMap::remove");
         let g = local.enter();
@@ -885,7 +908,7 @@ where
             // SAFETY: as in `insert`.
             let n = unsafe { &*p };
             let next = n.next.load(Ordering::Relaxed);
-            if n.key == *key {
+            if n.key.borrow() == key {
                 let v = n.value.clone();
                 // [1] Mark, then [2] unlink. Release on both: a reader that sees
                 // the mark (or the new link) also sees everything before it.

@@ -140,7 +140,7 @@ impl<S: Registered + fmt::Debug> fmt::Debug for Handle<'_, S> {
 /// use mpsync::ds::ms_queue::MsQueue;
 /// use mpsync::reclaim::{HazardPointers, Qsbr};
 ///
-/// let q: Auto<MsQueue<u32, Qsbr>> = Auto::new(MsQueue::new());
+/// let q: Auto<MsQueue<u32, Qsbr>> = Auto::wrap(MsQueue::new());
 /// std::thread::scope(|s| {
 ///     for t in 0..4 {
 ///         let q = &q;
@@ -151,7 +151,7 @@ impl<S: Registered + fmt::Debug> fmt::Debug for Handle<'_, S> {
 /// got.sort();
 /// assert_eq!(got, [0, 1, 2, 3]);
 ///
-/// let m: Auto<LfHashMap<u64, String, HazardPointers>> = Auto::new(LfHashMap::new());
+/// let m: Auto<LfHashMap<u64, String, HazardPointers>> = Auto::wrap(LfHashMap::new());
 /// assert!(m.try_insert(1, "one".into()));
 /// assert_eq!(m.get(&1).as_deref(), Some("one"));
 /// assert!(m.contains_key(&1));
@@ -187,7 +187,7 @@ impl<R: Reclaimer> Drop for Op<'_, R> {
 #[cfg(not(loom))]
 impl<S: Registered> Auto<S> {
     /// Wraps `ds`; no thread is registered yet.
-    pub fn new(ds: S) -> Self {
+    pub fn wrap(ds: S) -> Self {
         Self {
             cache: thread_local::ThreadLocal::new(),
             ds,
@@ -235,17 +235,31 @@ impl<S: Registered> Auto<S> {
 }
 
 #[cfg(not(loom))]
+impl<S: Registered + Default> Auto<S> {
+    /// An empty structure: `mpsync::Queue::new()`, `mpsync::Stack::new()`.
+    ///
+    /// ```
+    /// let q = mpsync::Queue::new();
+    /// q.enqueue(1);
+    /// assert_eq!(q.dequeue(), Some(1));
+    /// ```
+    pub fn new() -> Self {
+        Self::wrap(S::default())
+    }
+}
+
+#[cfg(not(loom))]
 impl<S: Registered + Default> Default for Auto<S> {
-    /// `Auto::new(S::default())`: `Queue::default()`, `Stack::default()`, ….
+    /// [`Auto::new`].
     fn default() -> Self {
-        Self::new(S::default())
+        Self::new()
     }
 }
 
 #[cfg(not(loom))]
 impl<S: Registered> From<S> for Auto<S> {
     fn from(ds: S) -> Self {
-        Self::new(ds)
+        Self::wrap(ds)
     }
 }
 
@@ -468,30 +482,30 @@ mod tests {
 
     #[test]
     fn every_structure_works_without_a_handle() {
-        let q: Auto<MsQueue<u32, HazardPointers>> = Auto::new(MsQueue::new());
+        let q: Auto<MsQueue<u32, HazardPointers>> = Auto::wrap(MsQueue::new());
         q.enqueue(1);
         q.enqueue(2);
         assert_eq!(
             (q.dequeue(), q.dequeue(), q.dequeue()),
             (Some(1), Some(2), None)
         );
-        let q: Auto<PljQueue<u32, Qsbr>> = Auto::new(PljQueue::new());
+        let q: Auto<PljQueue<u32, Qsbr>> = Auto::wrap(PljQueue::new());
         q.enqueue(3);
         assert_eq!(q.dequeue(), Some(3));
-        let s: Auto<TreiberStack<u32, Ebr>> = Auto::new(TreiberStack::new());
+        let s: Auto<TreiberStack<u32, Ebr>> = Auto::wrap(TreiberStack::new());
         s.push(1);
         s.push(2);
         assert_eq!((s.pop(), s.pop(), s.pop()), (Some(2), Some(1), None));
         let s: Auto<HerlihyStack<u32, Qsbr>> =
-            Auto::new(HerlihyStack::with_domain(Arc::new(Qsbr::new())));
+            Auto::wrap(HerlihyStack::with_domain(Arc::new(Qsbr::new())));
         s.push(4);
         assert_eq!(s.pop(), Some(4));
-        let h: Auto<HerlihySkewHeap<u32, Ebr>> = Auto::new(HerlihySkewHeap::new());
+        let h: Auto<HerlihySkewHeap<u32, Ebr>> = Auto::wrap(HerlihySkewHeap::new());
         for v in [5, 1, 3] {
             h.insert(v);
         }
         assert_eq!((h.delete_min(), h.delete_min()), (Some(1), Some(3)));
-        let m: Auto<CrHashMap<u64, u64, TasB, Qsbr>> = Auto::new(CrHashMap::new());
+        let m: Auto<CrHashMap<u64, u64, TasB, Qsbr>> = Auto::wrap(CrHashMap::new());
         assert_eq!(m.insert(1, 10), None);
         assert!(!m.try_insert(1, 11), "try_insert does not replace");
         assert_eq!(m.insert(1, 12), Some(10), "insert does");
@@ -500,7 +514,7 @@ mod tests {
         assert_eq!((m.len(), m.is_empty(), m.iter().count()), (1, false, 1));
         assert_eq!(m.remove(&1), Some(10));
         assert!(!m.contains_key(&1));
-        let m: Auto<FastReadHashMap<u64, u64, Ebr>> = Auto::new(FastReadHashMap::new());
+        let m: Auto<FastReadHashMap<u64, u64, Ebr>> = Auto::wrap(FastReadHashMap::new());
         assert!(m.try_insert(2, 20));
         assert_eq!(m.with(|m, l| m.as_lf().len(l)), 1);
         assert_eq!((m.len(), m.iter().collect::<Vec<_>>()), (1, vec![(2, 20)]));
@@ -585,7 +599,7 @@ mod tests {
 
     #[test]
     fn a_nested_operation_uses_a_registration_of_its_own() {
-        let q: Auto<MsQueue<u32, Ebr>> = Auto::new(MsQueue::new());
+        let q: Auto<MsQueue<u32, Ebr>> = Auto::wrap(MsQueue::new());
         q.with(|_, _| q.enqueue(1));
         assert_eq!(q.dequeue(), Some(1));
         assert_eq!(
@@ -600,7 +614,7 @@ mod tests {
     /// up: it is parked after each operation.
     #[test]
     fn an_idle_cached_registration_does_not_hold_qsbr_up() {
-        let s: Auto<TreiberStack<u64, Qsbr>> = Auto::new(TreiberStack::new());
+        let s: Auto<TreiberStack<u64, Qsbr>> = Auto::wrap(TreiberStack::new());
         let d = s.inner().domain().clone();
         // This thread's registration first (so the other thread's is its own).
         s.push(1);

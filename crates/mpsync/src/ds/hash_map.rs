@@ -99,6 +99,7 @@
 //! assert_eq!(total, 400);
 //! ```
 
+use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -268,16 +269,25 @@ where
             })
     }
 
-    /// A clone of `key`'s value, or `None` (lockless).
+    /// A clone of `key`'s value, or `None` (lockless). As with std's map,
+    /// `key` may be any borrowed form of the key type (`&str` for `String`
+    /// keys) whose `Hash` and `Eq` agree with the key's.
     ///
     /// ```
     /// let m = mpsync::HashMap::new();
     /// m.insert(1, vec![1, 2]);
     /// assert_eq!(m.get(&1), Some(vec![1, 2]));
     /// assert_eq!(m.get(&2), None);
+    /// let words = mpsync::HashMap::new();
+    /// words.insert(String::from("hello"), 1);
+    /// assert_eq!(words.get("hello"), Some(1));
     /// ```
     #[must_use]
-    pub fn get(&self, key: &K) -> Option<V> {
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.table.get(self.local(), key)
     }
 
@@ -289,7 +299,11 @@ where
     /// m.insert(1, String::from("hello"));
     /// assert_eq!(m.get_with(&1, |s| s.len()), Some(5));
     /// ```
-    pub fn get_with<T>(&self, key: &K, f: impl FnOnce(&V) -> T) -> Option<T> {
+    pub fn get_with<T, Q>(&self, key: &Q, f: impl FnOnce(&V) -> T) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.table.get_with(self.local(), key, f)
     }
 
@@ -301,7 +315,11 @@ where
     /// assert!(m.contains_key(&1) && !m.contains_key(&2));
     /// ```
     #[must_use]
-    pub fn contains_key(&self, key: &K) -> bool {
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.table.contains_key(self.local(), key)
     }
 
@@ -313,7 +331,11 @@ where
     /// assert_eq!(m.remove(&1), Some('a'));
     /// assert_eq!(m.remove(&1), None);
     /// ```
-    pub fn remove(&self, key: &K) -> Option<V> {
+    pub fn remove<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.table.remove(self.local(), key)
     }
 
@@ -664,7 +686,11 @@ where
     /// assert_eq!(m.pin().get(&"k").map(Vec::len), Some(1000)); // no clone
     /// ```
     #[must_use]
-    pub fn get(&self, key: &K) -> Option<&V> {
+    pub fn get<Q>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         // SAFETY: the guard is of the map's own domain (its thread's cached
         // registration); EBR protects everything reachable.
         unsafe { self.map.table.get_pinned(&self.guard, key) }
@@ -672,7 +698,11 @@ where
 
     /// Whether `key` is present.
     #[must_use]
-    pub fn contains_key(&self, key: &K) -> bool {
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.get(key).is_some()
     }
 

@@ -24,8 +24,8 @@
 //! ```
 //! use mpsync::{HashMap, PriorityQueue, Queue, Stack};
 //!
-//! let q: Queue<u32> = Queue::default();
-//! let s: Stack<u32> = Stack::default();
+//! let q: Queue<u32> = Queue::new();
+//! let s: Stack<u32> = Stack::new();
 //! let pq: PriorityQueue<u32> = PriorityQueue::new();
 //! let m: HashMap<u32, String> = HashMap::new();
 //! std::thread::scope(|sc| {
@@ -91,7 +91,7 @@
 //! use mpsync::Queue;
 //! use mpsync::reclaim::Reclaimer;
 //!
-//! let q: Queue<u64> = Queue::default();
+//! let q: Queue<u64> = Queue::new();
 //! let domain = q.inner().domain().clone();
 //! let (started, stop) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
 //! std::thread::scope(|s| {
@@ -166,12 +166,12 @@ pub use hash_map::HashMap;
 
 /// The default FIFO queue: Michael & Scott's lock-free queue over EBR,
 /// handle-free ([`Auto`](handle::Auto): `enqueue`, `dequeue`, `is_empty`,
-/// `len` on `&self`). Make one with `Queue::default()`; [`QueueWith`] takes
-/// another reclaimer. (No type parameter but `T`, so `Queue::default()`
+/// `len` on `&self`). Make one with `Queue::new()`; [`QueueWith`] takes
+/// another reclaimer. (No type parameter but `T`, so `Queue::new()`
 /// needs no annotation: a defaulted parameter would not be inferred.)
 ///
 /// ```
-/// let q = mpsync::Queue::default();
+/// let q = mpsync::Queue::new();
 /// q.enqueue("a");
 /// q.enqueue("b");
 /// assert_eq!(q.len(), 2);
@@ -188,7 +188,7 @@ pub type Queue<T> = QueueWith<T, crate::reclaim::Ebr>;
 /// ```
 /// use mpsync::{ds::QueueWith, reclaim::HazardPointers};
 ///
-/// let q: QueueWith<u32, HazardPointers> = QueueWith::default();
+/// let q: QueueWith<u32, HazardPointers> = QueueWith::new();
 /// q.enqueue(1);
 /// assert_eq!(q.dequeue(), Some(1));
 /// ```
@@ -197,10 +197,10 @@ pub type QueueWith<T, R> = handle::Auto<ms_queue::MsQueue<T, R>>;
 
 /// The default LIFO stack: Treiber's lock-free stack over EBR, handle-free
 /// (`push`, `pop`, `is_empty`, `len` on `&self`). Make one with
-/// `Stack::default()`; [`StackWith`] takes another reclaimer.
+/// `Stack::new()`; [`StackWith`] takes another reclaimer.
 ///
 /// ```
-/// let s = mpsync::Stack::default();
+/// let s = mpsync::Stack::new();
 /// s.push(1);
 /// s.push(2);
 /// assert_eq!((s.pop(), s.pop(), s.pop()), (Some(2), Some(1), None));
@@ -213,7 +213,7 @@ pub type Stack<T> = StackWith<T, crate::reclaim::Ebr>;
 /// ```
 /// use mpsync::{ds::StackWith, reclaim::Qsbr};
 ///
-/// let s: StackWith<u8, Qsbr> = StackWith::default();
+/// let s: StackWith<u8, Qsbr> = StackWith::new();
 /// s.push(1);
 /// assert_eq!(s.pop(), Some(1));
 /// ```

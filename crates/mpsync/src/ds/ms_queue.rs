@@ -283,7 +283,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> MsQueue<T, R, A> {
     /// it). Only over schemes that protect everything reachable.
     ///
     /// ```
-    /// let q: mpsync::Queue<u32> = mpsync::Queue::default();
+    /// let q: mpsync::Queue<u32> = mpsync::Queue::new();
     /// q.enqueue(1);
     /// q.enqueue(2);
     /// assert_eq!(q.len(), 2);

@@ -209,7 +209,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// protect everything reachable.
     ///
     /// ```
-    /// let s: mpsync::Stack<u32> = mpsync::Stack::default();
+    /// let s: mpsync::Stack<u32> = mpsync::Stack::new();
     /// s.push(1);
     /// assert_eq!(s.len(), 1);
     /// ```
