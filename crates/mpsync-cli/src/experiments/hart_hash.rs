@@ -27,7 +27,10 @@
 //! - `map-oversub` (mpsync's own): every mpsync table and the peers (papaya,
 //!   dashmap, scc, `RwLock<HashMap>`, `Mutex<HashMap>`) on a read-heavy mix (98%
 //!   gets) at 1×, 2× and 4× the cores, unpinned; throughput and the p99.9 of the
-//!   `get` latency (every 8th get timed).
+//!   `get` latency (every 8th get timed). `mpsync::HashMap (default)` is the
+//!   library's default map — the `hash CR EBR` table behind the handle-free API
+//!   (a cached registration per thread), resizing, under a spin-then-park lock —
+//!   so the two rows are the front door's cost on the hot path.
 //!
 //! - `hart-severity` (§5.2.3, Fig. 5.10–5.12): write-only; many threads with
 //!   the load factor varying, and load factor 10 and 20 with the threads varying:
@@ -94,6 +97,10 @@ pub enum Impl {
     Spin,
     /// The per-bucket-lock table with the preemption-safe TAS-B-np lock.
     BucketNp,
+    /// `mpsync::HashMap`, the library's default: the CR table over EBR with a
+    /// spin-then-park lock, resizing, handle-free (a cached registration per
+    /// thread) — what a user gets without choosing.
+    Default,
     /// `papaya::HashMap`.
     Papaya,
     /// `dashmap::DashMap`.
@@ -115,6 +122,7 @@ impl Impl {
             Self::Cr(s) => format!("hash CR {}", s.name()),
             Self::Spin => "hash bucket-lock TAS-B".into(),
             Self::BucketNp => "hash bucket-lock TAS-B-np".into(),
+            Self::Default => "mpsync::HashMap (default)".into(),
             Self::Papaya => "papaya".into(),
             Self::DashMap => "dashmap".into(),
             Self::Scc => "scc::HashMap".into(),
@@ -126,7 +134,7 @@ impl Impl {
     fn is_mpsync(self) -> bool {
         matches!(
             self,
-            Self::Lf(_) | Self::Fast(_) | Self::Cr(_) | Self::Spin | Self::BucketNp
+            Self::Lf(_) | Self::Fast(_) | Self::Cr(_) | Self::Spin | Self::BucketNp | Self::Default
         )
     }
 }
@@ -360,6 +368,7 @@ pub fn trial(imp: Impl, spec: LoopSpec) -> anyhow::Result<Outcome> {
             &LockedHashMap::<u64, u64, TasBNp>::with_buckets(spec.buckets)?,
             spec,
         ),
+        Impl::Default => test_loop(&mpsync::HashMap::<u64, u64>::with_capacity(cap), spec),
         Impl::Papaya => test_loop(&Papaya(papaya::HashMap::with_capacity(cap)), spec),
         Impl::DashMap => test_loop(&Dash(dashmap::DashMap::with_capacity(cap)), spec),
         Impl::Scc => test_loop(&Scc(scc::HashMap::with_capacity(cap)), spec),
@@ -592,6 +601,7 @@ fn map_setup(p: &Params) -> Setup {
             Impl::Cr(Q),
             Impl::Cr(E),
             Impl::BucketNp,
+            Impl::Default,
             Impl::Papaya,
             Impl::DashMap,
             Impl::Scc,
