@@ -1304,3 +1304,74 @@ fn named_locks_say_their_names() {
         assert_eq!(full.rsplit("::").next(), Some(name), "{full}");
     }
 }
+
+/// `RawRwLockUpgradeDowngrade`: a writer becomes the upgradable reader
+/// (readers get in, writers and other upgradable readers do not), the
+/// upgradable reader a plain reader (another upgradable reader gets in, a
+/// writer does not); a thread parked for the upgradable slot is woken by the
+/// downgrade that frees it, and a writer parked meanwhile by the last reader.
+fn upgrade_downgrades<L>(name: &str)
+where
+    L: lock_api::RawRwLockUpgradeDowngrade + Send + Sync + 'static,
+{
+    use lock_api::RwLockUpgradableReadGuard as Up;
+    let l: Arc<RwLock<L, u32>> = Arc::new(RwLock::new(0));
+    let mut w = Up::upgrade(l.upgradable_read());
+    *w += 1;
+    let u = RwLockWriteGuard::downgrade_to_upgradable(w);
+    assert_eq!(
+        l.try_read().map(|r| *r),
+        Some(1),
+        "{name}: no reader beside the downgraded writer"
+    );
+    assert!(
+        l.try_upgradable_read().is_none() && l.try_write().is_none(),
+        "{name}: upgradable slot or write free after downgrade_to_upgradable"
+    );
+    // A second upgradable reader parks (after its patience) until `u` is gone.
+    let l2 = l.clone();
+    let (tx, rx) = channel();
+    let up = thread::spawn(move || {
+        let g = l2.upgradable_read();
+        tx.send(*g).unwrap();
+        rx_hold(g);
+    });
+    thread::sleep(Duration::from_millis(20));
+    let r = Up::downgrade(u);
+    assert_eq!(
+        rx.recv_timeout(STUCK)
+            .expect("the parked upgradable reader was not woken by the downgrade"),
+        1,
+        "{name}"
+    );
+    assert!(
+        l.try_write().is_none(),
+        "{name}: a writer got in beside the downgraded reader"
+    );
+    up.join().unwrap();
+    // A writer parked behind the downgraded reader gets in once it leaves.
+    let l2 = l.clone();
+    let wr = thread::spawn(move || *l2.write() += 1);
+    thread::sleep(Duration::from_millis(20));
+    drop(r);
+    within_deadline(name, move || wr.join().unwrap());
+    assert_eq!(*l.read(), 2);
+    assert!(!l.is_locked());
+    assert_eq!(
+        sched::current().depth(),
+        0,
+        "{name}: a no-preempt request left over"
+    );
+}
+
+/// Holds `g` a moment (the upgradable reader's section), then drops it.
+fn rx_hold<G>(g: G) {
+    thread::sleep(Duration::from_millis(5));
+    drop(g);
+}
+
+#[test]
+fn rw_upgrade_downgrades() {
+    upgrade_downgrades::<RwTasB>("RwTasB");
+    upgrade_downgrades::<RwTasBNp>("RwTasBNp");
+}

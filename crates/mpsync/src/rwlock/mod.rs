@@ -29,6 +29,11 @@
 //! | [`RwNp<L>`] | as `L` | as `L` (the request cancelled on a timeout) | as `L` |
 //! | [`Bravo<L>`] | as `L` (the writer becomes a slow reader) | as `L`; a writer whose revocation still waits for fast readers at the deadline lets `L` go | as `L` |
 //!
+//! RW-TAS-B and RW-TAS-B-np also move between upgradable and the other modes
+//! (`RawRwLockUpgradeDowngrade`: `RwLockWriteGuard::downgrade_to_upgradable`,
+//! `RwLockUpgradableReadGuard::downgrade`), each in one atomic step of the
+//! word, so no writer gets in between.
+//!
 //! ```
 //! use mpsync::lock_api::RwLockWriteGuard;
 //! use mpsync::rwlock::{RwLock, RwSmartQ};

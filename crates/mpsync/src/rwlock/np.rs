@@ -179,6 +179,24 @@ unsafe impl<L: lock_api::RawRwLockDowngrade> lock_api::RawRwLockDowngrade for Rw
     }
 }
 
+// SAFETY: the downgrades are `L`'s; the no-preempt request carries over, as
+// in `downgrade`.
+unsafe impl<L: lock_api::RawRwLockUpgradeDowngrade> lock_api::RawRwLockUpgradeDowngrade
+    for RwNp<L>
+{
+    #[inline]
+    unsafe fn downgrade_upgradable(&self, guard: Self::UpgradableGuard) -> Self::SharedGuard {
+        // SAFETY: the caller's contract: `guard.inner` came from `self.inner`.
+        RwNpGuard::new(unsafe { self.inner.downgrade_upgradable(guard.inner) })
+    }
+
+    #[inline]
+    unsafe fn downgrade_to_upgradable(&self, guard: Self::ExclusiveGuard) -> Self::UpgradableGuard {
+        // SAFETY: as in `downgrade_upgradable`.
+        RwNpGuard::new(unsafe { self.inner.downgrade_to_upgradable(guard.inner) })
+    }
+}
+
 // SAFETY: the fair unlocks are `L`'s, followed by the end of the request
 // exactly as the plain unlocks end it.
 unsafe impl<L: lock_api::RawRwLockFair> lock_api::RawRwLockFair for RwNp<L> {

@@ -411,6 +411,58 @@ unsafe impl lock_api::RawRwLockDowngrade for RwTasB {
     }
 }
 
+// SAFETY: an upgradable reader's word is `UPGRADABLE | n` (SLEEPERS aside):
+// the CAS that counts it in as a reader and clears UPGRADABLE leaves the count
+// above 0, so no writer enters in between (WRITER is set only from no reader);
+// it is refused while the count is full, so it never carries into SLEEPERS. A
+// writer's word is `WRITER` (SLEEPERS aside): the swap to `UPGRADABLE` turns
+// it into the upgradable reader, excluding writers and other upgradable
+// readers throughout, as `try_upgradable` would.
+unsafe impl lock_api::RawRwLockUpgradeDowngrade for RwTasB {
+    unsafe fn downgrade_upgradable(&self, _guard: Self::UpgradableGuard) -> Self::SharedGuard {
+        // Relaxed (load and CAS): an upgradable reader wrote nothing to
+        // publish; the reader it becomes publishes its section by its Release
+        // decrement in `unlock_shared`. SLEEPERS cleared in the same step: the
+        // upgradable readers parked while UPGRADABLE are woken below (a
+        // writer among the woken parks again, on our read).
+        let mut v = self.word.load(Ordering::Relaxed);
+        loop {
+            if v & COUNT == COUNT {
+                // 2^29 − 1 readers inside (forgotten guards, surely): wait
+                // for one to leave rather than carry into SLEEPERS. No park:
+                // a reader's unlock wakes nobody until the last one leaves.
+                sched::yield_now();
+                v = self.word.load(Ordering::Relaxed);
+                continue;
+            }
+            let new = (v - UPGRADABLE + 1) & !SLEEPERS;
+            match self
+                .word
+                .compare_exchange_weak(v, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => v = now,
+            }
+        }
+        if v & SLEEPERS != 0 {
+            sched::unpark_all(&self.word);
+        }
+        lock_api::GuardSend::new()
+    }
+
+    unsafe fn downgrade_to_upgradable(
+        &self,
+        _guard: Self::ExclusiveGuard,
+    ) -> Self::UpgradableGuard {
+        // Release: publishes the write section to the readers' Acquire CAS, as
+        // in `downgrade`; the readers parked while WRITER are woken.
+        if self.word.swap(UPGRADABLE, Ordering::Release) & SLEEPERS != 0 {
+            sched::unpark_all(&self.word);
+        }
+        lock_api::GuardSend::new()
+    }
+}
+
 // SAFETY: a timed attempt is the untimed one's loop ([`RwTasB::wait_until`])
 // stopped at the deadline: it acquires only by the same CASes, and one that
 // gives up holds nothing (it may leave SLEEPERS set, which only makes the next
