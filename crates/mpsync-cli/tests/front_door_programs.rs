@@ -166,7 +166,7 @@ mod ours {
                 });
             }
         });
-        assert!(q.is_empty() && q.len() == 0);
+        assert!(q.is_empty());
         sum.into_inner()
     }
 
@@ -308,7 +308,7 @@ mod peer {
                 });
             }
         });
-        assert!(q.is_empty() && q.len() == 0);
+        assert!(q.is_empty());
         sum.into_inner()
     }
 

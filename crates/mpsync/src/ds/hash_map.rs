@@ -744,23 +744,20 @@ mod tests {
         assert_eq!(m.insert("a".into(), 2), Some(1));
         assert!(!m.try_insert("a".into(), 3));
         assert!(m.try_insert("b".into(), 3));
-        assert_eq!(m.get(&"a".into()), Some(2));
-        assert_eq!(m.get_with(&"b".into(), |v| v * 10), Some(30));
-        assert!(m.contains_key(&"b".into()));
+        assert_eq!(m.get("a"), Some(2));
+        assert_eq!(m.get_with("b", |v| v * 10), Some(30));
+        assert!(m.contains_key("b"));
         assert_eq!(m.len(), 2);
         assert_eq!(m.update(&"a".into(), |v| v + 5), Some(7));
         assert_eq!(m.update(&"zz".into(), |v| v + 5), None);
-        assert!(!m.contains_key(&"zz".into()), "update does not insert");
+        assert!(!m.contains_key("zz"), "update does not insert");
         assert_eq!(m.get_or_insert_with("c".into(), || 9), 9);
         assert_eq!(m.get_or_insert_with("c".into(), || 10), 9);
         m.update_or_insert("c".into(), 0, |v| v * 2);
         m.update_or_insert("d".into(), 4, |_| unreachable!());
-        assert_eq!(
-            (m.get(&"c".into()), m.get(&"d".into())),
-            (Some(18), Some(4))
-        );
-        assert_eq!(m.remove(&"d".into()), Some(4));
-        assert_eq!(m.remove(&"d".into()), None);
+        assert_eq!((m.get("c"), m.get("d")), (Some(18), Some(4)));
+        assert_eq!(m.remove("d"), Some(4));
+        assert_eq!(m.remove("d"), None);
         let got = m.compute("b".into(), |v| (Change::Remove, v.copied()));
         assert_eq!(got, Some(3));
         assert_eq!(m.compute("b".into(), |v| (Change::Keep, v.copied())), None);
