@@ -7,8 +7,8 @@
 
 use std::ffi::{c_char, c_int};
 
-use libc::{clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, pthread_mutexattr_t};
 use libc::timespec;
+use libc::{clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, pthread_mutexattr_t};
 
 use crate::cond::{self, Cond};
 use crate::config::{self, Delegated};

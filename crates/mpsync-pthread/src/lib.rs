@@ -97,8 +97,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod capi;
-pub mod config;
 mod cond;
+pub mod config;
 mod mutex;
 mod real;
 mod slab;

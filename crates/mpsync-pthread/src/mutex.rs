@@ -324,8 +324,7 @@ fn destroy_ours<L: Lock>(r: &MutexRepr) -> c_int {
         return libc::EBUSY;
     }
     // Acquire: pairs with `install`'s Release (we own the slot we free).
-    if r
-        .word
+    if r.word
         .compare_exchange(h, DESTROYED, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {

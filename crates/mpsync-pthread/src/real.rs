@@ -9,8 +9,8 @@
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
+use libc::{RTLD_NEXT, timespec};
 use libc::{clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, pthread_mutexattr_t};
-use libc::{timespec, RTLD_NEXT};
 
 /// The address of `name` in the next object after ours (glibc), cached in `slot`.
 /// Aborts if it is missing: a program that calls a pthread function has a C

@@ -209,7 +209,12 @@ fn map_chunk<L: RawMutex>(index: u32) -> Option<*const Slot<L>> {
     // Release: publishes the (zeroed) chunk to `slot_ptr`'s Acquire load;
     // Acquire on failure: reads the winner's chunk.
     if chunk
-        .compare_exchange(ptr::null_mut(), m.cast(), Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(
+            ptr::null_mut(),
+            m.cast(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
         .is_err()
     {
         // SAFETY: our mapping, never published.

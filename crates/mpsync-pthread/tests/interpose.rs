@@ -37,7 +37,9 @@ fn cdylib() -> &'static Path {
         let deps = exe.parent().expect("deps dir");
         let candidates = [
             deps.join("libmpsync_pthread.so"),
-            deps.parent().expect("profile dir").join("libmpsync_pthread.so"),
+            deps.parent()
+                .expect("profile dir")
+                .join("libmpsync_pthread.so"),
         ];
         if let Some(p) = candidates.iter().find(|p| p.exists()) {
             return p.clone();
@@ -138,7 +140,8 @@ fn scenario_env(scenario: &str, lock: Option<&str>, env: &[(&str, &str)]) -> Out
     let what = format!("interpose {scenario} (MPSYNC_LOCK={lock:?})");
     let o = run_bounded(cmd, &what);
     assert!(
-        o.status.success() && String::from_utf8_lossy(&o.stdout).contains(&format!("ok {scenario}")),
+        o.status.success()
+            && String::from_utf8_lossy(&o.stdout).contains(&format!("ok {scenario}")),
         "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
         o.status,
         String::from_utf8_lossy(&o.stdout),
@@ -169,7 +172,12 @@ fn delegated_to_glibc() {
         let o = scenario_env("delegated", Some(l), &[]);
         let err = String::from_utf8_lossy(&o.stderr);
         // One line per kind of attribute, not one per call.
-        for kind in ["recursive", "error-checking", "robust", "process-shared mutexes"] {
+        for kind in [
+            "recursive",
+            "error-checking",
+            "robust",
+            "process-shared mutexes",
+        ] {
             assert_eq!(
                 err.matches(kind).count(),
                 1,
@@ -206,7 +214,11 @@ fn start_and_exit() {
 fn default_and_unknown_lock() {
     // Unset: the default, silently.
     let o = scenario_env("basic", None, &[]);
-    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // Unknown: one line naming the valid values, then the default.
     let o = scenario_env(
         "basic",
@@ -235,11 +247,7 @@ fn with_sched_ebpf_loading() {
         .env_remove("MPSYNC_EBPF")
         .env_remove("MPSYNC_LOCK");
     let o = run_bounded(cmd, "interpose cond with eBPF");
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]
