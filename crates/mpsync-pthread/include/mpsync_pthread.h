@@ -7,7 +7,9 @@
  *      takes over pthread_mutex_* and pthread_cond_* (see the crate docs:
  *      `cargo doc -p mpsync-pthread`).
  *   2. Linking it directly (cc ... -lmpsync_pthread): the functions below,
- *      which are always mpsync's, whatever attributes or bytes say.
+ *      which are always mpsync's, whatever attributes or bytes say. (The
+ *      library also defines pthread_mutex_* and pthread_cond_*, and linked
+ *      ahead of libc it takes those over too, as under LD_PRELOAD.)
  *
  * The lock is chosen once per process by the environment variable
  * MPSYNC_LOCK = bounded-steal (default) | tas-b-np | smart-q | mcs-tp |

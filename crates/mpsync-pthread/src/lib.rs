@@ -88,6 +88,21 @@
 //! handlers, thread-local and thread-specific-data destructors, and in threads
 //! still running after `main` returns.
 //!
+//! ## Limits
+//!
+//! - **Unlock by another thread.** A program that unlocks a normal mutex
+//!   from a thread other than the one that locked it (undefined for POSIX,
+//!   tolerated by glibc) gets `EPERM`, and the mutex stays locked.
+//! - **Allocators that lock pthread mutexes.** A thread's first lock
+//!   registers it with mpsync's `sched`, which may allocate (its context
+//!   block, the first time so many threads are alive; thread-local
+//!   destructors). glibc's `malloc` takes no pthread mutex; an allocator that
+//!   does on that path (jemalloc, tcmalloc on their slow paths) would re-enter
+//!   the interposer in the middle of the registration. That combination is
+//!   not supported yet.
+//! - Deadlines of timed calls are turned into a time left when the call
+//!   starts; a later jump of `CLOCK_REALTIME` does not move them.
+//!
 //! ## Linking it directly
 //!
 //! `include/mpsync_pthread.h` declares `mpsync_mutex_t`, `mpsync_cond_t` and

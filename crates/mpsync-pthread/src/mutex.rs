@@ -211,8 +211,13 @@ fn lock_ours<L: Lock>(r: &MutexRepr) -> c_int {
     if s.owner.load(Ordering::Relaxed) == me {
         return libc::EDEADLK;
     }
-    let g = s.lock.lock();
-    // SAFETY: we hold the lock.
+    took(s, s.lock.lock(), me)
+}
+
+/// Records the calling thread `me` as the holder of `s`, with the guard `g`
+/// of the acquisition it just made.
+fn took<L: Lock>(s: &Slot<L>, g: L::Guard, me: *mut sched::ContextBlock) -> c_int {
+    // SAFETY: we hold the lock: `g` is our acquisition's guard.
     unsafe { s.keep_guard(g) };
     // Relaxed: see `Slot::owner`.
     s.owner.store(me, Ordering::Relaxed);
@@ -225,13 +230,7 @@ fn trylock_ours<L: Lock>(r: &MutexRepr) -> c_int {
         Err(e) => return e,
     };
     match s.lock.try_lock() {
-        Some(g) => {
-            // SAFETY: we hold the lock.
-            unsafe { s.keep_guard(g) };
-            // Relaxed: see `Slot::owner`.
-            s.owner.store(me(), Ordering::Relaxed);
-            0
-        }
+        Some(g) => took(s, g, me()),
         None => libc::EBUSY,
     }
 }
@@ -254,13 +253,7 @@ fn timedlock_ours<L: Lock>(r: &MutexRepr, clock: libc::clockid_t, t: &timespec) 
         s.lock.try_lock_for(left)
     };
     match g {
-        Some(g) => {
-            // SAFETY: we hold the lock.
-            unsafe { s.keep_guard(g) };
-            // Relaxed: see `Slot::owner`.
-            s.owner.store(me, Ordering::Relaxed);
-            0
-        }
+        Some(g) => took(s, g, me),
         None => libc::ETIMEDOUT,
     }
 }
