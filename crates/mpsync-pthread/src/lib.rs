@@ -100,6 +100,14 @@
 //!   does on that path (jemalloc, tcmalloc on their slow paths) would re-enter
 //!   the interposer in the middle of the registration. That combination is
 //!   not supported yet.
+//! - **Mutexes freed without `pthread_mutex_destroy`.** Their slot (128
+//!   bytes, taken at the first lock) is not given back: a program that makes
+//!   and frees many such objects grows by that much per mutex it locked, and
+//!   after 16 M live slots a first lock says `EAGAIN`. (`pthread_mutex_init`
+//!   cannot take the slot back: the bytes it overwrites may be a copy of a
+//!   live mutex.)
+//! - **Relocking a normal mutex** one holds says `EDEADLK` rather than
+//!   deadlocking as POSIX's `PTHREAD_MUTEX_NORMAL` would.
 //! - Deadlines of timed calls are turned into a time left when the call
 //!   starts; a later jump of `CLOCK_REALTIME` does not move them.
 //!

@@ -498,6 +498,26 @@ static void *torturer(void *arg) {
     return NULL;
 }
 
+/* Fresh statically initialized mutexes, first locked by all threads at
+ * once: the slot installs race, and each mutex still excludes. */
+#define FRESH 64
+static pthread_mutex_t f_m[FRESH]; /* zero bytes: PTHREAD_MUTEX_INITIALIZER */
+static long f_count[FRESH];
+static pthread_barrier_t f_start;
+
+static void *first_lockers(void *arg) {
+    (void)arg;
+    pthread_barrier_wait(&f_start);
+    for (int i = 0; i < FRESH; i++) {
+        if (pthread_mutex_lock(&f_m[i]) != 0) { t_broken = 3; return NULL; }
+        long c = f_count[i];
+        for (volatile int k = 0; k < 20; k++) {}
+        f_count[i] = c + 1;
+        pthread_mutex_unlock(&f_m[i]);
+    }
+    return NULL;
+}
+
 static void torture(void) {
     const char *s = getenv("MPSYNC_TORTURE_ITERS");
     t_iters = s ? atoi(s) : 20000;
@@ -506,6 +526,12 @@ static void torture(void) {
     for (int i = 0; i < T_THREADS; i++) EQ(pthread_join(t[i], NULL), 0);
     EQ(t_broken, 0);
     EQ(t_counter, (long)T_THREADS * t_iters);
+
+    EQ(pthread_barrier_init(&f_start, NULL, T_THREADS), 0);
+    for (long i = 0; i < T_THREADS; i++) EQ(pthread_create(&t[i], NULL, first_lockers, NULL), 0);
+    for (int i = 0; i < T_THREADS; i++) EQ(pthread_join(t[i], NULL), 0);
+    EQ(t_broken, 0);
+    for (int i = 0; i < FRESH; i++) EQ(f_count[i], T_THREADS);
 }
 
 /* ---- hostile: a caller's mistakes get defined answers ----------------- */
