@@ -5,6 +5,11 @@
 //! an initialized (or statically initialized) object, valid for the call.
 //! That is their safety contract; none checks more than POSIX asks for.
 
+// SAFETY (every `#[unsafe(no_mangle)]` below): these names are exported on
+// purpose, to take the place of glibc's functions of the same names (or to be
+// the header's); each has the C signature of the function it replaces, and no
+// other symbol of the process is meant to have these `mpsync_*` names.
+
 use std::ffi::{c_char, c_int};
 
 use libc::timespec;

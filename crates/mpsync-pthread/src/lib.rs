@@ -52,7 +52,8 @@
 //! allocator to lock a mutex, so an allocator that uses pthread mutexes
 //! does not recurse into it that way. A mutex never destroyed (a static
 //! one, or one freed without `destroy`) keeps its slot, 128 bytes, for the
-//! life of the process. A condvar lives in its own 48 bytes.
+//! life of the process (128 bytes; 256 with `ticket-np`). A condvar lives in
+//! its own 48 bytes.
 //!
 //! ## Errors, and mistakes
 //!
@@ -101,7 +102,7 @@
 //!   the interposer in the middle of the registration. That combination is
 //!   not supported yet.
 //! - **Mutexes freed without `pthread_mutex_destroy`.** Their slot (128
-//!   bytes, taken at the first lock) is not given back: a program that makes
+//!   or 256 bytes, taken at the first lock) is not given back: a program that makes
 //!   and frees many such objects grows by that much per mutex it locked, and
 //!   after 16 M live slots a first lock says `EAGAIN`. (`pthread_mutex_init`
 //!   cannot take the slot back: the bytes it overwrites may be a copy of a

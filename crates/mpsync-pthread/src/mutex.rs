@@ -150,6 +150,19 @@ macro_rules! with_lock {
     };
 }
 
+// Slot sizes, as the crate doc says: 128 bytes, 256 for Ticket-np (its two
+// counters are on cache lines of their own).
+const _: () = {
+    use std::mem::size_of;
+    assert!(size_of::<Slot<BoundedSteal>>() == 128);
+    assert!(size_of::<Slot<TasBNp>>() == 128);
+    assert!(size_of::<Slot<SmartQ>>() == 128);
+    assert!(size_of::<Slot<McsTp>>() == 128);
+    assert!(size_of::<Slot<TicketNp>>() == 256);
+    assert!(size_of::<Slot<SpinThenPark>>() == 128);
+    assert!(size_of::<Slot<Native>>() == 128);
+};
+
 /// What every lock the interposer uses implements.
 pub trait Lock: RawMutex + RawMutexTimed<Duration = Duration> + Sync + 'static {}
 impl<L: RawMutex + RawMutexTimed<Duration = Duration> + Sync + 'static> Lock for L {}

@@ -180,6 +180,7 @@ pub fn alloc<L: RawMutex>() -> Option<(&'static Slot<L>, u64)> {
     // `generation` makes the slot visible to `lookup`.
     unsafe {
         ptr::addr_of_mut!((*p).lock).write(L::INIT);
+        // Release: pairs with `lookup`'s Acquire load (the lock is written).
         (*ptr::addr_of!((*p).generation)).store(1, Ordering::Release);
         Some((&*p, handle(index, 1)))
     }
