@@ -47,12 +47,18 @@ impl NodeAlloc for Poisoning {
 }
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_bounded(2, f)
+}
+
+/// As [`model`], with `bound` preemptions unless `LOOM_MAX_PREEMPTIONS` says
+/// otherwise.
+fn model_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(
         std::env::var("LOOM_MAX_PREEMPTIONS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(2),
+            .unwrap_or(bound),
     );
     b.check(f);
 }
@@ -194,8 +200,8 @@ fn two_dequeuers<Q: Queue>() {
 /// Three values; one thread dequeues once while another dequeues twice, so the
 /// node the first one is taking its value from can be retired (and freed) by the
 /// second one's second dequeue if it is not protected.
-fn one_vs_two_dequeues<Q: Queue>() {
-    model(|| {
+fn one_vs_two_dequeues<Q: Queue>(bound: usize) {
+    model_bounded(bound, || {
         let q = Arc::new(Q::make());
         let mut main = <Q::R as Reclaimer>::register(q.domain());
         for v in 1..=3 {
@@ -224,17 +230,23 @@ fn one_vs_two_dequeues<Q: Queue>() {
 
 #[test]
 fn ms_one_vs_two_dequeues_ebr() {
-    one_vs_two_dequeues::<MsQueue<u32, Ebr, Poisoning>>();
+    one_vs_two_dequeues::<MsQueue<u32, Ebr, Poisoning>>(2);
 }
 
+// The hazard-pointer forms at one preemption: at two they took 100–150 s
+// each on the 2-core CI machine (HP's per-load protect-and-validate loops
+// multiply the interleavings), the longest models of the suite. A dequeue
+// that forgets to protect `next` is caught without loom (`lockfree`'s
+// `swing`, `ms_hp`, `plj_hp` and their planted bugs); run them at two with
+// LOOM_MAX_PREEMPTIONS=2.
 #[test]
 fn ms_one_vs_two_dequeues_hp() {
-    one_vs_two_dequeues::<MsQueue<u32, HazardPointers, Poisoning>>();
+    one_vs_two_dequeues::<MsQueue<u32, HazardPointers, Poisoning>>(1);
 }
 
 #[test]
 fn plj_one_vs_two_dequeues_hp() {
-    one_vs_two_dequeues::<PljQueue<u32, HazardPointers, Poisoning>>();
+    one_vs_two_dequeues::<PljQueue<u32, HazardPointers, Poisoning>>(1);
 }
 
 #[test]
