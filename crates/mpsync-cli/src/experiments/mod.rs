@@ -6,6 +6,7 @@ pub mod barrier_repartition;
 pub mod ds_oversub;
 pub mod hart;
 pub mod hart_hash;
+pub mod hart_primitives;
 pub mod latency;
 pub mod lc98;
 pub mod lc98_apps;
@@ -292,6 +293,16 @@ pub const CATALOG: &[Experiment] = {
             uses_preempt: false,
             knobs: &[K::Alloc, K::Trials, K::Scale, K::Seed],
             run: hart::run,
+        },
+        Experiment {
+            id: "hart-primitives",
+            paper: "hart",
+            reference: "Hart, MSc thesis 2005, §5.1.3 Table 5.1 (papers/002)",
+            title: "the machine's costs of a full fence, a write fence, a CAS and a spin lock's lock+unlock (Table 5.1), one pinned thread",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            knobs: &[K::Trials, K::Scale, K::Seed],
+            run: hart_primitives::run,
         },
         Experiment {
             id: "hart-queues-threads",
