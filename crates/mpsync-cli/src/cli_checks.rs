@@ -343,7 +343,7 @@ mod tests {
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes[0].starts_with("note: --threads applies to hart-queues-threads, ")
-                && notes[0].ends_with("; the other 8 experiments ignore it"),
+                && notes[0].ends_with("; the other 9 experiments ignore it"),
             "{notes:?}"
         );
         // Read by every selected experiment: nothing to say.
