@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use common::lincheck::{Fifo, Lifo, MinPq, Spec, check_rounds, value};
 use common::sized;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
+use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
 use mpsync::ds::stack::{HerlihyStack, LockedStack};
@@ -343,6 +344,8 @@ bag_tests! {
     herlihy_heap_ebr: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(ebr());
     herlihy_heap_hp: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(hp());
     herlihy_heap_leak: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(leak());
+    elimination_stack_ebr: S, Lifo, EliminationStack::<u64, _>::with_domain(ebr());
+    elimination_stack_hp: S, Lifo, EliminationStack::<u64, _>::with_domain(hp());
 }
 
 /// `threads` threads increment until `stop(i)`; every previous value handed out

@@ -5,7 +5,9 @@
 //! - MS queue: an enqueue against a dequeue (of a value already there, and from
 //!   an empty queue), and two dequeuers;
 //! - PLJ queue: the same;
-//! - Treiber stack: a push against a pop, and two poppers.
+//! - Treiber stack: a push against a pop, and two poppers;
+//! - elimination stack: two threads that each push and pop twice (an offer
+//!   taken, withdrawn, and a slot reused by its second offer).
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead through
 //! `ds::lf::Liveness` (a loom-tracked cell, the first field of every node) and
@@ -21,6 +23,7 @@ use std::ptr::NonNull;
 
 use loom::thread;
 use mpsync::ds::alloc::NodeAlloc;
+use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::lf::Liveness;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
@@ -385,4 +388,43 @@ fn liveness_detects_a_free_racing_with_a_use() {
         unsafe { Liveness::kill(p as *const Liveness as *mut u8) };
         a.join().unwrap();
     });
+}
+
+/// Two threads each push a value and pop one, twice: every value pushed is
+/// popped once (by a thread, or by the final drain), whether the push went to
+/// the stack or met a pop in a collision slot.
+fn elimination_act_twice<R: Eager>() {
+    model(|| {
+        let s: Arc<EliminationStack<u32, R, Poisoning>> =
+            Arc::new(EliminationStack::with_domain(R::eager()));
+        let hs: Vec<_> = (0..2u32)
+            .map(|t| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    let l = R::register(s.domain());
+                    let mut got = Vec::new();
+                    for i in 0..2 {
+                        s.push(&l, t * 2 + i + 1);
+                        got.extend(s.pop(&l));
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut got: Vec<u32> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let main = R::register(s.domain());
+        got.extend(std::iter::from_fn(|| s.pop(&main)));
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3, 4]);
+    });
+}
+
+#[test]
+fn elimination_act_twice_leak() {
+    elimination_act_twice::<Leak>();
+}
+
+#[test]
+fn elimination_act_twice_ebr() {
+    elimination_act_twice::<Ebr>();
 }

@@ -140,6 +140,7 @@
 pub mod alloc;
 pub mod counter;
 pub mod cr_hash;
+pub mod elimination;
 pub mod handle;
 pub mod hash;
 #[cfg(not(loom))]
