@@ -7,7 +7,9 @@
 //! - PLJ queue: the same;
 //! - Treiber stack: a push against a pop, and two poppers;
 //! - elimination stack: two threads that each push and pop twice (an offer
-//!   taken, withdrawn, and a slot reused by its second offer).
+//!   taken, withdrawn, and a slot reused by its second offer);
+//! - SCQ (bounded, 2 cells): two threads that each enqueue and dequeue twice,
+//!   so cells and ring entries are reused in the model.
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead through
 //! `ds::lf::Liveness` (a loom-tracked cell, the first field of every node) and
@@ -27,6 +29,7 @@ use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::lf::Liveness;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
+use mpsync::ds::scq::ScqQueue;
 use mpsync::ds::treiber::TreiberStack;
 use mpsync::reclaim::{Ebr, HazardPointers, Leak, Reclaimer};
 use mpsync::sync::Arc;
@@ -390,11 +393,11 @@ fn liveness_detects_a_free_racing_with_a_use() {
     });
 }
 
-/// Two threads each push a value and pop one, twice: every value pushed is
-/// popped once (by a thread, or by the final drain), whether the push went to
-/// the stack or met a pop in a collision slot.
-fn elimination_act_twice<R: Eager>() {
-    model(|| {
+/// Two threads push a value and pop one, thread 0 `rounds` times, thread 1
+/// twice: every value pushed is popped once (by a thread, or by the final
+/// drain), whether the push went to the stack or met a pop in a collision slot.
+fn elimination_act_twice<R: Eager>(rounds: u32) {
+    model(move || {
         let s: Arc<EliminationStack<u32, R, Poisoning>> =
             Arc::new(EliminationStack::with_domain(R::eager()));
         let hs: Vec<_> = (0..2u32)
@@ -403,7 +406,7 @@ fn elimination_act_twice<R: Eager>() {
                 thread::spawn(move || {
                     let l = R::register(s.domain());
                     let mut got = Vec::new();
-                    for i in 0..2 {
+                    for i in 0..if t == 0 { rounds } else { 2 } {
                         s.push(&l, t * 2 + i + 1);
                         got.extend(s.pop(&l));
                     }
@@ -415,16 +418,55 @@ fn elimination_act_twice<R: Eager>() {
         let main = R::register(s.domain());
         got.extend(std::iter::from_fn(|| s.pop(&main)));
         got.sort_unstable();
-        assert_eq!(got, [1, 2, 3, 4]);
+        let want: Vec<u32> = (1..=rounds).chain([3, 4]).collect();
+        assert_eq!(got, want);
     });
 }
 
+/// No reclamation fences: the slot's own Release/Acquire must publish an
+/// offered node to its popper.
 #[test]
 fn elimination_act_twice_leak() {
-    elimination_act_twice::<Leak>();
+    elimination_act_twice::<Leak>(2);
 }
 
+/// EBR freeing eagerly (one thread acts twice, the other once: the model
+/// stays near 20 s).
 #[test]
-fn elimination_act_twice_ebr() {
-    elimination_act_twice::<Ebr>();
+fn elimination_act_twice_vs_once_ebr() {
+    elimination_act_twice::<Ebr>(1);
+}
+
+/// SCQ of 2 cells: two threads each enqueue a value and dequeue one, twice;
+/// every value comes out once, each thread's in order, a cell's value read
+/// only after its write (the cells are loom-tracked).
+#[test]
+fn scq_act_twice() {
+    model(|| {
+        let q = Arc::new(ScqQueue::<u32>::new(2).unwrap());
+        let hs: Vec<_> = (0..2u32)
+            .map(|t| {
+                let q = q.clone();
+                thread::spawn(move || {
+                    let mut got = Vec::new();
+                    for i in 0..2 {
+                        q.try_enqueue(t * 2 + i + 1).expect("never more than 2 values");
+                        got.extend(q.dequeue());
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut each: Vec<Vec<u32>> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        each.push(std::iter::from_fn(|| q.dequeue()).collect());
+        for w in &each {
+            for p in [[1, 2], [3, 4]] {
+                let seen: Vec<u32> = w.iter().copied().filter(|v| p.contains(v)).collect();
+                assert!(seen.windows(2).all(|x| x[0] < x[1]), "FIFO per producer");
+            }
+        }
+        let mut got: Vec<u32> = each.concat();
+        got.sort_unstable();
+        assert_eq!(got, [1, 2, 3, 4]);
+    });
 }

@@ -157,6 +157,7 @@ pub mod map;
 pub mod ms_queue;
 pub mod plj_queue;
 pub mod queue;
+pub mod scq;
 pub mod stack;
 pub mod treiber;
 mod version;
