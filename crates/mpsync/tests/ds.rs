@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use common::lincheck::{Fifo, Lifo, MinPq, Spec, check_rounds, value};
 use common::sized;
+use mpsync::ds::binary_heap::LockedBinaryHeap;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
 use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::scq::ScqQueue;
@@ -345,6 +346,8 @@ bag_tests! {
     herlihy_heap_ebr: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(ebr());
     herlihy_heap_hp: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(hp());
     herlihy_heap_leak: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(leak());
+    locked_binary_heap_tas_b_np: P, MinPq, LockedBinaryHeap::<u64, TasBNp>::new();
+    locked_binary_heap_spin_then_park: P, MinPq, LockedBinaryHeap::<u64, mpsync::lock::SpinThenPark>::new();
     elimination_stack_ebr: S, Lifo, EliminationStack::<u64, _>::with_domain(ebr());
     elimination_stack_hp: S, Lifo, EliminationStack::<u64, _>::with_domain(hp());
 }

@@ -437,6 +437,43 @@ fn elimination_act_twice_vs_once_ebr() {
     elimination_act_twice::<Ebr>(1);
 }
 
+/// The elimination array alone (the stack's own models rarely reach it: a
+/// push must lose its CAS and a pop lose its own meanwhile): thread 0 offers,
+/// then looks for an offer; thread 1 the other way round. Each value is
+/// taken once or given back, and a taken value is read after its write.
+#[test]
+fn elimination_slot_act_twice() {
+    model(|| {
+        let s: Arc<EliminationStack<u32, Leak, Poisoning>> =
+            Arc::new(EliminationStack::with_domain(Leak::eager()));
+        let hs: Vec<_> = (0..2u32)
+            .map(|t| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    let l = Leak::register(s.domain());
+                    let (mut taken, mut back) = (Vec::new(), Vec::new());
+                    for step in 0..2 {
+                        if (step + t) % 2 == 0 {
+                            back.extend(s.exchange_push(&l, t + 1).err());
+                        } else {
+                            taken.extend(s.exchange_pop());
+                        }
+                    }
+                    (taken, back)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in hs {
+            let (taken, back) = h.join().unwrap();
+            all.extend(taken);
+            all.extend(back);
+        }
+        all.sort_unstable();
+        assert_eq!(all, [1, 2]);
+    });
+}
+
 /// SCQ of 2 cells: two threads each enqueue a value and dequeue one, twice;
 /// every value comes out once, each thread's in order, a cell's value read
 /// only after its write (the cells are loom-tracked).

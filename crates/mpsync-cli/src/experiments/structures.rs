@@ -10,6 +10,7 @@ use mpsync::util::busy::BusyWork;
 use mpsync::util::rng::SplitMix64;
 
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
+use mpsync::ds::binary_heap::LockedBinaryHeap;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
 use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::handle::Auto;
@@ -329,6 +330,11 @@ impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for TwoLockQueu
     }
 }
 impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedStack<L, u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedBinaryHeap<u64, L> {
     fn make() -> Self {
         Self::new()
     }
@@ -697,7 +703,8 @@ fn stack_rows() -> Vec<DsImpl> {
 }
 
 /// The papers' priority queues: single lock (ordinary and PS) and Herlihy's
-/// non-blocking skew heap.
+/// non-blocking skew heap; then `std`'s binary heap under a preemption-safe
+/// lock and under spin-then-park.
 fn heap_rows() -> Vec<DsImpl> {
     use Kind::*;
     use Origin::Paper;
@@ -719,6 +726,18 @@ fn heap_rows() -> Vec<DsImpl> {
             Paper,
             Heap,
             HeapRow<HerlihySkewHeap<u64, Qsbr>>
+        ),
+        row!(
+            "binary heap (PS)",
+            Paper,
+            Heap,
+            HeapRow<LockedBinaryHeap<u64, TasBNp>>
+        ),
+        row!(
+            "binary heap (spin-then-park)",
+            Paper,
+            Heap,
+            HeapRow<LockedBinaryHeap<u64, mpsync::lock::SpinThenPark>>
         ),
     ]
 }

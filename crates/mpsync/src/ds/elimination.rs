@@ -278,6 +278,28 @@ impl<T, R: Reclaimer, A: NodeAlloc> EliminationStack<T, R, A> {
         None
     }
 
+    /// The elimination array alone, for tests and models of the slot protocol
+    /// (a push that never touches the stack): offers `value` once; `Err(value)`
+    /// if no pop took it in time.
+    #[doc(hidden)]
+    pub fn exchange_push(&self, local: &R::Local, value: T) -> Result<(), T> {
+        check_local(&**self.domain(), local, "EliminationStack::exchange_push");
+        let node = TreiberStack::<T, R, A>::new_node(local, value);
+        if self.offer(node) {
+            Ok(())
+        } else {
+            // SAFETY: not taken: the node is still ours, never published.
+            Err(unsafe { TreiberStack::<T, R, A>::take_unpublished(node) })
+        }
+    }
+
+    /// The elimination array alone (see [`exchange_push`](Self::exchange_push)):
+    /// a value offered by a push, if one is out now.
+    #[doc(hidden)]
+    pub fn exchange_pop(&self) -> Option<T> {
+        self.take_offer()
+    }
+
     /// Pushes `value`. `local` is the calling thread's registration in
     /// [`domain`](Self::domain).
     ///
@@ -433,6 +455,59 @@ mod tests {
         assert_eq!(offered, None);
         assert_eq!(s.pop(&local).as_deref(), Some("a"));
         assert_eq!(s.take_offer(), None, "no offer out");
+    }
+
+    /// The slot protocol alone, hammered: 3 threads offer, 3 take, on one
+    /// slot (the range stays 1 unless widened); every value offered is taken
+    /// once or given back, none twice.
+    #[test]
+    fn offers_are_taken_once() {
+        let s: EliminationStack<u64, Ebr> = EliminationStack::new();
+        let per = if cfg!(miri) { 50 } else { 20_000 };
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let (mut taken, mut back): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+        std::thread::scope(|sc| {
+            let pushers: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let (s, done) = (&s, &done);
+                    sc.spawn(move || {
+                        let l = Ebr::register(s.domain());
+                        let mut back = Vec::new();
+                        for i in 0..per {
+                            if let Err(v) = s.exchange_push(&l, t << 32 | i) {
+                                back.push(v);
+                            }
+                        }
+                        done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        back
+                    })
+                })
+                .collect();
+            let poppers: Vec<_> = (0..3)
+                .map(|_| {
+                    let (s, done) = (&s, &done);
+                    sc.spawn(move || {
+                        let mut got = Vec::new();
+                        while done.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+                            got.extend(s.exchange_pop());
+                        }
+                        got
+                    })
+                })
+                .collect();
+            for h in pushers {
+                back.extend(h.join().unwrap());
+            }
+            for h in poppers {
+                taken.extend(h.join().unwrap());
+            }
+        });
+        assert!(!taken.is_empty(), "no offer was ever taken");
+        let mut all: Vec<u64> = taken.iter().chain(&back).copied().collect();
+        all.sort_unstable();
+        let want: Vec<u64> = (0..3u64).flat_map(|t| (0..per).map(move |i| t << 32 | i)).collect();
+        assert_eq!(all.len(), want.len(), "values taken twice or lost");
+        assert!(all == want, "values taken twice, lost or invented");
     }
 
     #[test]

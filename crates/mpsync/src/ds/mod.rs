@@ -138,6 +138,7 @@
 //! ```
 
 pub mod alloc;
+pub mod binary_heap;
 pub mod counter;
 pub mod cr_hash;
 pub mod elimination;

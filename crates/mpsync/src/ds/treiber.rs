@@ -151,13 +151,7 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
         value: T,
         mut contended: impl FnMut(*mut Node<T, R>) -> bool,
     ) {
-        let node = A::alloc(Node {
-            live: Liveness::new(),
-            hdr: Header::of_local(local),
-            next: AtomicPtr::new(ptr::null_mut()),
-            value: ValueCell::new(value),
-        })
-        .as_ptr();
+        let node = Self::new_node(local, value);
         // Relaxed: only a guess at the top, checked by the CAS.
         let mut top = self.head.load(Ordering::Relaxed);
         loop {
@@ -238,6 +232,17 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
                 return Some(v);
             }
         }
+    }
+
+    /// A node holding `value`, made by `A::alloc`, not yet published.
+    pub(crate) fn new_node(local: &R::Local, value: T) -> *mut Node<T, R> {
+        A::alloc(Node {
+            live: Liveness::new(),
+            hdr: Header::of_local(local),
+            next: AtomicPtr::new(ptr::null_mut()),
+            value: ValueCell::new(value),
+        })
+        .as_ptr()
     }
 
     /// The value of a node made by [`push_with`](Self::push_with) that was
