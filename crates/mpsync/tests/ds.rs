@@ -27,9 +27,9 @@ use common::sized;
 use mpsync::ds::binary_heap::LockedBinaryHeap;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
 use mpsync::ds::elimination::EliminationStack;
-use mpsync::ds::scq::ScqQueue;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
+use mpsync::ds::scq::ScqQueue;
 use mpsync::ds::stack::{HerlihyStack, LockedStack};
 use mpsync::ds::{
     ConcurrentPriorityQueue, ConcurrentQueue, ConcurrentStack, Counter, PriorityQueueHandle,
@@ -409,7 +409,9 @@ mod scq_queue {
         }
         all.extend(std::iter::from_fn(|| q.dequeue()));
         all.sort_unstable();
-        let want: Vec<u64> = (0..8u64).flat_map(|t| (0..per).map(move |i| t << 32 | i)).collect();
+        let want: Vec<u64> = (0..8u64)
+            .flat_map(|t| (0..per).map(move |i| t << 32 | i))
+            .collect();
         assert_eq!(all, want);
     }
 }

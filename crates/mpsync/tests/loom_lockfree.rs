@@ -474,6 +474,28 @@ fn elimination_slot_act_twice() {
     });
 }
 
+/// One offer, two takers: at most one gets it (a second would take the same
+/// node twice), and if neither does the pusher has it back.
+#[test]
+fn elimination_slot_two_takers() {
+    model(|| {
+        let s: Arc<EliminationStack<u32, Leak, Poisoning>> =
+            Arc::new(EliminationStack::with_domain(Leak::eager()));
+        let takers: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                thread::spawn(move || s.exchange_pop())
+            })
+            .collect();
+        let l = Leak::register(s.domain());
+        let mut all: Vec<u32> = s.exchange_push(&l, 7).err().into_iter().collect();
+        for t in takers {
+            all.extend(t.join().unwrap());
+        }
+        assert_eq!(all, [7]);
+    });
+}
+
 /// SCQ of 2 cells: two threads each enqueue a value and dequeue one, twice;
 /// every value comes out once, each thread's in order, a cell's value read
 /// only after its write (the cells are loom-tracked).
@@ -487,7 +509,8 @@ fn scq_act_twice() {
                 thread::spawn(move || {
                     let mut got = Vec::new();
                     for i in 0..2 {
-                        q.try_enqueue(t * 2 + i + 1).expect("never more than 2 values");
+                        q.try_enqueue(t * 2 + i + 1)
+                            .expect("never more than 2 values");
                         got.extend(q.dequeue());
                     }
                     got

@@ -684,13 +684,7 @@ fn stack_rows() -> Vec<DsImpl> {
             HazardPointers
         ),
         lf_row!("Treiber (EBR, Auto)", Stack, Auto, TreiberStack, Ebr),
-        lf_row!(
-            "elimination (EBR)",
-            Stack,
-            StackRow,
-            EliminationStack,
-            Ebr
-        ),
+        lf_row!("elimination (EBR)", Stack, StackRow, EliminationStack, Ebr),
         lf_row!(
             "elimination (HP)",
             Stack,

@@ -505,7 +505,9 @@ mod tests {
         assert!(!taken.is_empty(), "no offer was ever taken");
         let mut all: Vec<u64> = taken.iter().chain(&back).copied().collect();
         all.sort_unstable();
-        let want: Vec<u64> = (0..3u64).flat_map(|t| (0..per).map(move |i| t << 32 | i)).collect();
+        let want: Vec<u64> = (0..3u64)
+            .flat_map(|t| (0..per).map(move |i| t << 32 | i))
+            .collect();
         assert_eq!(all.len(), want.len(), "values taken twice or lost");
         assert!(all == want, "values taken twice, lost or invented");
     }

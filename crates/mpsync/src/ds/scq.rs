@@ -175,8 +175,7 @@ impl Ring {
                     break;
                 }
                 let new = self.entry(self.cycle(t), true, index);
-                match self.entries[j].compare_exchange(e, new, Ordering::SeqCst, Ordering::SeqCst)
-                {
+                match self.entries[j].compare_exchange(e, new, Ordering::SeqCst, Ordering::SeqCst) {
                     Ok(_) => {
                         let full = 3 * self.n() as i64 - 1;
                         if self.threshold.load(Ordering::SeqCst) != full {
@@ -446,7 +445,11 @@ mod tests {
             let r = Ring::empty(order);
             let mut seen: Vec<usize> = (0..2 << order).map(|p| r.remap(p)).collect();
             seen.sort_unstable();
-            assert_eq!(seen, (0..2usize << order).collect::<Vec<_>>(), "order {order}");
+            assert_eq!(
+                seen,
+                (0..2usize << order).collect::<Vec<_>>(),
+                "order {order}"
+            );
         }
         let big: ScqQueue<u32> = ScqQueue::new(64).unwrap();
         for i in 0..200 {
