@@ -17,13 +17,14 @@
 //! **A preempted thread holding an index** blocks nobody: an enqueuer stopped
 //! between taking a free cell and publishing it, or a dequeuer stopped between
 //! taking a full cell and freeing it, only takes that one cell out of the
-//! capacity until it runs again (the queue reports full one value early).
+//! capacity until it runs again (the queue reports full one value early; a
+//! unit test stops an enqueuer there and checks exactly that).
 //! Progress: lock-free, every operation.
 //!
 //! Not implemented from the paper: the unbounded LSCQ (linked SCQs).
 //!
-//! Uses `sync` only: no reclamation (the cells are the queue's), no `sched`
-//! (nobody waits).
+//! Uses `sync`, and `sched` only for a named stall point: no reclamation (the
+//! cells are the queue's), nobody waits.
 //!
 //! ```
 //! use mpsync::ds::scq::ScqQueue;
@@ -44,6 +45,7 @@ use crossbeam_utils::CachePadded;
 
 use super::lf::ValueCell;
 use super::{ConcurrentQueue, QueueHandle};
+use crate::sched::stall;
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 use crate::util::unwind::each;
 
@@ -316,6 +318,7 @@ impl<T> ScqQueue<T> {
         // last value was taken before the index went back to `fq`, ordered by
         // the rings' SeqCst operations).
         unsafe { self.cells[i as usize].write(value) };
+        stall::point(stall::SCQ_CELL_WRITTEN);
         self.aq.enqueue(i);
         Ok(())
     }
@@ -437,6 +440,46 @@ mod tests {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(q)));
         assert!(r.is_err());
         assert_eq!(n.get(), 4, "every value dropped once");
+    }
+
+    /// What a preempted thread holding a ring index costs: an enqueuer stopped
+    /// after writing its cell, before queueing its index, takes that one cell
+    /// out of the capacity and stops nobody; its value arrives once it runs.
+    #[test]
+    fn a_stopped_enqueuer_costs_one_cell_and_stops_nobody() {
+        use crate::sched::stall::Trap;
+        use std::time::Duration;
+        let q: ScqQueue<u32> = ScqQueue::new(4).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let q = &q;
+            s.spawn(move || {
+                tx.send(Trap::at(stall::SCQ_CELL_WRITTEN).this_thread().arm())
+                    .unwrap();
+                q.try_enqueue(99).unwrap();
+            });
+            let trap = rx.recv().unwrap();
+            trap.wait_hit(Duration::from_secs(20))
+                .expect("the enqueuer stops");
+            for i in 0..3 {
+                q.try_enqueue(i).unwrap();
+            }
+            assert_eq!(
+                q.try_enqueue(3),
+                Err(3),
+                "the stopped enqueuer holds one cell"
+            );
+            for i in 0..3 {
+                assert_eq!(q.dequeue(), Some(i));
+            }
+            assert_eq!(q.dequeue(), None, "its value is not queued yet");
+            for i in 0..1_000 {
+                q.try_enqueue(i).unwrap();
+                assert_eq!(q.dequeue(), Some(i));
+            }
+            trap.release();
+        });
+        assert_eq!((q.dequeue(), q.dequeue()), (Some(99), None));
     }
 
     #[test]

@@ -297,6 +297,10 @@ points! {
     /// yet freed.
     ELIMINATION_TAKEN = "elimination.taken",
         "elimination pop: offer taken, slot not yet freed";
+    /// SCQ, enqueue: a free cell was taken and written, its index not yet put
+    /// in the ring of full cells.
+    SCQ_CELL_WRITTEN = "scq.enqueue.cell_written",
+        "SCQ enqueue: cell written, index not yet queued";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
