@@ -30,10 +30,10 @@ use crate::svg::sig3;
 
 /// Trial length at `--scale 1`.
 pub const BASE_DURATION_MS: f64 = 300.0;
-/// Trial length under `--quick` (at its `--scale 0.3`): 45 ms, eleven 4 ms
+/// Trial length under `--quick` (at its `--scale 0.3`): 36 ms, nine 4 ms
 /// scheduler ticks — enough to see preemption inside operations, and it keeps
-/// the smoke run (5 rounds of 2 thread counts, about 360 trials) near 16 s.
-pub const QUICK_DURATION_FACTOR: f64 = 0.5;
+/// the smoke run (5 rounds of 2 thread counts, about 380 trials) near 16 s.
+pub const QUICK_DURATION_FACTOR: f64 = 0.4;
 
 /// Rounds at least (whatever `--trials` says): a point is their median, so
 /// that one lucky streak (a thread running many operations alone) cannot
