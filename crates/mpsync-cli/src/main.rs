@@ -140,7 +140,7 @@ struct Common {
     /// experiments that vary threads (hart-queues-threads,
     /// hart-readonly-threads, hart-hash-threads, hart-severity). Defaults:
     /// lock-oversub 1,2,4,8; ds-oversub 1,2,4 and 3 and 4 per core (--quick:
-    /// 1,2 and 3 per core). lc98-stress: writer processes (1,3,7); lc98-apps:
+    /// 2 and 3 per core). lc98-stress: writer processes (1,3,7); lc98-apps:
     /// processes per run, 2..=16 (2 per core).
     #[arg(long, allow_hyphen_values = true)]
     threads: Option<String>,

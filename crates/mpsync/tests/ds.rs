@@ -24,9 +24,12 @@ use std::time::{Duration, Instant};
 
 use common::lincheck::{Fifo, Lifo, MinPq, Spec, check_rounds, value};
 use common::sized;
+use mpsync::ds::binary_heap::LockedBinaryHeap;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
+use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
+use mpsync::ds::scq::ScqQueue;
 use mpsync::ds::stack::{HerlihyStack, LockedStack};
 use mpsync::ds::{
     ConcurrentPriorityQueue, ConcurrentQueue, ConcurrentStack, Counter, PriorityQueueHandle,
@@ -343,6 +346,74 @@ bag_tests! {
     herlihy_heap_ebr: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(ebr());
     herlihy_heap_hp: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(hp());
     herlihy_heap_leak: P, MinPq, HerlihySkewHeap::<u64, _>::with_domain(leak());
+    locked_binary_heap_tas_b_np: P, MinPq, LockedBinaryHeap::<u64, TasBNp>::new();
+    locked_binary_heap_spin_then_park: P, MinPq, LockedBinaryHeap::<u64, mpsync::lock::SpinThenPark>::new();
+    elimination_stack_ebr: S, Lifo, EliminationStack::<u64, _>::with_domain(ebr());
+    elimination_stack_hp: S, Lifo, EliminationStack::<u64, _>::with_domain(hp());
+}
+
+/// Nikolaev's bounded SCQ: large enough for what the torture tests leave in
+/// it (the handle trait's `enqueue` waits while full), small for lincheck, so
+/// its histories also meet a full queue's `try_enqueue`.
+mod scq_queue {
+    use super::*;
+    fn big() -> Q<ScqQueue<u64>> {
+        Q(ScqQueue::new(1 << 16).unwrap())
+    }
+    #[test]
+    fn oversubscribed_8_threads() {
+        oversubscribed(big())
+    }
+    #[test]
+    fn emulated_mp_3() {
+        emulated_mp3(big())
+    }
+    #[test]
+    fn linearizable() {
+        super::linearizable::<_, Fifo>(lin_rounds(), || Q(ScqQueue::new(8).unwrap()))
+    }
+    /// 8 threads on a queue of 4: every `try_enqueue` that fails gives its
+    /// value back, and what went in comes out once, each producer's in order.
+    #[test]
+    fn full_queue_gives_values_back() {
+        let q: ScqQueue<u64> = ScqQueue::new(4).unwrap();
+        let per = sized(20_000, 25);
+        let got: Vec<Vec<u64>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let q = &q;
+                    sc.spawn(move || {
+                        let mut got = Vec::new();
+                        let mut i = 0;
+                        while i < per {
+                            match q.try_enqueue(t << 32 | i) {
+                                Ok(()) => i += 1,
+                                Err(v) => assert_eq!(v, t << 32 | i, "another value came back"),
+                            }
+                            got.extend(q.dequeue());
+                        }
+                        got
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all: Vec<u64> = got.iter().flatten().copied().collect();
+        for g in &got {
+            let mut last = [None; 8];
+            for &v in g {
+                let p = (v >> 32) as usize;
+                assert!(last[p] < Some(v), "producer {p} out of order");
+                last[p] = Some(v);
+            }
+        }
+        all.extend(std::iter::from_fn(|| q.dequeue()));
+        all.sort_unstable();
+        let want: Vec<u64> = (0..8u64)
+            .flat_map(|t| (0..per).map(move |i| t << 32 | i))
+            .collect();
+        assert_eq!(all, want);
+    }
 }
 
 /// `threads` threads increment until `stop(i)`; every previous value handed out

@@ -5,6 +5,12 @@
 //! thread loops {put; take} (counters: increment), announcing a quiescent state
 //! every 100 operations (Hart's test loop); value = operations per second,
 //! normalized to the reference peer of its kind at the same thread count.
+//! Every point is the **median** of at least [`MIN_ROUNDS`] rounds interleaved
+//! across the rows (the model runner's), and each trial records its
+//! **fairness**, min / max of the per-thread operation counts (the CSV's
+//! `fairness_min_max`; the notes give it beside the best rows' ratios): a
+//! lock that lets one thread run a streak of operations while the others are
+//! descheduled shows a high throughput and a fairness near 0.
 //!
 //! The table holds every kind at once, and some rows have the same name in
 //! several kinds ("single lock" is a queue, a stack, a heap and a counter), so the
@@ -24,10 +30,15 @@ use crate::svg::sig3;
 
 /// Trial length at `--scale 1`.
 pub const BASE_DURATION_MS: f64 = 300.0;
-/// Trial length under `--quick` (at its `--scale 0.3`): 60 ms, fifteen 4 ms
+/// Trial length under `--quick` (at its `--scale 0.3`): 36 ms, nine 4 ms
 /// scheduler ticks — enough to see preemption inside operations, and it keeps
-/// the 270 trials of the smoke run near 16 s.
-pub const QUICK_DURATION_FACTOR: f64 = 2.0 / 3.0;
+/// the smoke run (5 rounds of 2 thread counts, about 380 trials) near 16 s.
+pub const QUICK_DURATION_FACTOR: f64 = 0.4;
+
+/// Rounds at least (whatever `--trials` says): a point is their median, so
+/// that one lucky streak (a thread running many operations alone) cannot
+/// make it.
+pub const MIN_ROUNDS: u32 = 5;
 
 /// The structure a kind's rows belong to, as the implementation names say it.
 pub fn structure(kind: Kind) -> &'static str {
@@ -108,7 +119,8 @@ fn design(threads: &[u32], trials: u32) -> Design {
         Vec::new(),
         imps,
         trials,
-    );
+    )
+    .median();
     d.panels = KINDS
         .iter()
         .map(|(k, _)| Panel {
@@ -136,7 +148,7 @@ fn verdicts(threads: &[u32], cores: u32) -> Verdicts {
         })
         .collect();
     let notes = vec![format!(
-        "{cores} cores: {} threads run unpinned, so counts above {cores} are oversubscribed (real Linux preemption); each thread loops put+take with no work between",
+        "{cores} cores: {} threads run unpinned, so counts above {cores} are oversubscribed (real Linux preemption); each thread loops put+take with no work between; every point is the median of its rounds; fair = median min/max per-thread operations",
         threads
             .iter()
             .map(u32::to_string)
@@ -156,12 +168,55 @@ fn verdicts(threads: &[u32], cores: u32) -> Verdicts {
     }
 }
 
+/// Per kind and thread count, the best mpsync row and the best peer, each
+/// with its fairness: "stack 8 threads: best mpsync Treiber 1.70× best peer
+/// crossbeam-epoch Treiber (fair 0.93 vs 0.88)".
+fn fairness_notes(r: &Results<'_>, threads: &[u32]) -> Vec<String> {
+    let fair = |name: &str, pi: usize, x: f64| {
+        r.median_of(name, pi, x, |t| t.fairness_min_max)
+            .map_or_else(|| "-".to_string(), |f| format!("{f:.2}"))
+    };
+    let mut notes = Vec::new();
+    for (pi, (kind, _)) in KINDS.iter().enumerate() {
+        let parts: Vec<String> = threads
+            .iter()
+            .filter_map(|&n| {
+                let x = f64::from(n);
+                let (ours, _) = *r.ranked(Role::Ours, None, pi, x).first()?;
+                let (peer, _) = *r.ranked(Role::Peer, None, pi, x).first()?;
+                let g = r.goodness(&ours.name, &peer.name, pi, x)?;
+                let short = |s: &str| {
+                    s.strip_prefix(&format!("{}: ", structure(*kind)))
+                        .unwrap_or(s)
+                        .to_string()
+                };
+                Some(format!(
+                    "{n} thr {} {}× {} (fair {} vs {})",
+                    short(&ours.name),
+                    sig3(g),
+                    short(&peer.name),
+                    fair(&ours.name, pi, x),
+                    fair(&peer.name, pi, x)
+                ))
+            })
+            .collect();
+        if !parts.is_empty() {
+            notes.push(format!(
+                "{}: best mpsync / best peer: {}",
+                structure(*kind),
+                parts.join("; ")
+            ));
+        }
+    }
+    notes
+}
+
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let cores = p.cores.max(1);
     let threads: Vec<u32> = p.threads.clone().unwrap_or_else(|| {
         if p.quick {
-            vec![1, 2, 3 * cores]
+            vec![2, 3 * cores]
         } else {
             vec![1, 2, 4, 3 * cores, 4 * cores]
         }
@@ -170,7 +225,8 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     let duration =
         Duration::from_secs_f64((BASE_DURATION_MS * p.scale * quick_factor).max(20.0) / 1e3);
     let table = ds_table();
-    let d = design(&threads, p.trials);
+    let rounds = p.trials.max(MIN_ROUNDS);
+    let d = design(&threads, rounds);
     let started = Instant::now();
     let trials = model::collect(exp.id, &d, &mut |c| {
         let (kind, _) = KINDS[c.panel];
@@ -197,6 +253,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         points: &points,
         trials: &trials,
     };
+    v.notes.extend(fairness_notes(&r, &threads));
     for &(kind, handle, auto) in AUTO_PAIRS {
         let pi = KINDS.iter().position(|k| k.0 == kind).unwrap_or(0);
         let (handle, auto) = (qualified(kind, handle), qualified(kind, auto));
@@ -216,6 +273,8 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     }
     let params = serde_json::json!({
         "threads": threads,
+        "rounds": rounds,
+        "summary": "median",
         "trial_ms": duration.as_secs_f64() * 1e3,
         "ops_per_quiescent_state": super::structures::OPS_PER_QUIESCENT,
         "references": KINDS.map(|(k, _)| qualified(k, reference(k))),

@@ -10,12 +10,15 @@ use mpsync::util::busy::BusyWork;
 use mpsync::util::rng::SplitMix64;
 
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
+use mpsync::ds::binary_heap::LockedBinaryHeap;
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
+use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::handle::Auto;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
+use mpsync::ds::scq::ScqQueue;
 use mpsync::ds::stack::{HerlihyStack, LockedStack};
 use mpsync::ds::treiber::TreiberStack;
 use mpsync::ds::{
@@ -207,6 +210,29 @@ impl SharedDs for SegQueue {
     }
 }
 
+/// Capacity of the bounded queues' rows (SCQ, `ArrayQueue`): more than the
+/// values the harness's threads hold at once (one each), so never full.
+pub const BOUNDED_CAPACITY: usize = 1024;
+
+/// `crossbeam_queue::ArrayQueue` of [`BOUNDED_CAPACITY`]: SCQ's bounded peer.
+#[derive(Debug)]
+pub struct ArrayQueue(crossbeam_queue::ArrayQueue<u64>);
+impl SharedDs for ArrayQueue {
+    fn create() -> Self {
+        Self(crossbeam_queue::ArrayQueue::new(BOUNDED_CAPACITY))
+    }
+    fn put(&self, v: u64) {
+        let mut v = v;
+        while let Err(back) = self.0.push(v) {
+            v = back;
+            std::hint::spin_loop();
+        }
+    }
+    fn take(&self) -> Option<u64> {
+        self.0.pop()
+    }
+}
+
 /// `concurrent_queue::ConcurrentQueue::unbounded`.
 #[derive(Debug)]
 pub struct ConcQueue(concurrent_queue::ConcurrentQueue<u64>);
@@ -308,6 +334,11 @@ impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedStack
         Self::new()
     }
 }
+impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedBinaryHeap<u64, L> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
 impl<L: mpsync::lock_api::RawMutex + Send + Sync + 'static> Make for LockedSkewHeap<L, u64> {
     fn make() -> Self {
         Self::new()
@@ -326,6 +357,16 @@ impl<R: NewDomain, A: NodeAlloc> Make for PljQueue<u64, R, A> {
 impl<R: NewDomain, A: NodeAlloc> Make for TreiberStack<u64, R, A> {
     fn make() -> Self {
         Self::with_domain(R::new_domain(1))
+    }
+}
+impl<R: NewDomain, A: NodeAlloc> Make for EliminationStack<u64, R, A> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(1))
+    }
+}
+impl Make for ScqQueue<u64> {
+    fn make() -> Self {
+        Self::new(BOUNDED_CAPACITY).expect("a capacity above 0")
     }
 }
 impl<R: NewDomain> Make for HerlihyStack<u64, R> {
@@ -574,7 +615,8 @@ pub fn ds_table() -> Vec<DsImpl> {
 }
 
 /// The papers' queues: single lock and two locks (ordinary and PS), MS (over
-/// each reclaimer, and through the cached registration) and PLJ.
+/// each reclaimer, and through the cached registration), PLJ, and Nikolaev's
+/// bounded SCQ (of [`BOUNDED_CAPACITY`]).
 fn queue_rows() -> Vec<DsImpl> {
     use Kind::*;
     use Origin::Paper;
@@ -609,11 +651,13 @@ fn queue_rows() -> Vec<DsImpl> {
         ),
         lf_row!("MS non-blocking (EBR, Auto)", Queue, Auto, MsQueue, Ebr),
         lf_row!("PLJ non-blocking", Queue, QueueRow, PljQueue, Qsbr),
+        row!("SCQ (bounded)", Paper, Queue, QueueRow<ScqQueue<u64>>),
     ]
 }
 
 /// The papers' stacks: single lock (ordinary and PS), Treiber (over each
-/// reclaimer, and through the cached registration) and Herlihy's.
+/// reclaimer, and through the cached registration), Hendler–Shavit–Yerushalmi's
+/// elimination-backoff stack over Treiber's, and Herlihy's.
 fn stack_rows() -> Vec<DsImpl> {
     use Kind::*;
     use Origin::Paper;
@@ -640,12 +684,21 @@ fn stack_rows() -> Vec<DsImpl> {
             HazardPointers
         ),
         lf_row!("Treiber (EBR, Auto)", Stack, Auto, TreiberStack, Ebr),
+        lf_row!("elimination (EBR)", Stack, StackRow, EliminationStack, Ebr),
+        lf_row!(
+            "elimination (HP)",
+            Stack,
+            StackRow,
+            EliminationStack,
+            HazardPointers
+        ),
         row!("Herlihy", Paper, Stack, StackRow<HerlihyStack<u64, Qsbr>>),
     ]
 }
 
 /// The papers' priority queues: single lock (ordinary and PS) and Herlihy's
-/// non-blocking skew heap.
+/// non-blocking skew heap; then `std`'s binary heap under a preemption-safe
+/// lock and under spin-then-park.
 fn heap_rows() -> Vec<DsImpl> {
     use Kind::*;
     use Origin::Paper;
@@ -667,6 +720,18 @@ fn heap_rows() -> Vec<DsImpl> {
             Paper,
             Heap,
             HeapRow<HerlihySkewHeap<u64, Qsbr>>
+        ),
+        row!(
+            "binary heap (PS)",
+            Paper,
+            Heap,
+            HeapRow<LockedBinaryHeap<u64, TasBNp>>
+        ),
+        row!(
+            "binary heap (spin-then-park)",
+            Paper,
+            Heap,
+            HeapRow<LockedBinaryHeap<u64, mpsync::lock::SpinThenPark>>
         ),
     ]
 }
@@ -700,6 +765,7 @@ fn peer_rows() -> Vec<DsImpl> {
     vec![
         row!("SegQueue", Peer, Queue, SegQueue),
         row!("concurrent-queue", Peer, Queue, ConcQueue),
+        row!("ArrayQueue (bounded)", Peer, Queue, ArrayQueue),
         row!("Mutex<VecDeque>", Peer, Queue, StdDeque),
         row!("crossbeam-epoch Treiber", Peer, Stack, EpochTreiber),
         row!("seize Treiber", Peer, Stack, SeizeTreiber),

@@ -41,6 +41,7 @@ use super::lf::AutoQuiescent;
 use super::{
     alloc::NodeAlloc,
     cr_hash::{Change, CrHashMap},
+    elimination::EliminationStack,
     hash::{FastReadHashMap, LfHashMap},
     heap::HerlihySkewHeap,
     map::RegisteredMap,
@@ -293,6 +294,7 @@ macro_rules! auto_ops {
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] MsQueue<T, R, A>, enqueue, dequeue, "FIFO");
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] PljQueue<T, R, A>, enqueue, dequeue, "FIFO");
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] TreiberStack<T, R, A>, push, pop, "LIFO");
+auto_ops!([T, R: Reclaimer, A: NodeAlloc] EliminationStack<T, R, A>, push, pop, "LIFO");
 auto_ops!([T: Send + 'static, R: Reclaimer] HerlihyStack<T, R>, push, pop, "LIFO");
 auto_ops!([T: Ord + Clone + Send + Sync + 'static, R: Reclaimer] HerlihySkewHeap<T, R>, insert, delete_min, "smallest first");
 
@@ -320,6 +322,7 @@ macro_rules! auto_len {
 
 auto_len!([T, R: Reclaimer, A: NodeAlloc] MsQueue<T, R, A>, |s: &MsQueue<T, R, A>, l| s.is_empty(l));
 auto_len!([T, R: Reclaimer, A: NodeAlloc] TreiberStack<T, R, A>, |s: &TreiberStack<T, R, A>, _| s.is_empty());
+auto_len!([T, R: Reclaimer, A: NodeAlloc] EliminationStack<T, R, A>, |s: &EliminationStack<T, R, A>, _| s.is_empty());
 
 #[cfg(not(loom))]
 impl<T, R: Reclaimer, A: NodeAlloc> Auto<PljQueue<T, R, A>> {

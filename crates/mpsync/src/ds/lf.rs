@@ -205,6 +205,25 @@ impl<T> ValueCell<T> {
         Self(Inner::new(MaybeUninit::uninit()))
     }
 
+    /// Puts `v` in an empty cell (a ring queue's cell, reused).
+    ///
+    /// # Safety
+    /// The cell is empty (made by [`empty`](Self::empty), or its value was
+    /// taken), the caller owns it exclusively, and the last take happens
+    /// before this call.
+    pub unsafe fn write(&self, v: T) {
+        #[cfg(not(loom))]
+        // SAFETY: the contract: empty (nothing overwritten), ours alone.
+        unsafe {
+            (*self.0.get()).write(v);
+        }
+        #[cfg(loom)]
+        // SAFETY: as above; loom checks the ordering.
+        self.0.with_mut(|p| unsafe {
+            (*p).write(v);
+        });
+    }
+
     /// Moves the value out.
     ///
     /// # Safety

@@ -56,7 +56,7 @@ use crate::sync::{Arc, AtomicPtr, Ordering};
 /// A stack node. `#[repr(C)]` with the [`Liveness`] first (the loom test allocator
 /// relies on it).
 #[repr(C)]
-struct Node<T, R: Reclaimer> {
+pub(crate) struct Node<T, R: Reclaimer> {
     live: Liveness,
     /// The scheme's per-node header (zero-sized today).
     hdr: Header<R>,
@@ -125,14 +125,33 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// If `local` is registered with another domain.
     pub fn push(&self, local: &R::Local, value: T) {
         check_local(&*self.domain, local, "TreiberStack::push");
-        let node = A::alloc(Node {
-            live: Liveness::new(),
-            hdr: Header::of_local(local),
-            next: AtomicPtr::new(ptr::null_mut()),
-            value: ValueCell::new(value),
-        })
-        .as_ptr();
         let mut backoff = CasBackoff::new();
+        // SAFETY: the hook never gives the node away.
+        unsafe {
+            self.push_with(local, value, |_| {
+                backoff.spin();
+                false
+            })
+        }
+    }
+
+    /// Push's loop, with `contended` run after every failed CAS: it may hand the
+    /// unpublished node to another thread (the elimination stack's offer) and
+    /// return `true`, and push then returns; `false` retries. `local` is checked
+    /// by the caller.
+    ///
+    /// # Safety
+    /// `contended` returns `true` only when it has given the node (made by
+    /// `A::alloc`, holding the value, never published) to an owner that takes
+    /// its value and frees it ([`take_unpublished`](Self::take_unpublished));
+    /// on `false` the node is untouched and still the caller's.
+    pub(crate) unsafe fn push_with(
+        &self,
+        local: &R::Local,
+        value: T,
+        mut contended: impl FnMut(*mut Node<T, R>) -> bool,
+    ) {
+        let node = Self::new_node(local, value);
         // Relaxed: only a guess at the top, checked by the CAS.
         let mut top = self.head.load(Ordering::Relaxed);
         loop {
@@ -149,7 +168,9 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
                 Ok(_) => return,
                 Err(now) => {
                     top = now;
-                    backoff.spin();
+                    if contended(node) {
+                        return;
+                    }
                 }
             }
         }
@@ -162,8 +183,22 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
     /// If `local` is registered with another domain than [`domain`](Self::domain).
     pub fn pop(&self, local: &R::Local) -> Option<T> {
         check_local(&*self.domain, local, "TreiberStack::pop");
-        let g = local.enter();
         let mut backoff = CasBackoff::new();
+        self.pop_with(local, || {
+            backoff.spin();
+            None
+        })
+    }
+
+    /// Pop's loop, with `contended` run after every failed CAS (the guard
+    /// still held): a value it returns (the elimination stack's, taken from a
+    /// pusher) is popped; `None` retries. `local` is checked by the caller.
+    pub(crate) fn pop_with(
+        &self,
+        local: &R::Local,
+        mut contended: impl FnMut() -> Option<T>,
+    ) -> Option<T> {
+        let g = local.enter();
         loop {
             let top = g.protect(0, &self.head);
             stall::point(stall::TREIBER_POP_READ);
@@ -193,8 +228,44 @@ impl<T, R: Reclaimer, A: NodeAlloc> TreiberStack<T, R, A> {
                 unsafe { g.retire_raw(top.cast(), A::free::<Node<T, R>>) };
                 return Some(v);
             }
-            backoff.spin();
+            if let Some(v) = contended() {
+                return Some(v);
+            }
         }
+    }
+
+    /// A node holding `value`, made by `A::alloc`, not yet published.
+    pub(crate) fn new_node(local: &R::Local, value: T) -> *mut Node<T, R> {
+        A::alloc(Node {
+            live: Liveness::new(),
+            hdr: Header::of_local(local),
+            next: AtomicPtr::new(ptr::null_mut()),
+            value: ValueCell::new(value),
+        })
+        .as_ptr()
+    }
+
+    /// The value of a node made by [`push_with`](Self::push_with) that was
+    /// never published; the node is freed.
+    ///
+    /// # Safety
+    /// The caller owns `node` (handed over by `push_with`'s hook, with an
+    /// Acquire that pairs with the hand-over's Release), and nobody else
+    /// reaches it.
+    pub(crate) unsafe fn take_unpublished(node: *mut Node<T, R>) -> T {
+        // SAFETY: the contract: ours alone, the value written before the
+        // hand-over and not taken.
+        let v = unsafe { (*node).value.take() };
+        // SAFETY: made by `A::alloc`, never published, freed once (here);
+        // `A::free` does not touch the taken value.
+        unsafe { A::free::<Node<T, R>>(node.cast()) };
+        v
+    }
+
+    /// A guess at the top node (Relaxed: used only to spread threads over the
+    /// elimination slots).
+    pub(crate) fn top_hint(&self) -> usize {
+        self.head.load(Ordering::Relaxed) as usize
     }
 
     /// Whether the stack is empty at the moment of the call.

@@ -289,6 +289,18 @@ points! {
     /// not yet retired.
     HERLIHY_SWUNG = "herlihy.swung",
         "Herlihy object: successor installed, old version not yet retired";
+    /// Elimination stack, push: the node is offered in a collision slot, the
+    /// bounded wait for a popper not yet begun.
+    ELIMINATION_OFFERED = "elimination.offered",
+        "elimination push: node offered in a slot, not yet waiting";
+    /// Elimination stack, pop: an offer was taken (slot `TAKEN`), the slot not
+    /// yet freed.
+    ELIMINATION_TAKEN = "elimination.taken",
+        "elimination pop: offer taken, slot not yet freed";
+    /// SCQ, enqueue: a free cell was taken and written, its index not yet put
+    /// in the ring of full cells.
+    SCQ_CELL_WRITTEN = "scq.enqueue.cell_written",
+        "SCQ enqueue: cell written, index not yet queued";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed

@@ -1,0 +1,511 @@
+//! SCQ: a bounded lock-free FIFO queue built on fetch-and-add rings, with no
+//! double-width CAS.
+//!
+//! Nikolaev, *A Scalable, Portable, and Memory-Efficient Lock-Free FIFO Queue*,
+//! DISC 2019, §4 (Figure 8, the SCQ ring; Figure 9, the queue over two rings of
+//! indices). A value lives in one of `n` cells; two rings of `2n` entries hand
+//! the cells' indices around: `fq` holds the free cells, `aq` the cells that
+//! hold values. An enqueue takes a free index from `fq`, writes its cell and
+//! puts the index in `aq`; a dequeue takes an index from `aq`, reads its cell and
+//! gives the index back to `fq`. Each ring operation is one `fetch_add` on the
+//! ring's head or tail — threads contend on a counter, not on a CAS loop — and
+//! one single-word CAS (or OR) on the entry it lands on; an entry is a cycle
+//! number, a "safe" bit and an index packed into 64 bits. The threshold counter
+//! (3n − 1 after an enqueue) bounds how far dequeuers may run on an empty ring,
+//! which makes the ring lock-free.
+//!
+//! **A preempted thread holding an index** blocks nobody: an enqueuer stopped
+//! between taking a free cell and publishing it, or a dequeuer stopped between
+//! taking a full cell and freeing it, only takes that one cell out of the
+//! capacity until it runs again (the queue reports full one value early; a
+//! unit test stops an enqueuer there and checks exactly that).
+//! Progress: lock-free, every operation.
+//!
+//! Not implemented from the paper: the unbounded LSCQ (linked SCQs).
+//!
+//! Uses `sync`, and `sched` only for a named stall point: no reclamation (the
+//! cells are the queue's), nobody waits.
+//!
+//! ```
+//! use mpsync::ds::scq::ScqQueue;
+//!
+//! let q: ScqQueue<&str> = ScqQueue::new(2).unwrap();
+//! assert_eq!(q.capacity(), 2);
+//! q.try_enqueue("a").unwrap();
+//! q.try_enqueue("b").unwrap();
+//! assert_eq!(q.try_enqueue("c"), Err("c"), "full: the value comes back");
+//! assert_eq!(q.len(), 2);
+//! assert_eq!((q.dequeue(), q.dequeue(), q.dequeue()), (Some("a"), Some("b"), None));
+//! assert!(q.is_empty());
+//! ```
+
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use super::lf::ValueCell;
+use super::{ConcurrentQueue, QueueHandle};
+use crate::sched::stall;
+use crate::sync::{AtomicI64, AtomicU64, Ordering};
+use crate::util::unwind::each;
+
+/// `ScqQueue::new(0)`: a queue must hold at least one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZeroCapacity;
+
+impl fmt::Display for ZeroCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("capacity 0: an SCQ queue holds at least 1 value (e.g. ScqQueue::new(1024))")
+    }
+}
+
+impl std::error::Error for ZeroCapacity {}
+
+/// One SCQ ring of `2n` entries holding indices below `n` (Figure 8).
+///
+/// An entry is `cycle << (order + 2) | safe << (order + 1) | index`, where
+/// `2n = 1 << (order + 1)`:
+///
+/// | index         | meaning                                                    |
+/// |---------------|------------------------------------------------------------|
+/// | `< n`         | holds an index, put there by the enqueue of its cycle      |
+/// | `⊥ = 2n − 1`  | empty                                                      |
+/// | `⊥c = 2n − 2` (OR-ed in) | consumed by the dequeue of its cycle (empty too) |
+///
+/// A dequeuer that overtakes an enqueuer clears `safe` on an entry it cannot
+/// empty (or moves an empty one to its own cycle), so the late enqueuer does not
+/// put an index where no dequeuer will look.
+///
+/// Every ring operation is `SeqCst`: the paper's argument (§4) relies on one
+/// total order over `head`, `tail`, `threshold` and the entries (its x86
+/// target's locked instructions give it), e.g. an enqueuer's read of `head`
+/// against a dequeuer's read of `tail`.
+struct Ring {
+    head: CachePadded<AtomicU64>,
+    tail: CachePadded<AtomicU64>,
+    threshold: CachePadded<AtomicI64>,
+    entries: Box<[AtomicU64]>,
+    /// log2 of `n`.
+    order: u32,
+}
+
+impl Ring {
+    fn n(&self) -> u64 {
+        1 << self.order
+    }
+    fn bottom(&self) -> u64 {
+        2 * self.n() - 1
+    }
+    fn bottom_c(&self) -> u64 {
+        2 * self.n() - 2
+    }
+    fn cycle(&self, x: u64) -> u64 {
+        x >> (self.order + 1)
+    }
+    fn entry_cycle(&self, e: u64) -> u64 {
+        e >> (self.order + 2)
+    }
+    fn safe(&self, e: u64) -> bool {
+        e >> (self.order + 1) & 1 == 1
+    }
+    fn index(&self, e: u64) -> u64 {
+        e & self.bottom()
+    }
+    fn entry(&self, cycle: u64, safe: bool, index: u64) -> u64 {
+        cycle << (self.order + 2) | u64::from(safe) << (self.order + 1) | index
+    }
+    /// Where ring position `pos` (taken mod 2n) lives: its `order + 1` bits
+    /// rotated left by 4 (§4's cache remap), so that consecutive positions —
+    /// threads that just did `fetch_add` one after another — touch entries 16
+    /// apart, on different 128-byte line pairs (rings of 32 entries or more).
+    fn remap(&self, pos: u64) -> usize {
+        let bits = self.order + 1;
+        let p = pos & self.bottom();
+        if bits < 5 {
+            return p as usize;
+        }
+        (((p << 4) | (p >> (bits - 4))) & self.bottom()) as usize
+    }
+    fn is_empty_index(&self, i: u64) -> bool {
+        i == self.bottom() || i == self.bottom_c()
+    }
+
+    /// An empty ring (Figure 8's initial state).
+    fn empty(order: u32) -> Self {
+        let mut r = Self {
+            head: CachePadded::new(AtomicU64::new(0)),
+            tail: CachePadded::new(AtomicU64::new(0)),
+            threshold: CachePadded::new(AtomicI64::new(-1)),
+            entries: Box::new([]),
+            order,
+        };
+        let two_n = 2 * r.n();
+        let e = r.entry(0, true, r.bottom());
+        r.entries = (0..two_n).map(|_| AtomicU64::new(e)).collect();
+        r.head = CachePadded::new(AtomicU64::new(two_n));
+        r.tail = CachePadded::new(AtomicU64::new(two_n));
+        r
+    }
+
+    /// A ring holding every index `0..n` (the free-cell ring at the start):
+    /// the empty ring after `n` enqueues of cycle 1 (so the entries past them
+    /// keep cycle 0, below every dequeuer's).
+    fn full(order: u32) -> Self {
+        let r = Self::empty(order);
+        let n = r.n();
+        for i in 0..n {
+            // SeqCst: see the type's doc (no other thread yet).
+            r.entries[r.remap(i)].store(r.entry(1, true, i), Ordering::SeqCst);
+        }
+        r.tail.store(3 * n, Ordering::SeqCst);
+        r.threshold.store(3 * n as i64 - 1, Ordering::SeqCst);
+        r
+    }
+
+    /// Puts `index` (< n) in the ring. Never fails: the queue puts at most `n`
+    /// indices in a ring of `2n` entries.
+    fn enqueue(&self, index: u64) {
+        loop {
+            let t = self.tail.fetch_add(1, Ordering::SeqCst);
+            let j = self.remap(t);
+            let mut e = self.entries[j].load(Ordering::SeqCst);
+            loop {
+                let fits = self.entry_cycle(e) < self.cycle(t)
+                    && self.is_empty_index(self.index(e))
+                    && (self.safe(e) || self.head.load(Ordering::SeqCst) <= t);
+                if !fits {
+                    break;
+                }
+                let new = self.entry(self.cycle(t), true, index);
+                match self.entries[j].compare_exchange(e, new, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => {
+                        let full = 3 * self.n() as i64 - 1;
+                        if self.threshold.load(Ordering::SeqCst) != full {
+                            self.threshold.store(full, Ordering::SeqCst);
+                        }
+                        return;
+                    }
+                    Err(now) => e = now,
+                }
+            }
+        }
+    }
+
+    /// Takes an index out of the ring, or `None` if it is empty.
+    fn dequeue(&self) -> Option<u64> {
+        if self.threshold.load(Ordering::SeqCst) < 0 {
+            return None;
+        }
+        loop {
+            let h = self.head.fetch_add(1, Ordering::SeqCst);
+            let j = self.remap(h);
+            let mut e = self.entries[j].load(Ordering::SeqCst);
+            loop {
+                if self.entry_cycle(e) == self.cycle(h) {
+                    // Consume: the index becomes ⊥c (an OR leaves the cycle
+                    // and the safe bit as they are).
+                    self.entries[j].fetch_or(self.bottom_c(), Ordering::SeqCst);
+                    return Some(self.index(e));
+                }
+                let new = if self.is_empty_index(self.index(e)) {
+                    self.entry(self.cycle(h), self.safe(e), self.bottom())
+                } else {
+                    self.entry(self.entry_cycle(e), false, self.index(e))
+                };
+                if self.entry_cycle(e) < self.cycle(h) {
+                    match self.entries[j].compare_exchange(
+                        e,
+                        new,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(_) => {}
+                        Err(now) => {
+                            e = now;
+                            continue;
+                        }
+                    }
+                }
+                break;
+            }
+            let t = self.tail.load(Ordering::SeqCst);
+            if t <= h + 1 {
+                self.catchup(t, h + 1);
+                self.threshold.fetch_sub(1, Ordering::SeqCst);
+                return None;
+            }
+            if self.threshold.fetch_sub(1, Ordering::SeqCst) <= 0 {
+                return None;
+            }
+        }
+    }
+
+    /// Moves `tail` up to `head` after dequeuers ran past it.
+    fn catchup(&self, mut tail: u64, mut head: u64) {
+        while self
+            .tail
+            .compare_exchange(tail, head, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            head = self.head.load(Ordering::SeqCst);
+            tail = self.tail.load(Ordering::SeqCst);
+            if tail >= head {
+                break;
+            }
+        }
+    }
+
+    /// Entries holding an index (a snapshot; exact when no thread operates).
+    fn count(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| self.index(e.load(Ordering::SeqCst)) < self.n())
+            .count()
+    }
+}
+
+/// Nikolaev's SCQ: a bounded lock-free FIFO queue of at least `capacity` values
+/// (see the [module documentation](self)); `&self` operations, no handles, no
+/// reclamation.
+pub struct ScqQueue<T> {
+    /// Indices of the cells holding values, in FIFO order.
+    aq: Ring,
+    /// Indices of the free cells.
+    fq: Ring,
+    cells: Box<[ValueCell<T>]>,
+}
+
+// SAFETY: values move between threads whole (`T: Send`); a cell is written by
+// the enqueuer that took its index from `fq` and read by the dequeuer that took
+// it from `aq`, one at a time (the rings hand each index to one thread).
+unsafe impl<T: Send> Send for ScqQueue<T> {}
+// SAFETY: as above; `&ScqQueue` gives out no `&T`.
+unsafe impl<T: Send> Sync for ScqQueue<T> {}
+
+impl<T> ScqQueue<T> {
+    /// An empty queue of `capacity` values, rounded up to a power of two
+    /// ([`capacity`](Self::capacity) says what it is). Memory: 24 bytes and a
+    /// `T` per value.
+    ///
+    /// # Errors
+    /// [`ZeroCapacity`] for 0.
+    pub fn new(capacity: usize) -> Result<Self, ZeroCapacity> {
+        if capacity == 0 {
+            return Err(ZeroCapacity);
+        }
+        let order = capacity.next_power_of_two().trailing_zeros();
+        Ok(Self {
+            aq: Ring::empty(order),
+            fq: Ring::full(order),
+            cells: (0..1usize << order).map(|_| ValueCell::empty()).collect(),
+        })
+    }
+
+    /// How many values it holds when full.
+    pub fn capacity(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Appends `value` at the tail, or gives it back if the queue is full.
+    ///
+    /// # Errors
+    /// `Err(value)` when the queue is full.
+    pub fn try_enqueue(&self, value: T) -> Result<(), T> {
+        let Some(i) = self.fq.dequeue() else {
+            return Err(value);
+        };
+        // SAFETY: `fq` handed index `i` to us alone; its cell is empty (its
+        // last value was taken before the index went back to `fq`, ordered by
+        // the rings' SeqCst operations).
+        unsafe { self.cells[i as usize].write(value) };
+        stall::point(stall::SCQ_CELL_WRITTEN);
+        self.aq.enqueue(i);
+        Ok(())
+    }
+
+    /// Removes the value at the head, or `None` if the queue is empty.
+    pub fn dequeue(&self) -> Option<T> {
+        let i = self.aq.dequeue()?;
+        // SAFETY: `aq` handed index `i` to us alone; its cell holds the value
+        // written before the index was put in `aq` (ordered by the rings'
+        // SeqCst operations).
+        let v = unsafe { self.cells[i as usize].take() };
+        self.fq.enqueue(i);
+        Some(v)
+    }
+
+    /// The number of values (a walk of the ring, O(capacity); exact when no
+    /// thread operates meanwhile).
+    pub fn len(&self) -> usize {
+        self.aq.count()
+    }
+
+    /// Whether the queue is empty (as [`len`](Self::len), O(capacity)).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T> Drop for ScqQueue<T> {
+    /// Drops the values still queued; one whose `Drop` panics stops none of
+    /// the others (then the first panic goes on).
+    fn drop(&mut self) {
+        each(std::iter::from_fn(|| self.dequeue()), drop).resume();
+    }
+}
+
+impl<T> fmt::Debug for ScqQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScqQueue")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl<T: Send> ConcurrentQueue<T> for ScqQueue<T> {
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+/// Through the handle trait, `enqueue` cannot fail: it waits while the queue is
+/// full (spinning; for tests and benchmarks that never fill it).
+impl<T> QueueHandle<T> for &ScqQueue<T> {
+    fn enqueue(&mut self, mut value: T) {
+        while let Err(v) = self.try_enqueue(value) {
+            value = v;
+            crate::sync::spin_loop();
+        }
+    }
+    fn dequeue(&mut self) -> Option<T> {
+        ScqQueue::dequeue(self)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_full_and_empty_many_times_over() {
+        let q = ScqQueue::new(3).unwrap();
+        assert_eq!(q.capacity(), 4);
+        assert_eq!(ScqQueue::<u8>::new(0).unwrap_err(), ZeroCapacity);
+        let mut next = 0u32;
+        let mut expect = 0u32;
+        // Wraps the rings' cycles many times, full and empty each round.
+        for round in 0..200 {
+            while q.try_enqueue(next).is_ok() {
+                next += 1;
+            }
+            assert_eq!(q.len(), 4, "round {round}");
+            let k = 1 + round % 4;
+            for _ in 0..k {
+                assert_eq!(q.dequeue(), Some(expect));
+                expect += 1;
+            }
+            if round % 3 == 0 {
+                while let Some(v) = q.dequeue() {
+                    assert_eq!(v, expect);
+                    expect += 1;
+                }
+                assert!(q.is_empty());
+                assert_eq!(q.dequeue(), None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_drop_stops_no_other() {
+        struct Boom(std::rc::Rc<std::cell::Cell<u32>>, bool);
+        impl Drop for Boom {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() + 1);
+                if self.1 {
+                    panic!("boom");
+                }
+            }
+        }
+        let n = std::rc::Rc::new(std::cell::Cell::new(0));
+        let q = ScqQueue::new(4).unwrap();
+        for i in 0..4 {
+            assert!(q.try_enqueue(Boom(n.clone(), i == 1)).is_ok());
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(q)));
+        assert!(r.is_err());
+        assert_eq!(n.get(), 4, "every value dropped once");
+    }
+
+    /// What a preempted thread holding a ring index costs: an enqueuer stopped
+    /// after writing its cell, before queueing its index, takes that one cell
+    /// out of the capacity and stops nobody; its value arrives once it runs.
+    #[test]
+    fn a_stopped_enqueuer_costs_one_cell_and_stops_nobody() {
+        use crate::sched::stall::Trap;
+        use std::time::Duration;
+        let q: ScqQueue<u32> = ScqQueue::new(4).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let q = &q;
+            s.spawn(move || {
+                tx.send(Trap::at(stall::SCQ_CELL_WRITTEN).this_thread().arm())
+                    .unwrap();
+                q.try_enqueue(99).unwrap();
+            });
+            let trap = rx.recv().unwrap();
+            trap.wait_hit(Duration::from_secs(20))
+                .expect("the enqueuer stops");
+            for i in 0..3 {
+                q.try_enqueue(i).unwrap();
+            }
+            assert_eq!(
+                q.try_enqueue(3),
+                Err(3),
+                "the stopped enqueuer holds one cell"
+            );
+            for i in 0..3 {
+                assert_eq!(q.dequeue(), Some(i));
+            }
+            assert_eq!(q.dequeue(), None, "its value is not queued yet");
+            for i in 0..1_000 {
+                q.try_enqueue(i).unwrap();
+                assert_eq!(q.dequeue(), Some(i));
+            }
+            trap.release();
+        });
+        assert_eq!((q.dequeue(), q.dequeue()), (Some(99), None));
+    }
+
+    #[test]
+    fn the_remap_is_a_permutation() {
+        for order in 0..8 {
+            let r = Ring::empty(order);
+            let mut seen: Vec<usize> = (0..2 << order).map(|p| r.remap(p)).collect();
+            seen.sort_unstable();
+            assert_eq!(
+                seen,
+                (0..2usize << order).collect::<Vec<_>>(),
+                "order {order}"
+            );
+        }
+        let big: ScqQueue<u32> = ScqQueue::new(64).unwrap();
+        for i in 0..200 {
+            big.try_enqueue(i).unwrap();
+            assert_eq!(big.dequeue(), Some(i));
+        }
+    }
+
+    #[test]
+    fn debug_and_error_say_what_they_are() {
+        let q: ScqQueue<u8> = ScqQueue::new(2).unwrap();
+        q.try_enqueue(1).unwrap();
+        assert_eq!(format!("{q:?}"), "ScqQueue { capacity: 2, len: 1 }");
+        assert!(ZeroCapacity.to_string().starts_with("capacity 0:"));
+    }
+}
