@@ -188,7 +188,12 @@ mod tests {
 
     #[test]
     fn an_ord_that_panics_or_reenters_panics_and_leaves_the_heap_usable() {
-        let h: &'static LockedBinaryHeap<Key> = Box::leak(Box::new(LockedBinaryHeap::new()));
+        // `'static` for the thread-local the re-entering `Ord` reads; freed at
+        // the end (Miri checks for leaks).
+        let boxed = Box::into_raw(Box::new(LockedBinaryHeap::new()));
+        // SAFETY: `boxed` is live until the `Box::from_raw` below, after the
+        // last use of `h` and of the thread-local's copy of it.
+        let h: &'static LockedBinaryHeap<Key> = unsafe { &*boxed };
         TARGET.with(|t| *t.borrow_mut() = Some(h));
         h.insert(Key(2, false, false));
         ARMED.with(|a| a.set(true));
@@ -205,6 +210,9 @@ mod tests {
         TARGET.with(|t| *t.borrow_mut() = None);
         h.insert(Key(4, false, false));
         assert_eq!(h.len(), n + 1);
+        // SAFETY: made by `Box::into_raw` above; `h` is not used again and the
+        // thread-local no longer holds it.
+        drop(unsafe { Box::from_raw(boxed) });
     }
 
     #[test]
