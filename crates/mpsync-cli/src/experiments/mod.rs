@@ -468,7 +468,7 @@ pub const CATALOG: &[Experiment] = {
             id: "real-programs",
             paper: "mpsync",
             reference: "mpsync's own (issue 28's targets for the pthread interposer)",
-            title: "unmodified programs (sysbench mutex and threads, stress-ng --mutex, RocksDB db_bench readrandom) through libmpsync_pthread.so with bounded-steal, tas-b-np, smart-q, mcs-tp, against glibc alone, at 1x, 2x and 4x the cores (--threads sets the counts; missing programs are installed where root with apt-get, else noted)",
+            title: "unmodified programs (sysbench mutex and threads, stress-ng --mutex, RocksDB db_bench readrandom and readwhilewriting) through libmpsync_pthread.so with bounded-steal, tas-b-np, smart-q, mcs-tp, against glibc alone, at 1x, 2x and 4x the cores (--threads sets the counts; missing programs are installed where root with apt-get, else noted)",
             default_preempt: Preempt::None,
             uses_preempt: false,
             knobs: &[K::Threads, K::Trials, K::Scale],

@@ -7,7 +7,7 @@
 //! | `sysbench mutex` | `sysbench mutex`: every thread takes one of 4 mutexes a fixed number of times (the total split over the threads); lock+unlock pairs per second from its total time |
 //! | `sysbench threads` | `sysbench threads`: a fixed number of events, each 10 × {lock one of 2 mutexes, `sched_yield`, unlock}; events per second |
 //! | `stress-ng mutex` | `stress-ng --mutex`: threads of one process (64 at most a process) lock one mutex; its bogo ops/s (real time) |
-//! | `db_bench readrandom`, `db_bench readwhilewriting` | RocksDB's `db_bench` on a small DB made by `fillrandom` in a temporary directory (once, not timed); ops/sec (not under `--quick`) |
+//! | `db_bench readrandom`, `db_bench readwhilewriting` | RocksDB's `db_bench` on a small DB (50,000 keys) made by `fillrandom` in a temporary directory (once, not timed); readwhilewriting adds one writer to the readers; ops/sec (not under `--quick`) |
 //!
 //! Every point is the median of interleaved rounds (the model's runner).
 //! Each interposed run is checked: it must exit 0 and its stderr must carry
@@ -428,6 +428,10 @@ DB path: [/tmp/dbt]
 readrandom   :      28.033 micros/op 137980 ops/sec 1.044 seconds 143996 operations;    9.6 MB/s (22479 of 35999 found)
 ";
 
+    const DB_BENCH_RWW: &str = "DB path: [/tmp/dbt]
+readwhilewriting :      78.861 micros/op 49996 ops/sec 1.040 seconds 51996 operations;    3.6 MB/s (9129 of 13999 found)
+";
+
     const VERBOSE: &str =
         "mpsync-pthread: interposing pthread mutexes and condvars with bounded-steal
 mpsync-pthread: recursive mutexes go to glibc's implementation
@@ -443,6 +447,14 @@ mpsync-pthread: recursive mutexes go to glibc's implementation
         assert_eq!(
             parse(Program::StressNgMutex, 8, "", STRESS_NG),
             Some(341012.10)
+        );
+        assert_eq!(
+            parse(Program::DbBenchReadwhilewriting, 4, DB_BENCH_RWW, ""),
+            Some(49996.0)
+        );
+        assert_eq!(
+            parse(Program::DbBenchReadwhilewriting, 4, DB_BENCH, ""),
+            None
         );
         assert_eq!(
             parse(Program::DbBenchReadrandom, 4, DB_BENCH, ""),

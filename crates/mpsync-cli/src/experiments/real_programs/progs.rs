@@ -19,6 +19,9 @@ pub enum Program {
     StressNgMutex,
     /// RocksDB `db_bench --benchmarks=readrandom`.
     DbBenchReadrandom,
+    /// RocksDB `db_bench --benchmarks=readwhilewriting` (one writer beside
+    /// the reading threads).
+    DbBenchReadwhilewriting,
 }
 
 /// `sysbench mutex` lock+unlock pairs per run at `--scale 1`, split over
@@ -35,11 +38,12 @@ const STRESS_NG_MAX_PROCS: u32 = 64;
 
 impl Program {
     /// Every program, in the order of the panels.
-    pub const ALL: [Program; 4] = [
+    pub const ALL: [Program; 5] = [
         Program::SysbenchMutex,
         Program::SysbenchThreads,
         Program::StressNgMutex,
         Program::DbBenchReadrandom,
+        Program::DbBenchReadwhilewriting,
     ];
 
     /// As printed (the configuration's label).
@@ -49,6 +53,7 @@ impl Program {
             Self::SysbenchThreads => "sysbench threads",
             Self::StressNgMutex => "stress-ng mutex",
             Self::DbBenchReadrandom => "db_bench readrandom",
+            Self::DbBenchReadwhilewriting => "db_bench readwhilewriting",
         }
     }
 
@@ -57,7 +62,7 @@ impl Program {
         match self {
             Self::SysbenchMutex | Self::SysbenchThreads => "sysbench",
             Self::StressNgMutex => "stress-ng",
-            Self::DbBenchReadrandom => "db_bench",
+            Self::DbBenchReadrandom | Self::DbBenchReadwhilewriting => "db_bench",
         }
     }
 
@@ -66,13 +71,22 @@ impl Program {
         match self {
             Self::SysbenchMutex | Self::SysbenchThreads => "sysbench",
             Self::StressNgMutex => "stress-ng",
-            Self::DbBenchReadrandom => "rocksdb-tools",
+            Self::DbBenchReadrandom | Self::DbBenchReadwhilewriting => "rocksdb-tools",
+        }
+    }
+
+    /// Its `db_bench` benchmark, if it is one.
+    fn db_bench_name(self) -> Option<&'static str> {
+        match self {
+            Self::DbBenchReadrandom => Some("readrandom"),
+            Self::DbBenchReadwhilewriting => Some("readwhilewriting"),
+            _ => None,
         }
     }
 
     /// Left out of `--quick` (a database to make, seconds a run).
     pub fn heavy(self) -> bool {
-        self == Self::DbBenchReadrandom
+        self.binary() == "db_bench"
     }
 
     /// Its arguments at `threads` threads, `secs` a run, `scale`, the
@@ -111,8 +125,8 @@ impl Program {
                     "--metrics-brief".into(),
                 ]
             }
-            Self::DbBenchReadrandom => vec![
-                "--benchmarks=readrandom".into(),
+            Self::DbBenchReadrandom | Self::DbBenchReadwhilewriting => vec![
+                format!("--benchmarks={}", self.db_bench_name().unwrap_or_default()),
                 "--use_existing_db=1".into(),
                 format!("--db={}", db.display()),
                 format!("--num={DB_KEYS}"),
@@ -151,10 +165,10 @@ pub fn parse(prog: Program, threads: u32, stdout: &str, stderr: &str) -> Option<
             after(stdout, "total number of events:")? / after(stdout, "total time:")?
         }
         Program::StressNgMutex => stress_ng_ops(&format!("{stdout}\n{stderr}"))?,
-        Program::DbBenchReadrandom => stdout
+        Program::DbBenchReadrandom | Program::DbBenchReadwhilewriting => stdout
             .lines()
             .chain(stderr.lines())
-            .find(|l| l.trim_start().starts_with("readrandom") && l.contains("ops/sec"))
+            .find(|l| l.split_whitespace().next() == prog.db_bench_name() && l.contains("ops/sec"))
             .and_then(|l| {
                 let t: Vec<&str> = l.split_whitespace().collect();
                 let i = t.iter().position(|x| *x == "ops/sec")?;
@@ -278,7 +292,7 @@ impl Workdir {
             scale: p.scale,
             quick: p.quick,
         };
-        if progs.contains(&Program::DbBenchReadrandom) {
+        if progs.iter().any(|p| p.heavy()) {
             let st = Command::new("db_bench")
                 .args([
                     "--benchmarks=fillrandom",
