@@ -12,6 +12,7 @@ mod output;
 mod peers;
 mod previous;
 mod report;
+mod scale;
 mod stats;
 mod svg;
 
@@ -68,11 +69,19 @@ enum Cmd {
     /// Run every implemented experiment of a paper: wks94 (003), wks95 (001),
     /// ms97 (000), hart (002), lc98 (004), or `all` (also mpsync's own).
     ///
+    /// `repro scale` is the one-call scale check: lock-oversub,
+    /// rwlock-oversub, map-oversub and ds-oversub at 1x, 2x and 4x this
+    /// machine's cores (--threads derived from the core count), with the
+    /// --quick preset's trials and trial lengths (within 8 minutes on 2 or 16
+    /// cores; --trials/--scale lengthen it), then one compact table (also
+    /// OUT/scale.txt): per experiment and configuration, mpsync's best over
+    /// the best peer at each multiple of the cores.
+    ///
     /// A flag is refused only if none of these experiments reads it; when
     /// some do, one line names them and the others run without it (e.g.
     /// `repro all --mp 1,2`: the experiments without MP levels ignore `--mp`).
     Repro {
-        /// Paper key or number, or `all`.
+        /// Paper key or number, `all`, or `scale` (the scale check).
         paper: String,
         #[command(flatten)]
         common: Common,
@@ -409,6 +418,9 @@ fn cmd_run(id: &str, common: &Common) -> anyhow::Result<()> {
 /// `mpsync repro <paper>`: every experiment of a paper (or all), then what
 /// to use and the report.
 fn cmd_repro(paper: &str, common: &Common) -> anyhow::Result<()> {
+    if paper == "scale" {
+        return cmd_scale(common);
+    }
     let params = common.resolve()?;
     let key = PAPERS
         .iter()
@@ -451,6 +463,51 @@ fn cmd_repro(paper: &str, common: &Common) -> anyhow::Result<()> {
     }
     let runs = output::read_runs(&params.out)?;
     println!("{}", advise::text(&advise::rows(&runs)));
+    println!("report: {}", report::write_report(&params.out)?.display());
+    Ok(())
+}
+
+/// `mpsync repro scale`: the oversubscription experiments at 1x, 2x and 4x
+/// the cores, then their compact table.
+fn cmd_scale(common: &Common) -> anyhow::Result<()> {
+    let mut params = common.resolve()?;
+    let mut plan = scale::Plan::new(params.cores, common.trials, common.scale);
+    if let Some(t) = &params.threads {
+        plan.threads.clone_from(t);
+    }
+    params.threads = Some(plan.threads.clone());
+    (params.trials, params.scale, params.quick) = (plan.trials, plan.scale, true);
+    let exps: Vec<Experiment> = scale::EXPERIMENTS
+        .iter()
+        .map(|id| find(id))
+        .collect::<anyhow::Result<_>>()?;
+    for n in
+        cli_checks::check_repro("scale", &exps, &common.given(), &params).map_err(|e| anyhow!(e))?
+    {
+        eprintln!("{n}");
+    }
+    eprintln!(
+        "repro scale: threads {:?} on {} cores, about {:.0} s by its estimate (budget {:.0} s)",
+        plan.threads,
+        params.cores,
+        plan.estimate_s(),
+        scale::BUDGET_S
+    );
+    let started = std::time::Instant::now();
+    let mut previous = Previous::new(&params.out, unix_now());
+    for exp in &exps {
+        run_one(exp, &params, exp.default_preempt, &mut previous)?;
+    }
+    let runs: Vec<output::RunRecord> = output::read_runs(&params.out)?
+        .into_iter()
+        .map(|r| r.1)
+        .filter(|r| scale::EXPERIMENTS.contains(&r.experiment.as_str()))
+        .collect();
+    let table = scale::table(&runs, params.cores, &plan, started.elapsed().as_secs_f64());
+    print!("{table}");
+    let path = params.out.join("scale.txt");
+    std::fs::write(&path, &table).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("table: {}", path.display());
     println!("report: {}", report::write_report(&params.out)?.display());
     Ok(())
 }

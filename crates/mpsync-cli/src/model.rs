@@ -997,6 +997,29 @@ pub fn finish(
             all.entry("implementations").or_insert_with(|| {
                 serde_json::json!(d.imps.iter().map(|i| i.name.as_str()).collect::<Vec<_>>())
             });
+            // Who is whose and which way is better, for readers of the record
+            // that have no design (`repro scale`'s table).
+            let named = |role: Role| {
+                serde_json::json!(
+                    d.imps
+                        .iter()
+                        .filter(|i| i.role == role)
+                        .map(|i| i.name.as_str())
+                        .collect::<Vec<_>>()
+                )
+            };
+            all.insert(
+                "roles".into(),
+                serde_json::json!({ "ours": named(Role::Ours), "peers": named(Role::Peer) }),
+            );
+            all.insert(
+                "better".into(),
+                serde_json::json!(if d.better == Better::Lower {
+                    "lower"
+                } else {
+                    "higher"
+                }),
+            );
             serde_json::Value::Object(all)
         },
         busy_iters_per_us: mpsync::util::busy::BusyWork::global().iters_per_us(),

@@ -238,6 +238,10 @@ fn flags_an_experiment_ignores_are_refused() {
             vec!["repro", "lc98", "--mp", "2"],
             "error: repro lc98: every experiment it runs has no MP levels: --mp does not apply",
         ),
+        (
+            vec!["repro", "scale", "--mp", "2"],
+            "error: repro scale: every experiment it runs has no MP levels: --mp does not apply",
+        ),
     ];
     for (args, want) in cases {
         let out = tmpdir("refused");

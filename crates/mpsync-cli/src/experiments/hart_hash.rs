@@ -1533,7 +1533,10 @@ mod tests {
             .filter(|i| i.role == Role::Peer)
             .map(|i| i.name.as_str())
             .collect();
-        assert_eq!(ours, 9);
+        assert_eq!(
+            ours, 9,
+            "the eight explicit-handle tables and mpsync::HashMap (default)"
+        );
         assert_eq!(
             peers,
             [

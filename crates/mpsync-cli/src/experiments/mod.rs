@@ -15,6 +15,7 @@ pub mod lc98_iceoryx2;
 pub mod locks;
 pub mod ms97;
 pub mod oversub;
+pub mod real_programs;
 pub mod rwlock_oversub;
 pub mod sched_overhead;
 pub mod structures;
@@ -473,6 +474,16 @@ pub const CATALOG: &[Experiment] = {
             uses_preempt: false,
             knobs: &[K::Threads, K::Alloc, K::Trials, K::Scale],
             run: ds_oversub::run,
+        },
+        Experiment {
+            id: "real-programs",
+            paper: "mpsync",
+            reference: "mpsync's own (issue 28's targets for the pthread interposer)",
+            title: "unmodified programs (sysbench mutex and threads, stress-ng --mutex, RocksDB db_bench readrandom and readwhilewriting) through libmpsync_pthread.so with bounded-steal, tas-b-np, smart-q, mcs-tp, against glibc alone, at 1x, 2x and 4x the cores (--threads sets the counts; missing programs are installed where root with apt-get, else noted)",
+            default_preempt: Preempt::None,
+            uses_preempt: false,
+            knobs: &[K::Threads, K::Trials, K::Scale],
+            run: real_programs::run,
         },
         Experiment {
             id: "lock-latency",
