@@ -1261,6 +1261,7 @@ where
     go_tx.send(()).unwrap();
     trap.wait_hit(STUCK)
         .unwrap_or_else(|e| panic!("{name}: the timed writer never gave up its drain: {e:?}"));
+    // SAFETY (raw, here and below): only its `Debug` snapshot is read.
     let parked = format!("{:?}", unsafe { l.raw() });
     drop(r); // the last reader out, the writer's bit set (or not yet)
     trap.release();
@@ -1268,6 +1269,7 @@ where
         !writer.join().unwrap(),
         "{name}: the timed writer got the lock"
     );
+    // SAFETY: as above.
     let after = format!("{:?}", unsafe { l.raw() });
     assert!(
         after.contains("writer_parked: false") && after.contains("readers: 0"),

@@ -343,6 +343,17 @@ impl<L> Bravo<L> {
         None
     }
 
+    /// A reader's fast-path guard, if the bias is on and [`try_fast`](Self::try_fast)
+    /// got in (every shared acquisition tries it first).
+    #[inline]
+    fn fast_guard<G>(&self) -> Option<BravoShared<G>> {
+        // Relaxed: a hint; [R3] decides.
+        if self.rbias.load(Ordering::Relaxed) {
+            return self.try_fast().map(BravoShared::Fast);
+        }
+        None
+    }
+
     /// Whether a writer holding `inner` must revoke: the bias is on, or a
     /// revocation gave up with fast readers inside (`draining`). Relaxed
     /// (both): set only by threads holding `inner` (readers the bias,
@@ -588,11 +599,8 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
 
     #[inline]
     fn lock_shared(&self) -> Self::SharedGuard {
-        // Relaxed: a hint; [R3] decides.
-        if self.rbias.load(Ordering::Relaxed)
-            && let Some(slot) = self.try_fast()
-        {
-            return BravoShared::Fast(slot);
+        if let Some(g) = self.fast_guard() {
+            return g;
         }
         let g = self.inner.lock_shared();
         self.maybe_rebias();
@@ -601,11 +609,8 @@ unsafe impl<L: lock_api::RawRwLock> lock_api::RawRwLock for Bravo<L> {
 
     #[inline]
     fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
-        // Relaxed: a hint; [R3] decides.
-        if self.rbias.load(Ordering::Relaxed)
-            && let Some(slot) = self.try_fast()
-        {
-            return Some(BravoShared::Fast(slot));
+        if let Some(g) = self.fast_guard() {
+            return Some(g);
         }
         let g = self.inner.try_lock_shared()?;
         self.maybe_rebias();
@@ -777,11 +782,8 @@ where
     }
 
     fn try_lock_shared_until(&self, deadline: Instant) -> Option<Self::SharedGuard> {
-        // Relaxed: a hint; [R3] decides.
-        if self.rbias.load(Ordering::Relaxed)
-            && let Some(slot) = self.try_fast()
-        {
-            return Some(BravoShared::Fast(slot));
+        if let Some(g) = self.fast_guard() {
+            return Some(g);
         }
         let g = self.inner.try_lock_shared_until(deadline)?;
         self.maybe_rebias();
