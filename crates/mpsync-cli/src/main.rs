@@ -3,6 +3,7 @@
 
 mod advise;
 mod cli_checks;
+mod convoy;
 mod env;
 mod envinfo;
 mod experiments;

@@ -730,3 +730,32 @@ fn tiny_barrier_repartition_run() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `wks94-convoy` measures its four locks beside the model's prediction of
+/// the same runs, predicts the other machines with the model alone, and
+/// judges the model against the measurement and Fig. 2's ordering.
+#[test]
+fn tiny_wks94_convoy_run() {
+    let (out, o) = tiny_run(
+        "wks94-convoy",
+        "wks94-convoy",
+        &["--procs", "1", "--mp", "1,2", "--scale", "0.05"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "wks94-convoy@emulated");
+    let trials = j["trials"].as_array().unwrap();
+    // Two validation panels (4 measured + 6 modelled rows) and four
+    // prediction panels (6 modelled rows), at 2 MP levels, 1 trial.
+    assert_eq!(trials.len(), 2 * (2 * 10 + 4 * 6), "{}", trials.len());
+    let measured = trials
+        .iter()
+        .filter(|t| !t["implementation"].as_str().unwrap().ends_with("(model)"))
+        .count();
+    assert_eq!(measured, 2 * 2 * 4);
+    let clauses = j["verdict"]["clauses"].as_array().unwrap();
+    assert_eq!(clauses.len(), 3, "{clauses:?}");
+    let all = j["verdict"].to_string();
+    assert!(all.contains("model / TAS-B-np: Queued"), "{all}");
+    assert!(all.contains("prediction, model: 63 processors"), "{all}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -20,6 +20,7 @@ pub mod rwlock_oversub;
 pub mod sched_overhead;
 pub mod structures;
 pub mod wks94;
+pub mod wks94_convoy;
 pub mod wks95;
 pub mod wks95_barrier;
 pub mod wks95_gauss;
@@ -77,6 +78,14 @@ impl Params {
     /// The quantum to use, given the experiment's default.
     pub fn quantum(&self, default_ms: f64) -> Duration {
         Duration::from_secs_f64(self.quantum_ms.unwrap_or(default_ms) / 1e3)
+    }
+
+    /// The first processor count of `--procs`, else every core.
+    pub fn first_procs(&self) -> u32 {
+        self.procs
+            .as_ref()
+            .and_then(|v| v.first().copied())
+            .unwrap_or(self.cores)
     }
 }
 
@@ -167,6 +176,23 @@ pub const CATALOG: &[Experiment] = {
                 K::Seed,
             ],
             run: wks94::run,
+        },
+        Experiment {
+            id: "wks94-convoy",
+            paper: "wks94",
+            reference: "Wisniewski, Kontothanassis & Scott, IPPS 1994, §4.2-4.3 Fig. 2-5 (papers/003); mpsync's model",
+            title: "where the convoy went: a discrete-event model of the synthetic lock program beside its measurement here (TAS-B, TAS-B-np, Queued, Smart-Q; NCS 210 µs and contention-matched), and its predictions at 11, 16 and 63 processors (synchronized and independent scheduler phases)",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: false,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
+            run: wks94_convoy::run,
         },
         Experiment {
             id: "wks95-mutex",

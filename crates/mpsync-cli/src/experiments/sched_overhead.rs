@@ -255,11 +255,7 @@ fn bar_clause(
 
 /// Runs it: one measurement (at the first bar; the others read it).
 pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let procs = p
-        .procs
-        .as_ref()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(p.cores);
+    let procs = p.first_procs();
     let mp =
         p.mp.as_ref()
             .and_then(|v| v.first().copied())
