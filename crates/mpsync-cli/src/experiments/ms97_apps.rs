@@ -784,8 +784,7 @@ fn run_quicksort(
     let n = (QS_ITEMS * p.scale).round().max(1.0) as usize;
     if n / (CUTOFF + 1) >= SCQ_CAPACITY || n > u32::MAX as usize {
         anyhow::bail!(
-            "{}: --scale {} sorts {n} items, more than the SCQ row's {SCQ_CAPACITY} slots allow (--scale at most 5.5)",
-            exp.id,
+            "--scale {} sorts {n} items, more than the SCQ row's {SCQ_CAPACITY} slots allow (--scale at most 5.5)",
             p.scale
         );
     }
