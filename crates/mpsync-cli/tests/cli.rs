@@ -757,5 +757,75 @@ fn tiny_wks94_convoy_run() {
     let all = j["verdict"].to_string();
     assert!(all.contains("model / TAS-B-np: Queued"), "{all}");
     assert!(all.contains("prediction, model: 63 processors"), "{all}");
+
+/// The Michael & Scott applications: both quicksorts and the TSP run under
+/// the emulated scheduler at MP 1 and 2 (every sort and every solve checked
+/// in-run: a wrong answer would fail it), leave their files and the paper's
+/// two clauses each, naming the figure; without preemption the MP clause is
+/// not measured; a size SCQ cannot hold is one clear line.
+#[test]
+fn tiny_ms97_apps() {
+    for (id, fig, rows, fastest) in [
+        ("ms97-quicksort-queue", "Fig. 5", 6, "MS non-blocking"),
+        ("ms97-quicksort-stack", "Fig. 6", 6, "Treiber"),
+        ("ms97-tsp", "Fig. 7", 5, "hybrid"),
+    ] {
+        let (out, o) = tiny_run(id, id, &["--scale", "0.01", "--mp", "1,2"]);
+        assert!(o.status.success(), "{id}: {}", stderr(&o));
+        let j = check_run(&out, &format!("{id}@emulated"));
+        let clauses = j["verdict"]["clauses"].as_array().unwrap();
+        assert_eq!(clauses.len(), 2, "{id}: {clauses:?}");
+        assert!(
+            clauses[0]["statement"]
+                .as_str()
+                .unwrap()
+                .contains("degrades")
+        );
+        assert!(
+            clauses[1]["statement"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{fastest} is the fastest")),
+            "{id}: {clauses:?}"
+        );
+        for c in clauses {
+            assert!(c["paper"].as_str().unwrap().contains(fig), "{id}: {c}");
+            assert!(c["holds"].is_boolean(), "{id}: {c}");
+        }
+        assert!(j["paper"].as_str().unwrap().contains(fig), "{id}");
+        assert!(j["params"]["answer_check"].is_string(), "{id}");
+        assert_eq!(j["trials"].as_array().unwrap().len(), rows * 2, "{id}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let (out, o) = tiny_run(
+        "ms97-quicksort-stack",
+        "ms97-qs-none",
+        &["--scale", "0.005", "--preempt", "none"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "ms97-quicksort-stack@none");
+    let c = &j["verdict"]["clauses"][0];
+    assert!(
+        c["ours"].as_str().unwrap().starts_with("not measured"),
+        "{c}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    let out = tmpdir("ms97-qs-big");
+    let o = mpsync(&[
+        "run",
+        "ms97-quicksort-queue",
+        "--scale",
+        "6",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    let last = e.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ms97-quicksort-queue failed: --scale 6 sorts 3000000 items")
+            && last.contains("at most 5.5"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }

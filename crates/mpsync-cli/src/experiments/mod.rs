@@ -14,6 +14,7 @@ pub mod lc98_apps;
 pub mod lc98_iceoryx2;
 pub mod locks;
 pub mod ms97;
+pub mod ms97_apps;
 pub mod oversub;
 pub mod real_programs;
 pub mod rwlock_oversub;
@@ -310,6 +311,60 @@ pub const CATALOG: &[Experiment] = {
                 K::Seed,
             ],
             run: ms97::run,
+        },
+        Experiment {
+            id: "ms97-quicksort-queue",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.5 Fig. 5 (papers/000)",
+            title: "parallel quicksort, 5 sorts a trial (--quick: 3) of 500,000 pseudo-random items (x --scale) each, intervals handed out through a shared queue, insertion sort at 20 or fewer, output checked sorted every trial: single lock (ordinary, PS), MS non-blocking, SCQ, and peers; MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Alloc,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
+            run: ms97_apps::run,
+        },
+        Experiment {
+            id: "ms97-quicksort-stack",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.5 Fig. 6 (papers/000)",
+            title: "parallel quicksort, 5 sorts a trial (--quick: 3) of 500,000 pseudo-random items (x --scale) each, intervals handed out through a shared stack, insertion sort at 20 or fewer, output checked sorted every trial: single lock (ordinary, PS), Treiber, elimination, and peers; MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Alloc,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
+            run: ms97_apps::run,
+        },
+        Experiment {
+            id: "ms97-tsp",
+            paper: "ms97",
+            reference: "Michael & Scott, JPDC 1998 (PODC 1997) §4.6 Fig. 7 (papers/000)",
+            title: "branch-and-bound TSP of a fixed seeded 17-city matrix over a shared priority queue, stack and counters, 4 x --scale solves a trial (--quick: 1), each checked against Held-Karp: all ordinary, all PS, all non-blocking, hybrid (non-blocking stack and counters, PS heap), std; MP levels",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Alloc,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
+            run: ms97_apps::run,
         },
         Experiment {
             id: "hart-base",

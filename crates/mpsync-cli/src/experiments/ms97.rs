@@ -15,7 +15,7 @@
 //! (5,250 pairs per worker on 2 cores, ≈ 63 ms of work alone: six 10 ms quanta,
 //! twelve at MP 2) and only MP levels 1 and 2 (as `wks94`'s quick runs).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mpsync::util::busy::BusyWork;
 
@@ -23,8 +23,10 @@ use super::locks::Origin;
 use super::structures::{DsImpl, Kind, Ms97Spec, of_kind};
 use super::wks94::{AMONG_THE_BEST, COLLAPSE, PointEnvs, QUICK_MP_LEVELS, unmeasured};
 use super::{Experiment, Params};
-use crate::env::Preempt;
-use crate::model::{self, Better, Clause, Design, Imp, Judged, Results, Role, Verdicts, fmt_x};
+use crate::env::{Outcome, PointEnv, Preempt};
+use crate::model::{
+    self, Better, Cell, Clause, Design, Imp, Judged, Results, Role, Verdicts, fmt_x,
+};
 use crate::output::{RunRecord, Trial};
 use crate::svg::sig3;
 
@@ -64,7 +66,7 @@ fn program(id: &str) -> anyhow::Result<(Kind, &'static str)> {
 }
 
 /// The kind a structure of `kind` is recommended as.
-fn kind_name(kind: Kind) -> &'static str {
+pub(super) fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Queue => "queue",
         Kind::Stack => "stack",
@@ -75,7 +77,7 @@ fn kind_name(kind: Kind) -> &'static str {
 
 /// The design: the MP levels at one processor count, every row of `kind`
 /// (peers as peers), normalized to [`BASELINE`] at the same level.
-fn design(kind: Kind, table: &[DsImpl], mps: Vec<f64>, trials: u32) -> Design {
+pub(super) fn design(kind: Kind, table: &[DsImpl], mps: Vec<f64>, trials: u32) -> Design {
     let imps = table
         .iter()
         .map(|i| match i.origin {
@@ -95,7 +97,7 @@ fn design(kind: Kind, table: &[DsImpl], mps: Vec<f64>, trials: u32) -> Design {
 }
 
 /// The MP levels: 1 alone without multiprogramming.
-fn mp_levels(p: &Params, preempt: Preempt) -> Vec<f64> {
+pub(super) fn mp_levels(p: &Params, preempt: Preempt) -> Vec<f64> {
     if preempt == Preempt::None {
         return vec![1.0];
     }
@@ -111,11 +113,7 @@ fn mp_levels(p: &Params, preempt: Preempt) -> Vec<f64> {
 /// Runs one of the four microbenchmarks (by `exp.id`).
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
     let (kind, conclusion) = program(exp.id)?;
-    let procs = p
-        .procs
-        .as_ref()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(p.cores);
+    let procs = procs_of(p);
     let mps = mp_levels(p, preempt);
     let quantum = p.quantum(QUANTUM_MS);
     let pairs = BASE_PAIRS * p.scale * if p.quick { QUICK_FACTOR } else { 1.0 };
@@ -129,12 +127,8 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     let d = design(kind, &table, mps.clone(), p.trials);
     let mut envs = PointEnvs::new(preempt, quantum, p.seed);
     let started = Instant::now();
-    let trials = model::collect(exp.id, &d, &mut |c| {
-        let imp = table
-            .iter()
-            .find(|i| i.name == c.imp.name)
-            .ok_or_else(|| anyhow::anyhow!("no structure named {}", c.imp.name))?;
-        let index = mps.iter().position(|&m| m == c.x).unwrap_or(0);
+    let trials = collect_mp(exp.id, &d, &mps, procs, &mut envs, &mut |c, env| {
+        let imp = row_of(&table, c.imp.name.as_str())?;
         let body = (imp.ms97)(
             &Ms97Spec {
                 seed: spec.seed ^ u64::from(c.trial),
@@ -142,29 +136,21 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             },
             kind,
         );
-        let o = envs.at(c, index, procs, c.x)?.run(&*body)?;
-        Ok(Some(Trial {
-            value: o.wall.as_secs_f64(),
-            preemptions: o.preemptions,
-            warnings: o.warnings,
-            mp: Some(c.x),
-            procs: Some(procs),
-            finish_spread: Some(o.finish_spread),
-            ..Trial::default()
-        }))
+        Ok(trial_of(&env.run(&*body)?, c.x, procs))
     })?;
-    envs.close();
-    let params = serde_json::json!({
-        "processors": procs,
-        "mp_levels": mps,
-        "quantum_ms": quantum.as_secs_f64() * 1e3,
-        "pairs_total": spec.ops * u64::from(procs),
-        "pairs_per_worker": spec.ops,
-        "work_us_after_each_op": WORK_US,
-        "work_busy_iters": spec.work_iters,
-        "jitter": 0.1,
-        "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
-    });
+    let params = point_params(
+        procs,
+        &mps,
+        quantum,
+        serde_json::json!({
+            "pairs_total": spec.ops * u64::from(procs),
+            "pairs_per_worker": spec.ops,
+            "work_us_after_each_op": WORK_US,
+            "work_busy_iters": spec.work_iters,
+            "jitter": 0.1,
+            "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
+        }),
+    );
     let points = model::summarize(&d, &trials);
     let r = Results {
         design: &d,
@@ -187,8 +173,76 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     Ok((rec, svg))
 }
 
+/// The processor count: `--procs`' first, else every core.
+pub(super) fn procs_of(p: &Params) -> u32 {
+    p.procs
+        .as_ref()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(p.cores)
+}
+
+/// The row of `table` named `name`.
+pub(super) fn row_of<'a>(table: &'a [DsImpl], name: &str) -> anyhow::Result<&'a DsImpl> {
+    table
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| anyhow::anyhow!("no structure named {name}"))
+}
+
+/// The design's trials, each measured by `measure` in the environment of its
+/// point (`procs` workers at the cell's MP level, one of `mps`); closes the
+/// last environment.
+pub(super) fn collect_mp(
+    id: &str,
+    d: &Design,
+    mps: &[f64],
+    procs: u32,
+    envs: &mut PointEnvs,
+    measure: &mut dyn FnMut(&Cell<'_>, &PointEnv) -> anyhow::Result<Trial>,
+) -> anyhow::Result<Vec<Trial>> {
+    let trials = model::collect(id, d, &mut |c| {
+        let index = mps.iter().position(|&m| m == c.x).unwrap_or(0);
+        let env = envs.at(c, index, procs, c.x)?;
+        measure(c, env).map(Some)
+    })?;
+    envs.close();
+    Ok(trials)
+}
+
+/// The trial of one run of the workers (`o`) at MP `mp` on `procs` processors.
+pub(super) fn trial_of(o: &Outcome, mp: f64, procs: u32) -> Trial {
+    Trial {
+        value: o.wall.as_secs_f64(),
+        preemptions: o.preemptions,
+        warnings: o.warnings,
+        mp: Some(mp),
+        procs: Some(procs),
+        finish_spread: Some(o.finish_spread),
+        ..Trial::default()
+    }
+}
+
+/// A run's parameters: the point's (processors, MP levels, quantum), then
+/// the experiment's own (`extra`, an object).
+pub(super) fn point_params(
+    procs: u32,
+    mps: &[f64],
+    quantum: Duration,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut all = serde_json::json!({
+        "processors": procs,
+        "mp_levels": mps,
+        "quantum_ms": quantum.as_secs_f64() * 1e3,
+    });
+    if let (Some(all), serde_json::Value::Object(extra)) = (all.as_object_mut(), extra) {
+        all.extend(extra);
+    }
+    all
+}
+
 /// Per MP level: the best of mpsync's rows against the best peer.
-fn observations(r: &Results<'_>) -> Vec<String> {
+pub(super) fn observations(r: &Results<'_>) -> Vec<String> {
     let mut notes = Vec::new();
     for &x in &r.design.panels[0].xs {
         let (Some((m, mv)), Some((peer, pv))) = (
@@ -232,12 +286,19 @@ pub fn clauses(kind: Kind, multiprogrammed: bool) -> Vec<Clause> {
         Kind::Queue => {
             let mut c: Vec<Clause> = ["single lock", "two-lock"]
                 .into_iter()
-                .map(|n| degrades(n, true, multiprogrammed))
+                .map(|n| degrades(n, true, multiprogrammed, "degrades significantly (Fig. 1)"))
                 .collect();
             c.extend(
                 ["two-lock (PS)", "MS non-blocking", "PLJ non-blocking"]
                     .into_iter()
-                    .map(|n| degrades(n, false, multiprogrammed)),
+                    .map(|n| {
+                        degrades(
+                            n,
+                            false,
+                            multiprogrammed,
+                            "remains relatively unchanged (Fig. 1)",
+                        )
+                    }),
             );
             c.push(fastest(
                 kind,
@@ -258,18 +319,18 @@ pub fn clauses(kind: Kind, multiprogrammed: bool) -> Vec<Clause> {
 
 /// "`name` degrades" (or stays flat): its time normalized to [`BASELINE`]
 /// at the top MP level is at least [`COLLAPSE`] × that at the first.
-fn degrades(name: &'static str, ordinary: bool, multiprogrammed: bool) -> Clause {
+pub(super) fn degrades(
+    name: &'static str,
+    ordinary: bool,
+    multiprogrammed: bool,
+    paper: &'static str,
+) -> Clause {
     let statement = if ordinary {
         format!(
             "{name} (ordinary lock) degrades as the MP level rises (≥ {COLLAPSE}× normalized time)"
         )
     } else {
         format!("{name} stays flat as the MP level rises (< {COLLAPSE}× normalized time)")
-    };
-    let paper = if ordinary {
-        "degrades significantly (Fig. 1)"
-    } else {
-        "remains relatively unchanged (Fig. 1)"
     };
     Clause::new(statement, Some(paper), move |r| {
         let xs = &r.design.panels[0].xs;
@@ -303,20 +364,31 @@ fn degrades(name: &'static str, ordinary: bool, multiprogrammed: bool) -> Clause
 /// "`name` is the fastest of the paper's rows at every MP level" (within
 /// [`AMONG_THE_BEST`]).
 fn fastest(kind: Kind, name: &'static str, paper: &str) -> Clause {
+    fastest_of(
+        paper_rows(kind),
+        &format!("{}s", kind_name(kind)),
+        name,
+        paper,
+    )
+}
+
+/// "`name` is the fastest of `rows` (the paper's `what`) at every MP level"
+/// (within [`AMONG_THE_BEST`]).
+pub(super) fn fastest_of(
+    rows: &'static [&'static str],
+    what: &str,
+    name: &'static str,
+    paper: &str,
+) -> Clause {
     Clause::new(
-        format!(
-            "{name} is the fastest of the paper's {}s (within {AMONG_THE_BEST}×)",
-            kind_name(kind)
-        ),
+        format!("{name} is the fastest of the paper's {what} (within {AMONG_THE_BEST}×)"),
         Some(paper),
         move |r| {
             let at = "every MP level".to_string();
             let mut each = Vec::new();
             let mut holds = true;
             for &x in &r.design.panels[0].xs {
-                let (Some(v), Some((b, bv))) =
-                    (r.value(name, 0, x), r.best_of(paper_rows(kind), 0, x))
-                else {
+                let (Some(v), Some((b, bv))) = (r.value(name, 0, x), r.best_of(rows, 0, x)) else {
                     continue;
                 };
                 holds &= v / bv <= AMONG_THE_BEST;

@@ -107,6 +107,19 @@ impl<S: SharedDs> BenchDs for S {
     }
 }
 
+/// A [`BenchDs`] behind a trait object: what the applications (`ms97_apps`)
+/// drive, several structures of different rows at once.
+pub trait DynDs: Send + Sync {
+    /// The calling thread's access.
+    fn dyn_handle(&self) -> Box<dyn BenchHandle + '_>;
+}
+
+impl<S: BenchDs> DynDs for S {
+    fn dyn_handle(&self) -> Box<dyn BenchHandle + '_> {
+        Box::new(self.handle())
+    }
+}
+
 /// Operations between two quiescent-state announcements (Hart 2005 §5.1.3).
 pub const OPS_PER_QUIESCENT: u64 = 100;
 
@@ -486,6 +499,19 @@ pub struct DsImpl {
     pub ms97: fn(&Ms97Spec, Kind) -> WorkerBody,
     /// Fixed-duration contended run: per-thread operation counts.
     pub throughput: fn(&DsThroughputSpec, Kind) -> Vec<u64>,
+    /// A fresh, empty structure (lock-free rows over the allocator given).
+    pub make: fn(AllocMode) -> Box<dyn DynDs>,
+}
+
+fn dyn_make<S: BenchDs>(_: AllocMode) -> Box<dyn DynDs> {
+    Box::new(S::create())
+}
+
+fn dyn_make_by_alloc<S: BenchDs, M: BenchDs>(alloc: AllocMode) -> Box<dyn DynDs> {
+    match alloc {
+        AllocMode::System => dyn_make::<S>(alloc),
+        AllocMode::Magazines => dyn_make::<M>(alloc),
+    }
 }
 
 fn ms97<S: BenchDs>(spec: &Ms97Spec, kind: Kind) -> WorkerBody {
@@ -562,6 +588,7 @@ macro_rules! row {
             kind: $kind,
             ms97: ms97::<$t>,
             throughput: throughput::<$t>,
+            make: dyn_make::<$t>,
         }
     };
 }
@@ -593,6 +620,7 @@ macro_rules! lf_row {
                 $w<$t<u64, $r, SystemAlloc>>,
                 $w<$t<u64, $r, MagazineAlloc>>,
             >,
+            make: dyn_make_by_alloc::<$w<$t<u64, $r, SystemAlloc>>, $w<$t<u64, $r, MagazineAlloc>>>,
         }
     };
 }
