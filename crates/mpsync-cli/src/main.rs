@@ -53,7 +53,7 @@ enum Cmd {
     ///
     /// A flag the experiment does not read is refused (e.g. `--mp` for
     /// lock-latency, which has no MP levels); where it reads only the first
-    /// value of a list (`--procs` of wks95-rwlock) a warning says so.
+    /// value of a list (`--procs` of wks94-mplevel) a warning says so.
     ///
     /// lc98-logp and lc98-stress measure iceoryx2 publish-subscribe as a
     /// peer only in a binary built with the cargo feature `iceoryx2` (not in

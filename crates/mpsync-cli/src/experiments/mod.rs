@@ -181,18 +181,11 @@ pub const CATALOG: &[Experiment] = {
         Experiment {
             id: "wks95-rwlock",
             paper: "wks95",
-            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5 (papers/001)",
-            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level at one processor count (the first --procs; Fig. 6's processor sweep is not run)",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5-6 (papers/001)",
+            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level (Fig. 5), or processors when --procs lists several (Fig. 6)",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
-            knobs: &[
-                K::Mp,
-                K::ProcsFirst,
-                K::QuantumMs,
-                K::Trials,
-                K::Scale,
-                K::Seed,
-            ],
+            knobs: &[K::Mp, K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
             run: wks95_rwlock::run,
         },
         Experiment {

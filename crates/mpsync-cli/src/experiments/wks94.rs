@@ -173,7 +173,14 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
 /// The points of `prog` in `exp`: the MP levels at all processors, or the
 /// processor counts at one MP level.
 fn sweep(exp: &Experiment, p: &Params, preempt: Preempt, prog: &Program) -> Sweep {
-    let by_procs = (prog.by_procs)(exp, p);
+    sweep_of(p, preempt, (prog.by_procs)(exp, p))
+}
+
+/// The points of an MP-level lock program: the processor counts of `--procs`
+/// (default 1..=cores) at the first `--mp` level (default 2) when `by_procs`,
+/// else the MP levels (default 1, 1.5, 2, 2.5, 3; `--quick` 1 and 2) at the
+/// first `--procs` count (default all processors).
+pub fn sweep_of(p: &Params, preempt: Preempt, by_procs: bool) -> Sweep {
     let points = if by_procs {
         let mp =
             p.mp.as_ref()
