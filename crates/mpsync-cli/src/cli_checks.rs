@@ -31,6 +31,8 @@ pub enum Flag {
     Scale,
     /// `--seed`.
     Seed,
+    /// `--match-contention`.
+    MatchContention,
 }
 
 /// How an experiment reads a flag.
@@ -46,7 +48,7 @@ pub enum Reads {
 
 impl Flag {
     /// Every flag, in the order `--help` lists them.
-    pub const ALL: [Flag; 9] = [
+    pub const ALL: [Flag; 10] = [
         Flag::Preempt,
         Flag::Mp,
         Flag::Procs,
@@ -56,6 +58,7 @@ impl Flag {
         Flag::Trials,
         Flag::Scale,
         Flag::Seed,
+        Flag::MatchContention,
     ];
 
     /// As written on the command line.
@@ -70,6 +73,7 @@ impl Flag {
             Flag::Trials => "--trials",
             Flag::Scale => "--scale",
             Flag::Seed => "--seed",
+            Flag::MatchContention => "--match-contention",
         }
     }
 
@@ -85,6 +89,7 @@ impl Flag {
             Flag::Trials => "has no trials to repeat",
             Flag::Scale => "has no operation counts to scale",
             Flag::Seed => "has no seeded randomness",
+            Flag::MatchContention => "has no lock program to contention-match",
         }
     }
 
@@ -116,6 +121,7 @@ impl Flag {
             Flag::Trials => (has(Knob::Trials), false),
             Flag::Scale => (has(Knob::Scale), false),
             Flag::Seed => (has(Knob::Seed), false),
+            Flag::MatchContention => (has(Knob::MatchContention), false),
         };
         match (all, first) {
             (true, _) => Reads::All,
@@ -284,6 +290,7 @@ mod tests {
             quick: false,
             cores: 2,
             alloc: Default::default(),
+            match_contention: false,
         }
     }
 

@@ -235,6 +235,10 @@ fn flags_an_experiment_ignores_are_refused() {
             "error: hart-memory has no trials to repeat: --trials does not apply (it uses --alloc, --scale and --seed)",
         ),
         (
+            vec!["run", "lock-latency", "--match-contention"],
+            "error: lock-latency has no lock program to contention-match: --match-contention does not apply",
+        ),
+        (
             vec!["repro", "lc98", "--mp", "2"],
             "error: repro lc98: every experiment it runs has no MP levels: --mp does not apply",
         ),
@@ -344,6 +348,61 @@ fn wks95_rwlock_sweeps_the_processors_for_fig_6() {
         assert!(c["paper"].as_str().unwrap().contains("Fig. 6"), "{c}");
     }
     assert_eq!(clauses[0]["at"], "processors 2");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--match-contention`: the matched run goes to `<id>@<preempt>+matched/`
+/// beside the plain one, its notes say the NCS and utilisation it matched,
+/// and the report shows the two side by side.
+#[test]
+fn a_contention_matched_run_sits_beside_the_plain_one() {
+    let out = tmpdir("matched");
+    for extra in [&[][..], &["--match-contention"][..]] {
+        let mut args = vec![
+            "run",
+            "wks94-mplevel",
+            "--mp",
+            "1,2",
+            "--scale",
+            "0.005",
+            "--trials",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = mpsync(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let plain = check_run(&out, "wks94-mplevel@emulated");
+    let m = check_run(&out, "wks94-mplevel@emulated+matched");
+    assert_eq!(plain["params"]["contention_matched"], false);
+    assert_eq!(m["params"]["contention_matched"], true);
+    assert_eq!(m["preempt"], "emulated+matched");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let details = m["verdict"]["details"].as_array().unwrap();
+    let note = details
+        .iter()
+        .filter_map(|d| d.as_str())
+        .find(|d| d.starts_with("contention-matched: NCS "))
+        .unwrap_or_else(|| panic!("no matched note: {details:?}"));
+    assert!(
+        note.contains("(lock utilisation 0.733 as on the paper's 11 processors; ")
+            && note.ends_with(&format!(" unmatched on {cores})")),
+        "{note}"
+    );
+    assert!(
+        !plain["verdict"]["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("contention-matched"))
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        report.contains("Contention-matched runs beside the plain ones"),
+        "no side-by-side section"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -60,6 +60,9 @@ pub struct Params {
     pub cores: u32,
     /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub).
     pub alloc: AllocMode,
+    /// `--match-contention`: shorten the MP-level lock programs' non-critical
+    /// section so the lock is as busy as on the paper's machine.
+    pub match_contention: bool,
 }
 
 /// Node allocator of the lock-free structures (`--alloc`).
@@ -105,6 +108,8 @@ pub enum Knob {
     Scale,
     /// `--seed`.
     Seed,
+    /// `--match-contention`.
+    MatchContention,
 }
 
 /// A runnable experiment.
@@ -148,6 +153,7 @@ pub const CATALOG: &[Experiment] = {
                 K::Trials,
                 K::Scale,
                 K::Seed,
+                K::MatchContention,
             ],
             run: wks94::run,
         },
@@ -165,6 +171,7 @@ pub const CATALOG: &[Experiment] = {
                 K::Trials,
                 K::Scale,
                 K::Seed,
+                K::MatchContention,
             ],
             run: wks94::run,
         },
@@ -175,7 +182,15 @@ pub const CATALOG: &[Experiment] = {
             title: "lock program (5000 iterations, CS:non-CS inversely proportional to processors, quantum 50 ms): varying MP level, or processors when --procs lists several",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
-            knobs: &[K::Mp, K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
+            knobs: &[
+                K::Mp,
+                K::Procs,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+                K::MatchContention,
+            ],
             run: wks95::run,
         },
         Experiment {
@@ -185,7 +200,15 @@ pub const CATALOG: &[Experiment] = {
             title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level (Fig. 5), or processors when --procs lists several (Fig. 6)",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
-            knobs: &[K::Mp, K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
+            knobs: &[
+                K::Mp,
+                K::Procs,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+                K::MatchContention,
+            ],
             run: wks95_rwlock::run,
         },
         Experiment {

@@ -30,7 +30,9 @@ use mpsync::util::clock::now_ns;
 use mpsync::util::rng::SplitMix64;
 
 use super::rwlock_oversub::{BenchRw, rw_table};
-use super::wks94::{CAP_FACTOR, CAP_MIN_S, PointEnvs, Sweep, censored_mark, sweep_of, unmeasured};
+use super::wks94::{
+    CAP_FACTOR, CAP_MIN_S, Contention, PointEnvs, Sweep, censored_mark, sweep_of, unmeasured,
+};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt};
 use crate::model::{self, Better, Clause, Design, Imp, Judged, Verdicts, fmt_x};
@@ -126,11 +128,22 @@ struct Sizes {
     cap: Duration,
 }
 
+/// The program's sections: `NCS_PER_PROC_US` × processors outside, or
+/// contention-matched to the paper's 63-processor KSR 1.
+fn contention(p: &Params) -> Contention {
+    Contention {
+        cs_us: CS_US,
+        ncs: |procs| NCS_PER_PROC_US * f64::from(procs),
+        paper_procs: super::wks95::PAPER_PROCS,
+        matched: p.match_contention,
+    }
+}
+
 fn sizes(p: &Params, procs: u32) -> Sizes {
     let quick = if p.quick { 0.1 } else { 1.0 };
     let iters = ((BASE_ITERS * p.scale * quick).round() as u64).max(10);
     let busy = BusyWork::global();
-    let ncs_us = NCS_PER_PROC_US * f64::from(procs);
+    let ncs_us = contention(p).ncs_us(procs);
     let ideal_s = iters as f64 * (CS_US + ncs_us) * 1e-6;
     Sizes {
         procs,
@@ -228,6 +241,8 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     })?;
     envs.close();
     let mut notes = Vec::new();
+    let procs: Vec<u32> = sw.points.iter().map(|q| q.0).collect();
+    notes.extend(contention(p).note(&procs));
     if preempt == Preempt::None {
         notes
             .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
@@ -256,7 +271,9 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         "points": sw.points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
         "processors": sizes_at[0].procs, "mp": mps, "iterations_per_worker": sizes_at[0].iters,
         "critical_section_us": CS_US,
-        "non_critical_us_per_point": sw.points.iter().map(|&(n, _)| NCS_PER_PROC_US * f64::from(n)).collect::<Vec<_>>(),
+        "non_critical_us_per_point": sw.points.iter().map(|&(n, _)| contention(p).ncs_us(n)).collect::<Vec<_>>(),
+        "contention_matched": p.match_contention,
+        "paper_lock_utilisation": contention(p).paper_utilisation(),
         "read_fraction": READS, "quantum_ms": quantum.as_secs_f64() * 1e3,
         "cap_s_per_point": sizes_at.iter().map(|s| s.cap.as_secs_f64()).collect::<Vec<_>>(),
         "implementations": d.imps.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
