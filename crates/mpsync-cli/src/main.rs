@@ -6,6 +6,7 @@ mod cli_checks;
 mod env;
 mod envinfo;
 mod experiments;
+mod hart_guide;
 mod model;
 mod osmp;
 mod output;
@@ -476,6 +477,7 @@ fn cmd_repro(paper: &str, common: &Common) -> anyhow::Result<()> {
     }
     let runs = output::read_runs(&params.out)?;
     println!("{}", advise::text(&advise::rows(&runs)));
+    println!("{}", hart_guide::text(&hart_guide::rows(&runs)));
     println!("report: {}", report::write_report(&params.out)?.display());
     Ok(())
 }

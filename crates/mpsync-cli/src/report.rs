@@ -111,6 +111,28 @@ fn use_section(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
     h.push_str("</table>");
 }
 
+/// Hart's guidance (Fig. 5.20–5.21) beside what this machine measured.
+fn hart_section(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
+    h.push_str("<h2>Hart's guidance beside this machine</h2><p>papers/002 §5.2.6, Fig. 5.20 (reclamation scheme) and Fig. 5.21 (lock-free or concurrently-readable table), with what the <code>hart-*</code> runs here measured.</p><table><tr><th>figure</th><th>workload</th><th>Hart</th><th>Hart's words</th><th>this machine</th></tr>");
+    for r in crate::hart_guide::rows(runs) {
+        let cls = match r.agrees() {
+            Some(true) => "holds",
+            Some(false) => "does_not_hold",
+            None => "measurement",
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\"><b>{}</b></td><td class=\"l\"><small>{}</small></td><td class=\"{cls} l\">{}</td></tr>",
+            r.branch.tree.figure(),
+            esc(r.branch.when),
+            esc(r.branch.recommend),
+            esc(r.branch.hart),
+            esc(&crate::hart_guide::verdict(&r))
+        );
+    }
+    h.push_str("</table>");
+}
+
 /// The verdict table, with clause counts.
 fn verdict_table(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
     h.push_str("<h2>Verdicts</h2><table><tr><th>experiment</th><th>preempt</th><th>paper</th><th>verdict</th><th>clauses</th></tr>");
@@ -376,6 +398,7 @@ pub fn write_report(out: &Path) -> anyhow::Result<PathBuf> {
         h.push_str("<p><span class=\"smoke\">smoke run</span> marks a <code>--quick</code> run: short trials at few points, to see that everything works and roughly how it compares. Verdicts of a smoke run are indications, not measurements; run without <code>--quick</code> to judge.</p>");
     }
     use_section(&mut h, &runs);
+    hart_section(&mut h, &runs);
     verdict_table(&mut h, &runs);
     matched_section(&mut h, &runs);
     for (dir, r) in &runs {

@@ -406,6 +406,59 @@ fn a_contention_matched_run_sits_beside_the_plain_one() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `mpsync advise` puts Hart's guidance (Fig. 5.20-5.21) beside the hart-*
+/// runs of the results folder: measured branches name their run and say
+/// whether they agree, the others which run would measure them; the report
+/// has the same table.
+#[test]
+fn advise_puts_harts_guidance_beside_the_hart_runs() {
+    let out = tmpdir("hart-guide");
+    for (id, quick) in [("hart-base", false), ("hart-update-fraction", true)] {
+        let mut args = vec![
+            "run",
+            id,
+            "--scale",
+            "0.01",
+            "--trials",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if quick {
+            args.push("--quick");
+        }
+        let o = mpsync(&args);
+        assert!(o.status.success(), "{id}: {}", stderr(&o));
+    }
+    let o = mpsync(&["advise", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("Hart's guidance (papers/002 §5.2.6, Fig. 5.20-5.21) beside this machine:"),
+        "{t}"
+    );
+    let measured: Vec<&str> = t
+        .lines()
+        .filter(|l| l.trim_start().starts_with("measured: "))
+        .collect();
+    assert_eq!(measured.len(), 2, "{t}");
+    assert!(measured[0].contains("; hart-base@none)"), "{t}");
+    assert!(
+        measured[1].contains("; hart-update-fraction@none, a --quick smoke run)"),
+        "{t}"
+    );
+    for m in &measured {
+        assert!(m.ends_with(": agrees") || m.ends_with(": disagrees"), "{m}");
+    }
+    assert!(
+        t.contains("not measured yet: run `mpsync run hart-loadfactor`"),
+        "{t}"
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("Hart's guidance beside this machine"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Running an experiment again keeps the earlier results (moved to
 /// OUT/previous/<time>/, said in one line) and the report shows the new run once.
 #[test]
