@@ -76,6 +76,26 @@ pub enum AllocMode {
     System,
 }
 
+/// Parameters of a unit test: every knob at its default, 2 cores.
+#[cfg(test)]
+pub(crate) fn test_params() -> Params {
+    Params {
+        preempt: None,
+        mp: None,
+        procs: None,
+        threads: None,
+        quantum_ms: None,
+        trials: 1,
+        scale: 1.0,
+        seed: 1,
+        out: PathBuf::new(),
+        quick: false,
+        cores: 2,
+        alloc: AllocMode::Magazines,
+        match_contention: false,
+    }
+}
+
 impl Params {
     /// The quantum to use, given the experiment's default.
     pub fn quantum(&self, default_ms: f64) -> Duration {
@@ -474,8 +494,8 @@ pub const CATALOG: &[Experiment] = {
         Experiment {
             id: "barrier-repartition",
             paper: "mpsync",
-            reference: "mpsync's own (issue 15's target for the two-level barrier, paper 001 §3.3)",
-            title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block",
+            reference: "mpsync's own (issue 15's target for the two-level barrier, paper 001 §3.3); the period sweep: paper 001 §4",
+            title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block; then the repartition-period sweep of paper 001 §4 (50 ms to 4 s: excellent at 500 ms, degraded when extremely frequent)",
             default_preempt: Preempt::Emulated,
             uses_preempt: false,
             knobs: &[K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
