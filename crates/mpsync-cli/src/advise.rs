@@ -1,6 +1,7 @@
 //! "On this machine, use …": for each kind of structure, the implementation
 //! the results recommend, from the experiments that measure it. The report's
-//! summary and `mpsync advise` print the same rows.
+//! summary and `mpsync advise` print the same rows, then Hart's decision
+//! guidance beside what the `hart-*` runs measured ([`crate::hart_guide`]).
 
 use std::path::{Path, PathBuf};
 
@@ -158,6 +159,10 @@ pub fn main(out: &Path) -> anyhow::Result<()> {
     }
     let runs = crate::output::read_runs(out)?;
     println!("{}", text(&rows(&runs)));
+    println!(
+        "{}",
+        crate::hart_guide::text(&crate::hart_guide::rows(&runs))
+    );
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! refuses a flag only when none of the experiments it selects reads it; when
 //! some do, it says once, in a line, which ones (the others ignore it). A list
 //! flag of which an experiment reads only the first value (`--procs 1,2` for
-//! `wks95-rwlock`) is a warning, not a refusal.
+//! `wks94-mplevel`) is a warning, not a refusal.
 
 use crate::experiments::{Experiment, Knob, Params};
 
@@ -31,6 +31,8 @@ pub enum Flag {
     Scale,
     /// `--seed`.
     Seed,
+    /// `--match-contention`.
+    MatchContention,
 }
 
 /// How an experiment reads a flag.
@@ -46,7 +48,7 @@ pub enum Reads {
 
 impl Flag {
     /// Every flag, in the order `--help` lists them.
-    pub const ALL: [Flag; 9] = [
+    pub const ALL: [Flag; 10] = [
         Flag::Preempt,
         Flag::Mp,
         Flag::Procs,
@@ -56,6 +58,7 @@ impl Flag {
         Flag::Trials,
         Flag::Scale,
         Flag::Seed,
+        Flag::MatchContention,
     ];
 
     /// As written on the command line.
@@ -70,6 +73,7 @@ impl Flag {
             Flag::Trials => "--trials",
             Flag::Scale => "--scale",
             Flag::Seed => "--seed",
+            Flag::MatchContention => "--match-contention",
         }
     }
 
@@ -85,6 +89,7 @@ impl Flag {
             Flag::Trials => "has no trials to repeat",
             Flag::Scale => "has no operation counts to scale",
             Flag::Seed => "has no seeded randomness",
+            Flag::MatchContention => "has no lock program to contention-match",
         }
     }
 
@@ -116,6 +121,7 @@ impl Flag {
             Flag::Trials => (has(Knob::Trials), false),
             Flag::Scale => (has(Knob::Scale), false),
             Flag::Seed => (has(Knob::Seed), false),
+            Flag::MatchContention => (has(Knob::MatchContention), false),
         };
         match (all, first) {
             (true, _) => Reads::All,
@@ -284,6 +290,7 @@ mod tests {
             quick: false,
             cores: 2,
             alloc: Default::default(),
+            match_contention: false,
         }
     }
 
@@ -315,17 +322,16 @@ mod tests {
         let mut p = params();
         p.procs = Some(vec![2, 1]);
         assert_eq!(
-            check_run(&exp("wks95-rwlock"), &[Flag::Procs], &p),
+            check_run(&exp("wks94-mplevel"), &[Flag::Procs], &p),
             Ok(vec![
-                "warning: wks95-rwlock runs at one processor count: it uses --procs 2 and ignores 1"
+                "warning: wks94-mplevel runs at one processor count: it uses --procs 2 and ignores 1"
                     .to_string()
             ])
         );
-        // wks95-mutex varies the processors when several are given.
-        assert_eq!(
-            check_run(&exp("wks95-mutex"), &[Flag::Procs], &p),
-            Ok(vec![])
-        );
+        // wks95-mutex and wks95-rwlock vary the processors when several are given.
+        for id in ["wks95-mutex", "wks95-rwlock"] {
+            assert_eq!(check_run(&exp(id), &[Flag::Procs], &p), Ok(vec![]), "{id}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod convoy;
 mod env;
 mod envinfo;
 mod experiments;
+mod hart_guide;
 mod model;
 mod osmp;
 mod output;
@@ -54,7 +55,7 @@ enum Cmd {
     ///
     /// A flag the experiment does not read is refused (e.g. `--mp` for
     /// lock-latency, which has no MP levels); where it reads only the first
-    /// value of a list (`--procs` of wks95-rwlock) a warning says so.
+    /// value of a list (`--procs` of wks94-mplevel) a warning says so.
     ///
     /// lc98-logp and lc98-stress measure iceoryx2 publish-subscribe as a
     /// peer only in a binary built with the cargo feature `iceoryx2` (not in
@@ -183,6 +184,13 @@ struct Common {
     /// only; each experiment also shortens its own runs (explicit flags win).
     #[arg(long)]
     quick: bool,
+    /// MP-level lock programs (wks94-mplevel, wks94-procs, wks95-mutex,
+    /// wks95-rwlock): shorten the non-critical section so the lock is as busy
+    /// as on the paper's machine (utilisation P × CS / (CS + NCS) as on 003's
+    /// 11-processor SGI or 001's 63-processor KSR 1); results go to
+    /// OUT/<experiment>@<preempt>+matched/, beside the plain run's.
+    #[arg(long)]
+    match_contention: bool,
 }
 
 fn parse_list<T: std::str::FromStr>(flag: &str, s: &str, example: &str) -> anyhow::Result<Vec<T>> {
@@ -208,6 +216,7 @@ impl Common {
             (Flag::Trials, self.trials.is_some()),
             (Flag::Scale, self.scale.is_some()),
             (Flag::Seed, self.seed.is_some()),
+            (Flag::MatchContention, self.match_contention),
         ];
         given.iter().filter(|g| g.1).map(|g| g.0).collect()
     }
@@ -284,6 +293,7 @@ impl Common {
             quick: self.quick,
             cores,
             alloc: self.alloc.unwrap_or_default(),
+            match_contention: self.match_contention,
         })
     }
 }
@@ -324,16 +334,20 @@ fn run_one(
     // Calibrate busy work before anything is timed: the locks' and lock-free
     // structures' backoff use the nominal rate until something has measured it.
     let _ = mpsync::util::busy::BusyWork::global();
-    let (rec, svg) =
+    let (mut rec, svg) =
         (exp.run)(exp, params, preempt).with_context(|| format!("{} failed", exp.id))?;
-    let dir = output::run_dir(&params.out, exp.id, preempt.name());
+    // A contention-matched run is kept beside the plain one.
+    if params.match_contention && exp.knobs.contains(&experiments::Knob::MatchContention) {
+        rec.preempt = format!("{}{}", preempt.name(), output::MATCHED);
+    }
+    let dir = output::run_dir(&params.out, exp.id, &rec.preempt);
     previous.make_room(&dir)?;
     output::write_run(&dir, &rec, &svg)?;
     let summary = rec.verdict.summary();
     println!(
         "{} [{}] verdict: {}{} — {}",
         exp.id,
-        preempt.name(),
+        rec.preempt,
         rec.verdict.status.label(),
         if summary.is_empty() {
             String::new()
@@ -464,6 +478,7 @@ fn cmd_repro(paper: &str, common: &Common) -> anyhow::Result<()> {
     }
     let runs = output::read_runs(&params.out)?;
     println!("{}", advise::text(&advise::rows(&runs)));
+    println!("{}", hart_guide::text(&hart_guide::rows(&runs)));
     println!("report: {}", report::write_report(&params.out)?.display());
     Ok(())
 }

@@ -325,6 +325,10 @@ pub struct Advice {
     pub at: String,
 }
 
+/// The suffix of a contention-matched run's preemption (`--match-contention`):
+/// its results go to `OUT/<experiment>@<preempt>+matched/`.
+pub const MATCHED: &str = "+matched";
+
 /// The directory of one experiment's results.
 pub fn run_dir(out: &Path, id: &str, preempt: &str) -> PathBuf {
     out.join(format!("{id}@{preempt}"))

@@ -111,6 +111,28 @@ fn use_section(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
     h.push_str("</table>");
 }
 
+/// Hart's guidance (Fig. 5.20–5.21) beside what this machine measured.
+fn hart_section(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
+    h.push_str("<h2>Hart's guidance beside this machine</h2><p>papers/002 §5.2.6, Fig. 5.20 (reclamation scheme) and Fig. 5.21 (lock-free or concurrently-readable table), with what the <code>hart-*</code> runs here measured.</p><table><tr><th>figure</th><th>workload</th><th>Hart</th><th>Hart's words</th><th>this machine</th></tr>");
+    for r in crate::hart_guide::rows(runs) {
+        let cls = match r.agrees() {
+            Some(true) => "holds",
+            Some(false) => "does_not_hold",
+            None => "measurement",
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\"><b>{}</b></td><td class=\"l\"><small>{}</small></td><td class=\"{cls} l\">{}</td></tr>",
+            r.branch.tree.figure(),
+            esc(r.branch.when),
+            esc(r.branch.recommend),
+            esc(r.branch.hart),
+            esc(&crate::hart_guide::verdict(&r))
+        );
+    }
+    h.push_str("</table>");
+}
+
 /// The verdict table, with clause counts.
 fn verdict_table(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
     h.push_str("<h2>Verdicts</h2><table><tr><th>experiment</th><th>preempt</th><th>paper</th><th>verdict</th><th>clauses</th></tr>");
@@ -231,6 +253,97 @@ fn data_tables(h: &mut String, r: &RunRecord) {
     h.push_str("</details>");
 }
 
+/// A mark for a clause's outcome.
+fn mark(holds: Option<bool>) -> &'static str {
+    match holds {
+        Some(true) => "holds",
+        Some(false) => "does not hold",
+        None => "not judged",
+    }
+}
+
+/// The contention-matched runs (`--match-contention`) beside the plain runs
+/// of the same experiment and preemption: each clause, and each
+/// implementation's time over the baseline at the last point, side by side.
+fn matched_section(h: &mut String, runs: &[(PathBuf, RunRecord)]) {
+    let pairs: Vec<(&RunRecord, &RunRecord)> = runs
+        .iter()
+        .filter_map(|(_, m)| {
+            let base = m.preempt.strip_suffix(crate::output::MATCHED)?;
+            let plain = runs
+                .iter()
+                .find(|(_, r)| r.experiment == m.experiment && r.preempt == base)?;
+            Some((&plain.1, m))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Contention-matched runs beside the plain ones</h2>");
+    for (plain, m) in pairs {
+        let _ = write!(
+            h,
+            "<h3>{id} <small>(--preempt {p}: <a href=\"#{id}-{p}\">plain</a> · <a href=\"#{id}-{pm}\">matched</a>)</small></h3>",
+            id = esc(&m.experiment),
+            p = esc(&plain.preempt),
+            pm = esc(&m.preempt)
+        );
+        if let Some(n) = m
+            .verdict
+            .details
+            .iter()
+            .find(|d| d.starts_with("contention-matched:"))
+        {
+            let _ = write!(h, "<p>{}</p>", esc(n));
+        }
+        h.push_str("<table><tr><th>clause</th><th>judged at</th><th>plain</th><th>contention-matched</th></tr>");
+        for c in &m.verdict.clauses {
+            let p = plain
+                .verdict
+                .clauses
+                .iter()
+                .find(|pc| pc.statement == c.statement);
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{} ({})</td></tr>",
+                esc(&c.statement),
+                esc(&c.at),
+                p.map_or("–".to_string(), |p| format!(
+                    "{} ({})",
+                    esc(&p.ours),
+                    mark(p.holds)
+                )),
+                esc(&c.ours),
+                mark(c.holds)
+            );
+        }
+        h.push_str("</table>");
+        let last = |r: &RunRecord| r.points.iter().map(|p| p.x).fold(f64::MIN, f64::max);
+        let (lp, lm) = (last(plain), last(m));
+        let _ = write!(
+            h,
+            "<table><tr><th>time / {} at {} {}</th><th>plain</th><th>contention-matched</th></tr>",
+            esc(&m.baseline),
+            esc(&m.x_label),
+            crate::model::fmt_x(lm)
+        );
+        for q in m.points.iter().filter(|q| q.x == lm && q.panel.is_none()) {
+            let p = plain
+                .points
+                .iter()
+                .find(|p| p.x == lp && p.implementation == q.implementation && p.panel.is_none());
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&q.implementation),
+                p.map_or("–".to_string(), |p| sig3(p.normalized)),
+                sig3(q.normalized)
+            );
+        }
+        h.push_str("</table>");
+    }
+}
+
 /// One run's section.
 fn run_section(h: &mut String, dir: &Path, r: &RunRecord) {
     let svg = std::fs::read_to_string(dir.join("figure.svg")).unwrap_or_default();
@@ -285,7 +398,9 @@ pub fn write_report(out: &Path) -> anyhow::Result<PathBuf> {
         h.push_str("<p><span class=\"smoke\">smoke run</span> marks a <code>--quick</code> run: short trials at few points, to see that everything works and roughly how it compares. Verdicts of a smoke run are indications, not measurements; run without <code>--quick</code> to judge.</p>");
     }
     use_section(&mut h, &runs);
+    hart_section(&mut h, &runs);
     verdict_table(&mut h, &runs);
+    matched_section(&mut h, &runs);
     for (dir, r) in &runs {
         run_section(&mut h, dir, r);
     }

@@ -235,6 +235,10 @@ fn flags_an_experiment_ignores_are_refused() {
             "error: hart-memory has no trials to repeat: --trials does not apply (it uses --alloc, --scale and --seed)",
         ),
         (
+            vec!["run", "lock-latency", "--match-contention"],
+            "error: lock-latency has no lock program to contention-match: --match-contention does not apply",
+        ),
+        (
             vec!["repro", "lc98", "--mp", "2"],
             "error: repro lc98: every experiment it runs has no MP levels: --mp does not apply",
         ),
@@ -295,14 +299,8 @@ fn repro_says_once_which_experiments_a_flag_applies_to() {
         ["note: --mp applies to wks95-mutex and wks95-rwlock; the other 2 experiments ignore it"],
         "{e}"
     );
-    if cores >= 2 {
-        assert!(
-            e.contains(
-                "warning: wks95-rwlock runs at one processor count: --procs 1 (the first), not 2"
-            ),
-            "{e}"
-        );
-    }
+    // wks95-rwlock varies the processors when --procs lists several (Fig. 6).
+    assert!(!e.contains("warning: wks95-rwlock"), "{e}");
     for d in [
         "wks95-mutex@none",
         "wks95-rwlock@none",
@@ -326,6 +324,138 @@ fn quick_runs_the_mp_level_experiments_at_mp_1_and_2() {
     assert!(o.status.success(), "{}", stderr(&o));
     let j = check_run(&out, "wks95-rwlock@none");
     assert_eq!(j["params"]["mp"], serde_json::json!([1.0, 2.0]));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `wks95-rwlock --procs 1,2` varies the processors at the first MP level
+/// (Fig. 6) and judges Fig. 6's clauses there.
+#[test]
+fn wks95_rwlock_sweeps_the_processors_for_fig_6() {
+    let (out, o) = tiny_run(
+        "wks95-rwlock",
+        "rwlock-procs",
+        &["--procs", "1,2", "--mp", "2", "--scale", "0.005"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "wks95-rwlock@emulated");
+    assert_eq!(
+        j["params"]["points"],
+        serde_json::json!([{"procs": 1, "mp": 2.0}, {"procs": 2, "mp": 2.0}])
+    );
+    let clauses = j["verdict"]["clauses"].as_array().unwrap();
+    assert_eq!(clauses.len(), 2, "{clauses:?}");
+    for c in clauses {
+        assert!(c["paper"].as_str().unwrap().contains("Fig. 6"), "{c}");
+    }
+    assert_eq!(clauses[0]["at"], "processors 2");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--match-contention`: the matched run goes to `<id>@<preempt>+matched/`
+/// beside the plain one, its notes say the NCS and utilisation it matched,
+/// and the report shows the two side by side.
+#[test]
+fn a_contention_matched_run_sits_beside_the_plain_one() {
+    let out = tmpdir("matched");
+    for extra in [&[][..], &["--match-contention"][..]] {
+        let mut args = vec![
+            "run",
+            "wks94-mplevel",
+            "--mp",
+            "1,2",
+            "--scale",
+            "0.005",
+            "--trials",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = mpsync(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let plain = check_run(&out, "wks94-mplevel@emulated");
+    let m = check_run(&out, "wks94-mplevel@emulated+matched");
+    assert_eq!(plain["params"]["contention_matched"], false);
+    assert_eq!(m["params"]["contention_matched"], true);
+    assert_eq!(m["preempt"], "emulated+matched");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let details = m["verdict"]["details"].as_array().unwrap();
+    let note = details
+        .iter()
+        .filter_map(|d| d.as_str())
+        .find(|d| d.starts_with("contention-matched: NCS "))
+        .unwrap_or_else(|| panic!("no matched note: {details:?}"));
+    assert!(
+        note.contains("(lock utilisation 0.733 as on the paper's 11 processors; ")
+            && note.ends_with(&format!(" unmatched on {cores})")),
+        "{note}"
+    );
+    assert!(
+        !plain["verdict"]["details"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("contention-matched"))
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        report.contains("Contention-matched runs beside the plain ones"),
+        "no side-by-side section"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `mpsync advise` puts Hart's guidance (Fig. 5.20-5.21) beside the hart-*
+/// runs of the results folder: measured branches name their run and say
+/// whether they agree, the others which run would measure them; the report
+/// has the same table.
+#[test]
+fn advise_puts_harts_guidance_beside_the_hart_runs() {
+    let out = tmpdir("hart-guide");
+    for (id, quick) in [("hart-base", false), ("hart-update-fraction", true)] {
+        let mut args = vec![
+            "run",
+            id,
+            "--scale",
+            "0.01",
+            "--trials",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if quick {
+            args.push("--quick");
+        }
+        let o = mpsync(&args);
+        assert!(o.status.success(), "{id}: {}", stderr(&o));
+    }
+    let o = mpsync(&["advise", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("Hart's guidance (papers/002 §5.2.6, Fig. 5.20-5.21) beside this machine:"),
+        "{t}"
+    );
+    let measured: Vec<&str> = t
+        .lines()
+        .filter(|l| l.trim_start().starts_with("measured: "))
+        .collect();
+    assert_eq!(measured.len(), 2, "{t}");
+    assert!(measured[0].contains("; hart-base@none)"), "{t}");
+    assert!(
+        measured[1].contains("; hart-update-fraction@none, a --quick smoke run)"),
+        "{t}"
+    );
+    for m in &measured {
+        assert!(m.ends_with(": agrees") || m.ends_with(": disagrees"), "{m}");
+    }
+    assert!(
+        t.contains("not measured yet: run `mpsync run hart-loadfactor`"),
+        "{t}"
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("Hart's guidance beside this machine"));
     let _ = std::fs::remove_dir_all(&out);
 }
 

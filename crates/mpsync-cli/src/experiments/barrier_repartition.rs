@@ -23,6 +23,24 @@
 //! Central-block, which has no structure to reorganize, runs on the same
 //! seeded schedule as a reference. A run lasts 6 s per barrier × `--scale`
 //! (`--quick`: 4 s, one trial).
+//!
+//! **The repartition-period sweep** (paper 001 §4: "When re-partitioning
+//! decisions are extremely frequent, our scheduler-conscious two-level barrier
+//! suffers significant performance degradation, because processes frequently
+//! base the structure of the inter-processor tree on out-of-date partition
+//! information. Performance is excellent, however, when re-partitioning
+//! decisions are as little as 500 ms apart."): both barriers again, repartitioned
+//! every [`SWEEP_MS`] (`--quick`: [`QUICK_SWEEP_MS`]; periods shorter than the
+//! quantum are left out), 1 s × `--scale` per run (at least 0.5 s; `--quick`
+//! 1 s), up to 3 trials (`--quick` 1), the median of each run's mean episode
+//! time. Scalable-SC's cost relative to Central-block's on the same schedule,
+//! `rel(T) = SC(T) / CB(T)`, takes out what a repartition costs any barrier
+//! (threads moved, processors lost); two clauses judge the paper's sentence on
+//! it: "excellent" at 500 ms, `rel(500 ms) ≤` [`EXCELLENT`] × `rel` at the
+//! longest period, and "significant degradation" at the shortest (the
+//! quantum's 50 ms), `rel(50 ms) ≥` [`SIGNIFICANT`] × `rel(500 ms)`. The sweep
+//! is in the run's `extra.period_sweep` and the notes, not the figure (whose
+//! x axis is the episodes around a change).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +73,19 @@ pub const TARGET_SHARE: f64 = 0.9;
 pub const SETTLE: usize = 5;
 /// … and needs at least this many such episodes before the next change.
 pub const MIN_SETTLED: usize = 8;
+/// The repartition periods of the sweep (ms): from the quantum ("extremely
+/// frequent") past the paper's 500 ms to a partition that rarely moves.
+pub const SWEEP_MS: [u64; 6] = [50, 100, 250, 500, 1000, 4000];
+/// ... under `--quick`: the shortest, the paper's 500 ms, and a long one.
+pub const QUICK_SWEEP_MS: [u64; 3] = [50, 500, 2000];
+/// The paper's "as little as 500 ms apart" (ms).
+pub const PAPER_GOOD_MS: u64 = 500;
+/// "Excellent": Scalable-SC's relative cost at 500 ms within this factor of
+/// its cost at the longest period.
+pub const EXCELLENT: f64 = 1.10;
+/// "Significant degradation": its relative cost at the shortest period at
+/// least this factor of its cost at 500 ms.
+pub const SIGNIFICANT: f64 = 1.10;
 /// Offsets around a change drawn in the figure.
 const PROFILE: std::ops::RangeInclusive<i64> = -3..=8;
 
@@ -252,6 +283,171 @@ fn run_one(
     })
 }
 
+/// One run's mean episode time (ms): the span of its episode ends over
+/// their number.
+fn mean_episode_ms(ends: &[EpisodeEnd]) -> Option<f64> {
+    let (first, last) = (ends.first()?, ends.last()?);
+    (ends.len() >= 2).then(|| (last.t_ns - first.t_ns) as f64 / 1e6 / (ends.len() - 1) as f64)
+}
+
+/// The sweep's result at one period: each barrier's median mean episode time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeriodPoint {
+    /// Repartition period (ms).
+    pub period_ms: u64,
+    /// Scalable-SC's mean episode time (ms).
+    pub scalable_ms: f64,
+    /// Central-block's (ms).
+    pub central_ms: f64,
+}
+
+impl PeriodPoint {
+    /// Scalable-SC's cost relative to Central-block's.
+    pub fn rel(&self) -> f64 {
+        self.scalable_ms / self.central_ms
+    }
+}
+
+/// The sweep's periods, given the quantum (none shorter than it).
+fn sweep_periods(p: &Params, quantum: Duration) -> Vec<u64> {
+    let all: &[u64] = if p.quick { &QUICK_SWEEP_MS } else { &SWEEP_MS };
+    all.iter()
+        .copied()
+        .filter(|&ms| Duration::from_millis(ms) >= quantum)
+        .collect()
+}
+
+/// Runs the period sweep: per period, trial and barrier one run; the median
+/// over the trials of each run's mean episode time.
+#[allow(clippy::too_many_arguments)]
+fn period_sweep(
+    table: &[BarrierImpl],
+    np: u32,
+    periods: &[u64],
+    dur: Duration,
+    trials: u32,
+    quantum: Duration,
+    seed: u64,
+    cpus: &[usize],
+) -> anyhow::Result<Vec<PeriodPoint>> {
+    let mut out = Vec::new();
+    for &ms in periods {
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); table.len()];
+        for t in 0..trials {
+            for (k, imp) in table.iter().enumerate() {
+                let b = (imp.make)((np * MP) as usize);
+                let r = run_one(
+                    b.as_ref(),
+                    np,
+                    dur,
+                    Duration::from_millis(ms),
+                    quantum,
+                    seed.wrapping_add(u64::from(t)).wrapping_add(ms << 20),
+                    cpus,
+                )
+                .map_err(|e| anyhow::anyhow!("{} every {ms} ms: {e}", imp.name))?;
+                times[k].extend(mean_episode_ms(&r.ends));
+            }
+        }
+        let at = |name: &str| {
+            let k = table.iter().position(|i| i.name == name)?;
+            median(&times[k])
+        };
+        if let (Some(scalable_ms), Some(central_ms)) = (at(NAMES[0]), at(NAMES[1])) {
+            out.push(PeriodPoint {
+                period_ms: ms,
+                scalable_ms,
+                central_ms,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The paper's two clauses on the sweep: excellent at 500 ms, degraded at the
+/// shortest period.
+fn period_clauses(sweep: &[PeriodPoint]) -> Vec<Clause> {
+    let sweep = std::rc::Rc::new(sweep.to_vec());
+    let find = |s: &[PeriodPoint], ms: u64| s.iter().find(|q| q.period_ms == ms).cloned();
+    let missing = |what: &str| Judged {
+        at: "the repartition-period sweep".into(),
+        ours: format!("not measured ({what})"),
+        holds: None,
+    };
+    let s1 = sweep.clone();
+    let excellent = Clause::new(
+        format!(
+            "Scalable-SC / Central-block every {PAPER_GOOD_MS} ms ≤ {EXCELLENT:.2}× its value at the longest period"
+        ),
+        Some(
+            "performance is excellent when re-partitioning decisions are as little as 500 ms apart (§4)",
+        ),
+        move |_| {
+            let (Some(good), Some(long)) = (find(&s1, PAPER_GOOD_MS), s1.last().cloned()) else {
+                return missing("no run every 500 ms");
+            };
+            if long.period_ms <= PAPER_GOOD_MS {
+                return missing("no period longer than 500 ms");
+            }
+            let k = good.rel() / long.rel();
+            Judged {
+                at: format!("every {PAPER_GOOD_MS} ms vs every {} ms", long.period_ms),
+                ours: format!("{:.2} / {:.2} = {k:.2}", good.rel(), long.rel()),
+                holds: Some(k <= EXCELLENT),
+            }
+        },
+    );
+    let degraded = Clause::new(
+        format!(
+            "Scalable-SC / Central-block at the shortest period ≥ {SIGNIFICANT:.2}× its value every {PAPER_GOOD_MS} ms"
+        ),
+        Some(
+            "significant performance degradation when re-partitioning decisions are extremely frequent (§4)",
+        ),
+        move |_| {
+            let (Some(short), Some(good)) = (sweep.first().cloned(), find(&sweep, PAPER_GOOD_MS))
+            else {
+                return missing("no run every 500 ms");
+            };
+            if short.period_ms >= PAPER_GOOD_MS {
+                return missing("no period shorter than 500 ms (a --quantum-ms above it?)");
+            }
+            let k = short.rel() / good.rel();
+            Judged {
+                at: format!("every {} ms vs every {PAPER_GOOD_MS} ms", short.period_ms),
+                ours: format!("{:.2} / {:.2} = {k:.2}", short.rel(), good.rel()),
+                holds: Some(k >= SIGNIFICANT),
+            }
+        },
+    );
+    vec![excellent, degraded]
+}
+
+/// The sweep as one note.
+fn period_note(sweep: &[PeriodPoint], dur: Duration, trials: u32) -> String {
+    if sweep.is_empty() {
+        return "repartition-period sweep: not run (every period of it is shorter than the quantum)"
+            .into();
+    }
+    let each: Vec<String> = sweep
+        .iter()
+        .map(|q| {
+            format!(
+                "{} ms: Scalable-SC {:.3} ms, Central-block {:.3} ms ({:.2})",
+                q.period_ms,
+                q.scalable_ms,
+                q.central_ms,
+                q.rel()
+            )
+        })
+        .collect();
+    format!(
+        "repartition-period sweep (mean episode time, median of {trials} run(s) of {:.1} s per barrier and period; Scalable-SC / Central-block in brackets): {}",
+        dur.as_secs_f64(),
+        each.join("; ")
+    )
+}
+
 /// What one barrier's trials add up to.
 #[derive(Debug, Default)]
 struct Summary {
@@ -361,7 +557,7 @@ fn scalable(per: &PerBarrier, at: &str) -> Result<Summary, Judged> {
 
 /// The target as two clauses on Scalable-SC's recoveries at `processors`
 /// (the other barriers' lines are notes), and the caveat below 4 processors.
-fn verdicts(per: PerBarrier, processors: u32) -> Verdicts {
+fn verdicts(per: PerBarrier, processors: u32, sweep: &[PeriodPoint]) -> Verdicts {
     let mut notes = Vec::new();
     if processors < 4 {
         notes.push(format!(
@@ -418,9 +614,14 @@ fn verdicts(per: PerBarrier, processors: u32) -> Verdicts {
             }
         },
     );
+    let mut clauses = vec![typical, strict];
+    // No sweep (every period shorter than the quantum): nothing to judge.
+    if !sweep.is_empty() {
+        clauses.extend(period_clauses(sweep));
+    }
     Verdicts {
         conclusion: CONCLUSION.into(),
-        clauses: vec![typical, strict],
+        clauses,
         notes,
         advice: Vec::new(),
         targets: true,
@@ -543,14 +744,41 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
             ..Trial::default()
         }))
     })?;
-    let extra = extra_of(&per, sched);
-    let v = verdicts(per, np);
+    let periods = sweep_periods(p, quantum);
+    let (sweep_dur, sweep_trials) = if p.quick {
+        (Duration::from_secs(1), 1)
+    } else {
+        (
+            Duration::from_secs_f64(p.scale.clamp(0.5, 60.0)),
+            p.trials.clamp(1, 3),
+        )
+    };
+    let sweep = period_sweep(
+        &table,
+        np,
+        &periods,
+        sweep_dur,
+        sweep_trials,
+        quantum,
+        p.seed,
+        &cpus,
+    )?;
+    let mut extra = extra_of(&per, sched);
+    extra["period_sweep"] = serde_json::json!(sweep.iter().map(|q| serde_json::json!({
+        "period_ms": q.period_ms, "scalable_sc_ms": q.scalable_ms, "central_block_ms": q.central_ms,
+        "scalable_over_central": q.rel(),
+    })).collect::<Vec<_>>());
+    let mut v = verdicts(per, np, &sweep);
+    v.notes.push(period_note(&sweep, sweep_dur, sweep_trials));
     let params = serde_json::json!({
         "processors": np,
         "threads_per_processor": MP,
         "work_ns": [WORK_NS.0, WORK_NS.1],
         "seconds_per_barrier": dur.as_secs_f64(),
         "repartition_every_ms": period.as_millis() as u64,
+        "sweep_repartition_every_ms": periods,
+        "sweep_seconds_per_run": sweep_dur.as_secs_f64(),
+        "sweep_trials": sweep_trials,
         "quantum_ms": quantum.as_secs_f64() * 1e3,
         "tolerance": TOLERANCE,
         "settle_from_episode": SETTLE,
@@ -616,7 +844,7 @@ mod tests {
             points: &[],
             trials: &[],
         };
-        let v = verdicts(per.to_vec(), processors);
+        let v = verdicts(per.to_vec(), processors, &[]);
         Verdict::from_clauses(
             "c",
             v.clauses.iter().map(|c| c.judge(&r)).collect(),
@@ -688,6 +916,57 @@ mod tests {
         );
         three.remove(0);
         assert_eq!(verdict(&[("Scalable-SC", three)], 4).status, Status::Holds);
+    }
+
+    /// The sweep's clauses: excellent at 500 ms against the longest period,
+    /// degraded at the shortest; unmeasured without the periods they need.
+    #[test]
+    fn the_period_sweep_judges_the_papers_sentence() {
+        let q = |period_ms, scalable_ms, central_ms| PeriodPoint {
+            period_ms,
+            scalable_ms,
+            central_ms,
+        };
+        let judge = |sw: &[PeriodPoint]| {
+            let d = design(1);
+            let r = model::Results {
+                design: &d,
+                points: &[],
+                trials: &[],
+            };
+            period_clauses(sw)
+                .iter()
+                .map(|c| c.judge(&r))
+                .collect::<Vec<_>>()
+        };
+        // The paper's shape: 1.5 at 50 ms, 1.0 at 500 ms and 2 s.
+        let good = [q(50, 3.0, 2.0), q(500, 1.0, 1.0), q(2000, 1.0, 1.0)];
+        let j = judge(&good);
+        assert_eq!((j[0].holds, j[1].holds), (Some(true), Some(true)), "{j:?}");
+        assert_eq!(j[0].ours, "1.00 / 1.00 = 1.00");
+        assert_eq!(j[1].ours, "1.50 / 1.00 = 1.50");
+        assert_eq!(j[1].at, "every 50 ms vs every 500 ms");
+        // Flat: no degradation at 50 ms; worse at 500 ms than at 2 s.
+        let flat = [q(50, 1.0, 1.0), q(500, 1.3, 1.0), q(2000, 1.0, 1.0)];
+        let j = judge(&flat);
+        assert_eq!(
+            (j[0].holds, j[1].holds),
+            (Some(false), Some(false)),
+            "{j:?}"
+        );
+        // Without a 500 ms run neither is judged.
+        let j = judge(&[q(50, 1.0, 1.0), q(2000, 1.0, 1.0)]);
+        assert_eq!((j[0].holds, j[1].holds), (None, None), "{j:?}");
+        let p = Params {
+            quick: true,
+            ..crate::experiments::test_params()
+        };
+        assert_eq!(sweep_periods(&p, Duration::from_millis(50)), QUICK_SWEEP_MS);
+        assert_eq!(sweep_periods(&p, Duration::from_millis(100)), [500, 2000]);
+        assert_eq!(
+            mean_episode_ms(&ends(&[(1_000_000, 2), (3_000_000, 2)])),
+            Some(2.0)
+        );
     }
 
     #[test]

@@ -1299,6 +1299,7 @@ mod tests {
             quick: true,
             cores: 2,
             alloc: AllocMode::Magazines,
+            match_contention: false,
         }
     }
 

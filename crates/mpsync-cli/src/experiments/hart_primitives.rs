@@ -236,6 +236,7 @@ mod tests {
             quick: true,
             cores: 2,
             alloc: super::super::AllocMode::Magazines,
+            match_contention: false,
         };
         let d = design(&p);
         let names: Vec<&str> = d.imps.iter().map(|i| i.name.as_str()).collect();

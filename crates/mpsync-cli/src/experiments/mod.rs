@@ -62,6 +62,9 @@ pub struct Params {
     pub cores: u32,
     /// Node allocator of the lock-free structures (hart-*, ms97-*, ds-oversub).
     pub alloc: AllocMode,
+    /// `--match-contention`: shorten the MP-level lock programs' non-critical
+    /// section so the lock is as busy as on the paper's machine.
+    pub match_contention: bool,
 }
 
 /// Node allocator of the lock-free structures (`--alloc`).
@@ -73,6 +76,26 @@ pub enum AllocMode {
     Magazines,
     /// The Rust global allocator.
     System,
+}
+
+/// Parameters of a unit test: every knob at its default, 2 cores.
+#[cfg(test)]
+pub(crate) fn test_params() -> Params {
+    Params {
+        preempt: None,
+        mp: None,
+        procs: None,
+        threads: None,
+        quantum_ms: None,
+        trials: 1,
+        scale: 1.0,
+        seed: 1,
+        out: PathBuf::new(),
+        quick: false,
+        cores: 2,
+        alloc: AllocMode::Magazines,
+        match_contention: false,
+    }
 }
 
 impl Params {
@@ -115,6 +138,8 @@ pub enum Knob {
     Scale,
     /// `--seed`.
     Seed,
+    /// `--match-contention`.
+    MatchContention,
 }
 
 /// A runnable experiment.
@@ -158,6 +183,7 @@ pub const CATALOG: &[Experiment] = {
                 K::Trials,
                 K::Scale,
                 K::Seed,
+                K::MatchContention,
             ],
             run: wks94::run,
         },
@@ -175,6 +201,7 @@ pub const CATALOG: &[Experiment] = {
                 K::Trials,
                 K::Scale,
                 K::Seed,
+                K::MatchContention,
             ],
             run: wks94::run,
         },
@@ -202,23 +229,32 @@ pub const CATALOG: &[Experiment] = {
             title: "lock program (5000 iterations, CS:non-CS inversely proportional to processors, quantum 50 ms): varying MP level, or processors when --procs lists several",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
-            knobs: &[K::Mp, K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
+            knobs: &[
+                K::Mp,
+                K::Procs,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+                K::MatchContention,
+            ],
             run: wks95::run,
         },
         Experiment {
             id: "wks95-rwlock",
             paper: "wks95",
-            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5 (papers/001)",
-            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level at one processor count (the first --procs; Fig. 6's processor sweep is not run)",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §3.2, §4 Fig. 5-6 (papers/001)",
+            title: "reader-writer lock program (5000 iterations, 30 µs sections, 80% reads, 120 µs x processors outside, quantum 50 ms): RW-Smart-Q, RW-Queued, RW-TAS-B(-np), RW-Native(-np) and peers, varying MP level (Fig. 5), or processors when --procs lists several (Fig. 6)",
             default_preempt: Preempt::Emulated,
             uses_preempt: true,
             knobs: &[
                 K::Mp,
-                K::ProcsFirst,
+                K::Procs,
                 K::QuantumMs,
                 K::Trials,
                 K::Scale,
                 K::Seed,
+                K::MatchContention,
             ],
             run: wks95_rwlock::run,
         },
@@ -539,8 +575,8 @@ pub const CATALOG: &[Experiment] = {
         Experiment {
             id: "barrier-repartition",
             paper: "mpsync",
-            reference: "mpsync's own (issue 15's target for the two-level barrier, paper 001 §3.3)",
-            title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block",
+            reference: "mpsync's own (issue 15's target for the two-level barrier, paper 001 §3.3); the period sweep: paper 001 §4",
+            title: "episodes the two-level barrier needs to get back to its steady-state episode time after the emulated scheduler changes the processor count (wks95-barrier's program, MP 2, repartitioning every 250 ms), beside Central-block; then the repartition-period sweep of paper 001 §4 (50 ms to 4 s: excellent at 500 ms, degraded when extremely frequent)",
             default_preempt: Preempt::Emulated,
             uses_preempt: false,
             knobs: &[K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],

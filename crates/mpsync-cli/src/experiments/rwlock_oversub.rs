@@ -625,6 +625,7 @@ mod tests {
             quick: true,
             cores: 2,
             alloc: super::super::AllocMode::Magazines,
+            match_contention: false,
         }
     }
 

@@ -3,6 +3,36 @@
 //! loops {lock; ~15 µs critical section; unlock; ~210 µs non-critical section}
 //! with small random variation; the number of iterations is proportional to the
 //! number of workers; quantum 20 ms. Time is normalized to TAS-B at the same point.
+//!
+//! # `--match-contention`
+//!
+//! With P workers each looping {CS; NCS} and short waits, each holds the lock
+//! CS of every CS + NCS, so the lock is busy
+//!
+//! ```text
+//! u(P) = P × CS / (CS + NCS(P))        (lock utilisation, ≤ 1)
+//! ```
+//!
+//! of the time. On a machine with fewer processors than the paper's the lock
+//! is far less busy (wks94: 2 × 15 / 225 = 0.133 on 2 processors against
+//! 11 × 15 / 225 = 0.733 on the paper's 11-processor SGI), and the
+//! preemption of a lock holder or waiter costs the others less. The flag
+//! (`wks94-mplevel`, `wks94-procs`, `wks95-mutex`, `wks95-rwlock`) solves
+//! u(P) = u_paper for the non-critical section at each point:
+//!
+//! ```text
+//! NCS' = P × CS / u_paper − CS,  u_paper = P_paper × CS / (CS + NCS(P_paper))
+//! ```
+//!
+//! (at least 0), with P_paper 11 for paper 003 (the SGI of §4.2's Fig. 2; its
+//! Fig. 4 goes up to the same 11) and 63 for paper 001 (the KSR 1 of Figs. 1
+//! and 5). wks94 on 2 processors then runs NCS ≈ 25.9 µs instead of 210 µs;
+//! paper 001's program already scales its NCS with the processors (120 µs ×
+//! P), so there the change is small (240 → 225 µs for wks95-mutex on 2). The
+//! verdict's notes say so, and the run's results go to
+//! `OUT/<experiment>@<preempt>+matched/`, beside the plain run's, which the
+//! report shows next to it. For the reader-writer program u counts every
+//! section as exclusive (an upper bound: readers share).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,6 +128,8 @@ pub struct Program {
     pub cs_us: f64,
     /// Non-critical section, µs, given the number of processors.
     pub ncs_us: fn(u32) -> f64,
+    /// The processors of the paper's machine (`--match-contention`).
+    pub paper_procs: u32,
     /// Default quantum, ms.
     pub quantum_ms: f64,
     /// Loop iterations per worker at `--scale 1`.
@@ -120,10 +152,95 @@ pub struct Program {
     pub quick_names: &'static [&'static str],
 }
 
+/// The processors of paper 003's SGI Challenge in §4.2 (Fig. 2): 11.
+pub const PAPER_PROCS: u32 = 11;
+
+/// The lock's utilisation with `procs` workers looping {`cs_us`; `ncs_us`}:
+/// `procs × cs / (cs + ncs)` (module docs).
+pub fn lock_utilisation(procs: u32, cs_us: f64, ncs_us: f64) -> f64 {
+    f64::from(procs) * cs_us / (cs_us + ncs_us)
+}
+
+/// The non-critical section (µs, at least 0) that gives `procs` workers with
+/// `cs_us` sections the lock utilisation `u`.
+pub fn matched_ncs_us(procs: u32, cs_us: f64, u: f64) -> f64 {
+    (f64::from(procs) * cs_us / u - cs_us).max(0.0)
+}
+
+/// The non-critical sections of a lock program, plain or contention-matched
+/// (`--match-contention`): the program's `ncs(P)`, or the one that makes the
+/// lock as busy as on the paper's `paper_procs` processors.
+#[derive(Debug, Clone, Copy)]
+pub struct Contention {
+    /// Critical section, µs.
+    pub cs_us: f64,
+    /// The program's non-critical section, µs, given the processors.
+    pub ncs: fn(u32) -> f64,
+    /// The processors of the paper's machine.
+    pub paper_procs: u32,
+    /// Whether `--match-contention` was given.
+    pub matched: bool,
+}
+
+impl Contention {
+    /// The lock's utilisation on the paper's machine.
+    pub fn paper_utilisation(&self) -> f64 {
+        lock_utilisation(self.paper_procs, self.cs_us, (self.ncs)(self.paper_procs))
+    }
+
+    /// The non-critical section a point at `procs` runs, µs.
+    pub fn ncs_us(&self, procs: u32) -> f64 {
+        if self.matched {
+            matched_ncs_us(procs, self.cs_us, self.paper_utilisation())
+        } else {
+            (self.ncs)(procs)
+        }
+    }
+
+    /// The verdict's note on a matched run at `procs` (one count per point;
+    /// repeated counts said once): "contention-matched: NCS x µs instead of y
+    /// µs (lock utilisation u as on the paper's P processors)". None unmatched.
+    pub fn note(&self, procs: &[u32]) -> Option<String> {
+        if !self.matched {
+            return None;
+        }
+        let mut seen: Vec<u32> = procs.to_vec();
+        seen.dedup();
+        let each: Vec<String> = seen
+            .iter()
+            .map(|&n| {
+                let at = if seen.len() > 1 {
+                    format!(" at {n} processor{}", if n == 1 { "" } else { "s" })
+                } else {
+                    String::new()
+                };
+                format!(
+                    "NCS {} µs instead of {} µs{at}",
+                    sig3(self.ncs_us(n)),
+                    sig3((self.ncs)(n))
+                )
+            })
+            .collect();
+        Some(format!(
+            "contention-matched: {} (lock utilisation {} as on the paper's {} processors; {} unmatched on {})",
+            each.join(", "),
+            sig3(self.paper_utilisation()),
+            self.paper_procs,
+            sig3(lock_utilisation(
+                seen[seen.len() - 1],
+                self.cs_us,
+                (self.ncs)(seen[seen.len() - 1])
+            )),
+            seen[seen.len() - 1]
+        ))
+    }
+}
+
 /// Paper 003's program (§4.1-4.3).
 pub const WKS94: Program = Program {
     cs_us: 15.0,
     ncs_us: |_| 210.0,
+    paper_procs: PAPER_PROCS,
     quantum_ms: 20.0,
     base_iters: BASE_ITERS,
     names: &[
@@ -173,7 +290,14 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
 /// The points of `prog` in `exp`: the MP levels at all processors, or the
 /// processor counts at one MP level.
 fn sweep(exp: &Experiment, p: &Params, preempt: Preempt, prog: &Program) -> Sweep {
-    let by_procs = (prog.by_procs)(exp, p);
+    sweep_of(p, preempt, (prog.by_procs)(exp, p))
+}
+
+/// The points of an MP-level lock program: the processor counts of `--procs`
+/// (default 1..=cores) at the first `--mp` level (default 2) when `by_procs`,
+/// else the MP levels (default 1, 1.5, 2, 2.5, 3; `--quick` 1 and 2) at the
+/// first `--procs` count (default all processors).
+pub fn sweep_of(p: &Params, preempt: Preempt, by_procs: bool) -> Sweep {
     let points = if by_procs {
         let mp =
             p.mp.as_ref()
@@ -290,6 +414,7 @@ impl PointEnvs {
 /// What one trial of a synthetic lock program needs.
 struct Runner<'a> {
     prog: &'a Program,
+    contention: Contention,
     sweep: &'a Sweep,
     table: &'a [LockImpl],
     iters: u64,
@@ -305,7 +430,7 @@ impl Runner<'_> {
         SyntheticSpec {
             iters: self.iters,
             cs_iters: busy.iters_for_ns((self.prog.cs_us * 1e3) as u64),
-            ncs_iters: busy.iters_for_ns(((self.prog.ncs_us)(procs) * 1e3) as u64),
+            ncs_iters: busy.iters_for_ns((self.contention.ncs_us(procs) * 1e3) as u64),
             seed: self.seed,
             cap: None,
         }
@@ -313,7 +438,7 @@ impl Runner<'_> {
 
     /// A run's time cap: CAP_FACTOR times what one worker's loop takes alone.
     fn cap(&self, procs: u32) -> Duration {
-        let ideal_s = self.iters as f64 * (self.prog.cs_us + (self.prog.ncs_us)(procs)) * 1e-6;
+        let ideal_s = self.iters as f64 * (self.prog.cs_us + self.contention.ncs_us(procs)) * 1e-6;
         Duration::from_secs_f64((CAP_FACTOR * ideal_s).max(self.cap_min_s))
     }
 
@@ -405,6 +530,12 @@ pub fn run_program(
     .baseline(prog.baseline);
     let mut runner = Runner {
         prog,
+        contention: Contention {
+            cs_us: prog.cs_us,
+            ncs: prog.ncs_us,
+            paper_procs: prog.paper_procs,
+            matched: p.match_contention,
+        },
         sweep: &sw,
         table: &table,
         iters: ((prog.base_iters * p.scale * quick_factor).round() as u64).max(1),
@@ -423,7 +554,9 @@ pub fn run_program(
         "iterations_per_worker": spec.iters,
         "time_cap_s_per_point": sw.points.iter().map(|&(n, _)| runner.cap(n).as_secs_f64()).collect::<Vec<_>>(),
         "critical_section_us": prog.cs_us,
-        "non_critical_us_per_point": sw.points.iter().map(|&(n, _)| (prog.ncs_us)(n)).collect::<Vec<_>>(),
+        "non_critical_us_per_point": sw.points.iter().map(|&(n, _)| runner.contention.ncs_us(n)).collect::<Vec<_>>(),
+        "contention_matched": p.match_contention,
+        "paper_lock_utilisation": runner.contention.paper_utilisation(),
         "jitter": 0.1,
         "cs_busy_iters": spec.cs_iters, "ncs_busy_iters_first_point": spec.ncs_iters,
         "implementations": table.iter().map(|i| i.name).collect::<Vec<_>>(),
@@ -435,6 +568,8 @@ pub fn run_program(
         trials: &trials,
     };
     let mut notes = method_notes(&runner.censored, runner.cap_min_s, preempt);
+    let procs: Vec<u32> = sw.points.iter().map(|q| q.0).collect();
+    notes.extend(runner.contention.note(&procs));
     notes.extend(observations(prog, &sw, &r));
     let v = Verdicts {
         conclusion: prog.conclusion.into(),
@@ -683,6 +818,48 @@ fn collapse(name: &'static str, collapses: bool, paper: &str, sw: &Sweep) -> Cla
 pub(crate) mod tests {
     use super::*;
     use crate::output::{Point, Status, Verdict};
+
+    /// `--match-contention`: paper 003's 11 SGI processors keep the lock
+    /// 0.733 busy; 2 processors need NCS 25.9 µs for the same; a matched NCS
+    /// gives back the paper's utilisation; unmatched runs the program's NCS.
+    #[test]
+    fn contention_matching_gives_the_papers_lock_utilisation() {
+        let c = |matched| Contention {
+            cs_us: WKS94.cs_us,
+            ncs: WKS94.ncs_us,
+            paper_procs: WKS94.paper_procs,
+            matched,
+        };
+        assert_eq!(sig3(c(true).paper_utilisation()), "0.733");
+        assert_eq!(sig3(c(true).ncs_us(2)), "25.9");
+        assert_eq!(c(false).ncs_us(2), 210.0);
+        for n in [1, 2, 4, 11] {
+            let u = lock_utilisation(n, 15.0, c(true).ncs_us(n));
+            assert!((u - c(true).paper_utilisation()).abs() < 1e-9, "{n}: {u}");
+        }
+        assert!((c(true).ncs_us(11) - 210.0).abs() < 1e-9);
+        // Never negative: 1 worker cannot keep the lock busier than 1.
+        assert_eq!(matched_ncs_us(1, 15.0, 2.0), 0.0);
+        assert_eq!(
+            c(true).note(&[2, 2]).unwrap(),
+            "contention-matched: NCS 25.9 µs instead of 210 µs (lock utilisation 0.733 as on the paper's 11 processors; 0.133 unmatched on 2)"
+        );
+        assert!(
+            c(true)
+                .note(&[1, 2])
+                .unwrap()
+                .starts_with("contention-matched: NCS 5.45 µs instead of 210 µs at 1 processor, NCS 25.9 µs instead of 210 µs at 2 processors")
+        );
+        assert_eq!(c(false).note(&[2]), None);
+        // Paper 001's program scales its NCS with the processors: little changes.
+        let w = Contention {
+            cs_us: crate::experiments::wks95::WKS95.cs_us,
+            ncs: crate::experiments::wks95::WKS95.ncs_us,
+            paper_procs: crate::experiments::wks95::PAPER_PROCS,
+            matched: true,
+        };
+        assert_eq!(sig3(w.ncs_us(2)), "225");
+    }
 
     pub(crate) fn pt(name: &str, x: f64, v: f64) -> Point {
         Point {

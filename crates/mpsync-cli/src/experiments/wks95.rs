@@ -20,6 +20,9 @@ pub const CONCLUSION: &str = "the scheduler-conscious ticket lock (Ticket-np) is
 better than the plain ticket lock under multiprogramming, and the best software lock at most \
 multiprogramming levels";
 
+/// The processors of paper 001's KSR 1 in Figs. 1 and 5: 63.
+pub const PAPER_PROCS: u32 = 63;
+
 /// "More than an order of magnitude".
 pub const ORDER_OF_MAGNITUDE: f64 = 10.0;
 
@@ -27,6 +30,7 @@ pub const ORDER_OF_MAGNITUDE: f64 = 10.0;
 pub const WKS95: Program = Program {
     cs_us: 15.0,
     ncs_us: |procs| 120.0 * f64::from(procs.max(1)),
+    paper_procs: PAPER_PROCS,
     quantum_ms: 50.0,
     base_iters: 5000.0,
     names: &[

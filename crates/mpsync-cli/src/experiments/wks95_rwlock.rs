@@ -1,16 +1,26 @@
 //! `wks95-rwlock`: the reader-writer lock program of Wisniewski, Kontothanassis &
-//! Scott, PPoPP 1995 §4 (papers/001, Figure 5; Figure 6's processor sweep is
-//! not run: one processor count, the first of `--procs`): the lock program of
-//! `wks95-mutex` with the longer critical sections the paper describes ("we
-//! modified the synthetic program ... to increase the amount of time spent in
-//! the critical section"). The paper gives neither the section lengths nor the
-//! read/write mix; mpsync uses 30 µs sections, 120 µs × processors outside,
-//! 80% reads, 5000 iterations per worker (× `--scale`; `--quick` a tenth of its
-//! scale), quantum 50 ms, one worker per processor and the multiprogramming
-//! level made of other applications (emulated) or competitor processes (os).
-//! Varies the MP level (`--quick`: 1 and 2, as the other MP-level
-//! experiments); times normalized to RW-TAS-B at the same level. A run stops at 25× its ideal time (at least 2 s;
-//! `--quick`: 5×, at least 0.5 s) and is reported censored.
+//! Scott, PPoPP 1995 §4 (papers/001, Figure 5 "Varying the multiprogramming
+//! level on a 63-processor KSR 1" and Figure 6 "Varying the number of
+//! processors on the KSR 1"): the lock program of `wks95-mutex` with the longer
+//! critical sections the paper describes ("we modified the synthetic program
+//! ... to increase the amount of time spent in the critical section"). The
+//! paper gives neither the section lengths nor the read/write mix; mpsync uses
+//! 30 µs sections, 120 µs × processors outside, 80% reads, 5000 iterations per
+//! worker (× `--scale`; `--quick` a tenth of its scale), quantum 50 ms, one
+//! worker per processor and the multiprogramming level made of other
+//! applications (emulated) or competitor processes (os).
+//!
+//! Varies the MP level at the first `--procs` count (Fig. 5; `--quick`: 1 and
+//! 2, as the other MP-level experiments), or — when `--procs` lists several
+//! counts — the processors at the first `--mp` level (default 2; Fig. 6, as
+//! `wks95-mutex` does for Fig. 2). The paper's text states one claim for both
+//! figures, without values beyond it: RW-Smart-Q is "more than an order of
+//! magnitude" better than RW-Queued and "significantly better" than
+//! RW-TAS-B-np; Fig. 6's clauses are judged at the last processor count and
+//! at every processor count (all at the one MP level, so judged only when it is
+//! above 1). Times normalized to RW-TAS-B at the same point. A run stops at
+//! 25× its ideal time (at least 2 s; `--quick`: 5×, at least 0.5 s) and is
+//! reported censored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,7 +30,9 @@ use mpsync::util::clock::now_ns;
 use mpsync::util::rng::SplitMix64;
 
 use super::rwlock_oversub::{BenchRw, rw_table};
-use super::wks94::{CAP_FACTOR, CAP_MIN_S, PointEnvs, QUICK_MP_LEVELS, censored_mark, unmeasured};
+use super::wks94::{
+    CAP_FACTOR, CAP_MIN_S, Contention, PointEnvs, Sweep, censored_mark, sweep_of, unmeasured,
+};
 use super::{Experiment, Params};
 use crate::env::{PointEnv, Preempt};
 use crate::model::{self, Better, Clause, Design, Imp, Judged, Verdicts, fmt_x};
@@ -116,21 +128,28 @@ struct Sizes {
     cap: Duration,
 }
 
-fn sizes(p: &Params) -> Sizes {
-    let procs = p
-        .procs
-        .as_ref()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(p.cores);
+/// The program's sections: `NCS_PER_PROC_US` × processors outside, or
+/// contention-matched to the paper's 63-processor KSR 1.
+fn contention(p: &Params) -> Contention {
+    Contention {
+        cs_us: CS_US,
+        ncs: |procs| NCS_PER_PROC_US * f64::from(procs),
+        paper_procs: super::wks95::PAPER_PROCS,
+        matched: p.match_contention,
+    }
+}
+
+fn sizes(p: &Params, procs: u32) -> Sizes {
     let quick = if p.quick { 0.1 } else { 1.0 };
     let iters = ((BASE_ITERS * p.scale * quick).round() as u64).max(10);
     let busy = BusyWork::global();
-    let ideal_s = iters as f64 * (CS_US + NCS_PER_PROC_US * f64::from(procs)) * 1e-6;
+    let ncs_us = contention(p).ncs_us(procs);
+    let ideal_s = iters as f64 * (CS_US + ncs_us) * 1e-6;
     Sizes {
         procs,
         iters,
         cs: busy.iters_for_ns((CS_US * 1e3) as u64),
-        ncs: busy.iters_for_ns((NCS_PER_PROC_US * f64::from(procs) * 1e3) as u64),
+        ncs: busy.iters_for_ns((ncs_us * 1e3) as u64),
         cap: if p.quick {
             Duration::from_secs_f64((5.0 * ideal_s).max(0.5))
         } else {
@@ -141,7 +160,7 @@ fn sizes(p: &Params) -> Sizes {
 
 /// The paper's locks (ours) and the peers, of kind "rwlock"; the BRAVO forms
 /// are rwlock-oversub's.
-fn design(mps: Vec<f64>, trials: u32) -> Design {
+fn design(sw: &Sweep, trials: u32) -> Design {
     let imps = rw_table()
         .iter()
         .filter(|i| i.biased_from.is_none())
@@ -154,36 +173,44 @@ fn design(mps: Vec<f64>, trials: u32) -> Design {
         })
         .collect();
     Design::single(
-        "multiprogramming level",
+        sw.x_label(),
         "seconds",
         Better::Lower,
-        mps,
+        sw.xs(),
         imps,
         trials,
     )
     .baseline("RW-TAS-B")
 }
 
+/// Whether the run varies the processors (`--procs` lists several).
+fn by_procs(p: &Params) -> bool {
+    p.procs.as_ref().is_some_and(|v| v.len() > 1)
+}
+
 /// Runs the experiment.
 pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(RunRecord, String)> {
-    let mps = p.mp.clone().unwrap_or_else(|| {
-        if p.quick {
-            QUICK_MP_LEVELS.to_vec()
-        } else {
-            vec![1.0, 1.5, 2.0, 2.5, 3.0]
-        }
-    });
+    let sw = sweep_of(p, preempt, by_procs(p));
+    if sw.points.is_empty() {
+        anyhow::bail!("no points to run");
+    }
     let quantum = p.quantum(50.0);
-    let sz = sizes(p);
-    let d = design(mps.clone(), p.trials);
+    let sizes_at: Vec<Sizes> = sw.points.iter().map(|&(n, _)| sizes(p, n)).collect();
+    let d = design(&sw, p.trials);
     let mut envs = PointEnvs::new(preempt, quantum, p.seed);
     let mut censored = Vec::new();
     let started = Instant::now();
     let trials = model::collect(exp.id, &d, &mut |c| {
         let name = c.imp.name.as_str();
         let run = runner(name).ok_or_else(|| anyhow::anyhow!("no runner for {name}"))?;
-        let index = mps.iter().position(|&m| m == c.x).unwrap_or(0);
-        let env = envs.at(c, index, sz.procs, c.x)?;
+        let (index, &(_, mp)) = sw
+            .points
+            .iter()
+            .enumerate()
+            .find(|(_, q)| sw.x(**q) == c.x)
+            .ok_or_else(|| anyhow::anyhow!("no point at {}", c.x))?;
+        let sz = sizes_at[index];
+        let env = envs.at(c, index, sz.procs, mp)?;
         let (o, frac) = run(
             env,
             sz.iters,
@@ -194,7 +221,8 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
         )?;
         if frac < 1.0 {
             censored.push(format!(
-                "{name} at MP {} (trial {}: {:.0}% done)",
+                "{name} at {} {} (trial {}: {:.0}% done)",
+                if sw.by_procs { "processors" } else { "MP" },
                 fmt_x(c.x),
                 c.trial,
                 100.0 * frac
@@ -204,7 +232,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
             value: o.wall.as_secs_f64() / frac.max(1e-9),
             preemptions: o.preemptions,
             warnings: o.warnings,
-            mp: Some(c.x),
+            mp: Some(mp),
             procs: Some(sz.procs),
             finish_spread: Some(o.finish_spread),
             censored_at: (frac < 1.0).then_some(frac),
@@ -213,28 +241,41 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     })?;
     envs.close();
     let mut notes = Vec::new();
+    let procs: Vec<u32> = sw.points.iter().map(|q| q.0).collect();
+    notes.extend(contention(p).note(&procs));
     if preempt == Preempt::None {
         notes
             .push("--preempt none: no multiprogramming, so the conclusion is not evaluated".into());
     }
     if !censored.is_empty() {
+        let mut caps: Vec<String> = sizes_at
+            .iter()
+            .map(|s| format!("{:.1}", s.cap.as_secs_f64()))
+            .collect();
+        caps.dedup();
         notes.push(format!(
-            "censored: {} run(s) hit the time cap ({:.1} s); their times are extrapolated from the fraction done: {}",
+            "censored: {} run(s) hit the time cap ({} s per point); their times are extrapolated from the fraction done: {}",
             censored.len(),
-            sz.cap.as_secs_f64(),
+            caps.join(", "),
             censored.join("; ")
         ));
     }
     let v = Verdicts {
         conclusion: CONCLUSION.into(),
-        clauses: verdict_clauses(&mps, preempt),
+        clauses: verdict_clauses(&sw),
         notes,
         ..Verdicts::default()
     };
+    let mps: Vec<f64> = sw.points.iter().map(|q| q.1).collect();
     let params = serde_json::json!({
-        "processors": sz.procs, "mp": mps, "iterations_per_worker": sz.iters,
-        "critical_section_us": CS_US, "non_critical_us": NCS_PER_PROC_US * f64::from(sz.procs),
-        "read_fraction": READS, "quantum_ms": quantum.as_secs_f64() * 1e3, "cap_s": sz.cap.as_secs_f64(),
+        "points": sw.points.iter().map(|&(n, m)| serde_json::json!({"procs": n, "mp": m})).collect::<Vec<_>>(),
+        "processors": sizes_at[0].procs, "mp": mps, "iterations_per_worker": sizes_at[0].iters,
+        "critical_section_us": CS_US,
+        "non_critical_us_per_point": sw.points.iter().map(|&(n, _)| contention(p).ncs_us(n)).collect::<Vec<_>>(),
+        "contention_matched": p.match_contention,
+        "paper_lock_utilisation": contention(p).paper_utilisation(),
+        "read_fraction": READS, "quantum_ms": quantum.as_secs_f64() * 1e3,
+        "cap_s_per_point": sizes_at.iter().map(|s| s.cap.as_secs_f64()).collect::<Vec<_>>(),
         "implementations": d.imps.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
     });
     let (mut rec, svg) = model::finish(exp, p, preempt, &d, trials, v, params, started);
@@ -244,53 +285,74 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
 
 /// The clauses of a run: none without multiprogramming (the verdict is
 /// then a measurement).
-pub fn verdict_clauses(mps: &[f64], preempt: Preempt) -> Vec<Clause> {
-    if preempt == Preempt::None {
+pub fn verdict_clauses(sw: &Sweep) -> Vec<Clause> {
+    if sw.preempt == Preempt::None {
         Vec::new()
     } else {
-        clauses(mps)
+        clauses(sw)
     }
 }
 
-/// 001's clauses: RW-Queued / RW-Smart-Q ≥ 10 at the most multiprogrammed
-/// level, and RW-Smart-Q faster than RW-TAS-B-np at most multiprogrammed
-/// levels. Without a level above 1 neither holds.
-pub fn clauses(mps: &[f64]) -> Vec<Clause> {
-    let multi: Vec<f64> = mps.iter().copied().filter(|m| *m > 1.0).collect();
+/// 001's clauses: RW-Queued / RW-Smart-Q ≥ 10 at the last point (the most
+/// multiprogrammed level, or the most processors), and RW-Smart-Q faster than
+/// RW-TAS-B-np at most multiprogrammed points. Without a point above MP 1
+/// neither holds.
+pub fn clauses(sw: &Sweep) -> Vec<Clause> {
+    let multi: Vec<f64> = sw
+        .xs()
+        .into_iter()
+        .filter(|&x| sw.mp_at(x).is_some_and(|m| m > 1.0))
+        .collect();
     let none = || "no multiprogrammed point measured: use MP levels above 1".to_string();
-    let top_multi = !multi.is_empty() && mps.last().is_some_and(|&m| m > 1.0);
-    let order = Clause::new(
-        "RW-Queued / RW-Smart-Q ≥ 10",
-        Some("more than an order of magnitude (Figs. 5–6, 63-processor KSR 1)"),
-        move |r| {
-            let x = r.last_x(0);
-            let at = r.at(0, x);
-            if !top_multi {
-                return Judged {
-                    at,
-                    ours: none(),
-                    holds: Some(false),
-                };
-            }
-            match (r.value("RW-Queued", 0, x), r.value("RW-Smart-Q", 0, x)) {
-                (Some(q), Some(s)) => Judged {
-                    at,
-                    ours: format!(
-                        "RW-Queued / RW-Smart-Q = {}{}",
-                        sig3(q / s),
-                        censored_mark(r, &["RW-Queued", "RW-Smart-Q"], x)
-                    ),
-                    holds: Some(q / s >= 10.0),
-                },
-                _ => unmeasured(at, "RW-Queued and RW-Smart-Q were not both measured"),
-            }
-        },
-    );
+    let top_multi = sw.points.last().is_some_and(|q| q.1 > 1.0);
+    let (fig_order, fig_better) = if sw.by_procs {
+        (
+            "more than an order of magnitude (Fig. 6, varying the processors on the KSR 1)",
+            "significantly better than the scheduler-conscious centralized lock (Fig. 6)",
+        )
+    } else {
+        (
+            "more than an order of magnitude (Fig. 5, 63-processor KSR 1)",
+            "significantly better than the scheduler-conscious centralized lock (Fig. 5)",
+        )
+    };
+    let by_procs = sw.by_procs;
+    let order = Clause::new("RW-Queued / RW-Smart-Q ≥ 10", Some(fig_order), move |r| {
+        let x = r.last_x(0);
+        let at = r.at(0, x);
+        if !top_multi {
+            return Judged {
+                at,
+                ours: none(),
+                holds: Some(false),
+            };
+        }
+        match (r.value("RW-Queued", 0, x), r.value("RW-Smart-Q", 0, x)) {
+            (Some(q), Some(s)) => Judged {
+                at,
+                ours: format!(
+                    "RW-Queued / RW-Smart-Q = {}{}",
+                    sig3(q / s),
+                    censored_mark(r, &["RW-Queued", "RW-Smart-Q"], x)
+                ),
+                holds: Some(q / s >= 10.0),
+            },
+            _ => unmeasured(at, "RW-Queued and RW-Smart-Q were not both measured"),
+        }
+    });
     let better = Clause::new(
-        "RW-Smart-Q is faster than RW-TAS-B-np at most levels",
-        Some("significantly better than the scheduler-conscious centralized lock (Fig. 5)"),
+        if sw.by_procs {
+            "RW-Smart-Q is faster than RW-TAS-B-np at most points"
+        } else {
+            "RW-Smart-Q is faster than RW-TAS-B-np at most levels"
+        },
+        Some(fig_better),
         move |r| {
-            let at = "the multiprogrammed levels".to_string();
+            let at = if by_procs {
+                "the processor counts".to_string()
+            } else {
+                "the multiprogrammed levels".to_string()
+            };
             if multi.is_empty() {
                 return Judged {
                     at,
@@ -313,7 +375,10 @@ pub fn clauses(mps: &[f64]) -> Vec<Clause> {
             let faster = got.iter().filter(|(_, q)| *q < 1.0).count();
             let each: Vec<String> = got
                 .iter()
-                .map(|(m, q)| format!("{} {}", fmt_x(*m), sig3(*q)))
+                .map(|(m, q)| {
+                    let unit = if by_procs { " processors" } else { "" };
+                    format!("{}{unit} {}", fmt_x(*m), sig3(*q))
+                })
                 .collect();
             Judged {
                 at,
@@ -345,15 +410,61 @@ mod tests {
         }
     }
 
-    fn verdict(pts: &[Point], mps: &[f64]) -> Verdict {
-        let d = design(mps.to_vec(), 1);
+    fn mp_sweep(mps: &[f64], preempt: Preempt) -> Sweep {
+        Sweep {
+            points: mps.iter().map(|&m| (2, m)).collect(),
+            by_procs: false,
+            preempt,
+        }
+    }
+
+    fn judge_on(pts: &[Point], sw: &Sweep) -> Verdict {
+        let d = design(sw, 1);
         let r = Results {
             design: &d,
             points: pts,
             trials: &[],
         };
-        let c = clauses(mps);
+        let c = clauses(sw);
         Verdict::from_clauses("c", c.iter().map(|c| c.judge(&r)).collect(), vec![])
+    }
+
+    fn verdict(pts: &[Point], mps: &[f64]) -> Verdict {
+        judge_on(pts, &mp_sweep(mps, Preempt::Emulated))
+    }
+
+    /// Fig. 6: the processors at MP 2; both clauses judged over the counts,
+    /// and nothing holds at MP 1.
+    #[test]
+    fn the_processor_sweep_judges_fig_6() {
+        let procs = |mp: f64| Sweep {
+            points: vec![(1, mp), (2, mp)],
+            by_procs: true,
+            preempt: Preempt::Emulated,
+        };
+        let pts = vec![
+            pt("RW-Queued", 1.0, 3.0),
+            pt("RW-Smart-Q", 1.0, 1.0),
+            pt("RW-TAS-B-np", 1.0, 2.0),
+            pt("RW-Queued", 2.0, 30.0),
+            pt("RW-Smart-Q", 2.0, 2.0),
+            pt("RW-TAS-B-np", 2.0, 1.0),
+        ];
+        let v = judge_on(&pts, &procs(2.0));
+        assert_eq!(v.status, Status::DoesNotHold, "{v:?}");
+        assert_eq!(v.clauses[0].ours, "RW-Queued / RW-Smart-Q = 15.0");
+        assert_eq!(v.clauses[0].holds, Some(true));
+        assert!(v.clauses[0].paper.as_deref().unwrap().contains("Fig. 6"));
+        assert_eq!(
+            v.clauses[1].ours,
+            "RW-Smart-Q / RW-TAS-B-np: 1 processors 0.500, 2 processors 2.00; faster at 1 of 2"
+        );
+        assert_eq!(v.clauses[1].holds, Some(false));
+        let v = judge_on(&pts, &procs(1.0));
+        assert_eq!(
+            (v.clauses[0].holds, v.clauses[1].holds),
+            (Some(false), Some(false))
+        );
     }
 
     #[test]
@@ -387,8 +498,8 @@ mod tests {
             Status::PartlyEvaluable
         );
         assert_eq!(verdict(&good, &[1.0]).status, Status::DoesNotHold);
-        assert!(verdict_clauses(&[2.0], Preempt::None).is_empty());
-        assert_eq!(verdict_clauses(&[2.0], Preempt::Os).len(), 2);
+        assert!(verdict_clauses(&mp_sweep(&[2.0], Preempt::None)).is_empty());
+        assert_eq!(verdict_clauses(&mp_sweep(&[2.0], Preempt::Os)).len(), 2);
         assert!(runner("RW-Smart-Q").is_some() && runner("nope").is_none());
     }
 }
