@@ -296,16 +296,27 @@ fn repro_says_once_which_experiments_a_flag_applies_to() {
     let notes: Vec<&str> = e.lines().filter(|l| l.starts_with("note: --mp")).collect();
     assert_eq!(
         notes,
-        ["note: --mp applies to wks95-mutex and wks95-rwlock; the other 2 experiments ignore it"],
+        [
+            "note: --mp applies to wks95-mutex, wks95-rwlock and wks95-apps; the other 2 experiments ignore it"
+        ],
         "{e}"
     );
     // wks95-rwlock varies the processors when --procs lists several (Fig. 6).
     assert!(!e.contains("warning: wks95-rwlock"), "{e}");
+    if cores >= 2 {
+        assert!(
+            e.contains(
+                "warning: wks95-apps runs at one processor count: --procs 1 (the first), not 2"
+            ),
+            "{e}"
+        );
+    }
     for d in [
         "wks95-mutex@none",
         "wks95-rwlock@none",
         "wks95-barrier@none",
         "wks95-gauss@none",
+        "wks95-apps@none",
     ] {
         check_run(&out, d);
     }
@@ -887,6 +898,8 @@ fn tiny_wks94_convoy_run() {
     let all = j["verdict"].to_string();
     assert!(all.contains("model / TAS-B-np: Queued"), "{all}");
     assert!(all.contains("prediction, model: 63 processors"), "{all}");
+    let _ = std::fs::remove_dir_all(&out);
+}
 
 /// The Michael & Scott applications: both quicksorts and the TSP run under
 /// the emulated scheduler at MP 1 and 2 (every sort and every solve checked
@@ -958,4 +971,56 @@ fn tiny_ms97_apps() {
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `wks94-apps` and `wks95-apps` run Cholesky and quicksort, one panel
+/// each, check every run's answer (the notes say so) and judge their
+/// clauses per application; without preemption the verdict is a measurement.
+#[test]
+fn tiny_wks_apps() {
+    let (out, o) = tiny_run("wks94-apps", "wks94-apps", &["--scale", "0.05"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out, "wks94-apps@emulated");
+    let clauses = j["verdict"]["clauses"].as_array().unwrap();
+    assert_eq!(clauses.len(), 6, "{clauses:?}");
+    for (c, app) in clauses
+        .iter()
+        .zip(["cholesky"; 3].iter().chain(&["quicksort"; 3]))
+    {
+        assert!(c["at"].as_str().unwrap().ends_with(app), "{c}");
+        assert!(c["paper"].as_str().unwrap().contains("Fig. 6"), "{c}");
+    }
+    let details = j["verdict"]["details"].to_string();
+    assert!(
+        details.contains("answers: cholesky: all 16 runs"),
+        "{details}"
+    );
+    assert!(
+        details.contains("quicksort: all 16 runs of 100000 integers"),
+        "{details}"
+    );
+    assert!(
+        details.contains("bcsstk15 is not on this machine"),
+        "{details}"
+    );
+    let (out2, o) = tiny_run(
+        "wks95-apps",
+        "wks95-apps",
+        &["--scale", "0.05", "--preempt", "none"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = check_run(&out2, "wks95-apps@none");
+    assert_eq!(j["verdict"]["status"], "measurement");
+    assert_eq!(j["params"]["cholesky"]["order"], 4 * 7 * 2 * 3);
+    let e = stderr(&mpsync(&[
+        "run",
+        "wks95-apps",
+        "--procs",
+        "999",
+        "--out",
+        out2.to_str().unwrap(),
+    ]));
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(&out2);
 }

@@ -73,6 +73,25 @@ impl<R: spin::RelaxStrategy + 'static> BenchLock for SpinCrate<R> {
     }
 }
 
+/// A lock behind a pointer: what a program holding many locks of one row
+/// (the applications of `wks_apps`) keeps, one per queue or column.
+pub trait DynLock: Send + Sync {
+    /// Runs `f` holding the lock.
+    fn with_dyn(&self, f: &mut dyn FnMut());
+}
+
+impl<L: BenchLock> DynLock for L {
+    #[inline]
+    fn with_dyn(&self, f: &mut dyn FnMut()) {
+        self.with(f);
+    }
+}
+
+/// A fresh unlocked `L`, boxed.
+fn boxed<L: BenchLock>() -> Box<dyn DynLock> {
+    Box::new(L::create())
+}
+
 /// Where an implementation comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -98,6 +117,8 @@ pub struct LockImpl {
     pub spins: bool,
     /// Makes a fresh lock and runs the synthetic program's worker loop on it.
     pub synthetic: fn(&SyntheticSpec) -> WorkerBody,
+    /// A fresh lock of this row, boxed (the applications hold many).
+    pub boxed: fn() -> Box<dyn DynLock>,
     /// Uncontended lock+unlock, ns per pair, over `iters` pairs.
     pub latency: fn(u64) -> f64,
     /// Fixed-duration contended run (`lock-oversub`): per-thread acquisitions.
@@ -315,6 +336,7 @@ macro_rules! row {
             origin: $origin,
             spins: $spins,
             synthetic: synthetic::<$t>,
+            boxed: boxed::<$t>,
             latency: latency::<$t>,
             throughput: throughput::<$t>,
         }

@@ -26,6 +26,7 @@ pub mod wks95;
 pub mod wks95_barrier;
 pub mod wks95_gauss;
 pub mod wks95_rwlock;
+pub mod wks_apps;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -223,6 +224,23 @@ pub const CATALOG: &[Experiment] = {
             run: wks94_convoy::run,
         },
         Experiment {
+            id: "wks94-apps",
+            paper: "wks94",
+            reference: "Wisniewski, Kontothanassis & Scott, IPPS 1994, §4 Fig. 6 (papers/003)",
+            title: "Cholesky (a generated stiffness-like matrix of bcsstk15's order 3948 and 117,816 entries x --scale, over a lock-protected queue of ready columns and per-column locks; factor checked) and quicksort (2 M integers x --scale over a lock-protected stack of intervals; output checked) at MP 2, quantum 20 ms: TAS-B(-np), Queued(-np), Queued-Handshaking, Smart-Q, Native(-np), wks94-mplevel's other rows and peers; --quick: order 1764, 600 K integers",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
+            run: wks_apps::run,
+        },
+        Experiment {
             id: "wks95-mutex",
             paper: "wks95",
             reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §4 Fig. 1-2 (papers/001)",
@@ -277,6 +295,23 @@ pub const CATALOG: &[Experiment] = {
             uses_preempt: true,
             knobs: &[K::Procs, K::QuantumMs, K::Trials, K::Scale, K::Seed],
             run: wks95_gauss::run,
+        },
+        Experiment {
+            id: "wks95-apps",
+            paper: "wks95",
+            reference: "Wisniewski, Kontothanassis & Scott, PPoPP 1995, §4 Figs. 3-4 (papers/001)",
+            title: "Cholesky (a generated stiffness-like matrix of bcsstk15's order 3948 and 117,816 entries x --scale, over a lock-protected queue of ready columns and per-column locks; factor checked) and quicksort (2 M integers x --scale over a lock-protected stack of intervals; output checked) at MP 2, quantum 50 ms: Ticket(-np), Smart-Q, TAS-B(-np), Native(-np) and peers; --quick: order 1764, 600 K integers",
+            default_preempt: Preempt::Emulated,
+            uses_preempt: true,
+            knobs: &[
+                K::Mp,
+                K::ProcsFirst,
+                K::QuantumMs,
+                K::Trials,
+                K::Scale,
+                K::Seed,
+            ],
+            run: wks_apps::run,
         },
         Experiment {
             id: "ms97-queue",
