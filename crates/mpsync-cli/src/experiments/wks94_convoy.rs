@@ -48,6 +48,8 @@ pub const SGI_PROCS: u32 = 11;
 pub const KSR_PROCS: u32 = 63;
 /// The lent many-core machine of 2026-11-26.
 pub const LENT_PROCS: u32 = 16;
+/// The paper's critical section, µs.
+const CS_US: f64 = Program::WKS94.cs_ns as f64 / 1e3;
 /// The model stops a run at this many times one worker's time alone.
 const MODEL_CAP: f64 = 100.0;
 
@@ -180,7 +182,7 @@ impl Runner {
     fn iters_at(&self, ncs_us: f64) -> u64 {
         let paper = Program::WKS94;
         let per = (paper.cs_ns + paper.ncs_ns) as f64 / 1e3;
-        ((self.iters as f64 * per / (15.0 + ncs_us)).round() as u64).max(1)
+        ((self.iters as f64 * per / (CS_US + ncs_us)).round() as u64).max(1)
     }
 
     fn trial(&mut self, c: &Cell<'_>) -> anyhow::Result<Option<Trial>> {
@@ -230,14 +232,14 @@ impl Runner {
             .ok_or_else(|| anyhow::anyhow!("no lock named {}", c.imp.name))?;
         let busy = BusyWork::global();
         let iters = self.iters_at(ncs_us);
-        let solo_s = iters as f64 * (15.0 + ncs_us) * 1e-6;
+        let solo_s = iters as f64 * (CS_US + ncs_us) * 1e-6;
         let cap = Arc::new(Censor::new(
             Duration::from_secs_f64((MODEL_CAP * solo_s).clamp(1.0, 60.0)),
             iters * u64::from(self.procs),
         ));
         let body = (imp.synthetic)(&SyntheticSpec {
             iters,
-            cs_iters: busy.iters_for_ns(15_000),
+            cs_iters: busy.iters_for_ns(Program::WKS94.cs_ns),
             ncs_iters: busy.iters_for_ns((ncs_us * 1e3) as u64),
             seed: self.seed ^ u64::from(c.trial),
             cap: Some(cap.clone()),
@@ -288,7 +290,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     if mps.iter().any(|&m| m < 1.0) {
         anyhow::bail!("--mp: every level must be at least 1 (1 = one worker per processor)");
     }
-    let quantum = p.quantum(convoy_quantum_ms());
+    let quantum = p.quantum(super::wks94::WKS94.quantum_ms);
     let named = panels(procs);
     let mut imps: Vec<Imp> = MEASURED.iter().map(|n| Imp::reference(*n)).collect();
     imps.extend(
@@ -338,7 +340,7 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
         "processors_measured": procs,
         "mp_levels": mps,
         "quantum_ms": quantum.as_secs_f64() * 1e3,
-        "critical_section_us": 15.0,
+        "critical_section_us": CS_US,
         "panels": named.iter().map(|(l, k)| serde_json::json!({"label": l, "kind": format!("{k:?}")})).collect::<Vec<_>>(),
         "iterations_per_worker_measured_at_ncs_210us": runner.iters,
         "iterations_per_worker_model": runner.model_iters,
@@ -393,11 +395,6 @@ pub fn run(exp: &Experiment, p: &Params, _preempt: Preempt) -> anyhow::Result<(R
     let (mut rec, svg) = model::finish(exp, p, Preempt::Emulated, &d, trials, v, params, started);
     rec.extra = serde_json::json!({ "scheduler_per_point": runner.envs.sched });
     Ok((rec, svg))
-}
-
-/// The experiment's quantum: the paper's 20 ms.
-fn convoy_quantum_ms() -> f64 {
-    super::wks94::WKS94.quantum_ms
 }
 
 /// A panel's label up to its colon.

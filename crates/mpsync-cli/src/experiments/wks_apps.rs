@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 use mpsync::util::rng::SplitMix64;
 
 use super::locks::{DynLock, LockImpl, select};
-use super::wks94::{PointEnvs, WKS94, mutex_imps, unmeasured};
+use super::wks94::{CAP_FACTOR, CAP_MIN_S, PointEnvs, WKS94, mutex_imps, unmeasured};
 use super::wks95::WKS95;
 use super::{Experiment, Params};
 use crate::env::Preempt;
@@ -87,10 +87,6 @@ pub const SORT_CUTOFF: usize = 256;
 /// 0.3` (0.45 of bcsstk15's order: 1764), and sorts 0.3 × 2 M integers:
 /// runs of a few quanta, both experiments within 20 s on 2 cores.
 pub const QUICK_CHOLESKY_WORK: f64 = 1.5;
-/// A run stops at this many times the one-thread time.
-pub const CAP_FACTOR: f64 = 25.0;
-/// ... and never before this (seconds).
-pub const CAP_MIN_S: f64 = 2.0;
 /// Under `--quick`: the cap factor ...
 pub const QUICK_CAP_FACTOR: f64 = 10.0;
 /// ... and the least cap (seconds).
