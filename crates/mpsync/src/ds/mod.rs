@@ -147,6 +147,7 @@
 
 pub mod alloc;
 pub mod binary_heap;
+pub mod combining;
 pub mod counter;
 pub mod cr_hash;
 pub mod elimination;

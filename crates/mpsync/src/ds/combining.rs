@@ -1,0 +1,871 @@
+//! Flat combining (Hendler, Incze, Shavit & Tzafrir, SPAA 2010): one thread
+//! at a time — the *combiner* — applies every published request to a
+//! sequential structure, so the structure's cache lines stay in one core and
+//! the lock is taken once per batch instead of once per operation.
+//!
+//! [`FlatCombining<S>`] is the engine over any [`Sequential`] structure; on it
+//! [`FcBinaryHeap<T>`] (`std`'s binary heap, a min-priority queue),
+//! [`FcQueue<T>`] (a `VecDeque`, FIFO) and [`FcStack<T>`] (a `Vec`, LIFO).
+//!
+//! # Design
+//!
+//! - **Publication records.** A fixed table of [`SLOTS`] cache-padded
+//!   records. An operation claims a free one (CAS `FREE → OWNED`; first the
+//!   slot this thread used last, then the table from the start, so the live
+//!   records stay at the low end and the combiner scans only up to the
+//!   high-water mark), writes its request, marks it `PENDING`, and frees the
+//!   record when it has taken its response. A record is held only for the
+//!   length of one operation, so a thread that exits holds none and nothing
+//!   needs releasing on exit. When every record is taken (more than
+//!   [`SLOTS`] operations at once) the operation does not spin on the table:
+//!   it takes the combiner lock and applies its request itself.
+//! - **The combiner lock.** A thread whose request is unserved tries the lock
+//!   (one CAS); the winner makes up to [`PASSES`] passes over the records,
+//!   serving every `PENDING` one, then releases it. A loser waits for its
+//!   record to turn `DONE` through [`sched::Waiter`](crate::sched::Waiter)
+//!   (PAUSE while the combiner runs; when the Waiter advises parking — the
+//!   combiner is preempted or the wait outlasted its patience —
+//!   [`sched::yield_now`](crate::sched::yield_now)), trying the lock again
+//!   whenever it is free.
+//! - **Oversubscription.** The combiner holds a lock: a preempted combiner
+//!   stalls every waiter until it runs again (it asks `sched` not to be
+//!   preempted while it combines, like the `-np` locks, which narrows but
+//!   does not close that window; `mpsync run ds-oversub` measures it).
+//!   A preempted *waiter* costs nothing: its request is published, and the
+//!   combiner serves it anyway — no thread can barge past another's
+//!   published request, which is where the fairness comes from (a TAS lock's
+//!   releaser re-acquires before a woken waiter runs).
+//! - **Hostile users.** Each request is applied under `catch_unwind`: a
+//!   panic in `T`'s `Ord` is handed to the thread whose request it was (its
+//!   operation panics with that payload), and the combiner goes on serving
+//!   the others; the structure keeps every value (their order may be wrong,
+//!   as `BinaryHeap` documents for a panicking `Ord`). An `Ord` that uses the
+//!   same structure again, from inside the combiner, panics ("re-entered")
+//!   instead of waiting for itself — that panic is the re-entered request's
+//!   panic, handed to its thread like any other. Values' `Drop` never runs in
+//!   the combiner: removed values are handed out, and the structure's `Drop`
+//!   drops the rest.
+//!
+//! Uses `sched` and `sync`.
+//!
+//! ```
+//! use mpsync::ds::combining::FcBinaryHeap;
+//!
+//! let pq: FcBinaryHeap<u32> = FcBinaryHeap::new();
+//! std::thread::scope(|s| {
+//!     for t in 0..4 {
+//!         let pq = &pq;
+//!         s.spawn(move || pq.insert(t));
+//!     }
+//! });
+//! assert_eq!((pq.len(), pq.is_empty()), (4, false));
+//! assert_eq!((pq.delete_min(), pq.delete_min()), (Some(0), Some(1)));
+//! ```
+
+use std::any::Any;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+use super::{ConcurrentPriorityQueue, PriorityQueueHandle};
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use crate::util::CachePadded;
+
+/// The number of publication records of one structure.
+pub const SLOTS: usize = 64;
+/// The most passes a combiner makes over the records before releasing.
+pub const PASSES: usize = 3;
+
+/// A sequential structure that the combiner applies requests to.
+pub trait Sequential {
+    /// One operation and its argument.
+    type Request;
+    /// Its result.
+    type Response;
+    /// Applies `req`.
+    fn apply(&mut self, req: Self::Request) -> Self::Response;
+    /// The number of elements.
+    fn len(&self) -> usize;
+}
+
+#[cfg(not(loom))]
+type RawCell<T> = std::cell::UnsafeCell<T>;
+#[cfg(loom)]
+type RawCell<T> = loom::cell::UnsafeCell<T>;
+
+/// An `UnsafeCell` that loom tracks (a data race on it is reported).
+struct Cell<T>(RawCell<T>);
+
+impl<T> Cell<T> {
+    fn new(v: T) -> Self {
+        Self(RawCell::new(v))
+    }
+    /// # Safety
+    /// The caller has exclusive access to the cell's contents.
+    unsafe fn with_mut<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        #[cfg(not(loom))]
+        {
+            // SAFETY: exclusive access, by the caller's contract.
+            f(unsafe { &mut *self.0.get() })
+        }
+        #[cfg(loom)]
+        {
+            // SAFETY: exclusive access, by the caller's contract.
+            self.0.with_mut(|p| f(unsafe { &mut *p }))
+        }
+    }
+}
+
+const FREE: u32 = 0;
+const OWNED: u32 = 1;
+const PENDING: u32 = 2;
+const DONE: u32 = 3;
+
+type Outcome<R> = Result<R, Box<dyn Any + Send>>;
+
+/// One publication record.
+struct Slot<S: Sequential> {
+    state: AtomicU32,
+    /// Written by the owner (`OWNED`), taken by the combiner (`PENDING`).
+    req: Cell<Option<S::Request>>,
+    /// Written by the combiner (`PENDING`), taken by the owner (`DONE`).
+    resp: Cell<Option<Outcome<S::Response>>>,
+}
+
+/// The flat-combining engine over the sequential structure `S`; see the
+/// module doc.
+pub struct FlatCombining<S: Sequential> {
+    lock: CachePadded<AtomicBool>,
+    /// The combiner's thread marker (0: none), to turn re-entry into a panic.
+    holder: AtomicUsize,
+    /// One past the highest record ever claimed: the combiner scans below it.
+    hi: AtomicUsize,
+    seq: Cell<S>,
+    slots: Box<[CachePadded<Slot<S>>]>,
+}
+
+// SAFETY: `seq` is touched only by the combiner-lock holder; a record's cells
+// only by the thread its state gives them to (the protocol above). Requests
+// and responses move between threads, hence `Send` on them.
+unsafe impl<S: Sequential + Send> Sync for FlatCombining<S>
+where
+    S::Request: Send,
+    S::Response: Send,
+{
+}
+// SAFETY: owning it owns `S` and the (empty between operations) records.
+unsafe impl<S: Sequential + Send> Send for FlatCombining<S>
+where
+    S::Request: Send,
+    S::Response: Send,
+{
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static MARK: u8 = const { 0 };
+    static HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A non-zero word naming the calling thread (its thread-local's address).
+#[cfg(not(loom))]
+fn me() -> usize {
+    MARK.with(|m| m as *const u8 as usize)
+}
+/// Loom runs its threads on one OS thread: no marker (no re-entry check).
+#[cfg(loom)]
+fn me() -> usize {
+    usize::MAX
+}
+
+/// Releases the combiner lock however the combining ends.
+struct Release<'a>(&'a AtomicBool, &'a AtomicUsize);
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        // Relaxed: only the holder stores its own marker; the Release store
+        // below orders it.
+        self.1.store(0, Ordering::Relaxed);
+        // Release: pairs with the Acquire CAS in `try_lock`, handing the
+        // structure's writes to the next combiner.
+        self.0.store(false, Ordering::Release);
+        #[cfg(not(loom))]
+        crate::sched::release_no_preempt();
+    }
+}
+
+impl<S: Sequential> FlatCombining<S> {
+    /// The engine over `seq`.
+    pub fn new(seq: S) -> Self {
+        Self {
+            lock: CachePadded::new(AtomicBool::new(false)),
+            holder: AtomicUsize::new(0),
+            hi: AtomicUsize::new(0),
+            seq: Cell::new(seq),
+            slots: (0..SLOTS)
+                .map(|_| {
+                    CachePadded::new(Slot {
+                        state: AtomicU32::new(FREE),
+                        req: Cell::new(None),
+                        resp: Cell::new(None),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes the combiner lock if it is free.
+    fn try_lock(&self) -> Option<Release<'_>> {
+        // Relaxed: a pre-check only; the CAS below orders.
+        if self.lock.load(Ordering::Relaxed) {
+            return None;
+        }
+        #[cfg(not(loom))]
+        crate::sched::request_no_preempt();
+        // Acquire: pairs with the Release store in `Release::drop`.
+        if self
+            .lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            // Relaxed: see `Release::drop`.
+            self.holder.store(me(), Ordering::Relaxed);
+            Some(Release(&self.lock, &self.holder))
+        } else {
+            #[cfg(not(loom))]
+            crate::sched::cancel_no_preempt();
+            None
+        }
+    }
+
+    /// Applies `req` under the held lock, catching a panic.
+    fn apply_caught(&self, req: S::Request) -> Outcome<S::Response> {
+        // SAFETY: called only while this thread holds the combiner lock,
+        // which gives it `seq`.
+        unsafe {
+            self.seq
+                .with_mut(|s| catch_unwind(AssertUnwindSafe(|| s.apply(req))))
+        }
+    }
+
+    /// Serves every pending record, up to [`PASSES`] passes (the lock held).
+    fn combine(&self) {
+        for _ in 0..PASSES {
+            let mut served = 0;
+            // Acquire: pairs with the AcqRel `fetch_max` of a claim, so every
+            // record claimed before it is scanned.
+            let hi = self.hi.load(Ordering::Acquire);
+            for slot in &self.slots[..hi] {
+                // Acquire: pairs with the owner's Release store of PENDING,
+                // so its request is visible.
+                if slot.state.load(Ordering::Acquire) != PENDING {
+                    continue;
+                }
+                // SAFETY: PENDING gives the record's cells to the combiner
+                // until it stores DONE.
+                let req = unsafe { slot.req.with_mut(Option::take) };
+                let out = self.apply_caught(req.expect("a pending record holds a request"));
+                // SAFETY: as above.
+                unsafe { slot.resp.with_mut(|r| *r = Some(out)) };
+                // Release: pairs with the owner's Acquire load of DONE,
+                // handing it the response written above.
+                slot.state.store(DONE, Ordering::Release);
+                served += 1;
+            }
+            if served == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Claims a free record, or `None` when all are taken.
+    fn claim(&self) -> Option<usize> {
+        #[cfg(not(loom))]
+        let hint = HINT.with(|h| h.get());
+        #[cfg(loom)]
+        let hint = 0;
+        let try_one = |i: usize| {
+            let s = &self.slots[i].state;
+            // Relaxed pre-check; Acquire CAS: pairs with the previous owner's
+            // Release store of FREE, after which it no longer touches the
+            // cells.
+            s.load(Ordering::Relaxed) == FREE
+                && s.compare_exchange(FREE, OWNED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        };
+        let i = std::iter::once(hint)
+            .chain(0..SLOTS)
+            .find(|&i| try_one(i))?;
+        #[cfg(not(loom))]
+        HINT.with(|h| h.set(i));
+        // AcqRel: pairs with the combiner's Acquire load of `hi`.
+        self.hi.fetch_max(i + 1, Ordering::AcqRel);
+        Some(i)
+    }
+
+    /// Applies `req` through the combiner and returns its response; a panic
+    /// of `S::apply` on it resumes here.
+    ///
+    /// # Panics
+    /// If called from inside `S::apply` on this same structure (re-entry), or
+    /// with `S::apply`'s panic.
+    pub fn execute(&self, req: S::Request) -> S::Response {
+        // Relaxed: only this thread ever stores its own marker, so reading
+        // it back means this thread is the combiner.
+        assert!(
+            self.holder.load(Ordering::Relaxed) != me() || cfg!(loom),
+            "FlatCombining re-entered from inside the combiner (an Ord that uses the same structure)"
+        );
+        let Some(i) = self.claim() else {
+            // Every record taken: wait for the lock and apply it ourselves.
+            let mut w = Waiter::new();
+            let out = loop {
+                if let Some(_g) = self.try_lock() {
+                    break self.apply_caught(req);
+                }
+                w.wait();
+            };
+            return out.unwrap_or_else(|p| resume_unwind(p));
+        };
+        let slot = &self.slots[i];
+        // SAFETY: OWNED gives the cells to this thread.
+        unsafe { slot.req.with_mut(|r| *r = Some(req)) };
+        // Release: pairs with the combiner's Acquire load of PENDING.
+        slot.state.store(PENDING, Ordering::Release);
+        let mut w = Waiter::new();
+        loop {
+            // Acquire: pairs with the combiner's Release store of DONE.
+            if slot.state.load(Ordering::Acquire) == DONE {
+                break;
+            }
+            if let Some(_g) = self.try_lock() {
+                self.combine();
+                continue;
+            }
+            w.wait();
+        }
+        // SAFETY: DONE gives the cells back to this thread.
+        let out = unsafe { slot.resp.with_mut(Option::take) };
+        // Release: pairs with the Acquire CAS of the next claim.
+        slot.state.store(FREE, Ordering::Release);
+        out.expect("a done record holds a response")
+            .unwrap_or_else(|p| resume_unwind(p))
+    }
+
+    /// The number of elements (a snapshot).
+    pub fn len(&self) -> usize {
+        let mut w = Waiter::new();
+        loop {
+            if let Some(_g) = self.try_lock() {
+                // SAFETY: the lock is held.
+                return unsafe { self.seq.with_mut(|s| s.len()) };
+            }
+            w.wait();
+        }
+    }
+
+    /// Whether it is empty (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Waiting for the combiner: `sched::Waiter`'s spin, then `sched::yield_now`.
+struct Waiter(#[cfg(not(loom))] crate::sched::Waiter);
+impl Waiter {
+    fn new() -> Self {
+        Self(
+            #[cfg(not(loom))]
+            crate::sched::Waiter::new(),
+        )
+    }
+    fn wait(&mut self) {
+        #[cfg(not(loom))]
+        if self.0.spin(None) == crate::sched::Wait::Park {
+            crate::sched::yield_now();
+            self.0.restart();
+        }
+        #[cfg(loom)]
+        crate::sync::spin_loop();
+    }
+}
+
+impl<S: Sequential> fmt::Debug for FlatCombining<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FlatCombining")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// A priority-queue request.
+#[derive(Debug)]
+pub enum HeapOp<T> {
+    /// Insert a value.
+    Insert(T),
+    /// Remove a smallest value.
+    DeleteMin,
+}
+
+impl<T: Ord> Sequential for BinaryHeap<Reverse<T>> {
+    type Request = HeapOp<T>;
+    type Response = Option<T>;
+    fn apply(&mut self, req: HeapOp<T>) -> Option<T> {
+        match req {
+            HeapOp::Insert(v) => {
+                self.push(Reverse(v));
+                None
+            }
+            HeapOp::DeleteMin => self.pop().map(|Reverse(v)| v),
+        }
+    }
+    fn len(&self) -> usize {
+        BinaryHeap::len(self)
+    }
+}
+
+/// A queue or stack request.
+#[derive(Debug)]
+pub enum PutTake<T> {
+    /// Add a value.
+    Put(T),
+    /// Remove one (the oldest from a queue, the newest from a stack).
+    Take,
+}
+
+impl<T> Sequential for VecDeque<T> {
+    type Request = PutTake<T>;
+    type Response = Option<T>;
+    fn apply(&mut self, req: PutTake<T>) -> Option<T> {
+        match req {
+            PutTake::Put(v) => {
+                self.push_back(v);
+                None
+            }
+            PutTake::Take => self.pop_front(),
+        }
+    }
+    fn len(&self) -> usize {
+        VecDeque::len(self)
+    }
+}
+
+impl<T> Sequential for Vec<T> {
+    type Request = PutTake<T>;
+    type Response = Option<T>;
+    fn apply(&mut self, req: PutTake<T>) -> Option<T> {
+        match req {
+            PutTake::Put(v) => {
+                self.push(v);
+                None
+            }
+            PutTake::Take => self.pop(),
+        }
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// A min-priority queue: `std`'s `BinaryHeap` under flat combining. Not FIFO
+/// among equal keys. See the module doc for panicking and re-entering `Ord`s.
+pub struct FcBinaryHeap<T: Ord>(FlatCombining<BinaryHeap<Reverse<T>>>);
+
+impl<T: Ord> FcBinaryHeap<T> {
+    /// An empty heap.
+    pub fn new() -> Self {
+        Self(FlatCombining::new(BinaryHeap::new()))
+    }
+    /// Inserts `value`.
+    pub fn insert(&self, value: T) {
+        self.0.execute(HeapOp::Insert(value));
+    }
+    /// Removes a smallest value, or `None` if the heap is empty.
+    pub fn delete_min(&self) -> Option<T> {
+        self.0.execute(HeapOp::DeleteMin)
+    }
+    /// The number of values (a snapshot).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Whether the heap is empty (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A FIFO queue: a `VecDeque` under flat combining.
+///
+/// ```
+/// let q = mpsync::ds::combining::FcQueue::new();
+/// q.enqueue(1);
+/// q.enqueue(2);
+/// assert_eq!((q.dequeue(), q.len()), (Some(1), 1));
+/// ```
+pub struct FcQueue<T>(FlatCombining<VecDeque<T>>);
+
+impl<T> FcQueue<T> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self(FlatCombining::new(VecDeque::new()))
+    }
+    /// Appends `value`.
+    pub fn enqueue(&self, value: T) {
+        self.0.execute(PutTake::Put(value));
+    }
+    /// Removes the oldest value, or `None` if empty.
+    pub fn dequeue(&self) -> Option<T> {
+        self.0.execute(PutTake::Take)
+    }
+    /// The number of values (a snapshot).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Whether it is empty (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A LIFO stack: a `Vec` under flat combining.
+///
+/// ```
+/// let s = mpsync::ds::combining::FcStack::new();
+/// s.push(1);
+/// s.push(2);
+/// assert_eq!((s.pop(), s.len()), (Some(2), 1));
+/// ```
+pub struct FcStack<T>(FlatCombining<Vec<T>>);
+
+impl<T> FcStack<T> {
+    /// An empty stack.
+    pub fn new() -> Self {
+        Self(FlatCombining::new(Vec::new()))
+    }
+    /// Pushes `value`.
+    pub fn push(&self, value: T) {
+        self.0.execute(PutTake::Put(value));
+    }
+    /// Removes the newest value, or `None` if empty.
+    pub fn pop(&self) -> Option<T> {
+        self.0.execute(PutTake::Take)
+    }
+    /// The number of values (a snapshot).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// Whether it is empty (a snapshot).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+macro_rules! fc_common {
+    ($ty:ident, $name:literal, $($bound:tt)*) => {
+        impl<T: $($bound)*> Default for $ty<T> {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+        impl<T: $($bound)*> fmt::Debug for $ty<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct($name).field("len", &self.len()).finish()
+            }
+        }
+    };
+}
+fc_common!(FcBinaryHeap, "FcBinaryHeap", Ord);
+fc_common!(FcQueue, "FcQueue", Sized);
+fc_common!(FcStack, "FcStack", Sized);
+
+impl<T: Ord + Send> ConcurrentPriorityQueue<T> for FcBinaryHeap<T> {
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+impl<T: Ord> PriorityQueueHandle<T> for &FcBinaryHeap<T> {
+    fn insert(&mut self, value: T) {
+        FcBinaryHeap::insert(self, value)
+    }
+    fn delete_min(&mut self) -> Option<T> {
+        FcBinaryHeap::delete_min(self)
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! `RUSTFLAGS="--cfg loom" cargo test -p mpsync --lib --release --target-dir target/loom ds::combining -- --test-threads=1`
+    use super::*;
+    use loom::sync::Arc;
+
+    /// Two threads each insert and delete once: both deletions get a value,
+    /// the two values are the two inserted (the response handed over is the
+    /// one written, loom checks the cells for races), nothing is left.
+    #[test]
+    fn two_threads_twice_conserve_values() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let h = Arc::new(FcBinaryHeap::new());
+            let ts: Vec<_> = (0..2u32)
+                .map(|t| {
+                    let h = h.clone();
+                    loom::thread::spawn(move || {
+                        h.insert(t);
+                        h.delete_min().expect("own value at least")
+                    })
+                })
+                .collect();
+            let mut got: Vec<u32> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+            got.sort();
+            assert_eq!(got, [0, 1]);
+            assert!(h.is_empty());
+        });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    #[test]
+    fn combining_conserves_values_across_threads() {
+        let h: FcBinaryHeap<u64> = FcBinaryHeap::new();
+        let q: FcQueue<u64> = FcQueue::new();
+        let s: FcStack<u64> = FcStack::new();
+        const T: u64 = 4;
+        const N: u64 = 5_000;
+        let popped: Vec<Vec<u64>> = std::thread::scope(|sc| {
+            let ts: Vec<_> = (0..T)
+                .map(|t| {
+                    let (h, q, s) = (&h, &q, &s);
+                    sc.spawn(move || {
+                        let mut got = Vec::new();
+                        for i in 0..N {
+                            let v = t * N + i;
+                            h.insert(v);
+                            q.enqueue(v);
+                            s.push(v);
+                            got.extend(h.delete_min());
+                            got.extend(q.dequeue());
+                            got.extend(s.pop());
+                        }
+                        got
+                    })
+                })
+                .collect();
+            ts.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut all: Vec<u64> = popped.into_iter().flatten().collect();
+        all.sort();
+        let want: Vec<u64> = (0..T * N).flat_map(|v| [v, v, v]).collect();
+        assert_eq!(all, want, "every value popped exactly once from each");
+        assert!(h.is_empty() && q.is_empty() && s.is_empty());
+    }
+
+    #[test]
+    fn combining_single_thread_order() {
+        let h = FcBinaryHeap::new();
+        for v in [5u32, 1, 9, 3, 7, 3] {
+            h.insert(v);
+        }
+        let out: Vec<u32> = std::iter::from_fn(|| h.delete_min()).collect();
+        assert_eq!(out, [1, 3, 3, 5, 7, 9]);
+        let q = FcQueue::new();
+        let s = FcStack::new();
+        for v in 0..4u32 {
+            q.enqueue(v);
+            s.push(v);
+        }
+        assert_eq!(
+            std::iter::from_fn(|| q.dequeue()).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(
+            std::iter::from_fn(|| s.pop()).collect::<Vec<_>>(),
+            [3, 2, 1, 0]
+        );
+        assert_eq!(
+            format!("{h:?} {q:?} {s:?}"),
+            "FcBinaryHeap { len: 0 } FcQueue { len: 0 } FcStack { len: 0 }"
+        );
+    }
+
+    #[test]
+    fn combining_more_threads_than_slots_fall_back() {
+        let h: FcStack<usize> = FcStack::new();
+        std::thread::scope(|sc| {
+            for t in 0..SLOTS + 8 {
+                let h = &h;
+                sc.spawn(move || {
+                    for i in 0..200 {
+                        h.push(t * 1000 + i);
+                    }
+                });
+            }
+        });
+        assert_eq!(h.len(), (SLOTS + 8) * 200);
+    }
+
+    thread_local! {
+        static TARGET: RefCell<Option<&'static FcBinaryHeap<Key>>> = const { RefCell::new(None) };
+        static ARMED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A key whose `Ord` may panic (`.1`, when the comparing thread is armed)
+    /// or use the heap it is in (`.2`).
+    #[derive(PartialEq, Eq, Debug)]
+    struct Key(u32, bool, bool);
+    impl PartialOrd for Key {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Key {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            if (self.1 || o.1) && ARMED.with(|a| a.get()) {
+                panic!("Ord panics");
+            }
+            if self.2 || o.2 {
+                TARGET.with(|t| {
+                    if let Some(h) = *t.borrow() {
+                        h.insert(Key(0, false, false));
+                    }
+                });
+            }
+            self.0.cmp(&o.0)
+        }
+    }
+
+    #[test]
+    fn combining_hostile_ord_panics_its_caller_and_others_are_served() {
+        let boxed = Box::into_raw(Box::new(FcBinaryHeap::new()));
+        // SAFETY: `boxed` is live until the `Box::from_raw` below, after the
+        // last use of `h` and of the thread-local's copy of it.
+        let h: &'static FcBinaryHeap<Key> = unsafe { &*boxed };
+        TARGET.with(|t| *t.borrow_mut() = Some(h));
+        h.insert(Key(2, false, false));
+        ARMED.with(|a| a.set(true));
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| h.insert(Key(1, true, false))));
+        ARMED.with(|a| a.set(false));
+        let msg = r.expect_err("a panicking Ord panics the insert");
+        assert_eq!(msg.downcast_ref::<&str>().copied(), Some("Ord panics"));
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| h.insert(Key(3, false, true))));
+        let msg = r.expect_err("re-entry panics");
+        let msg = msg.downcast_ref::<&str>().copied().unwrap_or_default();
+        assert!(msg.contains("re-entered"), "{msg}");
+        TARGET.with(|t| *t.borrow_mut() = None);
+        // Usable afterwards: the lock released, other threads served.
+        let n = h.len();
+        assert!(n >= 2, "{n}");
+        std::thread::scope(|sc| {
+            for i in 0..3 {
+                sc.spawn(move || h.insert(Key(10 + i, false, false)));
+            }
+        });
+        assert_eq!(h.len(), n + 3);
+        // SAFETY: made by `Box::into_raw` above; `h` is not used again and the
+        // thread-local no longer holds it.
+        drop(unsafe { Box::from_raw(boxed) });
+    }
+
+    #[test]
+    fn combining_panics_go_to_their_own_threads() {
+        // Threads whose every insert panics in `Ord`, beside threads whose
+        // inserts do not: the good ones are all served, the bad ones all
+        // panic, whichever thread combined.
+        /// `u32::MAX` panics on its first comparison (its own insert's).
+        struct P(u32, std::sync::atomic::AtomicBool);
+        impl PartialEq for P {
+            fn eq(&self, o: &Self) -> bool {
+                self.0 == o.0
+            }
+        }
+        impl Eq for P {}
+        impl PartialOrd for P {
+            fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(o))
+            }
+        }
+        impl Ord for P {
+            fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+                for k in [self, o] {
+                    if k.0 == u32::MAX && !k.1.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        panic!("bad key");
+                    }
+                }
+                self.0.cmp(&o.0)
+            }
+        }
+        let p = |v| P(v, std::sync::atomic::AtomicBool::new(false));
+        let h: FcBinaryHeap<P> = FcBinaryHeap::new();
+        h.insert(p(0));
+        let (good, bad) = std::thread::scope(|sc| {
+            let g: Vec<_> = (0..2)
+                .map(|_| {
+                    let h = &h;
+                    sc.spawn(move || {
+                        (0..500)
+                            .filter(|i| {
+                                h.insert(p(*i + 1));
+                                true
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            let b: Vec<_> = (0..2)
+                .map(|_| {
+                    let h = &h;
+                    sc.spawn(move || {
+                        (0..50)
+                            .filter(|_| {
+                                std::panic::catch_unwind(AssertUnwindSafe(|| h.insert(p(u32::MAX))))
+                                    .is_err()
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            (
+                g.into_iter().map(|t| t.join().unwrap()).sum::<usize>(),
+                b.into_iter().map(|t| t.join().unwrap()).sum::<usize>(),
+            )
+        });
+        assert_eq!(good, 1000);
+        assert_eq!(bad, 100, "every bad insert panicked in its own thread");
+        // One comparison per bad insert at least panics; the good values and
+        // the bad ones are all kept.
+        assert_eq!(h.len(), 1 + 1000 + 100);
+    }
+
+    #[test]
+    fn combining_borrowed_values_and_drops() {
+        let words = [String::from("b"), String::from("a")];
+        let h: FcBinaryHeap<&String> = FcBinaryHeap::new();
+        h.insert(&words[0]);
+        h.insert(&words[1]);
+        assert_eq!(h.delete_min().map(String::as_str), Some("a"));
+        let token = Arc::new(());
+        {
+            let h: FcBinaryHeap<(u32, Arc<()>)> = FcBinaryHeap::default();
+            let q: FcQueue<Arc<()>> = FcQueue::default();
+            for i in 0..5 {
+                h.insert((i, token.clone()));
+                q.enqueue(token.clone());
+            }
+            assert_eq!(h.delete_min().map(|v| v.0), Some(0));
+            drop(q.dequeue());
+            assert_eq!(Arc::strong_count(&token), 9);
+        }
+        assert_eq!(Arc::strong_count(&token), 1);
+    }
+}
