@@ -11,6 +11,7 @@ use mpsync::util::rng::SplitMix64;
 
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
 use mpsync::ds::binary_heap::LockedBinaryHeap;
+use mpsync::ds::combining::{FcBinaryHeap, FcQueue, FcStack};
 use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
 use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::handle::Auto;
@@ -377,6 +378,21 @@ impl<R: NewDomain, A: NodeAlloc> Make for EliminationStack<u64, R, A> {
         Self::with_domain(R::new_domain(1))
     }
 }
+impl Make for FcQueue<u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl Make for FcStack<u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
+impl Make for FcBinaryHeap<u64> {
+    fn make() -> Self {
+        Self::new()
+    }
+}
 impl Make for ScqQueue<u64> {
     fn make() -> Self {
         Self::new(BOUNDED_CAPACITY).expect("a capacity above 0")
@@ -680,6 +696,12 @@ fn queue_rows() -> Vec<DsImpl> {
         lf_row!("MS non-blocking (EBR, Auto)", Queue, Auto, MsQueue, Ebr),
         lf_row!("PLJ non-blocking", Queue, QueueRow, PljQueue, Qsbr),
         row!("SCQ (bounded)", Paper, Queue, QueueRow<ScqQueue<u64>>),
+        row!(
+            "flat combining",
+            Origin::Mpsync,
+            Queue,
+            QueueRow<FcQueue<u64>>
+        ),
     ]
 }
 
@@ -721,6 +743,12 @@ fn stack_rows() -> Vec<DsImpl> {
             HazardPointers
         ),
         row!("Herlihy", Paper, Stack, StackRow<HerlihyStack<u64, Qsbr>>),
+        row!(
+            "flat combining",
+            Origin::Mpsync,
+            Stack,
+            StackRow<FcStack<u64>>
+        ),
     ]
 }
 
@@ -760,6 +788,12 @@ fn heap_rows() -> Vec<DsImpl> {
             Paper,
             Heap,
             HeapRow<LockedBinaryHeap<u64, mpsync::lock::SpinThenPark>>
+        ),
+        row!(
+            "binary heap (flat combining)",
+            Origin::Mpsync,
+            Heap,
+            HeapRow<FcBinaryHeap<u64>>
         ),
     ]
 }

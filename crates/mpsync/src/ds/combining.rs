@@ -68,7 +68,10 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
-use super::{ConcurrentPriorityQueue, PriorityQueueHandle};
+use super::{
+    ConcurrentPriorityQueue, ConcurrentQueue, ConcurrentStack, PriorityQueueHandle, QueueHandle,
+    StackHandle,
+};
 use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::util::CachePadded;
 
@@ -87,6 +90,10 @@ pub trait Sequential {
     fn apply(&mut self, req: Self::Request) -> Self::Response;
     /// The number of elements.
     fn len(&self) -> usize;
+    /// Whether it holds no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(not(loom))]
@@ -310,12 +317,7 @@ impl<S: Sequential> FlatCombining<S> {
     /// If called from inside `S::apply` on this same structure (re-entry), or
     /// with `S::apply`'s panic.
     pub fn execute(&self, req: S::Request) -> S::Response {
-        // Relaxed: only this thread ever stores its own marker, so reading
-        // it back means this thread is the combiner.
-        assert!(
-            self.holder.load(Ordering::Relaxed) != me() || cfg!(loom),
-            "FlatCombining re-entered from inside the combiner (an Ord that uses the same structure)"
-        );
+        self.refuse_reentry();
         let Some(i) = self.claim() else {
             // Every record taken: wait for the lock and apply it ourselves.
             let mut w = Waiter::new();
@@ -352,8 +354,24 @@ impl<S: Sequential> FlatCombining<S> {
             .unwrap_or_else(|p| resume_unwind(p))
     }
 
+    /// Panics if the calling thread is the combiner (called from inside
+    /// `S::apply`, e.g. an `Ord` that uses the same structure): waiting for
+    /// the lock it holds would deadlock.
+    fn refuse_reentry(&self) {
+        // Relaxed: only this thread ever stores its own marker, so reading
+        // it back means this thread is the combiner.
+        assert!(
+            self.holder.load(Ordering::Relaxed) != me() || cfg!(loom),
+            "FlatCombining re-entered from inside the combiner (an Ord that uses the same structure)"
+        );
+    }
+
     /// The number of elements (a snapshot).
+    ///
+    /// # Panics
+    /// If called from inside `S::apply` on this same structure.
     pub fn len(&self) -> usize {
+        self.refuse_reentry();
         let mut w = Waiter::new();
         loop {
             if let Some(_g) = self.try_lock() {
@@ -595,6 +613,46 @@ impl<T: Ord> PriorityQueueHandle<T> for &FcBinaryHeap<T> {
     }
     fn delete_min(&mut self) -> Option<T> {
         FcBinaryHeap::delete_min(self)
+    }
+}
+
+impl<T: Send> ConcurrentQueue<T> for FcQueue<T> {
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+impl<T> QueueHandle<T> for &FcQueue<T> {
+    fn enqueue(&mut self, value: T) {
+        FcQueue::enqueue(self, value)
+    }
+    fn dequeue(&mut self) -> Option<T> {
+        FcQueue::dequeue(self)
+    }
+}
+
+impl<T: Send> ConcurrentStack<T> for FcStack<T> {
+    type Handle<'a>
+        = &'a Self
+    where
+        Self: 'a;
+
+    fn handle(&self) -> &Self {
+        self
+    }
+}
+
+impl<T> StackHandle<T> for &FcStack<T> {
+    fn push(&mut self, value: T) {
+        FcStack::push(self, value)
+    }
+    fn pop(&mut self) -> Option<T> {
+        FcStack::pop(self)
     }
 }
 
