@@ -668,7 +668,7 @@ mod loom_tests {
     #[test]
     fn two_threads_twice_conserve_values() {
         let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
+        b.preemption_bound = Some(1);
         b.check(|| {
             let h = Arc::new(FcBinaryHeap::new());
             let ts: Vec<_> = (0..2u32)
@@ -727,6 +727,39 @@ mod tests {
         let want: Vec<u64> = (0..T * N).flat_map(|v| [v, v, v]).collect();
         assert_eq!(all, want, "every value popped exactly once from each");
         assert!(h.is_empty() && q.is_empty() && s.is_empty());
+    }
+
+    /// Fresh threads all try record 0 first: many short-lived threads make
+    /// their claims collide, and a record two threads own loses a request
+    /// (a value missing below) or a response (a thread waits for ever).
+    #[test]
+    fn combining_claims_are_exclusive() {
+        let q: FcQueue<u64> = FcQueue::new();
+        for round in 0..300u64 {
+            let start = std::sync::Barrier::new(4);
+            let got: Vec<u64> = std::thread::scope(|sc| {
+                let ts: Vec<_> = (0..4u64)
+                    .map(|t| {
+                        let (q, start) = (&q, &start);
+                        sc.spawn(move || {
+                            start.wait();
+                            let mut got = Vec::new();
+                            for i in 0..20 {
+                                q.enqueue((round * 4 + t) * 20 + i);
+                                got.extend(q.dequeue());
+                            }
+                            got
+                        })
+                    })
+                    .collect();
+                ts.into_iter().flat_map(|t| t.join().unwrap()).collect()
+            });
+            let mut got = got;
+            got.sort();
+            let want: Vec<u64> = (round * 80..(round + 1) * 80).collect();
+            assert_eq!(got, want, "round {round}: every value dequeued once");
+        }
+        assert!(q.is_empty());
     }
 
     #[test]
