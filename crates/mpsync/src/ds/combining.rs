@@ -389,19 +389,24 @@ impl<S: Sequential> FlatCombining<S> {
 }
 
 /// Waiting for the combiner: `sched::Waiter`'s spin, then `sched::yield_now`.
-struct Waiter(#[cfg(not(loom))] crate::sched::Waiter);
+/// The `sched::Waiter` (which reads the clock) is started at the first wait,
+/// so an operation that combines at once pays nothing for it.
+struct Waiter(#[cfg(not(loom))] Option<crate::sched::Waiter>);
 impl Waiter {
     fn new() -> Self {
         Self(
             #[cfg(not(loom))]
-            crate::sched::Waiter::new(),
+            None,
         )
     }
     fn wait(&mut self) {
         #[cfg(not(loom))]
-        if self.0.spin(None) == crate::sched::Wait::Park {
-            crate::sched::yield_now();
-            self.0.restart();
+        {
+            let w = self.0.get_or_insert_with(crate::sched::Waiter::new);
+            if w.spin(None) == crate::sched::Wait::Park {
+                crate::sched::yield_now();
+                w.restart();
+            }
         }
         #[cfg(loom)]
         crate::sync::spin_loop();
