@@ -483,10 +483,10 @@ fn a_thread_asking_about_itself_runs_even_where_the_kernel_cannot_repair() {
     if !kernel_answers("a_thread_asking_about_itself_runs_even_where_the_kernel_cannot_repair") {
         return;
     }
-    let (stale, wrong) = std::thread::spawn(|| {
+    let (stale, late, wrong) = std::thread::spawn(|| {
         let me = sched::current();
         let key = native::kernel_key(me);
-        let (mut stale, mut wrong) = (0u32, Vec::new());
+        let (mut stale, mut late, mut wrong) = (0u32, 0u32, Vec::new());
         for round in 0..50 {
             assert!(native::hide_next_switch_in(me, true));
             std::thread::sleep(Duration::from_micros(50));
@@ -511,19 +511,32 @@ fn a_thread_asking_about_itself_runs_even_where_the_kernel_cannot_repair() {
                 ));
             }
             // The next switch out and in, seen: the record is right again.
-            std::thread::sleep(Duration::from_micros(50));
-            let again = native::kernel_view(me).map(|v| v.state);
+            // Up to 5 sleeps: on a loaded machine (CI) the hidden switch-in
+            // can be one the first sleep did not make (a sleep whose timer
+            // fired while it was preempted inside nanosleep does not switch),
+            // so the hide is used by the next one (seen once in a CI run:
+            // "still Some(Blocked) after a switch the program saw").
+            let mut again = None;
+            let mut sleeps = 0;
+            while sleeps < 5 && again != Some(native::KernelState::Running) {
+                std::thread::sleep(Duration::from_micros(50));
+                again = native::kernel_view(me).map(|v| v.state);
+                sleeps += 1;
+            }
+            late += u32::from(sleeps > 1);
             if again != Some(native::KernelState::Running) {
                 wrong.push(format!(
-                    "round {round}: still {again:?} after a switch the program saw"
+                    "round {round}: still {again:?} after {sleeps} switches the program saw"
                 ));
             }
         }
-        (stale, wrong)
+        (stale, late, wrong)
     })
     .join()
     .unwrap();
-    println!("50 switch-ins hidden from the repair too: the record was stale after {stale}");
+    println!(
+        "50 switch-ins hidden from the repair too: the record was stale after {stale}, set right after more than one further sleep {late} times"
+    );
     assert!(
         wrong.is_empty(),
         "a thread asking about itself was not told that it runs: {wrong:#?}"
