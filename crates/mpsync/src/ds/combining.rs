@@ -705,15 +705,15 @@ mod tests {
         let q: FcQueue<u64> = FcQueue::new();
         let s: FcStack<u64> = FcStack::new();
         const T: u64 = 4;
-        const N: u64 = 5_000;
+        let n_per: u64 = if cfg!(miri) { 50 } else { 5_000 };
         let popped: Vec<Vec<u64>> = std::thread::scope(|sc| {
             let ts: Vec<_> = (0..T)
                 .map(|t| {
                     let (h, q, s) = (&h, &q, &s);
                     sc.spawn(move || {
                         let mut got = Vec::new();
-                        for i in 0..N {
-                            let v = t * N + i;
+                        for i in 0..n_per {
+                            let v = t * n_per + i;
                             h.insert(v);
                             q.enqueue(v);
                             s.push(v);
@@ -729,7 +729,7 @@ mod tests {
         });
         let mut all: Vec<u64> = popped.into_iter().flatten().collect();
         all.sort();
-        let want: Vec<u64> = (0..T * N).flat_map(|v| [v, v, v]).collect();
+        let want: Vec<u64> = (0..T * n_per).flat_map(|v| [v, v, v]).collect();
         assert_eq!(all, want, "every value popped exactly once from each");
         assert!(h.is_empty() && q.is_empty() && s.is_empty());
     }
@@ -740,7 +740,7 @@ mod tests {
     #[test]
     fn combining_claims_are_exclusive() {
         let q: FcQueue<u64> = FcQueue::new();
-        for round in 0..300u64 {
+        for round in 0..if cfg!(miri) { 3 } else { 300u64 } {
             let start = std::sync::Barrier::new(4);
             let got: Vec<u64> = std::thread::scope(|sc| {
                 let ts: Vec<_> = (0..4u64)
@@ -797,18 +797,19 @@ mod tests {
 
     #[test]
     fn combining_more_threads_than_slots_fall_back() {
+        const PER: usize = if cfg!(miri) { 5 } else { 200 };
         let h: FcStack<usize> = FcStack::new();
         std::thread::scope(|sc| {
             for t in 0..SLOTS + 8 {
                 let h = &h;
                 sc.spawn(move || {
-                    for i in 0..200 {
+                    for i in 0..PER {
                         h.push(t * 1000 + i);
                     }
                 });
             }
         });
-        assert_eq!(h.len(), (SLOTS + 8) * 200);
+        assert_eq!(h.len(), (SLOTS + 8) * PER);
     }
 
     thread_local! {
