@@ -40,6 +40,14 @@
 //!   before its turn ends: the unlock that ends it is a *fair* unlock when
 //!   someone is queued — it sets [`NO_STEAL`], so the queue head takes the lock
 //!   next — and refills the budget. Coming out of the queue refills it too.
+//!   A turn also lasts at least [`MIN_TURN`] (1 ms; per lock,
+//!   [`with_min_turn`](BoundedSteal::with_min_turn)): a thread that spends its
+//!   budget sooner refills it and goes on, and its turn ends at the first
+//!   budget spent after that. The budget alone made turns far shorter than the
+//!   ≈ 1 ms it was sized for wherever the critical section is shorter than the
+//!   microsecond it was sized at, and every turn is a wake-up: `sysbench mutex`
+//!   through the interposer (8 threads, 2 cores, a ~20 ns critical section)
+//!   ended a turn every ≈ 60 µs, with 14× glibc's voluntary context switches.
 //!   The spender itself never queues for fairness's sake: it goes on running
 //!   and stealing, and the queue moves one step per turn, each step a wake-up
 //!   sent one step ahead. (The first budget made the spender join the queue's
@@ -129,6 +137,12 @@ pub const QUEUED_PATIENCE: Duration = Duration::from_micros(2);
 /// ≈ 1.35× where it is contended. (The measurements: CHANGELOG.md.)
 pub const STEAL_BUDGET: u32 = 512;
 
+/// Default shortest turn: a thread that spends its [`STEAL_BUDGET`] sooner
+/// than this after its turn began refills it without ending the turn (module
+/// doc, "a steal budget per thread"); 2 × [`FAIR_AFTER`], so a queue head
+/// still gets the lock within a fairness bound of the turn's end being due.
+pub const MIN_TURN: Duration = Duration::from_millis(1);
+
 #[cfg(not(loom))]
 thread_local! {
     /// This thread's steals left (module doc: "a steal budget per thread").
@@ -154,6 +168,55 @@ fn steals_left(budget: u32) -> u32 {
 #[inline]
 fn set_steals_left(n: u32) {
     let _ = STEALS_LEFT.try_with(|c| c.set(n));
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    /// When this thread's turn began ([`now_ns`](crate::util::clock::now_ns));
+    /// 0: not yet (module doc: "a turn also lasts at least `MIN_TURN`").
+    static TURN_BEGAN_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread's turn has lasted `min_turn_ns`; if so, the next turn
+/// begins now. A thread's first look begins its first turn (and says no).
+/// Always yes for a zero `min_turn_ns`, and under loom (no real time there:
+/// every spent budget ends the turn, the unlock the models explore), and while
+/// the thread-locals are torn down.
+#[inline]
+fn turn_lasted(min_turn_ns: u64) -> bool {
+    if min_turn_ns == 0 {
+        return true;
+    }
+    #[cfg(loom)]
+    {
+        true
+    }
+    #[cfg(not(loom))]
+    {
+        let now = crate::util::clock::now_ns();
+        TURN_BEGAN_NS
+            .try_with(|began| {
+                let b = began.get();
+                let lasted = b != 0 && now.saturating_sub(b) >= min_turn_ns;
+                if lasted || b == 0 {
+                    began.set(now);
+                }
+                lasted
+            })
+            .unwrap_or(true)
+    }
+}
+
+/// This thread's turn begins now (it came out of the queue).
+#[inline]
+fn begin_turn(min_turn_ns: u64) {
+    #[cfg(not(loom))]
+    if min_turn_ns != 0 {
+        let now = crate::util::clock::now_ns();
+        let _ = TURN_BEGAN_NS.try_with(|c| c.set(now));
+    }
+    #[cfg(loom)]
+    let _ = min_turn_ns;
 }
 
 /// A queued waiter, not yet at the head.
@@ -201,6 +264,8 @@ pub struct BoundedSteal {
     fair_after_ns: u64,
     /// A thread's steals per turn ([`STEAL_BUDGET`] by default).
     steal_budget: u32,
+    /// A turn's shortest length, ns ([`MIN_TURN`] by default; 0: none).
+    min_turn_ns: u64,
 }
 
 // SAFETY: all shared state is atomics; raw pointers in it name nodes owned by
@@ -225,6 +290,7 @@ super::loom_const_new! {
             wake_after: AtomicPtr::new(ptr::null_mut()),
             fair_after_ns: FAIR_AFTER.as_nanos() as u64,
             steal_budget: STEAL_BUDGET,
+            min_turn_ns: MIN_TURN.as_nanos() as u64,
         }
     }
 }
@@ -269,6 +335,33 @@ impl BoundedSteal {
         self.steal_budget
     }
 
+    /// This lock with a turn's shortest length set to `min_turn` (module doc:
+    /// a thread that spends its steal budget sooner goes on stealing; zero
+    /// ends every turn at its budget). Errors unless `min_turn` ≤ 1 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mpsync::lock::BoundedSteal;
+    /// let l = BoundedSteal::new().with_min_turn(Duration::ZERO).unwrap();
+    /// assert_eq!(l.min_turn(), Duration::ZERO);
+    /// assert!(BoundedSteal::new().with_min_turn(Duration::from_secs(2)).is_err());
+    /// ```
+    pub fn with_min_turn(mut self, min_turn: Duration) -> Result<Self, LockError> {
+        let ns = min_turn.as_nanos();
+        if ns > 1_000_000_000 {
+            return Err(LockError::InvalidParameter(format!(
+                "bounded-steal shortest turn {min_turn:?} is out of range: use 0 ..= 1 s (default {MIN_TURN:?})"
+            )));
+        }
+        self.min_turn_ns = ns as u64;
+        Ok(self)
+    }
+
+    /// A turn's shortest length.
+    pub fn min_turn(&self) -> Duration {
+        Duration::from_nanos(self.min_turn_ns)
+    }
+
     /// Counts one acquisition outside the queue against this thread's budget.
     #[inline]
     fn spend_steal(left: u32) {
@@ -310,12 +403,15 @@ impl BoundedSteal {
     }
 
     /// The end of a turn: a holder that spent its steal budget refills it, and
-    /// if someone is queued, releases fairly (module doc: "a steal budget per
-    /// thread") — the queue head takes the lock next.
+    /// if its turn has lasted the shortest turn and someone is queued, releases
+    /// fairly (module doc: "a steal budget per thread") — the queue head takes
+    /// the lock next.
     #[cold]
     fn end_turn(&self) {
         set_steals_left(self.steal_budget);
-        self.let_the_head_in();
+        if turn_lasted(self.min_turn_ns) {
+            self.let_the_head_in();
+        }
     }
 
     /// The holder's fair release, before its `unlock`: if someone is queued,
@@ -380,6 +476,7 @@ impl BoundedSteal {
         self.leave_queue(node);
         // Out of the queue: a new turn.
         set_steals_left(self.steal_budget);
+        begin_turn(self.min_turn_ns);
     }
 
     /// This lock's waits count threads woken and not yet on a CPU as CPU
@@ -669,6 +766,8 @@ mod tests {
         let l = BoundedSteal::with_fair_after(Duration::from_secs(1))
             .unwrap()
             .with_steal_budget(1)
+            .unwrap()
+            .with_min_turn(Duration::ZERO)
             .unwrap();
         // Several rounds: without the fair unlock, A's immediate re-lock wins
         // the race against the spinning head almost always, but not always.
@@ -821,5 +920,77 @@ mod tests {
         }
         assert!(steals_left(3) <= 3);
         assert!(!l.is_locked());
+    }
+
+    /// A thread that spends its budget before its turn has lasted the
+    /// shortest turn does not end it: its unlock leaves stealing on although
+    /// someone is queued; once the turn has lasted, the unlock that spends the
+    /// budget is fair. (The queue is faked: `let_the_head_in` only asks
+    /// whether it is empty.)
+    #[test]
+    fn a_turn_lasts_at_least_the_shortest_turn() {
+        assert!(BoundedSteal::new().with_min_turn(Duration::from_millis(1001)).is_err());
+        let mut fake = Node::new();
+        let fake: *mut Node = &mut fake;
+        let queued = |l: &BoundedSteal| l.tail.store(fake, Ordering::Relaxed);
+        let long = BoundedSteal::new()
+            .with_steal_budget(1)
+            .unwrap()
+            .with_min_turn(Duration::from_secs(1))
+            .unwrap();
+        // This thread's turn begins (or a lasted one ends) with nobody queued.
+        long.lock();
+        // SAFETY: locked just above.
+        unsafe { long.unlock(lock_api::GuardSend::new()) };
+        queued(&long);
+        for _ in 0..3 {
+            long.lock();
+            // SAFETY: locked just above.
+            unsafe { long.unlock(lock_api::GuardSend::new()) };
+            assert_eq!(
+                long.word.load(Ordering::Relaxed),
+                0,
+                "a spent budget ended a turn shorter than its 1 s shortest turn"
+            );
+        }
+        long.tail.store(ptr::null_mut(), Ordering::Relaxed);
+        let short = BoundedSteal::new()
+            .with_steal_budget(1)
+            .unwrap()
+            .with_min_turn(Duration::from_micros(1))
+            .unwrap();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_micros(5) {}
+        queued(&short);
+        short.lock();
+        // SAFETY: locked just above.
+        unsafe { short.unlock(lock_api::GuardSend::new()) };
+        assert_eq!(
+            short.word.load(Ordering::Relaxed),
+            NO_STEAL,
+            "a spent budget after the shortest turn did not let the queue head in"
+        );
+        short.tail.store(ptr::null_mut(), Ordering::Relaxed);
+        // A turn that lasted is followed by a new one, which must last too.
+        let medium = BoundedSteal::new()
+            .with_steal_budget(1)
+            .unwrap()
+            .with_min_turn(Duration::from_millis(200))
+            .unwrap();
+        queued(&medium);
+        std::thread::sleep(Duration::from_millis(210));
+        let spend = || {
+            medium.lock();
+            // SAFETY: locked just above.
+            unsafe { medium.unlock(lock_api::GuardSend::new()) };
+            medium.word.swap(0, Ordering::Relaxed)
+        };
+        assert_eq!(spend(), NO_STEAL, "a turn of over 200 ms did not end");
+        assert_eq!(
+            spend(),
+            0,
+            "the turn after one that lasted ended at once: it never began"
+        );
+        medium.tail.store(ptr::null_mut(), Ordering::Relaxed);
     }
 }
