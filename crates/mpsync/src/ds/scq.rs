@@ -509,6 +509,38 @@ mod tests {
         assert_eq!((q.dequeue(), q.dequeue()), (Some(99), None));
     }
 
+    /// An enqueuer never puts an index in an entry a dequeuer marked unsafe
+    /// once a dequeuer has passed its position (no dequeuer would look there
+    /// again: the value would be lost); it takes the next position. Where no
+    /// dequeuer has passed yet, the unsafe entry is used. (The ring's state is
+    /// set by hand: an overtaken enqueuer's leftover, consumed, at the tail.)
+    #[test]
+    fn an_enqueuer_skips_an_unsafe_entry_a_dequeuer_passed() {
+        for passed in [true, false] {
+            let r = Ring::empty(3);
+            let t = r.tail.load(Ordering::SeqCst);
+            let leftover = r.entry(r.cycle(t) - 1, false, r.bottom_c());
+            r.entries[r.remap(t)].store(leftover, Ordering::SeqCst);
+            if passed {
+                // A dequeuer took position t (and found nothing there).
+                r.head.store(t + 1, Ordering::SeqCst);
+            }
+            r.enqueue(5);
+            let at_t = r.entries[r.remap(t)].load(Ordering::SeqCst);
+            assert_eq!(
+                at_t == leftover,
+                passed,
+                "passed {passed}: the entry at the tail is {at_t:#x} (the unsafe leftover {leftover:#x})"
+            );
+            assert_eq!(
+                r.dequeue(),
+                Some(5),
+                "passed {passed}: the enqueued index is not where a dequeuer looks"
+            );
+            assert_eq!(r.dequeue(), None);
+        }
+    }
+
     #[test]
     fn the_remap_is_a_permutation() {
         for order in 0..8 {

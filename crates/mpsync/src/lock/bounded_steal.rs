@@ -929,7 +929,11 @@ mod tests {
     /// whether it is empty.)
     #[test]
     fn a_turn_lasts_at_least_the_shortest_turn() {
-        assert!(BoundedSteal::new().with_min_turn(Duration::from_millis(1001)).is_err());
+        assert!(
+            BoundedSteal::new()
+                .with_min_turn(Duration::from_millis(1001))
+                .is_err()
+        );
         let mut fake = Node::new();
         let fake: *mut Node = &mut fake;
         let queued = |l: &BoundedSteal| l.tail.store(fake, Ordering::Relaxed);
