@@ -283,7 +283,9 @@ pub mod tas_b;
 pub mod ticket;
 
 pub use anderson::{Anderson, AndersonGuard, AndersonN};
-pub use bounded_steal::{BoundedSteal, FAIR_AFTER, QUEUED_PATIENCE, STEAL_BUDGET, STEAL_PATIENCE};
+pub use bounded_steal::{
+    BoundedSteal, FAIR_AFTER, MIN_TURN, QUEUED_PATIENCE, STEAL_BUDGET, STEAL_PATIENCE,
+};
 pub use clh::{Clh, ClhGuard};
 pub use clh_tp::{ClhTp, ClhTpGuard};
 pub use condvar::{Condvar, WaitTimeoutResult};
