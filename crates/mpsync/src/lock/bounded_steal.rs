@@ -937,61 +937,59 @@ mod tests {
         let mut fake = Node::new();
         let fake: *mut Node = &mut fake;
         let queued = |l: &BoundedSteal| l.tail.store(fake, Ordering::Relaxed);
-        let long = BoundedSteal::new()
-            .with_steal_budget(1)
-            .unwrap()
-            .with_min_turn(Duration::from_secs(1))
-            .unwrap();
+        // One acquisition (the whole budget of 1); the word it leaves behind,
+        // reset for the next.
+        let spend = |l: &BoundedSteal| {
+            l.lock();
+            // SAFETY: locked just above.
+            unsafe { l.unlock(lock_api::GuardSend::new()) };
+            l.word.swap(0, Ordering::Relaxed)
+        };
+        let with_min_turn = |d| {
+            BoundedSteal::new()
+                .with_steal_budget(1)
+                .unwrap()
+                .with_min_turn(d)
+                .unwrap()
+        };
+        let wait = |d| {
+            let t0 = Instant::now();
+            while t0.elapsed() < d {
+                crate::sched::yield_now();
+            }
+        };
+        let long = with_min_turn(Duration::from_secs(1));
         // This thread's turn begins (or a lasted one ends) with nobody queued.
-        long.lock();
-        // SAFETY: locked just above.
-        unsafe { long.unlock(lock_api::GuardSend::new()) };
+        spend(&long);
         queued(&long);
         for _ in 0..3 {
-            long.lock();
-            // SAFETY: locked just above.
-            unsafe { long.unlock(lock_api::GuardSend::new()) };
             assert_eq!(
-                long.word.load(Ordering::Relaxed),
+                spend(&long),
                 0,
                 "a spent budget ended a turn shorter than its 1 s shortest turn"
             );
         }
         long.tail.store(ptr::null_mut(), Ordering::Relaxed);
-        let short = BoundedSteal::new()
-            .with_steal_budget(1)
-            .unwrap()
-            .with_min_turn(Duration::from_micros(1))
-            .unwrap();
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_micros(5) {}
+        let short = with_min_turn(Duration::from_micros(1));
+        wait(Duration::from_micros(5));
         queued(&short);
-        short.lock();
-        // SAFETY: locked just above.
-        unsafe { short.unlock(lock_api::GuardSend::new()) };
         assert_eq!(
-            short.word.load(Ordering::Relaxed),
+            spend(&short),
             NO_STEAL,
             "a spent budget after the shortest turn did not let the queue head in"
         );
         short.tail.store(ptr::null_mut(), Ordering::Relaxed);
         // A turn that lasted is followed by a new one, which must last too.
-        let medium = BoundedSteal::new()
-            .with_steal_budget(1)
-            .unwrap()
-            .with_min_turn(Duration::from_millis(200))
-            .unwrap();
+        let medium = with_min_turn(Duration::from_millis(200));
         queued(&medium);
-        std::thread::sleep(Duration::from_millis(210));
-        let spend = || {
-            medium.lock();
-            // SAFETY: locked just above.
-            unsafe { medium.unlock(lock_api::GuardSend::new()) };
-            medium.word.swap(0, Ordering::Relaxed)
-        };
-        assert_eq!(spend(), NO_STEAL, "a turn of over 200 ms did not end");
+        wait(Duration::from_millis(210));
         assert_eq!(
-            spend(),
+            spend(&medium),
+            NO_STEAL,
+            "a turn of over 200 ms did not end"
+        );
+        assert_eq!(
+            spend(&medium),
             0,
             "the turn after one that lasted ended at once: it never began"
         );
