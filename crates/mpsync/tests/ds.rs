@@ -372,11 +372,17 @@ mod scq_queue {
     fn linearizable() {
         super::linearizable::<_, Fifo>(lin_rounds(), || Q(ScqQueue::new(8).unwrap()))
     }
-    /// 8 threads on a queue of 4: every `try_enqueue` that fails gives its
-    /// value back, and what went in comes out once, each producer's in order.
+    /// 8 threads on a queue of 4, and on the smallest one (`new(1)`, which
+    /// has 2 cells): every `try_enqueue` that fails gives its value back, and
+    /// what went in comes out once, each producer's in order.
     #[test]
     fn full_queue_gives_values_back() {
-        let q: ScqQueue<u64> = ScqQueue::new(4).unwrap();
+        full_queue_of(4);
+        full_queue_of(1);
+    }
+
+    fn full_queue_of(capacity: usize) {
+        let q: ScqQueue<u64> = ScqQueue::new(capacity).unwrap();
         let per = sized(20_000, 25);
         let got: Vec<Vec<u64>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..8u64)

@@ -23,6 +23,7 @@ use std::sync::{Arc, Once};
 use common::sized;
 use mpsync::ds::handle::Auto;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
+use mpsync::ds::lscq::LscqQueue;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::queue::TwoLockQueue;
@@ -632,6 +633,11 @@ fn a_structure_drops_every_value_left_when_some_panic() {
     check(
         "PljQueue",
         || PljQueue::<Val>::with_domain(d.clone()),
+        |q, v| q.enqueue(&l, v),
+    );
+    check(
+        "LscqQueue (5 segments)",
+        || LscqQueue::<Val>::with_domain_and_segment_capacity(d.clone(), 4).unwrap(),
         |q, v| q.enqueue(&l, v),
     );
     check(

@@ -1,5 +1,7 @@
-//! Torture for the non-blocking structures (`MsQueue`, `PljQueue`, `TreiberStack`)
-//! over every reclamation scheme and both node allocators, in the style of
+//! Torture for the non-blocking structures (`MsQueue`, `PljQueue`, `TreiberStack`,
+//! and `LscqQueue` with segments of 2 cells, so that nearly every operation
+//! meets a finalized segment) over every reclamation scheme and both node
+//! allocators (LSCQ: its own segments), in the style of
 //! Concurrency Kit's `validate/`:
 //!
 //! - **conservation**: every value put in comes out exactly once (none lost, none
@@ -26,6 +28,7 @@ use common::lincheck::{Fifo, Lifo, Recorder, Spec, check_rounds, value};
 use common::sized;
 use common::stepper::Stepper;
 use mpsync::ds::alloc::{MagazineAlloc, NodeAlloc, SystemAlloc};
+use mpsync::ds::lscq::LscqQueue;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::treiber::TreiberStack;
@@ -117,6 +120,23 @@ impl<R: Reclaimer, A: NodeAlloc> Ds for TreiberStack<u64, R, A> {
         f(&mut S(self.handle()))
     }
 }
+
+/// LSCQ with segments of [`LSCQ_CELLS`] cells: the tests' few values cross
+/// segments all the time (finalization, linking, the head's move, retirement).
+impl<R: Reclaimer> Ds for LscqQueue<u64, R> {
+    type R = R;
+    const FIFO: bool = true;
+    fn make(d: Arc<R>) -> Self {
+        LscqQueue::with_domain_and_segment_capacity(d, LSCQ_CELLS).expect("above 0")
+    }
+    fn with_handle<T>(&self, f: impl FnOnce(&mut dyn Ops) -> T) -> T {
+        f(&mut Q(self.handle()))
+    }
+}
+
+/// Cells per LSCQ segment asked for in these tests: 1, which gives the
+/// smallest segments there are (2 cells).
+const LSCQ_CELLS: usize = 1;
 
 /// A fresh domain of each scheme (hazard pointers: the 2 slots the queues need).
 trait Domain: Reclaimer + Sized {
@@ -365,6 +385,29 @@ per_scheme! {
     treiber_ebr: TreiberStack, Ebr, Lifo;
     treiber_hp: TreiberStack, HazardPointers, Lifo;
     treiber_leak: TreiberStack, Leak, Lifo;
+}
+
+/// The LSCQ rows: its segments are its own (no node allocator).
+macro_rules! lscq_per_scheme {
+    ($($name:ident: $r:ty;)*) => {$(
+        mod $name {
+            use super::*;
+            type L = LscqQueue<u64, $r>;
+            #[test]
+            fn oversubscribed_system() { oversubscribed::<L>() }
+            #[test]
+            fn emulated_mp3_system() { emulated_mp3::<L>() }
+            #[test]
+            fn linearizable_histories() { linearizable::<L, Fifo>() }
+        }
+    )*};
+}
+
+lscq_per_scheme! {
+    lscq_qsbr: Qsbr;
+    lscq_ebr: Ebr;
+    lscq_hp: HazardPointers;
+    lscq_leak: Leak;
 }
 
 /// Counts its drops.

@@ -9,7 +9,11 @@
 //! - elimination stack: two threads that each push and pop twice (an offer
 //!   taken, withdrawn, and a slot reused by its second offer);
 //! - SCQ (bounded, 2 cells): two threads that each enqueue and dequeue twice,
-//!   so cells and ring entries are reused in the model.
+//!   so cells and ring entries are reused in the model;
+//! - LSCQ (segments of 2 cells, the first one full): an enqueue that finalizes
+//!   the segment and links a new one, against a dequeuer that empties the
+//!   first, moves the head past it and retires it (freed at once when no
+//!   hazard or pin holds it: a segment used after its free is reported).
 //!
 //! Nodes come from a test allocator whose "free" marks the node dead through
 //! `ds::lf::Liveness` (a loom-tracked cell, the first field of every node) and
@@ -27,6 +31,7 @@ use loom::thread;
 use mpsync::ds::alloc::NodeAlloc;
 use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::lf::Liveness;
+use mpsync::ds::lscq::LscqQueue;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::scq::ScqQueue;
@@ -525,6 +530,58 @@ fn elimination_slot_two_takers() {
         }
         assert_eq!(all, [7]);
     });
+}
+
+/// LSCQ with segments of 2 cells, the first full (1, 2): one thread enqueues
+/// 3, which finalizes it and links a second segment, while another dequeues
+/// three times — the third meets the empty first segment, looks again with a
+/// fresh threshold, moves the head (and the tail, if it lags) past it and
+/// retires it. FIFO, every value once.
+fn lscq_grow_vs_drain<R: Eager>(bound: usize) {
+    model_bounded(bound, || {
+        let q =
+            Arc::new(LscqQueue::<u32, R>::with_domain_and_segment_capacity(R::eager(), 2).unwrap());
+        let main = R::register(q.domain());
+        q.enqueue(&main, 1);
+        q.enqueue(&main, 2);
+        let q1 = q.clone();
+        let e = thread::spawn(move || {
+            let l = R::register(q1.domain());
+            q1.enqueue(&l, 3);
+        });
+        let q2 = q.clone();
+        let d = thread::spawn(move || {
+            let l = R::register(q2.domain());
+            [q2.dequeue(&l), q2.dequeue(&l), q2.dequeue(&l)]
+        });
+        e.join().unwrap();
+        let [a, b, c] = d.join().unwrap();
+        assert_eq!((a, b), (Some(1), Some(2)), "FIFO: 1 and 2 were there first");
+        let rest: Vec<u32> = c
+            .into_iter()
+            .chain(std::iter::from_fn(|| q.dequeue(&main)))
+            .collect();
+        assert_eq!(rest, [3], "3 taken exactly once");
+    });
+}
+
+// Leak (no reclamation fences: the queue's own orderings must publish a
+// segment and its values) at 3 preemptions takes about 3 s; EBR and hazard
+// pointers at 2 took about 60 s together on 2 cores, so they run at 1 here
+// (LOOM_MAX_PREEMPTIONS=2 for the deeper run).
+#[test]
+fn lscq_grow_vs_drain_leak() {
+    lscq_grow_vs_drain::<Leak>(3);
+}
+
+#[test]
+fn lscq_grow_vs_drain_ebr() {
+    lscq_grow_vs_drain::<Ebr>(1);
+}
+
+#[test]
+fn lscq_grow_vs_drain_hp() {
+    lscq_grow_vs_drain::<HazardPointers>(1);
 }
 
 /// SCQ of 2 cells: two threads each enqueue a value and dequeue one, twice;

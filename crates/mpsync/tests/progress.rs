@@ -3,7 +3,7 @@
 //! at any point of its own operations.
 //!
 //! For each structure (Michael & Scott's and Prakash, Lee & Johnson's queues,
-//! Treiber's stack, Herlihy's stack and skew heap) and each named stall point
+//! Nikolaev's LSCQ, Treiber's stack, Herlihy's stack and skew heap) and each named stall point
 //! its operations pass — its own (between a successful CAS and the helping
 //! step, between building and installing a version, …) and those of the
 //! reclamation scheme under it (an epoch pin being published, an epoch advance
@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use common::sized;
 use mpsync::ds::handle::{Auto, Registered};
 use mpsync::ds::heap::HerlihySkewHeap;
+use mpsync::ds::lscq::LscqQueue;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::stack::HerlihyStack;
@@ -100,6 +101,27 @@ subject!(
     insert,
     delete_min
 );
+
+/// LSCQ with the smallest segments (2 cells), so that the 64 values queued
+/// first span many of them and every operation meets finalization, linking
+/// and the head's move.
+impl<R: Reclaimer> Subject for LscqQueue<u64, R> {
+    const NAME: &'static str = "LscqQueue";
+    const POINTS: &'static [Point] = &[
+        stall::SCQ_CELL_WRITTEN,
+        stall::LSCQ_LINKED,
+        stall::LSCQ_HEAD_PASSED,
+    ];
+    fn make(d: mpsync::sync::Arc<R>) -> Self {
+        LscqQueue::with_domain_and_segment_capacity(d, 2).expect("above 0")
+    }
+    fn put(&self, l: &R::Local, v: u64) {
+        self.enqueue(l, v)
+    }
+    fn take(&self, l: &R::Local) -> Option<u64> {
+        self.dequeue(l)
+    }
+}
 
 /// One thread's record: what it put and what it took.
 #[derive(Default)]
@@ -242,6 +264,11 @@ where
 #[test]
 fn ms_queue_is_lock_free() {
     row::<MsQueue<u64, Ebr>, MsQueue<u64, HazardPointers>, MsQueue<u64, Qsbr>>();
+}
+
+#[test]
+fn lscq_queue_is_lock_free() {
+    row::<LscqQueue<u64, Ebr>, LscqQueue<u64, HazardPointers>, LscqQueue<u64, Qsbr>>();
 }
 
 #[test]

@@ -16,6 +16,7 @@ use mpsync::ds::counter::{CasCounter, FetchAddCounter, LockedCounter};
 use mpsync::ds::elimination::EliminationStack;
 use mpsync::ds::handle::Auto;
 use mpsync::ds::heap::{HerlihySkewHeap, LockedSkewHeap};
+use mpsync::ds::lscq::LscqQueue;
 use mpsync::ds::ms_queue::MsQueue;
 use mpsync::ds::plj_queue::PljQueue;
 use mpsync::ds::queue::{LockedQueue, TwoLockQueue};
@@ -393,6 +394,11 @@ impl Make for FcBinaryHeap<u64> {
         Self::new()
     }
 }
+impl<R: NewDomain> Make for LscqQueue<u64, R> {
+    fn make() -> Self {
+        Self::with_domain(R::new_domain(1))
+    }
+}
 impl Make for ScqQueue<u64> {
     fn make() -> Self {
         Self::new(BOUNDED_CAPACITY).expect("a capacity above 0")
@@ -659,8 +665,9 @@ pub fn ds_table() -> Vec<DsImpl> {
 }
 
 /// The papers' queues: single lock and two locks (ordinary and PS), MS (over
-/// each reclaimer, and through the cached registration), PLJ, and Nikolaev's
-/// bounded SCQ (of [`BOUNDED_CAPACITY`]).
+/// each reclaimer, and through the cached registration), PLJ, Nikolaev's
+/// bounded SCQ (of [`BOUNDED_CAPACITY`]) and unbounded LSCQ (QSBR, segments
+/// of its default size: one serves the benchmark's short queue).
 fn queue_rows() -> Vec<DsImpl> {
     use Kind::*;
     use Origin::Paper;
@@ -696,6 +703,7 @@ fn queue_rows() -> Vec<DsImpl> {
         lf_row!("MS non-blocking (EBR, Auto)", Queue, Auto, MsQueue, Ebr),
         lf_row!("PLJ non-blocking", Queue, QueueRow, PljQueue, Qsbr),
         row!("SCQ (bounded)", Paper, Queue, QueueRow<ScqQueue<u64>>),
+        row!("LSCQ", Paper, Queue, QueueRow<LscqQueue<u64, Qsbr>>),
         row!(
             "flat combining",
             Origin::Mpsync,

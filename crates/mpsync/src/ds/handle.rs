@@ -44,6 +44,7 @@ use super::{
     elimination::EliminationStack,
     hash::{FastReadHashMap, LfHashMap},
     heap::HerlihySkewHeap,
+    lscq::LscqQueue,
     map::RegisteredMap,
     ms_queue::MsQueue,
     plj_queue::PljQueue,
@@ -293,6 +294,7 @@ macro_rules! auto_ops {
 
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] MsQueue<T, R, A>, enqueue, dequeue, "FIFO");
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] PljQueue<T, R, A>, enqueue, dequeue, "FIFO");
+auto_ops!([T, R: Reclaimer] LscqQueue<T, R>, enqueue, dequeue, "FIFO");
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] TreiberStack<T, R, A>, push, pop, "LIFO");
 auto_ops!([T, R: Reclaimer, A: NodeAlloc] EliminationStack<T, R, A>, push, pop, "LIFO");
 auto_ops!([T: Send + 'static, R: Reclaimer] HerlihyStack<T, R>, push, pop, "LIFO");
@@ -323,6 +325,20 @@ macro_rules! auto_len {
 auto_len!([T, R: Reclaimer, A: NodeAlloc] MsQueue<T, R, A>, |s: &MsQueue<T, R, A>, l| s.is_empty(l));
 auto_len!([T, R: Reclaimer, A: NodeAlloc] TreiberStack<T, R, A>, |s: &TreiberStack<T, R, A>, _| s.is_empty());
 auto_len!([T, R: Reclaimer, A: NodeAlloc] EliminationStack<T, R, A>, |s: &EliminationStack<T, R, A>, _| s.is_empty());
+
+#[cfg(not(loom))]
+impl<T, R: ProtectsReachable> Auto<LscqQueue<T, R>> {
+    /// The number of values (a walk of every segment's ring, O(cells); exact
+    /// when no thread changes the queue meanwhile).
+    pub fn len(&self) -> usize {
+        self.with(|s, l| s.len(l))
+    }
+
+    /// Whether [`len`](Self::len) is 0 (as costly).
+    pub fn is_empty(&self) -> bool {
+        self.with(|s, l| s.is_empty(l))
+    }
+}
 
 #[cfg(not(loom))]
 impl<T, R: Reclaimer, A: NodeAlloc> Auto<PljQueue<T, R, A>> {

@@ -11,6 +11,7 @@ use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
 
 use super::heap::HerlihySkewHeap;
+use super::lscq::LscqQueue;
 use super::ms_queue::MsQueue;
 use super::plj_queue::PljQueue;
 use super::treiber::TreiberStack;
@@ -44,21 +45,28 @@ fn borrowed_values_never_reach_the_domain() {
             let q: MsQueue<Loud<'_>> = MsQueue::with_domain(d.clone());
             let p: PljQueue<Loud<'_>> = PljQueue::with_domain(d.clone());
             let t: TreiberStack<Loud<'_>> = TreiberStack::with_domain(d.clone());
+            // Segments of 2: its first segment is retired by the third dequeue.
+            let c: LscqQueue<Loud<'_>> =
+                LscqQueue::with_domain_and_segment_capacity(d.clone(), 2).unwrap();
             for _ in 0..3 {
                 q.enqueue(&l, Loud(&s, &drops));
                 p.enqueue(&l, Loud(&s, &drops));
                 t.push(&l, Loud(&s, &drops));
             }
+            for _ in 0..5 {
+                c.enqueue(&l, Loud(&s, &drops));
+            }
             drop((q.dequeue(&l), p.dequeue(&l), t.pop(&l)));
-            assert_eq!(drops.load(StdOrdering::Relaxed), 3);
-        } // the 6 values left are dropped here, by the structures
-        assert_eq!(drops.load(StdOrdering::Relaxed), 9);
+            drop((c.dequeue(&l), c.dequeue(&l), c.dequeue(&l)));
+            assert_eq!(drops.load(StdOrdering::Relaxed), 6);
+        } // the 8 values left are dropped here, by the structures
+        assert_eq!(drops.load(StdOrdering::Relaxed), 14);
     } // the string is gone; retired nodes are still pending in the domain
     assert!(d.stats().pending > 0);
     for _ in 0..6 {
         l.try_reclaim();
     }
-    assert_eq!(d.stats().freed, 3);
+    assert_eq!(d.stats().freed, 4, "3 nodes and the LSCQ's first segment");
 }
 
 /// A heap value that, when dropped, inserts a plain value into the same heap

@@ -56,13 +56,15 @@
 //! lock-based one with a lock that parks a waiter whose holder is preempted is
 //! the default.
 //!
-//! Beside the defaults, three structures aimed at oversubscribed machines,
+//! Beside the defaults, four structures aimed at oversubscribed machines,
 //! each measured by `mpsync run ds-oversub` against the defaults and the
 //! peers: [`elimination::EliminationStack`] (Treiber's stack whose failed
 //! CASes meet an opposite operation in a collision slot instead of backing
 //! off), [`scq::ScqQueue`] (a bounded FIFO over fetch-and-add rings; no
-//! reclamation, no handles) and [`binary_heap::LockedBinaryHeap`] (`std`'s
-//! binary heap under a preemption-safe lock).
+//! reclamation, no handles), [`lscq::LscqQueue`] (the unbounded one: SCQ
+//! rings linked into a list, spent ones retired through a reclaimer) and
+//! [`binary_heap::LockedBinaryHeap`] (`std`'s binary heap under a
+//! preemption-safe lock).
 //!
 //! # Handles, for hot paths
 //!
@@ -163,6 +165,7 @@ pub mod hm_list;
 mod hostile;
 pub mod lf;
 pub mod locked_hash;
+pub mod lscq;
 pub mod map;
 pub mod ms_queue;
 pub mod plj_queue;

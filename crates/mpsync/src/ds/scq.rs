@@ -21,7 +21,8 @@
 //! unit test stops an enqueuer there and checks exactly that).
 //! Progress: lock-free, every operation.
 //!
-//! Not implemented from the paper: the unbounded LSCQ (linked SCQs).
+//! The unbounded LSCQ (§5: SCQs linked into a list, each closed to enqueues
+//! once full) is [`lscq::LscqQueue`](super::lscq::LscqQueue), on the same rings.
 //!
 //! **What a put + take costs, and why `ArrayQueue` is faster** (issue 29,
 //! measured on 2 cores): a pair is four ring operations (`fq` dequeue, `aq`
@@ -88,7 +89,19 @@ impl fmt::Display for ZeroCapacity {
 
 impl std::error::Error for ZeroCapacity {}
 
-/// One SCQ ring of `2n` entries holding indices below `n` (Figure 8).
+/// The top bit of a ring's `tail`: once set ([`Ring::finalize`], LSCQ's
+/// closing of a full segment) every enqueue fails, and it stays set — the
+/// enqueuers' `fetch_add`s only change the bits below it.
+const FINALIZED: u64 = 1 << 63;
+
+/// Cells of the smallest SCQ (see [`Scq::order_for`]).
+const MIN_CELLS: usize = 2;
+
+/// An enqueue into a ring that was [finalized](Ring::finalize).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Finalized;
+
+/// One SCQ ring of `2n` entries holding indices below `n` (Figure 8), `n ≥ 2`.
 ///
 /// An entry is `cycle << (order + 2) | safe << (order + 1) | index`, where
 /// `2n = 1 << (order + 1)`:
@@ -189,11 +202,16 @@ impl Ring {
         r
     }
 
-    /// Puts `index` (< n) in the ring. Never fails: the queue puts at most `n`
-    /// indices in a ring of `2n` entries.
-    fn enqueue(&self, index: u64) {
+    /// Puts `index` (< n) in the ring. Fails only once the ring is
+    /// [finalized](Self::finalize): there is always room, since a queue puts
+    /// at most `n` indices in a ring of `2n` entries.
+    fn enqueue(&self, index: u64) -> Result<(), Finalized> {
         loop {
             let t = self.tail.fetch_add(1, Ordering::SeqCst);
+            if t & FINALIZED != 0 {
+                return Err(Finalized);
+            }
+            stall::point(stall::SCQ_POSITION_TAKEN);
             let j = self.remap(t);
             let mut e = self.entries[j].load(Ordering::SeqCst);
             loop {
@@ -210,7 +228,7 @@ impl Ring {
                         if self.threshold.load(Ordering::SeqCst) != full {
                             self.threshold.store(full, Ordering::SeqCst);
                         }
-                        return;
+                        return Ok(());
                     }
                     Err(now) => e = now,
                 }
@@ -256,7 +274,7 @@ impl Ring {
                 break;
             }
             let t = self.tail.load(Ordering::SeqCst);
-            if t <= h + 1 {
+            if t & !FINALIZED <= h + 1 {
                 self.catchup(t, h + 1);
                 self.threshold.fetch_sub(1, Ordering::SeqCst);
                 return None;
@@ -267,19 +285,45 @@ impl Ring {
         }
     }
 
-    /// Moves `tail` up to `head` after dequeuers ran past it.
+    /// Moves `tail` (as loaded, its [`FINALIZED`] bit included, which stays)
+    /// up to `head` after dequeuers ran past it.
     fn catchup(&self, mut tail: u64, mut head: u64) {
         while self
             .tail
-            .compare_exchange(tail, head, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(
+                tail,
+                head | tail & FINALIZED,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
             .is_err()
         {
             head = self.head.load(Ordering::SeqCst);
             tail = self.tail.load(Ordering::SeqCst);
-            if tail >= head {
+            if tail & !FINALIZED >= head {
                 break;
             }
         }
+    }
+
+    /// Closes the ring to enqueues, for good (LSCQ, §5: an enqueuer that
+    /// found its segment full). An enqueue whose `fetch_add` came before
+    /// still completes.
+    fn finalize(&self) {
+        self.tail.fetch_or(FINALIZED, Ordering::SeqCst);
+    }
+
+    /// Whether [`finalize`](Self::finalize) ran.
+    fn is_finalized(&self) -> bool {
+        self.tail.load(Ordering::SeqCst) & FINALIZED != 0
+    }
+
+    /// Lets dequeuers look again (LSCQ, §5): a dequeuer that found the
+    /// threshold spent on a segment that has a successor resets it before
+    /// its last look, so an enqueue still completing there is not missed.
+    fn reset_threshold(&self) {
+        self.threshold
+            .store(3 * self.n() as i64 - 1, Ordering::SeqCst);
     }
 
     /// Entries holding an index (a snapshot; exact when no thread operates).
@@ -291,10 +335,11 @@ impl Ring {
     }
 }
 
-/// Nikolaev's SCQ: a bounded lock-free FIFO queue of at least `capacity` values
-/// (see the [module documentation](self)); `&self` operations, no handles, no
-/// reclamation.
-pub struct ScqQueue<T> {
+/// The rings and cells of one SCQ: [`ScqQueue`]'s, and each segment's of an
+/// [`LscqQueue`](super::lscq::LscqQueue). It has no `Drop` of its values (the
+/// cells are `MaybeUninit`): its owner drains it, so that a segment freed by a
+/// reclaimer never drops a `T`.
+pub(super) struct Scq<T> {
     /// Indices of the cells holding values, in FIFO order.
     aq: Ring,
     /// Indices of the free cells.
@@ -305,39 +350,37 @@ pub struct ScqQueue<T> {
 // SAFETY: values move between threads whole (`T: Send`); a cell is written by
 // the enqueuer that took its index from `fq` and read by the dequeuer that took
 // it from `aq`, one at a time (the rings hand each index to one thread).
-unsafe impl<T: Send> Send for ScqQueue<T> {}
-// SAFETY: as above; `&ScqQueue` gives out no `&T`.
-unsafe impl<T: Send> Sync for ScqQueue<T> {}
+unsafe impl<T: Send> Send for Scq<T> {}
+// SAFETY: as above; `&Scq` gives out no `&T`.
+unsafe impl<T: Send> Sync for Scq<T> {}
 
-impl<T> ScqQueue<T> {
-    /// An empty queue of `capacity` values, rounded up to a power of two
-    /// ([`capacity`](Self::capacity) says what it is). Memory: 24 bytes and a
-    /// `T` per value.
-    ///
-    /// # Errors
-    /// [`ZeroCapacity`] for 0.
-    pub fn new(capacity: usize) -> Result<Self, ZeroCapacity> {
+impl<T> Scq<T> {
+    /// log2 of the cell count for `capacity` values: rounded up to a power of
+    /// two, and at least 2 — with one cell, `⊥c = 2n − 2` would be index 0,
+    /// so a consumed entry would still read as holding it (values came out
+    /// twice or never: found by 8 threads on `ScqQueue::new(1)`).
+    pub(super) fn order_for(capacity: usize) -> Result<u32, ZeroCapacity> {
         if capacity == 0 {
             return Err(ZeroCapacity);
         }
-        let order = capacity.next_power_of_two().trailing_zeros();
-        Ok(Self {
+        Ok(capacity.max(MIN_CELLS).next_power_of_two().trailing_zeros())
+    }
+
+    /// An empty SCQ of `1 << order` cells.
+    pub(super) fn new(order: u32) -> Self {
+        Self {
             aq: Ring::empty(order),
             fq: Ring::full(order),
             cells: (0..1usize << order).map(|_| ValueCell::empty()).collect(),
-        })
+        }
     }
 
-    /// How many values it holds when full.
-    pub fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         self.cells.len()
     }
 
-    /// Appends `value` at the tail, or gives it back if the queue is full.
-    ///
-    /// # Errors
-    /// `Err(value)` when the queue is full.
-    pub fn try_enqueue(&self, value: T) -> Result<(), T> {
+    /// [`ScqQueue::try_enqueue`]: for an SCQ that is never finalized.
+    pub(super) fn try_enqueue(&self, value: T) -> Result<(), T> {
         let Some(i) = self.fq.dequeue() else {
             return Err(value);
         };
@@ -346,25 +389,111 @@ impl<T> ScqQueue<T> {
         // the rings' SeqCst operations).
         unsafe { self.cells[i as usize].write(value) };
         stall::point(stall::SCQ_CELL_WRITTEN);
-        self.aq.enqueue(i);
+        self.aq
+            .enqueue(i)
+            .expect("only an LSCQ segment's ring is finalized, and it uses enqueue_or_finalize");
         Ok(())
     }
 
-    /// Removes the value at the head, or `None` if the queue is empty.
-    pub fn dequeue(&self) -> Option<T> {
+    /// An LSCQ segment's enqueue (§5): appends `value`, or gives it back when
+    /// the SCQ is closed — finalizing it if it was full, so that no enqueue
+    /// after this one lands here.
+    pub(super) fn enqueue_or_finalize(&self, value: T) -> Result<(), T> {
+        if self.aq.is_finalized() {
+            return Err(value);
+        }
+        let Some(i) = self.fq.dequeue() else {
+            self.aq.finalize();
+            return Err(value);
+        };
+        // SAFETY: as in `try_enqueue`.
+        unsafe { self.cells[i as usize].write(value) };
+        stall::point(stall::SCQ_CELL_WRITTEN);
+        if self.aq.enqueue(i) == Err(Finalized) {
+            // Closed meanwhile: the value comes back out of the cell nobody
+            // else can reach (its index is in no ring), and the index goes
+            // back to the free ring, which is never finalized.
+            // SAFETY: we wrote this cell above and own its index.
+            let v = unsafe { self.cells[i as usize].take() };
+            self.fq
+                .enqueue(i)
+                .expect("the free-cell ring is never finalized");
+            return Err(v);
+        }
+        Ok(())
+    }
+
+    /// [`ScqQueue::dequeue`].
+    pub(super) fn dequeue(&self) -> Option<T> {
         let i = self.aq.dequeue()?;
         // SAFETY: `aq` handed index `i` to us alone; its cell holds the value
         // written before the index was put in `aq` (ordered by the rings'
         // SeqCst operations).
         let v = unsafe { self.cells[i as usize].take() };
-        self.fq.enqueue(i);
+        self.fq
+            .enqueue(i)
+            .expect("the free-cell ring is never finalized");
         Some(v)
+    }
+
+    /// [`Ring::reset_threshold`] of the value ring.
+    pub(super) fn reset_threshold(&self) {
+        self.aq.reset_threshold();
+    }
+
+    /// Values queued (a walk of the ring, O(capacity)).
+    pub(super) fn len(&self) -> usize {
+        self.aq.count()
+    }
+
+    /// Takes out and drops every value left (`&mut`: nobody else operates);
+    /// one whose `Drop` panics stops none of the others, and the first panic
+    /// comes back.
+    pub(super) fn drain(&mut self) -> crate::util::unwind::Caught {
+        // A finalized segment's dequeuers may have spent its threshold.
+        self.aq.reset_threshold();
+        each(std::iter::from_fn(|| self.dequeue()), drop)
+    }
+}
+
+/// Nikolaev's SCQ: a bounded lock-free FIFO queue of at least `capacity` values
+/// (see the [module documentation](self)); `&self` operations, no handles, no
+/// reclamation.
+pub struct ScqQueue<T>(Scq<T>);
+
+impl<T> ScqQueue<T> {
+    /// An empty queue of `capacity` values, rounded up to a power of two and
+    /// to at least 2 ([`capacity`](Self::capacity) says what it is). Memory:
+    /// 24 bytes and a `T` per value.
+    ///
+    /// # Errors
+    /// [`ZeroCapacity`] for 0.
+    pub fn new(capacity: usize) -> Result<Self, ZeroCapacity> {
+        Ok(Self(Scq::new(Scq::<T>::order_for(capacity)?)))
+    }
+
+    /// How many values it holds when full.
+    pub fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
+    /// Appends `value` at the tail, or gives it back if the queue is full.
+    ///
+    /// # Errors
+    /// `Err(value)` when the queue is full.
+    pub fn try_enqueue(&self, value: T) -> Result<(), T> {
+        self.0.try_enqueue(value)
+    }
+
+    /// Removes the value at the head, or `None` if the queue is empty.
+    pub fn dequeue(&self) -> Option<T> {
+        self.0.dequeue()
     }
 
     /// The number of values (a walk of the ring, O(capacity); exact when no
     /// thread operates meanwhile).
     pub fn len(&self) -> usize {
-        self.aq.count()
+        self.0.len()
     }
 
     /// Whether the queue is empty (as [`len`](Self::len), O(capacity)).
@@ -377,7 +506,7 @@ impl<T> Drop for ScqQueue<T> {
     /// Drops the values still queued; one whose `Drop` panics stops none of
     /// the others (then the first panic goes on).
     fn drop(&mut self) {
-        each(std::iter::from_fn(|| self.dequeue()), drop).resume();
+        self.0.drain().resume();
     }
 }
 
@@ -421,9 +550,17 @@ mod tests {
 
     #[test]
     fn fifo_full_and_empty_many_times_over() {
-        let q = ScqQueue::new(3).unwrap();
-        assert_eq!(q.capacity(), 4);
+        assert_eq!(ScqQueue::<u8>::new(3).unwrap().capacity(), 4);
         assert_eq!(ScqQueue::<u8>::new(0).unwrap_err(), ZeroCapacity);
+        // The smallest queue has 2 cells; each size is filled and emptied.
+        for asked in [1, 3] {
+            fill_and_empty(ScqQueue::new(asked).unwrap());
+        }
+    }
+
+    fn fill_and_empty(q: ScqQueue<u32>) {
+        let cap = q.capacity();
+        assert!(cap >= 2, "capacity {cap}: an SCQ has at least 2 cells");
         let mut next = 0u32;
         let mut expect = 0u32;
         // Wraps the rings' cycles many times, full and empty each round.
@@ -431,10 +568,10 @@ mod tests {
             while q.try_enqueue(next).is_ok() {
                 next += 1;
             }
-            assert_eq!(q.len(), 4, "round {round}");
-            let k = 1 + round % 4;
+            assert_eq!(q.len(), cap, "round {round}");
+            let k = 1 + round % cap;
             for _ in 0..k {
-                assert_eq!(q.dequeue(), Some(expect));
+                assert_eq!(q.dequeue(), Some(expect), "capacity {cap}, round {round}");
                 expect += 1;
             }
             if round % 3 == 0 {
@@ -525,7 +662,7 @@ mod tests {
                 // A dequeuer took position t (and found nothing there).
                 r.head.store(t + 1, Ordering::SeqCst);
             }
-            r.enqueue(5);
+            r.enqueue(5).unwrap();
             let at_t = r.entries[r.remap(t)].load(Ordering::SeqCst);
             assert_eq!(
                 at_t == leftover,

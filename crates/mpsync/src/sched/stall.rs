@@ -301,6 +301,18 @@ points! {
     /// in the ring of full cells.
     SCQ_CELL_WRITTEN = "scq.enqueue.cell_written",
         "SCQ enqueue: cell written, index not yet queued";
+    /// SCQ ring, enqueue: a position was taken (`fetch_add` on the tail),
+    /// its entry not yet written.
+    SCQ_POSITION_TAKEN = "scq.ring.position_taken",
+        "SCQ ring enqueue: position taken, entry not yet written";
+    /// LSCQ, enqueue: a new segment (holding the value) was linked after the
+    /// full one, the queue's tail not yet swung to it.
+    LSCQ_LINKED = "lscq.enqueue.linked",
+        "LSCQ enqueue: new segment linked, tail not yet swung";
+    /// LSCQ, dequeue: the head moved past an empty, finalized segment, which
+    /// is not yet retired.
+    LSCQ_HEAD_PASSED = "lscq.dequeue.head_passed",
+        "LSCQ dequeue: head moved past a spent segment, not yet retired";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
