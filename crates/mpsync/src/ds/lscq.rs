@@ -674,3 +674,43 @@ mod tests {
         );
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod bench {
+    use super::*;
+    use crate::reclaim::Qsbr;
+    use std::sync::atomic::{AtomicBool, AtomicU64 as StdU64, Ordering as O};
+
+    /// Pairs of put + take per second at 1, 2 and 4 threads through handles
+    /// (QSBR), for profiling beside `scq::bench` (`cargo test -p mpsync
+    /// --release --lib lscq::bench -- --ignored --nocapture`); prints, asserts
+    /// nothing about speed.
+    #[test]
+    #[ignore]
+    fn pairs_per_second() {
+        for threads in [1usize, 2, 4] {
+            let q: LscqQueue<u64, Qsbr> = LscqQueue::new();
+            let (stop, total) = (AtomicBool::new(false), StdU64::new(0));
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(|| {
+                        let mut h = q.handle();
+                        let mut n = 0u64;
+                        while !stop.load(O::Relaxed) {
+                            for _ in 0..100 {
+                                h.enqueue(n);
+                                let _ = h.dequeue();
+                                n += 1;
+                            }
+                        }
+                        total.fetch_add(n, O::Relaxed);
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                stop.store(true, O::Relaxed);
+            });
+            let m = total.load(O::Relaxed) as f64 / 1e6;
+            eprintln!("threads {threads}: {m:.1} M pairs/s");
+        }
+    }
+}
