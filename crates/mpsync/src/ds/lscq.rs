@@ -60,7 +60,7 @@ use crossbeam_utils::CachePadded;
 
 use super::handle::{Handle, Registered};
 use super::lf::{Liveness, check_local};
-use super::scq::{Scq, ZeroCapacity};
+use super::scq::{BadCapacity, Scq};
 use super::{ConcurrentQueue, QueueHandle};
 use crate::reclaim::{Ebr, Guard, Header, Local, ProtectsReachable, Reclaimer};
 use crate::sched::stall;
@@ -146,8 +146,9 @@ impl<T, R: Reclaimer + Default> LscqQueue<T, R> {
     /// `segment_capacity` cells (rounded up to a power of two, at least 2).
     ///
     /// # Errors
-    /// [`ZeroCapacity`] for 0.
-    pub fn with_segment_capacity(segment_capacity: usize) -> Result<Self, ZeroCapacity> {
+    /// [`BadCapacity`] for 0 or above
+    /// [`MAX_CAPACITY`](super::scq::MAX_CAPACITY).
+    pub fn with_segment_capacity(segment_capacity: usize) -> Result<Self, BadCapacity> {
         Self::with_domain_and_segment_capacity(Arc::new(R::default()), segment_capacity)
     }
 }
@@ -173,11 +174,12 @@ impl<T, R: Reclaimer> LscqQueue<T, R> {
     /// memory (24 bytes and a `T` per cell) even when the queue is short.
     ///
     /// # Errors
-    /// [`ZeroCapacity`] for 0.
+    /// [`BadCapacity`] for 0 or above
+    /// [`MAX_CAPACITY`](super::scq::MAX_CAPACITY).
     pub fn with_domain_and_segment_capacity(
         domain: Arc<R>,
         segment_capacity: usize,
-    ) -> Result<Self, ZeroCapacity> {
+    ) -> Result<Self, BadCapacity> {
         let order = Scq::<T>::order_for(segment_capacity)?;
         let first = Segment::<T, R>::alloc(order, Header::default());
         Ok(Self {
@@ -664,7 +666,11 @@ mod tests {
     fn bad_input_and_debug_say_what_they_are() {
         assert_eq!(
             LscqQueue::<u8>::with_segment_capacity(0).unwrap_err(),
-            ZeroCapacity
+            BadCapacity::Zero
+        );
+        assert_eq!(
+            LscqQueue::<u8>::with_segment_capacity(usize::MAX).unwrap_err(),
+            BadCapacity::TooLarge(usize::MAX)
         );
         let q: LscqQueue<u8, Leak> = LscqQueue::new();
         assert_eq!(q.segment_capacity(), DEFAULT_SEGMENT_CAPACITY);

@@ -77,17 +77,36 @@ use crate::sched::stall;
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 use crate::util::unwind::each;
 
-/// `ScqQueue::new(0)`: a queue must hold at least one value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ZeroCapacity;
+/// The most values an SCQ (or an LSCQ segment) holds: 2³², about 100 GiB
+/// of cells for `u64`s. Beyond it the capacity's power of two would also
+/// overflow or crowd out the cycle bits of a ring entry.
+pub const MAX_CAPACITY: usize = 1 << 32;
 
-impl fmt::Display for ZeroCapacity {
+/// A capacity an SCQ queue (or an LSCQ segment) cannot have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadCapacity {
+    /// 0: a queue must hold at least one value.
+    Zero,
+    /// Above [`MAX_CAPACITY`] (the capacity asked for).
+    TooLarge(usize),
+}
+
+impl fmt::Display for BadCapacity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("capacity 0: an SCQ queue holds at least 1 value (e.g. ScqQueue::new(1024))")
+        match self {
+            Self::Zero => f.write_str(
+                "capacity 0: an SCQ queue holds at least 1 value (e.g. ScqQueue::new(1024))",
+            ),
+            Self::TooLarge(c) => write!(
+                f,
+                "capacity {c}: an SCQ queue holds at most 2^32 values, its cells allocated up \
+                 front (e.g. ScqQueue::new(1 << 20))"
+            ),
+        }
     }
 }
 
-impl std::error::Error for ZeroCapacity {}
+impl std::error::Error for BadCapacity {}
 
 /// The top bit of a ring's `tail`: once set ([`Ring::finalize`], LSCQ's
 /// closing of a full segment) every enqueue fails, and it stays set — the
@@ -359,9 +378,12 @@ impl<T> Scq<T> {
     /// two, and at least 2 — with one cell, `⊥c = 2n − 2` would be index 0,
     /// so a consumed entry would still read as holding it (values came out
     /// twice or never: found by 8 threads on `ScqQueue::new(1)`).
-    pub(super) fn order_for(capacity: usize) -> Result<u32, ZeroCapacity> {
+    pub(super) fn order_for(capacity: usize) -> Result<u32, BadCapacity> {
         if capacity == 0 {
-            return Err(ZeroCapacity);
+            return Err(BadCapacity::Zero);
+        }
+        if capacity > MAX_CAPACITY {
+            return Err(BadCapacity::TooLarge(capacity));
         }
         Ok(capacity.max(MIN_CELLS).next_power_of_two().trailing_zeros())
     }
@@ -467,8 +489,8 @@ impl<T> ScqQueue<T> {
     /// 24 bytes and a `T` per value.
     ///
     /// # Errors
-    /// [`ZeroCapacity`] for 0.
-    pub fn new(capacity: usize) -> Result<Self, ZeroCapacity> {
+    /// [`BadCapacity`] for 0 or above [`MAX_CAPACITY`].
+    pub fn new(capacity: usize) -> Result<Self, BadCapacity> {
         Ok(Self(Scq::new(Scq::<T>::order_for(capacity)?)))
     }
 
@@ -551,7 +573,14 @@ mod tests {
     #[test]
     fn fifo_full_and_empty_many_times_over() {
         assert_eq!(ScqQueue::<u8>::new(3).unwrap().capacity(), 4);
-        assert_eq!(ScqQueue::<u8>::new(0).unwrap_err(), ZeroCapacity);
+        assert_eq!(ScqQueue::<u8>::new(0).unwrap_err(), BadCapacity::Zero);
+        // Above the largest power of two a usize holds, too: no wrapped size.
+        for c in [MAX_CAPACITY + 1, usize::MAX] {
+            assert_eq!(
+                ScqQueue::<u8>::new(c).unwrap_err(),
+                BadCapacity::TooLarge(c)
+            );
+        }
         // The smallest queue has 2 cells; each size is filled and emptied.
         for asked in [1, 3] {
             fill_and_empty(ScqQueue::new(asked).unwrap());
@@ -702,7 +731,12 @@ mod tests {
         let q: ScqQueue<u8> = ScqQueue::new(2).unwrap();
         q.try_enqueue(1).unwrap();
         assert_eq!(format!("{q:?}"), "ScqQueue { capacity: 2, len: 1 }");
-        assert!(ZeroCapacity.to_string().starts_with("capacity 0:"));
+        assert!(BadCapacity::Zero.to_string().starts_with("capacity 0:"));
+        assert!(
+            BadCapacity::TooLarge(usize::MAX)
+                .to_string()
+                .starts_with(&format!("capacity {}: ", usize::MAX))
+        );
     }
 }
 
