@@ -581,6 +581,13 @@ fn foreign_locals_rejected<R: Domain>() {
     rejects_foreign_local(&format!("PljQueue::is_empty {n}"), || {
         plj.is_empty(&foreign);
     });
+    let lscq: LscqQueue<u64, R> = LscqQueue::with_domain(R::fresh());
+    rejects_foreign_local(&format!("LscqQueue::enqueue {n}"), || {
+        lscq.enqueue(&foreign, 1)
+    });
+    rejects_foreign_local(&format!("LscqQueue::dequeue {n}"), || {
+        lscq.dequeue(&foreign);
+    });
     rejects_foreign_local(&format!("TreiberStack::push {n}"), || st.push(&foreign, 1));
     rejects_foreign_local(&format!("TreiberStack::pop {n}"), || {
         st.pop(&foreign);

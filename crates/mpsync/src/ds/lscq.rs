@@ -696,6 +696,41 @@ mod bench {
     fn pairs_per_second() {
         for threads in [1usize, 2, 4] {
             let q: LscqQueue<u64, Qsbr> = LscqQueue::new();
+            eprintln!("threads {threads}: {:.1} M pairs/s", run(&q, threads));
+        }
+    }
+
+    /// What a preempted thread holding a ring position costs the others: 2
+    /// threads' pairs per second on a queue where an enqueuer took a cell and
+    /// a position of the value ring (`fetch_add` on its tail) and never wrote
+    /// its entry, against a fresh queue, three times each, interleaved
+    /// (`cargo test -p mpsync --release --lib lscq::bench::abandoned --
+    /// --ignored --nocapture`). The state is set by hand: a thread stopped by
+    /// a stall-point trap would slow every other thread's stall points (each
+    /// takes the traps' lock while one holds), which is the harness's cost,
+    /// not the queue's.
+    #[test]
+    #[ignore]
+    fn abandoned_position_cost() {
+        for _ in 0..3 {
+            let q: LscqQueue<u64, Qsbr> = LscqQueue::new();
+            let fresh = run(&q, 2);
+            let q: LscqQueue<u64, Qsbr> = LscqQueue::new();
+            // SAFETY: the first segment, never retired (no other thread yet).
+            unsafe { &*q.head.load(Ordering::SeqCst) }
+                .scq
+                .abandon_a_claimed_position();
+            let beside = run(&q, 2);
+            eprintln!(
+                "2 threads: {fresh:.1} M pairs/s fresh, {beside:.1} with a position abandoned"
+            );
+        }
+    }
+
+    /// `threads` threads loop put + take through handles for one second; M
+    /// pairs per second.
+    fn run<R: Reclaimer>(q: &LscqQueue<u64, R>, threads: usize) -> f64 {
+        {
             let (stop, total) = (AtomicBool::new(false), StdU64::new(0));
             std::thread::scope(|s| {
                 for _ in 0..threads {
@@ -715,8 +750,7 @@ mod bench {
                 std::thread::sleep(std::time::Duration::from_secs(1));
                 stop.store(true, O::Relaxed);
             });
-            let m = total.load(O::Relaxed) as f64 / 1e6;
-            eprintln!("threads {threads}: {m:.1} M pairs/s");
+            total.load(O::Relaxed) as f64 / 1e6
         }
     }
 }

@@ -463,6 +463,17 @@ impl<T> Scq<T> {
         self.aq.reset_threshold();
     }
 
+    /// Leaves the state of an enqueuer preempted right after its `fetch_add`
+    /// on the value ring's tail: a free cell taken, a position claimed, its
+    /// entry never written (for measuring what such a thread costs the
+    /// others without stopping one: a stall-point trap slows every thread's
+    /// passages while it holds).
+    #[cfg(all(test, not(loom)))]
+    pub(super) fn abandon_a_claimed_position(&self) {
+        self.fq.dequeue().expect("a free cell");
+        self.aq.tail.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Values queued (a walk of the ring, O(capacity)).
     pub(super) fn len(&self) -> usize {
         self.aq.count()
