@@ -20,7 +20,10 @@
 //! (taken, its index not yet queued) costs that cell; a full segment is
 //! finalized around it, and its enqueue, when it runs again, either completes
 //! there (a dequeuer still holding the segment takes the value) or fails and
-//! moves to the next segment. What it does hold up is reclamation: a retired
+//! moves to the next segment. One stopped right after its `fetch_add` on the
+//! value ring's tail leaves a position no value will fill; the dequeuers pass
+//! it once (an ignored bench, `lscq::bench::abandoned_position_cost`, found
+//! no measurable cost to two other threads). What it does hold up is reclamation: a retired
 //! segment it still protects is freed after it resumes (under hazard pointers
 //! only that segment; under the epoch schemes everything retired meanwhile).
 //! Progress: lock-free, every operation (`tests/progress.rs`), given a
