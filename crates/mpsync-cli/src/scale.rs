@@ -100,10 +100,37 @@ fn best<'a>(
         })
 }
 
+/// The median per-thread fairness (min/max operations) of `name`'s trials
+/// at (`panel`, `x`), where the experiment records it.
+fn fairness(rec: &RunRecord, name: &str, panel: &Option<String>, x: f64) -> Option<f64> {
+    let mut f: Vec<f64> = rec
+        .trials
+        .iter()
+        .filter(|t| &t.panel == panel && t.x == x && t.implementation == name)
+        .filter_map(|t| t.fairness_min_max)
+        .collect();
+    if f.is_empty() {
+        return None;
+    }
+    f.sort_by(f64::total_cmp);
+    Some(f[f.len() / 2])
+}
+
+/// One cell of the table: mpsync's best over the best peer, and the two's
+/// fairness where the experiment measures it (a structure or lock that
+/// serves one thread wins throughput and is no use: the reader needs both).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    /// Best of ours / best peer (> 1: ours is better; time ratios inverted).
+    pub ratio: f64,
+    /// Median min/max per-thread operations of our best, and of the peer.
+    pub fair: Option<(f64, f64)>,
+}
+
 /// One row per experiment and configuration: the best of mpsync's over the
 /// best peer (> 1: mpsync's is better) at each thread count, and who those
 /// were at the last.
-pub fn rows(runs: &[RunRecord], threads: &[u32]) -> Vec<(String, Vec<Option<f64>>, String)> {
+pub fn rows(runs: &[RunRecord], threads: &[u32]) -> Vec<(String, Vec<Option<Cell>>, String)> {
     let mut out = Vec::new();
     for rec in runs {
         let (ours, peers) = (role_names(rec, "ours"), role_names(rec, "peers"));
@@ -116,15 +143,24 @@ pub fn rows(runs: &[RunRecord], threads: &[u32]) -> Vec<(String, Vec<Option<f64>
         }
         for panel in &panels {
             let mut who = String::new();
-            let cells = threads
+            let cells: Vec<Option<Cell>> = threads
                 .iter()
                 .map(|&t| {
-                    let o = best(rec, &ours, panel, f64::from(t), lower)?;
-                    let q = best(rec, &peers, panel, f64::from(t), lower)?;
+                    let x = f64::from(t);
+                    let o = best(rec, &ours, panel, x, lower)?;
+                    let q = best(rec, &peers, panel, x, lower)?;
                     who = format!("{} / {}", o.0, q.0);
-                    Some(if lower { q.1 / o.1 } else { o.1 / q.1 })
+                    let fair = fairness(rec, o.0, panel, x).zip(fairness(rec, q.0, panel, x));
+                    let ratio = if lower { q.1 / o.1 } else { o.1 / q.1 };
+                    Some(Cell { ratio, fair })
                 })
                 .collect();
+            // A configuration run at none of these thread counts (one with
+            // its own, as lock-oversub's burst on other core counts once
+            // had) says nothing here: left out, not printed as dashes.
+            if cells.iter().all(Option::is_none) {
+                continue;
+            }
             let label = match panel {
                 Some(l) => format!("{} · {l}", rec.experiment),
                 None => rec.experiment.clone(),
@@ -135,13 +171,27 @@ pub fn rows(runs: &[RunRecord], threads: &[u32]) -> Vec<(String, Vec<Option<f64>
     out
 }
 
+/// A cell as printed: the ratio, then the fairness of ours/the peer.
+fn cell_text(c: Option<Cell>) -> String {
+    match c {
+        None => "-".into(),
+        Some(Cell { ratio, fair: None }) => sig3(ratio),
+        Some(Cell {
+            ratio,
+            fair: Some((o, q)),
+        }) => format!("{} f{:.2}/{:.2}", sig3(ratio), o, q),
+    }
+}
+
 /// The table as printed (and written to `OUT/scale.txt`).
 pub fn table(runs: &[RunRecord], cores: u32, plan: &Plan, wall_s: f64) -> String {
     let rows = rows(runs, &plan.threads);
     let w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(10);
     let mut s = format!(
         "scale check on {cores} cores: threads {} ({} trials, --scale {}; {:.0} s)\n\
-         each cell: mpsync's best / the best peer (> 1: mpsync's is better; time ratios inverted)\n",
+         each cell: mpsync's best / the best peer (> 1: mpsync's is better; time ratios inverted); \
+         fA/B: min/max per-thread operations of that best of ours (A) and that peer (B), medians of the rounds, \
+         where measured (1 = every thread served alike)\n",
         plan.threads
             .iter()
             .map(u32::to_string)
@@ -153,13 +203,13 @@ pub fn table(runs: &[RunRecord], cores: u32, plan: &Plan, wall_s: f64) -> String
     );
     let _ = write!(s, "{:<w$}", "experiment · configuration");
     for (m, t) in MULTIPLES.iter().zip(&plan.threads) {
-        let _ = write!(s, "  {:>9}", format!("{m}x ({t})"));
+        let _ = write!(s, "  {:>19}", format!("{m}x ({t})"));
     }
     let _ = writeln!(s, "  best ours / best peer (last column measured)");
     for (label, cells, who) in rows {
         let _ = write!(s, "{label:<w$}");
         for c in cells {
-            let _ = write!(s, "  {:>9}", c.map_or("-".into(), sig3));
+            let _ = write!(s, "  {:>19}", cell_text(c));
         }
         let _ = writeln!(s, "  {who}");
     }
@@ -228,9 +278,52 @@ mod tests {
         let r = rows(std::slice::from_ref(&rec), &[2, 4, 8]);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].0, "lock-oversub · p");
-        assert_eq!(r[0].1, [Some(1.5), Some(0.25), None]);
+        let ratios: Vec<Option<f64>> = r[0].1.iter().map(|c| c.map(|c| c.ratio)).collect();
+        assert_eq!(ratios, [Some(1.5), Some(0.25), None]);
+        assert!(r[0].1[0].unwrap().fair.is_none(), "no trials, no fairness");
         assert_eq!(r[0].2, "A / P");
         let t = table(&[rec], 2, &Plan::new(2, None, None), 1.0);
         assert!(t.contains("1.50") && t.contains("0.250"), "{t}");
+    }
+
+    #[test]
+    fn cells_carry_the_fairness_and_rows_run_elsewhere_are_left_out() {
+        let mut rec: RunRecord = serde_json::from_value(serde_json::json!({
+            "experiment": "ds-oversub", "paper": "", "title": "", "preempt": "none",
+            "started_unix": 0, "duration_s": 1.0,
+            "machine": serde_json::to_value(crate::output::Machine::detect()).unwrap(),
+            "params": {"roles": {"ours": ["A"], "peers": ["P"]}, "better": "higher"},
+            "busy_iters_per_us": 1.0, "unit": "ops/s", "x_label": "threads", "baseline": "P",
+            "trials": [], "points": [], "extra": null,
+            "verdict": {"conclusion": "", "status": "measurement", "details": [], "clauses": []},
+            "advice": []
+        }))
+        .unwrap();
+        rec.points = vec![point("A", 2.0, 30.0), point("P", 2.0, 10.0)];
+        // Another configuration, run only at 4 threads: not a row of [2].
+        let mut other = point("A", 4.0, 1.0);
+        other.panel = Some("elsewhere".into());
+        rec.points.push(other);
+        let trial = |name: &str, f: f64| crate::output::Trial {
+            implementation: name.into(),
+            x: 2.0,
+            panel: Some("p".into()),
+            fairness_min_max: Some(f),
+            ..Default::default()
+        };
+        rec.trials = vec![
+            trial("A", 0.9),
+            trial("A", 0.1),
+            trial("A", 0.5),
+            trial("P", 0.2),
+        ];
+        let r = rows(std::slice::from_ref(&rec), &[2]);
+        assert_eq!(r.len(), 1, "{r:?}");
+        let c = r[0].1[0].unwrap();
+        assert_eq!(c.ratio, 3.0);
+        assert_eq!(c.fair, Some((0.5, 0.2)), "the median of the rounds");
+        let t = table(&[rec], 2, &Plan::new(2, None, None), 1.0);
+        assert!(t.contains("3.00 f0.50/0.20"), "{t}");
+        assert!(!t.contains("elsewhere"), "{t}");
     }
 }

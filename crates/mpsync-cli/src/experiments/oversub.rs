@@ -12,7 +12,7 @@
 //! | `cs1-ncs1 unpinned`   | 1 µs / 1 µs   | the same |
 //! | `cs0.2-ncs2 pinned`   | 0.2 µs / 2 µs, thread i on CPU i mod cores | the same |
 //! | `cs1-ncs1 pinned`     | 1 µs / 1 µs, pinned as above | the same |
-//! | `cs1-ncs1 pinned+burst` | as above, plus a `SCHED_FIFO` thread on the first CPU burning [`BURST_MS`] of every [`BURST_PERIOD_MS`] (where real-time priority is not permitted, an ordinary thread at the lowest nice value allowed, which the kernel's wake-up preemption still puts on the CPU at each burst; the verdict says which ran) | 4 (`--quick`) or 4, 8 |
+//! | `cs1-ncs1 pinned+burst` | as above, plus a `SCHED_FIFO` thread on the first CPU burning [`BURST_MS`] of every [`BURST_PERIOD_MS`] (where real-time priority is not permitted, an ordinary thread at the lowest nice value allowed, which the kernel's wake-up preemption still puts on the CPU at each burst; the verdict says which ran) | 2× the cores (`--quick`) or 2× and 4× (4, or 4 and 8, on 2 cores) |
 //!
 //! Every point is the **median of `--trials` rounds** (at least 3), the rounds
 //! interleaved across the locks (each round runs every lock once, in an order
@@ -288,8 +288,20 @@ impl Drop for Burst {
     }
 }
 
-fn configs(threads: &[u32], quick: bool) -> Vec<Config> {
-    let burst_threads: Vec<u32> = if quick { vec![4] } else { vec![4, 8] };
+/// The burst configuration's thread counts: 2× the cores (`--quick`), or 2×
+/// and 4× — so that on any machine it is oversubscribed, and `repro scale`'s
+/// 2× and 4× columns have it.
+fn burst_threads(cores: u32, quick: bool) -> Vec<u32> {
+    let c = cores.max(1);
+    if quick {
+        vec![2 * c]
+    } else {
+        vec![2 * c, 4 * c]
+    }
+}
+
+fn configs(threads: &[u32], quick: bool, cores: u32) -> Vec<Config> {
+    let burst_threads = burst_threads(cores, quick);
     let c = |label, cs_ns, ncs_ns, pinned, burst, threads: &[u32]| Config {
         label,
         cs_ns,
@@ -603,7 +615,7 @@ pub fn run(exp: &Experiment, p: &Params, preempt: Preempt) -> anyhow::Result<(Ru
     let busy = BusyWork::global();
     let cpus = mpsync::sched::native::available_cpus()?;
     let table: Vec<LockImpl> = restrict(mutex_table())?;
-    let configs = configs(&threads, p.quick);
+    let configs = configs(&threads, p.quick, cpus.len() as u32);
     let answers = mpsync::sched::native::preemption_answers();
     let kernel_answers = matches!(answers, mpsync::sched::native::PreemptionAnswers::Ebpf);
     let d = design(&table, &configs, rounds, kernel_answers);
@@ -729,7 +741,7 @@ mod tests {
 
     #[test]
     fn the_table_has_both_workloads_both_placements_and_the_adversary() {
-        let c = configs(&[1, 2, 4, 8], true);
+        let c = configs(&[1, 2, 4, 8], true, 2);
         assert_eq!(c.len(), 5);
         assert!(
             c.iter()
@@ -742,7 +754,10 @@ mod tests {
         let burst: Vec<&Config> = c.iter().filter(|c| c.burst).collect();
         assert_eq!(burst.len(), 1);
         assert_eq!(burst[0].threads, [4]);
-        assert_eq!(configs(&[2], false)[4].threads, [4, 8]);
+        assert_eq!(configs(&[2], false, 2)[4].threads, [4, 8]);
+        // It follows the cores: 2x (and 4x) on 16 of them.
+        assert_eq!(configs(&[16], true, 16)[4].threads, [32]);
+        assert_eq!(configs(&[16], false, 16)[4].threads, [32, 64]);
     }
 
     #[test]
