@@ -103,17 +103,13 @@ fn best<'a>(
 /// The median per-thread fairness (min/max operations) of `name`'s trials
 /// at (`panel`, `x`), where the experiment records it.
 fn fairness(rec: &RunRecord, name: &str, panel: &Option<String>, x: f64) -> Option<f64> {
-    let mut f: Vec<f64> = rec
+    let f: Vec<f64> = rec
         .trials
         .iter()
         .filter(|t| &t.panel == panel && t.x == x && t.implementation == name)
         .filter_map(|t| t.fairness_min_max)
         .collect();
-    if f.is_empty() {
-        return None;
-    }
-    f.sort_by(f64::total_cmp);
-    Some(f[f.len() / 2])
+    crate::stats::median(&f)
 }
 
 /// One cell of the table: mpsync's best over the best peer, and the two's

@@ -804,8 +804,8 @@ mod tests {
     /// gate `(entered, open)`, hold the combiner until the test opens it.
     struct Probe {
         v: u32,
-        gate: Option<Arc<(Flag, Flag)>>,
-        ran_on: Arc<Mutex<Vec<(u32, ThreadId)>>>,
+        gate: Option<Gate>,
+        ran_on: Log,
     }
     impl Ord for Probe {
         fn cmp(&self, o: &Self) -> std::cmp::Ordering {
@@ -818,9 +818,7 @@ mod tests {
                 // (entered, open): hold the combiner here until the test
                 // has seen the other request published.
                 g.0.store(true, O::SeqCst);
-                while !g.1.load(O::SeqCst) {
-                    std::thread::yield_now();
-                }
+                poll_until(|| g.1.load(O::SeqCst));
             }
             self.v.cmp(&o.v)
         }
@@ -839,6 +837,22 @@ mod tests {
 
     type Log = Arc<Mutex<Vec<(u32, ThreadId)>>>;
     type Gate = Arc<(Flag, Flag)>;
+
+    /// The test's own polling, through `sched` like every wait.
+    fn poll_until(mut done: impl FnMut() -> bool) {
+        while !done() {
+            crate::sched::yield_now();
+        }
+    }
+
+    /// Records whose request is published and not yet served.
+    fn pending(h: &FcBinaryHeap<Probe>) -> usize {
+        // Relaxed: a test's look at the records; the gate orders the rest.
+        h.0.slots
+            .iter()
+            .filter(|s| s.state.load(Ordering::Relaxed) == PENDING)
+            .count()
+    }
 
     /// A heap holding probe 0, a closed gate, and a maker of probes (gated
     /// or not) that log to `log`.
@@ -873,9 +887,7 @@ mod tests {
             let start = std::sync::Barrier::new(4);
             std::thread::scope(|sc| {
                 sc.spawn(|| h.insert(probe(1, true)));
-                while !gate.0.load(O::SeqCst) {
-                    std::thread::yield_now();
-                }
+                poll_until(|| gate.0.load(O::SeqCst));
                 for t in 0..4 {
                     let (h, start, probe) = (&h, &start, &probe);
                     sc.spawn(move || {
@@ -883,18 +895,9 @@ mod tests {
                         h.insert(probe(10 + t, false));
                     });
                 }
-                // Relaxed: a test's look at the records; the gate orders the rest.
-                let pending = || {
-                    h.0.slots
-                        .iter()
-                        .filter(|s| s.state.load(Ordering::Relaxed) == PENDING)
-                        .count()
-                };
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-                while pending() < 4 && std::time::Instant::now() < deadline {
-                    std::thread::yield_now();
-                }
-                let seen = pending();
+                poll_until(|| pending(&h) >= 4 || std::time::Instant::now() >= deadline);
+                let seen = pending(&h);
                 gate.1.store(true, O::SeqCst);
                 assert_eq!(seen, 4, "round {round}: four requests, four records");
             });
@@ -917,22 +920,12 @@ mod tests {
                 h.insert(probe(1, true));
                 std::thread::current().id()
             });
-            while !gate.0.load(O::SeqCst) {
-                std::thread::yield_now();
-            }
+            poll_until(|| gate.0.load(O::SeqCst));
             let b = sc.spawn(|| {
                 h.insert(probe(2, false));
                 std::thread::current().id()
             });
-            // Relaxed: a test's look at the records; the gate orders the rest.
-            while !h
-                .0
-                .slots
-                .iter()
-                .any(|s| s.state.load(Ordering::Relaxed) == PENDING)
-            {
-                std::thread::yield_now();
-            }
+            poll_until(|| pending(&h) > 0);
             gate.1.store(true, O::SeqCst);
             (a.join().unwrap(), b.join().unwrap())
         });
@@ -1171,6 +1164,7 @@ mod bench {
                     })
                 })
                 .collect();
+            // The bench's own timer, not a wait of the structure's.
             std::thread::sleep(len);
             stop.store(true, O::Relaxed);
             hs.into_iter().map(|h| h.join().unwrap()).collect()
