@@ -82,6 +82,7 @@ use super::{
     ConcurrentPriorityQueue, ConcurrentQueue, ConcurrentStack, PriorityQueueHandle, QueueHandle,
     StackHandle,
 };
+use crate::sched::stall;
 use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crate::util::CachePadded;
 
@@ -310,9 +311,12 @@ impl<S: Sequential> FlatCombining<S> {
             // Relaxed pre-check; Acquire CAS: pairs with the previous owner's
             // Release store of FREE, after which it no longer touches the
             // cells.
-            s.load(Ordering::Relaxed) == FREE
-                && s.compare_exchange(FREE, OWNED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
+            if s.load(Ordering::Relaxed) != FREE {
+                return false;
+            }
+            stall::point(stall::FC_CLAIM_SEEN_FREE);
+            s.compare_exchange(FREE, OWNED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
         };
         let i = std::iter::once(hint)
             .chain(0..SLOTS)
@@ -905,6 +909,41 @@ mod tests {
             assert_eq!(got, [0, 1, 10, 11, 12, 13], "round {round}");
             ran_on.lock().unwrap().clear();
         }
+    }
+
+    /// A claimant stopped between reading a record free and taking it, while
+    /// another thread claims and publishes that record, must not take it
+    /// too: it moves on to another record, and both requests are served.
+    #[test]
+    fn combining_a_claim_that_read_a_record_free_too_early_moves_on() {
+        use crate::sched::stall::Trap;
+        use std::time::Duration;
+        let ran_on = Arc::new(Mutex::new(Vec::new()));
+        let (h, gate, probe) = probed_heap(&ran_on);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|sc| {
+            // Holds the combiner lock, so the others claim records.
+            sc.spawn(|| h.insert(probe(1, true)));
+            poll_until(|| gate.0.load(O::SeqCst));
+            sc.spawn(|| {
+                tx.send(Trap::at(stall::FC_CLAIM_SEEN_FREE).this_thread().arm())
+                    .unwrap();
+                h.insert(probe(10, false));
+            });
+            let trap = rx.recv().unwrap();
+            trap.wait_hit(Duration::from_secs(20))
+                .expect("the first claimant stops");
+            sc.spawn(|| h.insert(probe(11, false)));
+            poll_until(|| pending(&h) == 1);
+            trap.release();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            poll_until(|| pending(&h) >= 2 || std::time::Instant::now() >= deadline);
+            let seen = pending(&h);
+            gate.1.store(true, O::SeqCst);
+            assert_eq!(seen, 2, "two requests, two records");
+        });
+        let got: Vec<u32> = std::iter::from_fn(|| h.delete_min()).map(|p| p.v).collect();
+        assert_eq!(got, [0, 1, 10, 11]);
     }
 
     /// A request published while another thread combines is applied by

@@ -313,6 +313,10 @@ points! {
     /// is not yet retired.
     LSCQ_HEAD_PASSED = "lscq.dequeue.head_passed",
         "LSCQ dequeue: head moved past a spent segment, not yet retired";
+    /// Flat combining, claim: a publication record read free, the CAS that
+    /// takes it not yet made.
+    FC_CLAIM_SEEN_FREE = "fc.claim.seen_free",
+        "flat combining claim: record read free, not yet taken";
 }
 
 /// Marks the calling thread's passage through `p`. Stops here if a [`Trap`] armed
