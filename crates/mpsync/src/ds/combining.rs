@@ -851,10 +851,13 @@ mod tests {
 
     /// Records whose request is published and not yet served.
     fn pending(h: &FcBinaryHeap<Probe>) -> usize {
-        // Relaxed: a test's look at the records; the gate orders the rest.
+        // Acquire: pairs with the owner's Release store of PENDING, so that
+        // the test's SeqCst opening of the gate hands the combiner the whole
+        // claim, `hi` raised included (with Relaxed, Miri let the combiner
+        // read a stale `hi`, skip the record, and the owner serve itself).
         h.0.slots
             .iter()
-            .filter(|s| s.state.load(Ordering::Relaxed) == PENDING)
+            .filter(|s| s.state.load(Ordering::Acquire) == PENDING)
             .count()
     }
 
